@@ -1,0 +1,70 @@
+// The rank map: where every rank of a job runs. Computed by a pure function from job + allocation.
+//
+// Storage is compact (a few bytes per rank) and every query is O(1) or O(log apps): computing one
+// rank's placement never scans the job.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "pm/allocation.hpp"
+#include "pm/export.hpp"
+#include "pm/job.hpp"
+
+namespace pm {
+
+/// One rank's place in the job.
+struct placement {
+  std::uint32_t rank = 0;        ///< global rank, 0..size-1
+  std::uint32_t app = 0;         ///< index of its app context
+  std::uint32_t host = 0;        ///< index into the allocation's hosts
+  std::uint32_t local_rank = 0;  ///< index among this job's ranks on its host, by global rank
+  std::uint32_t local_size = 0;  ///< this job's ranks on its host
+  std::uint32_t node = 0;        ///< index of its host among the hosts the job uses (0..nodes-1)
+
+  friend bool operator==(const placement&, const placement&) = default;
+};
+
+class PM_API rank_map {
+ public:
+  rank_map() = default;
+
+  std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(host_of_rank_.size()); }
+  std::uint32_t num_apps() const noexcept { return static_cast<std::uint32_t>(app_first_rank_.size()); }
+  /// Hosts the job uses.
+  std::uint32_t num_nodes() const noexcept { return static_cast<std::uint32_t>(node_host_.size()); }
+  const pm::allocation& allocation() const noexcept { return allocation_; }
+
+  placement at(std::uint32_t rank) const;
+  /// First rank and number of ranks of app context `app`.
+  std::uint32_t app_first_rank(std::uint32_t app) const { return app_first_rank_.at(app); }
+  std::uint32_t app_size(std::uint32_t app) const;
+  /// Allocation host index of node `node`, and the reverse (nullopt: the job does not use it).
+  std::uint32_t host_of_node(std::uint32_t node) const { return node_host_.at(node); }
+  std::optional<std::uint32_t> node_of_host(std::uint32_t host) const;
+  /// The ranks on allocation host `host`, in global-rank order (empty when unused).
+  std::span<const std::uint32_t> ranks_on_host(std::uint32_t host) const;
+
+  /// Bytes of heap this map holds (for the benchmarks' bytes-per-rank figure).
+  std::size_t memory_bytes() const noexcept;
+
+ private:
+  friend PM_API rank_map map_job(const job_spec&, const pm::allocation&);
+
+  pm::allocation allocation_;
+  std::vector<std::uint32_t> host_of_rank_;    // per rank
+  std::vector<std::uint32_t> local_rank_;      // per rank
+  std::vector<std::uint32_t> app_first_rank_;  // per app
+  std::vector<std::uint32_t> host_first_;      // per host + 1: CSR offsets into ranks_by_host_
+  std::vector<std::uint32_t> ranks_by_host_;   // per rank, grouped by host
+  std::vector<std::uint32_t> host_node_;       // per host: node index, or no_node
+  std::vector<std::uint32_t> node_host_;       // per node: host index
+};
+
+/// Maps the job onto the allocation with Open MPI 4.1's rules (docs/mapping.md):
+/// throws pm::error(errc::mapping) when it does not fit, naming the numbers, e.g.
+///   not enough slots: 6 ranks requested, 4 slots available on 2 hosts (use --oversubscribe ...)
+PM_API rank_map map_job(const job_spec& job, const allocation& alloc);
+
+}  // namespace pm
