@@ -21,11 +21,12 @@ namespace pm {
 
 /// One host of an allocation.
 struct host {
-  std::string name;             ///< as first spelled by the user; the local host's own hostname
-  std::uint32_t slots = 1;      ///< ranks it takes without oversubscription
-  std::uint32_t max_slots = 0;  ///< hard limit, never exceeded; 0 means none (Open MPI's "Max slots: 0")
-  bool slots_given = true;      ///< false: a single bare hostfile line; slots = its cores once known
-  bool local = false;           ///< names this machine (localhost, its hostnames, its addresses)
+  std::string name;         ///< as first spelled by the user; the local host's own hostname
+  std::uint32_t slots = 1;  ///< ranks it takes without oversubscription
+  std::uint32_t max_slots =
+      0;  ///< hard limit, never exceeded; 0 means none (Open MPI's "Max slots: 0")
+  bool slots_given = true;  ///< false: a single bare hostfile line; slots = its cores once known
+  bool local = false;       ///< names this machine (localhost, its hostnames, its addresses)
 
   friend bool operator==(const host&, const host&) = default;
 };
@@ -56,9 +57,10 @@ struct allocation {
 /// What this machine calls itself; probed once by the impure local_host_info() and passed into
 /// the pure functions, so that tests can pretend to be any machine.
 struct local_host {
-  std::string hostname;              ///< gethostname(), e.g. "node1"
-  std::vector<std::string> aliases;  ///< other names and addresses: "localhost", FQDN, 127.0.0.1, ...
-  std::uint32_t cores = 1;           ///< processor cores available to us
+  std::string hostname;  ///< gethostname(), e.g. "node1"
+  std::vector<std::string>
+      aliases;              ///< other names and addresses: "localhost", FQDN, 127.0.0.1, ...
+  std::uint32_t cores = 1;  ///< processor cores available to us
 
   /// True when `name` is this machine: the hostname, an alias, any 127.x address, or a name
   /// whose short form (up to the first dot) is the hostname's.

@@ -25,8 +25,9 @@ struct env_var {
 /// Env profiles, each a family of variables; combine with |.
 enum class env_profile : std::uint32_t {
   none = 0,
-  ompi = 1u << 0,     ///< OMPI_COMM_WORLD_*, OMPI_UNIVERSE_SIZE
-  torch = 1u << 1,    ///< RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, MASTER_*
+  ompi = 1u << 0,  ///< OMPI_COMM_WORLD_*, OMPI_UNIVERSE_SIZE
+  torch =
+      1u << 1,  ///< RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, MASTER_*
   tf = 1u << 2,       ///< TF_CONFIG (its size grows with the job: off by default)
   azureml = 1u << 3,  ///< AZ_BATCH_MASTER_NODE, AZ_BATCHAI_MPI_MASTER_NODE
   slurm = 1u << 4,    ///< SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID
@@ -42,7 +43,9 @@ constexpr env_profile operator&(env_profile a, env_profile b) noexcept {
 constexpr env_profile operator~(env_profile a) noexcept {
   return static_cast<env_profile>(~static_cast<std::uint32_t>(a)) & env_profile::all;
 }
-constexpr bool has(env_profile set, env_profile p) noexcept { return (set & p) != env_profile::none; }
+constexpr bool has(env_profile set, env_profile p) noexcept {
+  return (set & p) != env_profile::none;
+}
 /// Every profile but tf.
 constexpr env_profile default_env_profiles = env_profile::all & ~env_profile::tf;
 
@@ -59,8 +62,8 @@ struct launch_facts {
 
 /// The variables that the enabled profiles give one rank, in a fixed order.
 /// Cost: O(variables) for every profile but tf, whose TF_CONFIG lists every rank.
-PM_API std::vector<env_var> profile_env(const rank_map& map, std::uint32_t rank, env_profile profiles,
-                                        const launch_facts& facts);
+PM_API std::vector<env_var> profile_env(const rank_map& map, std::uint32_t rank,
+                                        env_profile profiles, const launch_facts& facts);
 
 /// True for a valid variable name: [A-Za-z_][A-Za-z0-9_]*.
 PM_API bool is_valid_env_name(std::string_view name) noexcept;
@@ -71,8 +74,8 @@ PM_API bool is_outer_job_identity(std::string_view name) noexcept;
 
 /// User exports: -x VAR / -x VAR=value, and -mca key value (→ OMPI_MCA_key=value).
 struct env_exports {
-  std::vector<std::string> x;                               ///< each -x argument as given
-  std::vector<std::pair<std::string, std::string>> mca;     ///< each -mca key value
+  std::vector<std::string> x;                            ///< each -x argument as given
+  std::vector<std::pair<std::string, std::string>> mca;  ///< each -mca key value
 };
 
 /// The environment every rank starts from, plus the per-rank additions.
@@ -87,8 +90,8 @@ struct job_env {
 /// OMPI_MCA_*, adds -mca as OMPI_MCA_key, resolves -x VAR from `inherited` (an unset VAR is not
 /// exported, as mpirun does). Throws pm::error(errc::env) for an invalid name, e.g.
 ///   -x 1BAD=x: invalid variable name '1BAD'
-PM_API job_env make_job_env(const env_map& inherited, const env_exports& exports, env_profile profiles,
-                            launch_facts facts);
+PM_API job_env make_job_env(const env_map& inherited, const env_exports& exports,
+                            env_profile profiles, launch_facts facts);
 
 /// The complete environment of one rank ("NAME=value" strings, ready for execve): base, then
 /// profile variables, then overrides; a later entry replaces an earlier one of the same name.

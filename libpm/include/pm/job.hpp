@@ -12,10 +12,10 @@ namespace pm {
 
 /// One executable with its arguments and process count (MPMD jobs have several).
 struct app_context {
-  std::vector<std::string> argv;     ///< argv[0] is the program as given (resolved at launch)
-  std::optional<std::uint32_t> np;   ///< nullopt: one rank per slot of the allowed hosts
-  std::vector<std::string> hosts;    ///< -H given in this app's segment: only these hosts; empty: all
-  std::string wdir;                  ///< working directory; empty: the launcher's
+  std::vector<std::string> argv;    ///< argv[0] is the program as given (resolved at launch)
+  std::optional<std::uint32_t> np;  ///< nullopt: one rank per slot of the allowed hosts
+  std::vector<std::string> hosts;  ///< -H given in this app's segment: only these hosts; empty: all
+  std::string wdir;                ///< working directory; empty: the launcher's
 };
 
 enum class map_by {

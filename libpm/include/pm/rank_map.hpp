@@ -31,7 +31,9 @@ class PM_API rank_map {
   rank_map() = default;
 
   std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(host_of_rank_.size()); }
-  std::uint32_t num_apps() const noexcept { return static_cast<std::uint32_t>(app_first_rank_.size()); }
+  std::uint32_t num_apps() const noexcept {
+    return static_cast<std::uint32_t>(app_first_rank_.size());
+  }
   /// Hosts the job uses.
   std::uint32_t num_nodes() const noexcept { return static_cast<std::uint32_t>(node_host_.size()); }
   const pm::allocation& allocation() const noexcept { return allocation_; }

@@ -15,33 +15,33 @@ namespace pm {
 /// The launcher's exit codes beyond the ranks' own (docs/exit-codes.md).
 namespace exit_codes {
 inline constexpr int success = 0;
-inline constexpr int usage = 2;           ///< bad command line or input file: nothing started
-inline constexpr int timeout = 124;       ///< --timeout expired (as coreutils timeout)
-inline constexpr int launch_failed = 125; ///< the launcher could not run the job (its own failure)
+inline constexpr int usage = 2;            ///< bad command line or input file: nothing started
+inline constexpr int timeout = 124;        ///< --timeout expired (as coreutils timeout)
+inline constexpr int launch_failed = 125;  ///< the launcher could not run the job (its own failure)
 inline constexpr int not_executable = 126;
 inline constexpr int not_found = 127;
-inline constexpr int host_lost = 213;     ///< a host (its agent) was lost
+inline constexpr int host_lost = 213;  ///< a host (its agent) was lost
 }  // namespace exit_codes
 
 enum class rank_state : std::uint8_t {
-  pending,        ///< not started yet
-  running,        ///< started, not ended
-  exited,         ///< ended by itself (any code or signal)
-  killed,         ///< ended by the job's abort (does not count as a failure)
-  spawn_failed,   ///< could not be started
-  lost,           ///< its host was lost
+  pending,       ///< not started yet
+  running,       ///< started, not ended
+  exited,        ///< ended by itself (any code or signal)
+  killed,        ///< ended by the job's abort (does not count as a failure)
+  spawn_failed,  ///< could not be started
+  lost,          ///< its host was lost
 };
 PM_API const char* to_string(rank_state s) noexcept;
 
 /// What ended the job (its first failure, a signal, a timeout), if anything.
 enum class cause_kind : std::uint8_t {
-  none,            ///< every rank succeeded
-  rank_failed,     ///< a rank exited non-zero or was killed by a signal
-  spawn_failed,    ///< a rank could not be started
-  abort_requested, ///< a rank called abort (PMIx_Abort/MPI_Abort) or the embedder cancelled
-  host_lost,       ///< a host was lost
-  signal,          ///< the launcher received SIGINT/SIGTERM/SIGHUP
-  timeout,         ///< --timeout
+  none,             ///< every rank succeeded
+  rank_failed,      ///< a rank exited non-zero or was killed by a signal
+  spawn_failed,     ///< a rank could not be started
+  abort_requested,  ///< a rank called abort (PMIx_Abort/MPI_Abort) or the embedder cancelled
+  host_lost,        ///< a host was lost
+  signal,           ///< the launcher received SIGINT/SIGTERM/SIGHUP
+  timeout,          ///< --timeout
 };
 PM_API const char* to_string(cause_kind k) noexcept;
 
@@ -49,23 +49,23 @@ struct rank_report {
   std::uint32_t rank = 0;
   std::uint32_t host = 0;
   rank_state state = rank_state::pending;
-  std::optional<exit_status> status;          ///< when it ended
+  std::optional<exit_status> status;  ///< when it ended
   std::int64_t pid = 0;
   std::optional<std::chrono::nanoseconds> started_at, ended_at;  ///< driver time stamps
-  std::string reason;                         ///< spawn failure / host loss text
+  std::string reason;                                            ///< spawn failure / host loss text
 };
 
 struct job_report {
   int exit_code = 0;
   cause_kind cause = cause_kind::none;
-  std::optional<std::uint32_t> failed_rank;   ///< the rank of the first failure, if a rank
-  std::optional<std::uint32_t> failed_host;   ///< its host (allocation index)
+  std::optional<std::uint32_t> failed_rank;  ///< the rank of the first failure, if a rank
+  std::optional<std::uint32_t> failed_host;  ///< its host (allocation index)
   std::optional<exit_status> failed_status;
-  int signal = 0;                             ///< for cause signal: the launcher should end by it
-  std::string summary;                        ///< one human line, e.g. "rank 3 on node2 exited with code 7"
-  std::uint32_t ranks_failed = 0;             ///< ranks that failed by themselves (not killed by the abort)
-  std::uint32_t ranks_killed = 0;             ///< ranks ended by the abort
-  std::vector<std::string> host_names;        ///< allocation host names, for rendering
+  int signal = 0;                  ///< for cause signal: the launcher should end by it
+  std::string summary;             ///< one human line, e.g. "rank 3 on node2 exited with code 7"
+  std::uint32_t ranks_failed = 0;  ///< ranks that failed by themselves (not killed by the abort)
+  std::uint32_t ranks_killed = 0;  ///< ranks ended by the abort
+  std::vector<std::string> host_names;  ///< allocation host names, for rendering
   std::vector<rank_report> ranks;
 };
 

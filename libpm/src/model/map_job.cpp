@@ -13,7 +13,9 @@ namespace {
 constexpr std::uint32_t no_node = std::numeric_limits<std::uint32_t>::max();
 constexpr std::uint64_t max_ranks = std::numeric_limits<std::uint32_t>::max() - 1;
 
-[[noreturn]] void fail(const std::string& message) { throw error(errc::mapping, message); }
+[[noreturn]] void fail(const std::string& message) {
+  throw error(errc::mapping, message);
+}
 
 std::string plural(std::uint64_t n, const char* word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
@@ -144,8 +146,8 @@ std::vector<std::uint64_t> counts_by_node(const std::vector<std::uint32_t>& host
   return count;
 }
 
-std::vector<std::uint64_t> counts_ppr(const std::vector<std::uint32_t>& hosts,
-                                      std::uint32_t ppr, std::uint64_t np) {
+std::vector<std::uint64_t> counts_ppr(const std::vector<std::uint32_t>& hosts, std::uint32_t ppr,
+                                      std::uint64_t np) {
   std::vector<std::uint64_t> count(hosts.size(), 0);
   std::uint64_t remaining = np;
   for (std::size_t i = 0; i < hosts.size() && remaining > 0; ++i) {
@@ -182,8 +184,10 @@ rank_map map_job(const job_spec& job, const allocation& alloc) {
       free_total += usage.free_slots(h);
       slots_total += alloc.hosts[h].slots;
       const auto room = usage.hard_room(h);
-      if (room == std::numeric_limits<std::uint64_t>::max()) hard_unbounded = true;
-      else hard_total += room;
+      if (room == std::numeric_limits<std::uint64_t>::max())
+        hard_unbounded = true;
+      else
+        hard_total += room;
     }
     const std::string who = job.apps.size() > 1 ? "app context " + std::to_string(a) + ": " : "";
 
@@ -192,9 +196,9 @@ rank_map map_job(const job_spec& job, const allocation& alloc) {
       const std::uint64_t capacity = std::uint64_t{job.mapping.ppr} * hosts.size();
       np = app.np.value_or(capacity);
       if (np > capacity) {
-        fail(who + std::to_string(np) + " ranks requested but ppr:" +
-             std::to_string(job.mapping.ppr) + ":node on " + plural(hosts.size(), "host") +
-             " places at most " + std::to_string(capacity));
+        fail(who + std::to_string(np) +
+             " ranks requested but ppr:" + std::to_string(job.mapping.ppr) + ":node on " +
+             plural(hosts.size(), "host") + " places at most " + std::to_string(capacity));
       }
     } else {
       np = app.np.value_or(slots_total);
@@ -206,10 +210,9 @@ rank_map map_job(const job_spec& job, const allocation& alloc) {
       count = counts_ppr(hosts, job.mapping.ppr, np);
       for (std::size_t i = 0; i < hosts.size(); ++i) {
         if (count[i] > usage.free_slots(hosts[i]) && !oversubscribe) {
-          fail(who + "not enough slots: ppr:" + std::to_string(job.mapping.ppr) +
-               ":node needs " + std::to_string(count[i]) + " on host '" +
-               alloc.hosts[hosts[i]].name + "', which has " +
-               plural(usage.free_slots(hosts[i]), "free slot") +
+          fail(who + "not enough slots: ppr:" + std::to_string(job.mapping.ppr) + ":node needs " +
+               std::to_string(count[i]) + " on host '" + alloc.hosts[hosts[i]].name +
+               "', which has " + plural(usage.free_slots(hosts[i]), "free slot") +
                " (add --oversubscribe to place more ranks than slots)");
         }
         if (count[i] > usage.hard_room(hosts[i])) {
@@ -269,7 +272,8 @@ rank_map map_job(const job_spec& job, const allocation& alloc) {
   }
   map.ranks_by_host_.resize(map.size());
   std::vector<std::uint32_t> fill(map.host_first_.begin(), map.host_first_.end() - 1);
-  for (std::uint32_t r = 0; r < map.size(); ++r) map.ranks_by_host_[fill[map.host_of_rank_[r]]++] = r;
+  for (std::uint32_t r = 0; r < map.size(); ++r)
+    map.ranks_by_host_[fill[map.host_of_rank_[r]]++] = r;
   return map;
 }
 

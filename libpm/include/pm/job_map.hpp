@@ -1,0 +1,24 @@
+// Rendering a rank map for people (Open MPI 4's --display-map text) and programs (JSON).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pm/export.hpp"
+#include "pm/rank_map.hpp"
+
+namespace pm {
+
+/// Open MPI 4.1's JOB MAP block, byte for byte in layout:
+///  Data for JOB [J,1] offset 0 Total slots allocated N
+///  ...
+///  Data for node: a<TAB>Num slots: 2<TAB>Max slots: 0<TAB>Num procs: 2
+///  <TAB>Process OMPI jobid: [J,1] App: 0 Process rank: R Bound: N/A
+/// Only hosts the job uses are listed, in allocation order.
+PM_API std::string format_job_map(const rank_map& map, std::uint32_t jobid);
+
+/// The same as JSON: {"jobid":J,"size":N,"total_slots":S,"nodes":[{"name","node","slots",
+/// "max_slots","slots_known","ranks":[{"rank","app","local_rank"}...]}...]}.
+PM_API std::string job_map_json(const rank_map& map, std::uint32_t jobid);
+
+}  // namespace pm

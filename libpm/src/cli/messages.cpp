@@ -1,0 +1,83 @@
+#include "cli/messages.hpp"
+
+namespace pm::cli {
+namespace {
+std::string q(std::string_view s) {
+  return "'" + std::string(s) + "'";
+}
+}  // namespace
+
+std::string unknown_option(std::string_view arg) {
+  return "unknown option " + q(arg) + " (pmrun --help lists the options)";
+}
+std::string missing_value(std::string_view option, std::string_view metavar) {
+  return std::string(option) + ": missing value (expected " + std::string(metavar) + ")";
+}
+std::string unexpected_value(std::string_view option) {
+  return std::string(option) + " takes no value with '='";
+}
+std::string empty_value(std::string_view option) {
+  return std::string(option) + ": empty value";
+}
+std::string not_a_number(std::string_view option, std::string_view value) {
+  return std::string(option) + " " + q(value) + ": not a number";
+}
+std::string out_of_range(std::string_view option, std::string_view value, const std::string& min,
+                         const std::string& max) {
+  return std::string(option) + " " + q(value) + ": out of range (" + min + ".." + max + ")";
+}
+std::string np_zero(std::string_view option) {
+  return std::string(option) + " 0: at least one rank is needed";
+}
+std::string bad_seconds(std::string_view option, std::string_view value) {
+  return std::string(option) + " " + q(value) + ": expected a positive number of seconds";
+}
+std::string bad_ppr(std::string_view option, std::string_view value) {
+  return std::string(option) + " " + q(value) + ": expected ppr:N:node";
+}
+std::string unsupported_ppr_unit(std::string_view option, std::string_view value,
+                                 std::string_view unit) {
+  return std::string(option) + " " + q(value) + ": ppr per " + q(unit) +
+         " is not supported (only ppr:N:node)";
+}
+std::string unsupported_map_by(std::string_view option, std::string_view value) {
+  return std::string(option) + " " + q(value) +
+         ": not supported (use slot, node or ppr:N:node; pmrun does not bind to cores)";
+}
+std::string unsupported_map_by_modifier(std::string_view option, std::string_view value,
+                                        std::string_view modifier) {
+  return std::string(option) + " " + q(value) + ": unknown modifier " + q(modifier) +
+         " (OVERSUBSCRIBE and NOOVERSUBSCRIBE are supported)";
+}
+std::string unsupported_binding(std::string_view option, std::string_view value) {
+  return std::string(option) + " " + q(value) +
+         ": not supported (pmrun does not bind ranks; use --bind-to none)";
+}
+std::string unknown_output_mode(std::string_view option, std::string_view mode) {
+  return std::string(option) + ": unknown output mode " + q(mode) +
+         " (tag, timestamp, merge-stderr-to-stdout, json-lines, dir=DIR)";
+}
+std::string bad_boolean(std::string_view option, std::string_view key, std::string_view value) {
+  return std::string(option) + " " + std::string(key) + " " + q(value) + ": expected 0 or 1";
+}
+std::string second_hostfile(std::string_view option, std::string_view first,
+                            std::string_view second) {
+  return std::string(option) + " " + q(second) + ": a hostfile was already given (" + q(first) +
+         ")";
+}
+std::string no_program() {
+  return "no program to run (usage: pmrun [OPTIONS] PROGRAM [ARGS...])";
+}
+std::string no_program_in_segment(std::size_t segment) {
+  return "MPMD segment " + std::to_string(segment + 1) + " has no program to run";
+}
+std::string refuse_root() {
+  return "refusing to run as root: pass --allow-run-as-root (or set OMPI_ALLOW_RUN_AS_ROOT=1 and "
+         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1), as mpirun requires";
+}
+std::string stdin_rank_outside(std::uint32_t rank, std::uint32_t size) {
+  return "--stdin " + std::to_string(rank) + ": the job has only " + std::to_string(size) +
+         " ranks";
+}
+
+}  // namespace pm::cli

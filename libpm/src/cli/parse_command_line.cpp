@@ -1,0 +1,516 @@
+// pmrun's option table and parser. mpirun's syntax (single-dash long options, `-mca k v` with two
+// values, MPMD segments split by `:`) does not fit a general CLI library, so the table is ours;
+// it is also the source of `pmrun --help`.
+#include <algorithm>
+#include <charconv>
+#include <functional>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "cli/messages.hpp"
+#include "pm/command_line.hpp"
+#include "pm/error.hpp"
+
+namespace pm {
+namespace {
+
+struct parse_state {
+  run_options opts;
+  app_context* app = nullptr;  // the segment being parsed
+};
+
+using handler =
+    std::function<void(parse_state&, std::string_view name, std::span<const std::string>)>;
+
+enum class scope { global, per_app };
+
+struct option_spec {
+  std::vector<std::string_view> names;  // first is the canonical one, shown in help
+  std::string_view metavar;             // empty: a flag
+  int arity;                            // values it takes
+  std::string_view help;
+  handler apply;
+  scope where = scope::global;
+};
+
+template <class T>
+T parse_number(std::string_view name, std::string_view value, T min, T max) {
+  T out{};
+  const auto* end = value.data() + value.size();
+  auto [ptr, ec] = std::from_chars(value.data(), end, out);
+  if (value.empty() || ec == std::errc::invalid_argument || ptr != end) {
+    throw error(errc::usage, cli::not_a_number(name, value));
+  }
+  if (ec == std::errc::result_out_of_range || out < min || out > max) {
+    throw error(errc::usage,
+                cli::out_of_range(name, value, std::to_string(min), std::to_string(max)));
+  }
+  return out;
+}
+
+std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view value) {
+  // Seconds, possibly fractional ("2.5"), at most a year.
+  double seconds = 0;
+  const auto* end = value.data() + value.size();
+  auto [ptr, ec] = std::from_chars(value.data(), end, seconds);
+  if (value.empty() || ec != std::errc() || ptr != end || !(seconds >= 0) ||
+      seconds > 366.0 * 24 * 3600) {
+    throw error(errc::usage, cli::bad_seconds(name, value));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
+}
+
+void apply_map_by(parse_state& st, std::string_view name, std::string_view value) {
+  // slot | node | ppr:N:node, each optionally followed by Open MPI 5's ":OVERSUBSCRIBE" etc.
+  std::string spec(value);
+  std::size_t pos = 0;
+  std::vector<std::string> parts;
+  while (true) {
+    auto colon = spec.find(':', pos);
+    parts.push_back(spec.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos));
+    if (colon == std::string::npos) break;
+    pos = colon + 1;
+  }
+  std::transform(parts[0].begin(), parts[0].end(), parts[0].begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::size_t next = 1;
+  if (parts[0] == "slot" || parts[0] == "" /* ":OVERSUBSCRIBE" alone */) {
+    st.opts.job.mapping.by = map_by::slot;
+  } else if (parts[0] == "node") {
+    st.opts.job.mapping.by = map_by::node;
+  } else if (parts[0] == "ppr") {
+    if (parts.size() < 3) throw error(errc::usage, cli::bad_ppr(name, value));
+    st.opts.job.mapping.ppr = parse_number<std::uint32_t>(name, parts[1], 1, 1u << 20);
+    std::string unit = parts[2];
+    std::transform(unit.begin(), unit.end(), unit.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (unit != "node") throw error(errc::usage, cli::unsupported_ppr_unit(name, value, parts[2]));
+    st.opts.job.mapping.by = map_by::ppr_node;
+    next = 3;
+  } else {
+    throw error(errc::usage, cli::unsupported_map_by(name, value));
+  }
+  for (; next < parts.size(); ++next) {
+    std::string mod = parts[next];
+    std::transform(mod.begin(), mod.end(), mod.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    if (mod == "OVERSUBSCRIBE")
+      st.opts.job.mapping.oversubscribe = true;
+    else if (mod == "NOOVERSUBSCRIBE")
+      st.opts.job.mapping.oversubscribe = false;
+    else if (mod == "PE=1" || mod == "SPAN" || mod.empty())
+      continue;  // harmless without binding
+    else
+      throw error(errc::usage, cli::unsupported_map_by_modifier(name, value, parts[next]));
+  }
+}
+
+void apply_output_filename(parse_state& st, std::string_view name, std::string_view value) {
+  std::string dir(value);
+  if (dir.size() > 7 && dir.ends_with(":nocopy")) {
+    dir.resize(dir.size() - 7);
+    st.opts.output_nocopy = true;
+  }
+  if (dir.empty()) throw error(errc::usage, cli::empty_value(name));
+  st.opts.output_dir = dir;
+}
+
+// Open MPI 5: --output tag,timestamp,merge-stderr-to-stdout,dir=DIR[:nocopy]
+void apply_output(parse_state& st, std::string_view name, std::string_view value) {
+  std::size_t pos = 0;
+  std::string_view v = value;
+  while (pos <= v.size()) {
+    auto comma = v.find(',', pos);
+    auto item =
+        v.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    if (item == "tag")
+      st.opts.tag_output = true;
+    else if (item == "timestamp")
+      st.opts.timestamp_output = true;
+    else if (item == "merge-stderr-to-stdout" || item == "merge")
+      st.opts.merge_stderr = true;
+    else if (item == "json-lines")
+      st.opts.json_lines = true;
+    else if (item.starts_with("dir="))
+      apply_output_filename(st, name, item.substr(4));
+    else if (item.starts_with("file="))
+      apply_output_filename(st, name, item.substr(5));
+    else
+      throw error(errc::usage, cli::unknown_output_mode(name, item));
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+}
+
+void apply_mca(parse_state& st, std::string_view name, std::string_view key,
+               std::string_view value) {
+  if (key.empty()) throw error(errc::usage, cli::empty_value(name));
+  // Keys that steer pmrun itself; everything else reaches the ranks as OMPI_MCA_key.
+  if (key == "orte_abort_on_non_zero_status" || key == "prte_abort_on_non_zero_status") {
+    if (value == "1" || value == "true")
+      st.opts.abort_on_failure = true;
+    else if (value == "0" || value == "false")
+      st.opts.abort_on_failure = false;
+    else
+      throw error(errc::usage, cli::bad_boolean(name, key, value));
+    return;
+  }
+  if (key.starts_with("plm_rsh_") || key.starts_with("plm_ssh_")) {
+    // Open MPI 4 (rsh) and 5 (ssh) spellings name the same launcher settings.
+    std::string canonical = "plm_ssh_" + std::string(key.substr(8));
+    st.opts.launcher_mca.emplace_back(canonical, std::string(value));
+    return;
+  }
+  st.opts.exports.mca.emplace_back(std::string(key), std::string(value));
+}
+
+const std::vector<option_spec>& option_table() {
+  static const std::vector<option_spec> table = {
+      // --- what and where
+      {{"-np", "-n", "-c", "--np", "--n"},
+       "N",
+       1,
+       "number of ranks to start (default: every slot)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         const auto np = parse_number<std::uint32_t>(n, v[0], 0, 100'000'000);
+         if (np == 0) throw error(errc::usage, cli::np_zero(n));
+         st.app->np = np;
+       },
+       scope::per_app},
+      {{"--host", "-H"},
+       "LIST",
+       1,
+       "hosts to use: a,b:4,c (a host without :N has one slot)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
+         st.opts.host_lists.push_back(v[0]);
+         st.app->hosts.push_back(v[0]);  // names resolved against the allocation later
+       },
+       scope::per_app},
+      {{"--hostfile", "--machinefile", "--default-hostfile"},
+       "FILE",
+       1,
+       "hosts from an Open MPI hostfile (name slots=N max_slots=M)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
+         if (st.opts.hostfile && *st.opts.hostfile != v[0]) {
+           throw error(errc::usage, cli::second_hostfile(n, *st.opts.hostfile, v[0]));
+         }
+         st.opts.hostfile = v[0];
+       }},
+      {{"--wdir", "--wd", "--cwd", "-wdir"},
+       "DIR",
+       1,
+       "working directory of the ranks",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
+         st.app->wdir = v[0];
+       },
+       scope::per_app},
+      // --- mapping
+      {{"--map-by"},
+       "POLICY",
+       1,
+       "slot (default), node or ppr:N:node; :OVERSUBSCRIBE may follow",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         apply_map_by(st, n, v[0]);
+       }},
+      {{"--bind-to"},
+       "none",
+       1,
+       "binding: only none (the default) is supported",
+       [](parse_state&, std::string_view n, std::span<const std::string> v) {
+         std::string b = v[0];
+         std::transform(b.begin(), b.end(), b.begin(),
+                        [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+         if (b != "none") throw error(errc::usage, cli::unsupported_binding(n, v[0]));
+       }},
+      {{"--oversubscribe"},
+       "",
+       0,
+       "allow more ranks than slots on a host",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.job.mapping.oversubscribe = true;
+       }},
+      {{"--nooversubscribe"},
+       "",
+       0,
+       "never place more ranks than slots (also on this machine)",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.job.mapping.oversubscribe = false;
+       }},
+      {{"--display-map"},
+       "",
+       0,
+       "print the job map (Open MPI 4 format) before launching",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.display_map = true;
+       }},
+      {{"--display-map-json"},
+       "FILE",
+       1,
+       "write the job map as JSON to FILE (- for stdout)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
+         st.opts.display_map_json = v[0];
+       }},
+      {{"--do-not-launch"},
+       "",
+       0,
+       "map the job (and display it) but start nothing",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.do_not_launch = true;
+       }},
+      // --- environment
+      {{"-x"},
+       "VAR[=VALUE]",
+       1,
+       "export VAR (from pmrun's environment, or with VALUE) to the ranks",
+       [](parse_state& st, std::string_view, std::span<const std::string> v) {
+         st.opts.exports.x.push_back(v[0]);
+       }},
+      {{"--mca", "-mca", "--gmca", "-gmca"},
+       "KEY VALUE",
+       2,
+       "set an MCA parameter: reaches the ranks as OMPI_MCA_KEY=VALUE",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         apply_mca(st, n, v[0], v[1]);
+       }},
+      {{"--env-profiles"},
+       "LIST",
+       1,
+       "variable families to set: ompi,torch,tf,azureml,slurm,hydra, all, none, default",
+       [](parse_state& st, std::string_view, std::span<const std::string> v) {
+         st.opts.profiles = parse_env_profiles(v[0]);
+       }},
+      {{"--master-port"},
+       "PORT",
+       1,
+       "MASTER_PORT for the ranks (default: a free port)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         st.opts.master_port = parse_number<std::uint16_t>(n, v[0], 1, 65535);
+       }},
+      // --- output
+      {{"--tag-output"},
+       "",
+       0,
+       "prefix each line with [1,RANK]<stdout>: as Open MPI does",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.tag_output = true;
+       }},
+      {{"--timestamp-output"},
+       "",
+       0,
+       "prefix each line with the time it was received",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.timestamp_output = true;
+       }},
+      {{"--output-filename"},
+       "DIR[:nocopy]",
+       1,
+       "also write each rank's output to DIR/1/rank.R/stdout|stderr (:nocopy: only there)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         apply_output_filename(st, n, v[0]);
+       }},
+      {{"--merge-stderr-to-stdout"},
+       "",
+       0,
+       "send the ranks' stderr to stdout",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.merge_stderr = true;
+       }},
+      {{"--output"},
+       "LIST",
+       1,
+       "Open MPI 5 spelling: tag,timestamp,merge-stderr-to-stdout,dir=DIR",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         apply_output(st, n, v[0]);
+       }},
+      {{"--json-lines"},
+       "",
+       0,
+       "print output as JSON lines: {rank, stream, time, line}",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.json_lines = true;
+       }},
+      {{"--stdin"},
+       "RANK|all|none",
+       1,
+       "where pmrun's stdin goes (default: rank 0)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0] == "all")
+           st.opts.input = {stdin_target::all, 0};
+         else if (v[0] == "none")
+           st.opts.input = {stdin_target::none, 0};
+         else
+           st.opts.input = {stdin_target::rank,
+                            parse_number<std::uint32_t>(n, v[0], 0, 100'000'000)};
+       }},
+      // --- failures
+      {{"--no-abort-on-failure"},
+       "",
+       0,
+       "let the other ranks run on when one fails",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.abort_on_failure = false;
+       }},
+      {{"--timeout"},
+       "SECONDS",
+       1,
+       "abort the job after SECONDS (exit code 124)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         st.opts.timeout = parse_seconds(n, v[0]);
+         if (st.opts.timeout.count() == 0) throw error(errc::usage, cli::bad_seconds(n, v[0]));
+       }},
+      {{"--kill-grace"},
+       "SECONDS",
+       1,
+       "time between SIGTERM and SIGKILL when aborting (default 3)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         st.opts.kill_grace = parse_seconds(n, v[0]);
+       }},
+      {{"--report"},
+       "FILE",
+       1,
+       "write a JSON report of the job (every rank's status) to FILE",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
+         st.opts.report_file = v[0];
+       }},
+      // --- misc
+      {{"--allow-run-as-root"},
+       "",
+       0,
+       "allow running as root (or OMPI_ALLOW_RUN_AS_ROOT=1 and _CONFIRM=1)",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.allow_run_as_root = true;
+       }},
+      {{"--quiet", "-q"},
+       "",
+       0,
+       "accepted for mpirun compatibility",
+       [](parse_state&, std::string_view, std::span<const std::string>) {}},
+      {{"--help", "-h"},
+       "",
+       0,
+       "print this help",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.help = true;
+       }},
+      {{"--version", "-V"},
+       "",
+       0,
+       "print the version",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.version = true;
+       }},
+  };
+  return table;
+}
+
+// Finds the option an argument names: exact names, "-long" for "--long", and "--long=value".
+const option_spec* find_option(std::string_view arg, std::optional<std::string>& inline_value) {
+  inline_value.reset();
+  std::string_view name = arg;
+  if (arg.starts_with("--")) {
+    if (auto eq = arg.find('='); eq != std::string_view::npos) {
+      name = arg.substr(0, eq);
+      inline_value = std::string(arg.substr(eq + 1));
+    }
+  }
+  for (const auto& spec : option_table()) {
+    for (auto n : spec.names) {
+      if (n == name) return &spec;
+      // Open MPI accepts every long option with one dash: -map-by, -tag-output, ...
+      if (n.starts_with("--") && name.size() > 2 && name[0] == '-' && name[1] != '-' &&
+          n.substr(1) == name) {
+        return &spec;
+      }
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+run_options parse_command_line(std::span<const std::string> args) {
+  parse_state st;
+  std::size_t i = 0;
+  while (true) {
+    st.opts.job.apps.emplace_back();
+    st.app = &st.opts.job.apps.back();
+    const auto segment = st.opts.job.apps.size() - 1;
+    // Options, up to the program.
+    while (i < args.size() && args[i] != ":" && !args[i].empty() && args[i][0] == '-' &&
+           args[i] != "-") {
+      if (args[i] == "--") {  // "--" ends pmrun's options: the program follows
+        ++i;
+        break;
+      }
+      std::optional<std::string> inline_value;
+      const auto* spec = find_option(args[i], inline_value);
+      if (spec == nullptr) throw error(errc::usage, cli::unknown_option(args[i]));
+      const std::string name = args[i].substr(0, args[i].find('='));
+      std::vector<std::string> values;
+      if (inline_value) {
+        if (spec->arity != 1) throw error(errc::usage, cli::unexpected_value(name));
+        values.push_back(*inline_value);
+      } else {
+        for (int k = 0; k < spec->arity; ++k) {
+          if (i + 1 + static_cast<std::size_t>(k) >= args.size() ||
+              args[i + 1 + static_cast<std::size_t>(k)] == ":") {
+            throw error(errc::usage, cli::missing_value(name, spec->metavar));
+          }
+          values.push_back(args[i + 1 + static_cast<std::size_t>(k)]);
+        }
+      }
+      spec->apply(st, name, values);
+      i += 1 + (inline_value ? 0 : static_cast<std::size_t>(spec->arity));
+    }
+    // The program and its arguments, up to the next ':'.
+    while (i < args.size() && args[i] != ":") st.app->argv.push_back(args[i++]);
+    if (st.app->argv.empty() && !(st.opts.help || st.opts.version)) {
+      throw error(errc::usage,
+                  segment == 0 ? cli::no_program() : cli::no_program_in_segment(segment));
+    }
+    if (i >= args.size()) break;
+    ++i;  // ':'
+    if (i >= args.size()) throw error(errc::usage, cli::no_program_in_segment(segment + 1));
+  }
+  if (st.opts.help || st.opts.version) {
+    if (st.opts.job.apps.size() == 1 && st.opts.job.apps[0].argv.empty()) st.opts.job.apps.clear();
+  }
+  return st.opts;
+}
+
+std::string help_text() {
+  std::string out =
+      "Usage: pmrun [OPTIONS] PROGRAM [ARGS...] [: [OPTIONS] PROGRAM [ARGS...]]...\n"
+      "Launch and supervise the ranks of a parallel job (mpirun-compatible spelling).\n"
+      "Long options also work with one dash (-np, -map-by, -x, -mca, -wdir, ...).\n"
+      "Options marked * apply to their MPMD segment; the others to the whole job.\n\n";
+  for (const auto& spec : option_table()) {
+    std::string names;
+    for (auto n : spec.names) {
+      if (n == "--n" || n == "--default-hostfile" || n == "--gmca" || n == "-gmca") continue;
+      if (!names.empty()) names += ", ";
+      names += n;
+    }
+    if (!spec.metavar.empty()) names += " " + std::string(spec.metavar);
+    std::string line = "  " + names;
+    line += spec.where == scope::per_app ? " *" : "";
+    if (line.size() < 34)
+      line.resize(34, ' ');
+    else
+      line += "\n" + std::string(34, ' ');
+    out += line + std::string(spec.help) + "\n";
+  }
+  out +=
+      "\nExit status: the first failing rank's code (128+N for signal N), 124 timeout,\n"
+      "125 launcher failure, 126/127 program not executable/not found, 2 bad usage,\n"
+      "213 host lost. docs/exit-codes.md has the full table.\n";
+  return out;
+}
+
+}  // namespace pm

@@ -1,0 +1,108 @@
+// Differential test: pmrun's mapping against Open MPI 4.1's own (`mpirun --display-map
+// --do-not-launch`), on generated host lists and jobs. Skipped when mpirun.openmpi is missing.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "pm/error.hpp"
+#include "pm/rank_map.hpp"
+
+namespace {
+
+struct openmpi_result {
+  bool refused = false;
+  std::map<std::uint32_t, std::string> host_of_rank;
+};
+
+std::string run(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  pclose(pipe);
+  return out;
+}
+
+openmpi_result openmpi_map(const std::string& hosts, const std::string& args) {
+  const auto text =
+      run("mpirun.openmpi --allow-run-as-root --bind-to none --display-map "
+          "--do-not-launch -H " +
+          hosts + " " + args + " true 2>&1");
+  openmpi_result result;
+  std::istringstream in(text);
+  std::string line, node;
+  while (std::getline(in, line)) {
+    if (auto p = line.find("Data for node: "); p != std::string::npos) {
+      node = line.substr(p + 15, line.find('\t') - p - 15);
+    } else if (auto r = line.find("Process rank: "); r != std::string::npos) {
+      result.host_of_rank[static_cast<std::uint32_t>(std::stoul(line.substr(r + 14)))] = node;
+    }
+  }
+  result.refused = result.host_of_rank.empty();
+  return result;
+}
+
+TEST(MapVsOpenMpi, SameRanksOnSameHosts) {
+  if (access("/usr/bin/mpirun.openmpi", X_OK) != 0) GTEST_SKIP() << "mpirun.openmpi not installed";
+  std::mt19937 rng(20261122);  // the engine is fully specified; no std distributions
+  int compared = 0, refused_both = 0;
+  for (int round = 0; round < 40; ++round) {
+    const auto nhosts = 1 + rng() % 4;
+    pm::allocation alloc;
+    alloc.source = pm::allocation_source::host_list;
+    std::string hosts;
+    for (std::uint32_t h = 0; h < nhosts; ++h) {
+      const auto slots = 1 + rng() % 4;
+      alloc.hosts.push_back(pm::host{std::string(1, static_cast<char>('a' + h)), slots});
+      hosts += (h ? "," : "") + alloc.hosts.back().name + ":" + std::to_string(slots);
+    }
+    pm::job_spec job;
+    const auto policy = rng() % 3;
+    const bool oversubscribe = rng() % 3 == 0;
+    const auto np = 1 + rng() % static_cast<std::uint32_t>(alloc.total_slots() + 3);
+    job.apps.push_back(pm::app_context{{"true"}, np, {}, {}});
+    std::string args = "-np " + std::to_string(np);
+    if (policy == 0) {
+      job.mapping.by = pm::map_by::slot;
+      args += " --map-by slot";
+    } else if (policy == 1) {
+      job.mapping.by = pm::map_by::node;
+      args += " --map-by node";
+    } else {
+      job.mapping.by = pm::map_by::ppr_node;
+      job.mapping.ppr = 1 + rng() % 3;
+      args += " --map-by ppr:" + std::to_string(job.mapping.ppr) + ":node";
+    }
+    if (oversubscribe) {
+      job.mapping.oversubscribe = true;
+      args += " --oversubscribe";
+    }
+    const auto theirs = openmpi_map(hosts, args);
+    std::optional<pm::rank_map> ours;
+    try {
+      ours = pm::map_job(job, alloc);
+    } catch (const pm::error&) {
+    }
+    SCOPED_TRACE("mpirun -H " + hosts + " " + args);
+    ASSERT_EQ(theirs.refused, !ours.has_value());
+    if (!ours) {
+      ++refused_both;
+      continue;
+    }
+    ASSERT_EQ(theirs.host_of_rank.size(), ours->size());
+    for (std::uint32_t r = 0; r < ours->size(); ++r) {
+      EXPECT_EQ(theirs.host_of_rank.at(r), alloc.hosts[ours->at(r).host].name) << "rank " << r;
+    }
+    ++compared;
+  }
+  EXPECT_GT(compared, 20);
+  RecordProperty("refused_by_both", refused_both);
+}
+
+}  // namespace
