@@ -2,7 +2,7 @@
 function(pm_target_warnings target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
-                              -Wcast-align -Woverloaded-virtual -Wnull-dereference -Wimplicit-fallthrough>
+                              -Wcast-align -Woverloaded-virtual -Wimplicit-fallthrough>
     $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes>
     $<$<BOOL:${PM_WERROR}>:-Werror>)
 endfunction()

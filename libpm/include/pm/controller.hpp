@@ -24,6 +24,7 @@
 
 #include "pm/exit_status.hpp"
 #include "pm/export.hpp"
+#include "pm/output.hpp"
 #include "pm/rank_map.hpp"
 #include "pm/report.hpp"
 
@@ -32,7 +33,8 @@ namespace pm {
 /// Time as the driver stamps it: a monotonic duration since an epoch of the driver's choosing.
 using job_time = std::chrono::nanoseconds;
 
-enum class stream_kind : std::uint8_t { out = 0, err = 1 };
+/// A rank's output stream (the same type the output layer uses).
+using stream_kind = output_stream;
 
 /// Failure policy and limits. Zero values are the defaults.
 struct controller_options {

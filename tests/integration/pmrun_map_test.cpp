@@ -1,0 +1,163 @@
+// pmrun's mapping half, end to end: --display-map/--display-map-json --do-not-launch, allocations
+// from -H, hostfiles and Slurm variables, and every bad input's one-line error.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "support/command.hpp"
+
+namespace {
+
+using pm::test::run_command;
+
+std::vector<std::string> pmrun(std::vector<std::string> args) {
+  args.insert(args.begin(), {pm::test::pmrun_path(), "--allow-run-as-root"});
+  return args;
+}
+
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    char tmpl[] = "/tmp/pmrun-map-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return (path / name).string();
+  }
+};
+
+TEST(PmrunMap, DisplayMapIsOpenMpi4Text) {
+  auto r = run_command(pmrun({"--host", "a:2,b:2,c:2", "-np", "6", "--display-map",
+                              "--do-not-launch", "--tag-output", "-bind-to", "none", "-map-by",
+                              "slot", "-x", "VAR", "-mca", "orte_abort_on_non_zero_status", "1",
+                              "prog"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  // The job id varies; everything else is mpirun 4.1's layout, byte for byte.
+  const std::string text = std::regex_replace(r.out, std::regex(R"(\[\d+,1\])"), "[J,1]");
+  std::string expected =
+      " Data for JOB [J,1] offset 0 Total slots allocated 6\n\n"
+      " ========================   JOB MAP   ========================\n";
+  for (int node = 0; node < 3; ++node) {
+    const std::string name(1, static_cast<char>('a' + node));
+    expected += "\n Data for node: " + name + "\tNum slots: 2\tMax slots: 0\tNum procs: 2\n";
+    for (int r2 = 2 * node; r2 < 2 * node + 2; ++r2) {
+      expected += " \tProcess OMPI jobid: [J,1] App: 0 Process rank: " + std::to_string(r2) +
+                  " Bound: N/A\n";
+    }
+  }
+  expected += "\n =============================================================\n";
+  EXPECT_EQ(text, expected);
+}
+
+TEST(PmrunMap, JsonMapForPrograms) {
+  auto r = run_command(pmrun({"-H", "a:3,b:1,c:2", "-np", "5", "--map-by", "node",
+                              "--display-map-json", "-", "--do-not-launch", "prog"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["size"], 5);
+  EXPECT_EQ(doc["total_slots"], 6);
+  ASSERT_EQ(doc["nodes"].size(), 3u);
+  std::vector<int> on_a;
+  for (auto& rank : doc["nodes"][0]["ranks"]) on_a.push_back(rank["rank"]);
+  EXPECT_EQ(on_a, (std::vector<int>{0, 3, 4}));  // as mpirun places them
+  EXPECT_EQ(doc["nodes"][2]["ranks"][0]["rank"], 2);
+}
+
+TEST(PmrunMap, HostfileAndMpmd) {
+  temp_dir tmp;
+  auto hf = tmp.file("hosts", "# cluster\nn1 slots=2\nn2 slots=2 max_slots=3\n\nn3\n");
+  auto r = run_command(pmrun({"--hostfile", hf, "--display-map-json", "-", "--do-not-launch",
+                              "-np", "1", "a", ":", "-np", "3", "b"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["apps"][1]["first_rank"], 1);
+  EXPECT_EQ(doc["nodes"][0]["ranks"][1]["app"], 1);
+  EXPECT_EQ(doc["nodes"][1]["max_slots"], 3);
+}
+
+TEST(PmrunMap, SlurmAllocationIsUsedInsideOne) {
+  std::vector<std::string> env = {"PATH=/usr/bin:/bin", "SLURM_JOB_ID=77",
+                                  "SLURM_JOB_NODELIST=node[01-02]", "SLURM_TASKS_PER_NODE=2(x2)"};
+  auto r = run_command(pmrun({"--display-map-json", "-", "--do-not-launch", "prog"}),
+                       std::chrono::seconds(30), "", &env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["size"], 4);
+  EXPECT_EQ(doc["nodes"][0]["name"], "node01");
+  EXPECT_EQ(doc["nodes"][1]["name"], "node02");
+  EXPECT_EQ(doc["allocation_source"], "slurm");
+}
+
+struct bad_case {
+  std::vector<std::string> args;
+  std::string hostfile;  // written to a temp file and passed with --hostfile when not empty
+  std::string message;   // the one line pmrun prints (after "pmrun: ")
+};
+
+TEST(PmrunMap, BadInputIsOneClearLineAndExit2) {
+  const std::vector<bad_case> cases = {
+      {{"-np", "0", "prog"}, "", "-np 0: at least one rank is needed"},
+      {{"-np", "abc", "prog"}, "", "-np 'abc': not a number"},
+      {{"-H", "a:2", "-np", "3", "prog"}, "",
+       "not enough slots: 3 ranks requested, 2 slots available on 1 host (add --oversubscribe to "
+       "place more ranks than slots)"},
+      {{"--bogus", "prog"}, "", "unknown option '--bogus' (pmrun --help lists the options)"},
+      {{"-np", "2"}, "", "no program to run (usage: pmrun [OPTIONS] PROGRAM [ARGS...])"},
+      {{"--bind-to", "core", "prog"}, "",
+       "--bind-to 'core': not supported (pmrun does not bind ranks; use --bind-to none)"},
+      {{"--hostfile", "/nonexistent/hosts", "prog"}, "", ""},
+      {{"-np", "1", "prog"}, "a slots=two\n", ""},
+      {{"-x", "1BAD=x", "prog"}, "", ""},
+  };
+  temp_dir tmp;
+  for (const auto& c : cases) {
+    auto args = c.args;
+    if (!c.hostfile.empty()) {
+      args.insert(args.begin(), {"--hostfile", tmp.file("hf", c.hostfile)});
+    }
+    args.insert(args.begin(), "--do-not-launch");
+    auto r = run_command(pmrun(args));
+    SCOPED_TRACE(c.message.empty() ? args.back() : c.message);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.out, "");
+    // Exactly one line, starting with "pmrun: ".
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("pmrun: ", 0), 0u) << r.err;
+    if (!c.message.empty()) EXPECT_EQ(r.err, "pmrun: " + c.message + "\n");
+  }
+}
+
+TEST(PmrunMap, RootNeedsPermission) {
+  if (geteuid() != 0) GTEST_SKIP() << "not root";
+  std::vector<std::string> env = {"PATH=/usr/bin:/bin"};
+  auto refused = run_command({pm::test::pmrun_path(), "--do-not-launch", "-np", "1", "prog"},
+                             std::chrono::seconds(30), "", &env);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(refused.err,
+            "pmrun: refusing to run as root: pass --allow-run-as-root (or set "
+            "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1), as mpirun requires\n");
+  env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+  env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+  auto allowed = run_command({pm::test::pmrun_path(), "--do-not-launch", "-np", "1", "prog"},
+                             std::chrono::seconds(30), "", &env);
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.err;
+}
+
+TEST(PmrunMap, HelpAndVersion) {
+  auto help = run_command({pm::test::pmrun_path(), "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("Usage: pmrun"), std::string::npos);
+  auto version = run_command({pm::test::pmrun_path(), "--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out.rfind("pmrun (libpm) ", 0), 0u);
+}
+
+}  // namespace
