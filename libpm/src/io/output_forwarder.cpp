@@ -1,0 +1,623 @@
+#include "io/output_forwarder.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "io/line_assembler.hpp"
+#include "io/output_format.hpp"
+#include "pm/error.hpp"
+
+namespace pm::io {
+
+namespace asio = boost::asio;
+
+namespace {
+
+enum class format_mode { raw, text, json };
+
+struct slice {
+  const char* data;
+  std::size_t size;
+};
+
+bool sigpipe_ignored() {
+  struct sigaction sa {};
+  if (::sigaction(SIGPIPE, nullptr, &sa) != 0) return false;
+  return sa.sa_handler == SIG_IGN;
+}
+
+// writev without being killed by SIGPIPE, for pipes whose reader may be gone. Blocking SIGPIPE
+// in this thread and consuming the one the write raised leaves the process's signal handling as
+// the embedding program set it.
+ssize_t writev_guarded(int fd, const iovec* iov, int n, bool guard) {
+  if (!guard) return ::writev(fd, iov, n);
+  sigset_t pipe_set, old_set, pending;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  sigemptyset(&pending);
+  ::sigpending(&pending);
+  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+  ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+  const ssize_t r = ::writev(fd, iov, n);
+  const int saved = errno;
+  if (r < 0 && saved == EPIPE && !was_pending) {
+    const timespec zero{};
+    while (::sigtimedwait(&pipe_set, nullptr, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+  errno = saved;
+  return r;
+}
+
+std::string errno_text(int e) {
+  return std::error_code(e, std::generic_category()).message();
+}
+
+}  // namespace
+
+struct stream_state;
+
+// One place output is written to: stdout, stderr (one object when both are the same file) or a
+// per-rank file.
+struct destination {
+  std::string name;
+  format_mode format = format_mode::raw;
+  int fd = -1;
+  bool blocking = true;  // regular file, socket, or a pipe/tty that could not be reopened
+  bool socket = false;   // written with sendmsg(MSG_NOSIGNAL)
+  bool guard_sigpipe = false;
+  bool counts = true;                                    // in statistics::bytes_written
+  std::optional<asio::posix::stream_descriptor> waiter;  // owns the reopened descriptor
+  int owned_fd = -1;                                     // a per-rank file
+  std::deque<std::string> queue;
+  std::size_t queue_front = 0;  // bytes of queue.front() already written
+  std::size_t queued = 0;
+  bool waiting = false;
+  bool failed = false;
+  const stream_state* open_line = nullptr;  // raw mode: whose unterminated line ends the output
+  std::vector<stream_state*> parked;
+
+  destination() = default;
+  destination(const destination&) = delete;
+  destination& operator=(const destination&) = delete;
+  ~destination() {
+    if (owned_fd >= 0) ::close(owned_fd);
+  }
+};
+
+struct stream_state {
+  std::uint32_t rank = 0;
+  output_stream which = output_stream::out;
+  std::optional<asio::posix::stream_descriptor> pipe;
+  line_assembler assembler;
+  destination* terminal = nullptr;
+  std::unique_ptr<destination> file;
+  std::uint64_t bytes = 0;
+  bool eof = false;
+  bool parked = false;
+  std::function<void(std::uint64_t)> on_eof;
+
+  explicit stream_state(std::size_t max_line) : assembler(max_line) {}
+};
+
+struct output_forwarder::impl : std::enable_shared_from_this<impl> {
+  asio::io_context& io;
+  output_options opt;
+  std::size_t job_size;
+  forwarder_limits limits;
+  std::size_t max_line;
+  bool guard = true;
+  std::vector<std::unique_ptr<destination>> terminals;
+  destination* out_dest = nullptr;
+  destination* err_dest = nullptr;
+  std::vector<std::unique_ptr<stream_state>> streams;
+  std::vector<char> scratch;
+  std::string fmt;   // formatting buffer
+  std::string line;  // a sink's line when it straddles the kept tail and the new chunk
+  std::function<void()> drain_handler;
+  statistics st;
+  // The time of the chunk being processed, formatted at most once per chunk.
+  std::optional<std::chrono::system_clock::time_point> chunk_time;
+  ctime_cache ctime_text;
+  std::string rfc_text;
+  bool rfc_valid = false;
+
+  impl(asio::io_context& io_, output_options options, std::size_t size, forwarder_limits lim)
+      : io(io_), opt(std::move(options)), job_size(size), limits(lim) {
+    max_line = opt.max_line == 0 ? default_max_line : opt.max_line;
+    if (limits.read_chunk == 0) limits.read_chunk = std::size_t{1} << 20;
+    scratch.resize(limits.read_chunk);
+    guard = !sigpipe_ignored();
+    if (!opt.output_dir.empty()) {
+      std::error_code ec;
+      const std::string top = opt.output_dir + "/1";
+      std::filesystem::create_directories(top, ec);
+      if (ec) {
+        throw error(errc::system, "cannot create output directory '" + top + "': " + ec.message());
+      }
+    }
+    if (!opt.sink && !(opt.output_dir_nocopy && !opt.output_dir.empty())) {
+      const format_mode fm = opt.json_lines               ? format_mode::json
+                             : (opt.tag || opt.timestamp) ? format_mode::text
+                                                          : format_mode::raw;
+      out_dest = make_fd_destination(opt.stdout_fd, "standard output", fm);
+      if (opt.json_lines || same_file(opt.stdout_fd, opt.stderr_fd)) {
+        err_dest = out_dest;  // one queue keeps the two streams' order and lines apart
+      } else {
+        err_dest = make_fd_destination(opt.stderr_fd, "standard error", fm);
+      }
+    }
+  }
+
+  static bool same_file(int a, int b) {
+    if (a == b) return true;
+    struct stat sa {
+    }, sb{};
+    if (::fstat(a, &sa) != 0 || ::fstat(b, &sb) != 0) return false;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  }
+
+  destination* make_fd_destination(int fd, std::string name, format_mode fm) {
+    auto d = std::make_unique<destination>();
+    d->name = std::move(name);
+    d->format = fm;
+    d->fd = fd;
+    struct stat sb {};
+    if (fd < 0 || ::fstat(fd, &sb) != 0) {
+      fail(*d, fd < 0 ? EBADF : errno);
+    } else if (S_ISSOCK(sb.st_mode)) {
+      d->socket = true;
+    } else if (S_ISFIFO(sb.st_mode) || S_ISCHR(sb.st_mode)) {
+      // A new open file description of the same pipe or tty: O_NONBLOCK on it does not change
+      // the one the launcher shares with its shell.
+      const std::string path = "/proc/self/fd/" + std::to_string(fd);
+      const int nfd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+      if (nfd >= 0) {
+        d->fd = nfd;
+        d->blocking = false;
+        d->waiter.emplace(io, nfd);
+      }
+      d->guard_sigpipe = guard && S_ISFIFO(sb.st_mode);
+    }
+    terminals.push_back(std::move(d));
+    return terminals.back().get();
+  }
+
+  // ---- time --------------------------------------------------------------------------------
+
+  std::chrono::system_clock::time_point now() {
+    if (!chunk_time) {
+      chunk_time = std::chrono::system_clock::now();
+      rfc_valid = false;
+    }
+    return *chunk_time;
+  }
+  std::string_view ctime_now() {
+    return ctime_text.at(std::chrono::system_clock::to_time_t(now()));
+  }
+  std::string_view rfc_now() {
+    now();
+    if (!rfc_valid) {
+      rfc_text = format_rfc3339_utc(*chunk_time);
+      rfc_valid = true;
+    }
+    return rfc_text;
+  }
+
+  // ---- formatting --------------------------------------------------------------------------
+
+  void append_formatted(std::string& out, format_mode fm, const stream_state& s, std::string_view a,
+                        std::string_view b, line_flags f) {
+    if (fm == format_mode::json) {
+      append_json_line(out, s.rank, s.which, rfc_now(), a, b, f);
+      return;
+    }
+    append_line_prefix(out, opt.tag, opt.timestamp,
+                       opt.timestamp ? ctime_now() : std::string_view(), s.rank, s.which, f);
+    out.append(a);
+    out.append(b);
+    out.push_back('\n');
+  }
+
+  void to_sink(const stream_state& s, std::string_view a, std::string_view b, line_flags f) {
+    if (a.empty() || b.empty()) {
+      opt.sink(s.rank, s.which, a.empty() ? b : a, f);
+      return;
+    }
+    line.assign(a).append(b);
+    opt.sink(s.rank, s.which, line, f);
+  }
+
+  // Complete lines: prefix + body ends with '\n'.
+  void emit_whole(stream_state& s, std::string_view prefix, std::string_view body) {
+    for (destination* d : {s.terminal, s.file.get()}) {
+      if (d == nullptr) continue;
+      if (d->format == format_mode::raw) {
+        const slice parts[] = {{prefix.data(), prefix.size()}, {body.data(), body.size()}};
+        write(*d, s, parts, 2, true);
+      } else {
+        fmt.clear();
+        for_each_line(prefix, body, max_line,
+                      [&](std::string_view a, std::string_view b, line_flags f) {
+                        append_formatted(fmt, d->format, s, a, b, f);
+                      });
+        const slice parts[] = {{fmt.data(), fmt.size()}};
+        write(*d, s, parts, 1, true);
+      }
+    }
+    if (opt.sink) {
+      for_each_line(
+          prefix, body, max_line,
+          [&](std::string_view a, std::string_view b, line_flags f) { to_sink(s, a, b, f); });
+    }
+  }
+
+  // An unterminated piece: a long line's first max_line bytes, or a last line without '\n'.
+  void emit_piece(stream_state& s, std::string_view prefix, std::string_view body, line_flags f) {
+    for (destination* d : {s.terminal, s.file.get()}) {
+      if (d == nullptr) continue;
+      if (d->format == format_mode::raw) {
+        const slice parts[] = {{prefix.data(), prefix.size()}, {body.data(), body.size()}};
+        write(*d, s, parts, 2, false);
+      } else {
+        fmt.clear();
+        append_formatted(fmt, d->format, s, prefix, body, f);
+        const slice parts[] = {{fmt.data(), fmt.size()}};
+        write(*d, s, parts, 1, true);
+      }
+    }
+    if (opt.sink) to_sink(s, prefix, body, f);
+  }
+
+  struct consumer {
+    impl& m;
+    stream_state& s;
+    void whole(std::string_view prefix, std::string_view body) { m.emit_whole(s, prefix, body); }
+    void piece(std::string_view prefix, std::string_view body, line_flags f) {
+      m.emit_piece(s, prefix, body, f);
+    }
+  };
+
+  // ---- writing -----------------------------------------------------------------------------
+
+  void fail(destination& d, int e) {
+    if (d.failed) return;
+    d.failed = true;
+    st.bytes_discarded += d.queued;
+    d.queue.clear();
+    d.queued = 0;
+    d.queue_front = 0;
+    if (opt.on_error) {
+      opt.on_error("cannot write to " + d.name + ": " + errno_text(e) +
+                   "; the ranks' further output to it is discarded");
+    }
+    resume_parked(d);
+  }
+
+  // Writes all of iov to a blocking destination (waits in poll if someone made it non-blocking).
+  void write_blocking(destination& d, iovec* iov, int n) {
+    while (n > 0) {
+      ssize_t r;
+      if (d.socket) {
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = static_cast<std::size_t>(n);
+        r = ::sendmsg(d.fd, &msg, MSG_NOSIGNAL);
+      } else {
+        r = writev_guarded(d.fd, iov, n, d.guard_sigpipe);
+      }
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) {
+          pollfd p{d.fd, POLLOUT, 0};
+          ::poll(&p, 1, -1);
+          continue;
+        }
+        const int e = errno;
+        std::size_t left = 0;
+        for (int i = 0; i < n; ++i) left += iov[i].iov_len;
+        st.bytes_discarded += left;
+        fail(d, e);
+        return;
+      }
+      if (d.counts) st.bytes_written += static_cast<std::uint64_t>(r);
+      advance(iov, n, static_cast<std::size_t>(r));
+    }
+  }
+
+  // Drops `done` bytes from the front of iov (entries fully written are removed).
+  static void advance(iovec*& iov, int& n, std::size_t done) {
+    while (n > 0 && done >= iov->iov_len) {
+      done -= iov->iov_len;
+      ++iov;
+      --n;
+    }
+    if (n > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + done;
+      iov->iov_len -= done;
+    }
+  }
+
+  void write(destination& d, const stream_state& s, const slice* parts, int count, bool ends_line) {
+    iovec iov[4];
+    int n = 0;
+    std::size_t total = 0;
+    if (d.format == format_mode::raw) {
+      // Another stream's unterminated line ends the output: finish it, so lines never join.
+      if (d.open_line != nullptr && d.open_line != &s) {
+        iov[n++] = {const_cast<char*>("\n"), 1};
+        total += 1;
+      }
+    }
+    for (int i = 0; i < count; ++i) {
+      if (parts[i].size == 0) continue;
+      iov[n++] = {const_cast<char*>(parts[i].data), parts[i].size};
+      total += parts[i].size;
+    }
+    if (total == 0) return;
+    if (d.format == format_mode::raw) d.open_line = ends_line ? nullptr : &s;
+    if (d.failed) {
+      st.bytes_discarded += total;
+      return;
+    }
+    if (d.blocking) {
+      write_blocking(d, iov, n);
+      return;
+    }
+    iovec* cur = iov;
+    if (!d.waiting && d.queued == 0) {
+      for (;;) {
+        const ssize_t r = writev_guarded(d.fd, cur, n, d.guard_sigpipe);
+        if (r < 0) {
+          if (errno == EINTR) continue;
+          if (errno == EAGAIN) break;
+          const int e = errno;
+          st.bytes_discarded += total;
+          fail(d, e);
+          return;
+        }
+        st.bytes_written += static_cast<std::uint64_t>(r);
+        total -= static_cast<std::size_t>(r);
+        advance(cur, n, static_cast<std::size_t>(r));
+        if (n == 0) return;
+      }
+    }
+    // The destination is full: queue a copy of the rest and wait until it can take more.
+    std::string copy;
+    copy.reserve(total);
+    for (int i = 0; i < n; ++i)
+      copy.append(static_cast<const char*>(cur[i].iov_base), cur[i].iov_len);
+    d.queued += copy.size();
+    d.queue.push_back(std::move(copy));
+    st.max_queued = std::max(st.max_queued, d.queued);
+    wait_writable(d);
+  }
+
+  void wait_writable(destination& d) {
+    if (d.waiting || d.failed) return;
+    d.waiting = true;
+    d.waiter->async_wait(asio::posix::stream_descriptor::wait_write,
+                         [weak = weak_from_this(), dp = &d](const boost::system::error_code& ec) {
+                           auto self = weak.lock();
+                           if (!self || ec == asio::error::operation_aborted) return;
+                           dp->waiting = false;
+                           self->flush(*dp);
+                         });
+  }
+
+  void flush(destination& d) {
+    while (!d.failed && d.queued > 0) {
+      iovec iov[64];
+      int n = 0;
+      std::size_t skip = d.queue_front;
+      for (auto it = d.queue.begin(); it != d.queue.end() && n < 64; ++it) {
+        iov[n++] = {it->data() + skip, it->size() - skip};
+        skip = 0;
+      }
+      const ssize_t r = writev_guarded(d.fd, iov, n, d.guard_sigpipe);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) {
+          wait_writable(d);
+          break;
+        }
+        fail(d, errno);
+        break;
+      }
+      st.bytes_written += static_cast<std::uint64_t>(r);
+      std::size_t done = static_cast<std::size_t>(r);
+      d.queued -= done;
+      while (done > 0) {
+        const std::size_t left = d.queue.front().size() - d.queue_front;
+        if (done >= left) {
+          done -= left;
+          d.queue.pop_front();
+          d.queue_front = 0;
+        } else {
+          d.queue_front += done;
+          done = 0;
+        }
+      }
+    }
+    if (d.queued <= limits.queue_limit / 2) resume_parked(d);
+    check_drain();
+  }
+
+  // ---- reading -----------------------------------------------------------------------------
+
+  destination* congested(const stream_state& s) const {
+    destination* d = s.terminal;
+    if (d != nullptr && !d->failed && !d->blocking && d->queued >= limits.queue_limit) return d;
+    return nullptr;
+  }
+
+  void resume_parked(destination& d) {
+    auto parked = std::move(d.parked);
+    d.parked.clear();
+    for (stream_state* s : parked) {
+      s->parked = false;
+      // Read at once: the pipe's readiness edge may have passed while it was parked.
+      asio::post(io, [weak = weak_from_this(), s] {
+        if (auto self = weak.lock()) self->try_read(*s);
+      });
+    }
+  }
+
+  void wait_readable(stream_state& s) {
+    s.pipe->async_wait(asio::posix::stream_descriptor::wait_read,
+                       [weak = weak_from_this(), sp = &s](const boost::system::error_code& ec) {
+                         auto self = weak.lock();
+                         if (!self || ec == asio::error::operation_aborted) return;
+                         self->try_read(*sp);
+                       });
+  }
+
+  void try_read(stream_state& s) {
+    if (s.eof || s.parked) return;
+    // A few chunks per turn, then let the other pipes and handlers run.
+    for (int round = 0; round < 8; ++round) {
+      if (destination* d = congested(s)) {
+        s.parked = true;
+        d->parked.push_back(&s);
+        return;
+      }
+      const ssize_t r = ::read(s.pipe->native_handle(), scratch.data(), scratch.size());
+      if (r > 0) {
+        s.bytes += static_cast<std::uint64_t>(r);
+        st.bytes_read += static_cast<std::uint64_t>(r);
+        chunk_time.reset();
+        consumer c{*this, s};
+        s.assembler.feed(std::string_view(scratch.data(), static_cast<std::size_t>(r)), c);
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && errno == EAGAIN) {
+        wait_readable(s);
+        return;
+      }
+      end_of_stream(s);  // 0, or a read error (EIO): nothing more will come
+      return;
+    }
+    asio::post(io, [weak = weak_from_this(), sp = &s] {
+      if (auto self = weak.lock()) self->try_read(*sp);
+    });
+  }
+
+  void end_of_stream(stream_state& s) {
+    chunk_time.reset();
+    consumer c{*this, s};
+    s.assembler.finish(c);
+    s.eof = true;
+    s.pipe.reset();  // closes the read end
+    --st.streams_open;
+    if (s.file) {
+      ::close(s.file->owned_fd);
+      s.file->owned_fd = -1;
+      s.file->fd = -1;
+    }
+    if (s.on_eof) {
+      auto cb = std::move(s.on_eof);
+      cb(s.bytes);
+    }
+    check_drain();
+  }
+
+  void check_drain() {
+    if (!drain_handler || st.streams_open > 0) return;
+    for (const auto& d : terminals) {
+      if (d->queued > 0 && !d->failed) return;
+    }
+    asio::post(io, std::move(drain_handler));
+    drain_handler = nullptr;
+  }
+
+  std::size_t pipe_size() const {
+    const std::size_t count = std::max<std::size_t>(1, job_size * (opt.merge_stderr ? 1 : 2));
+    std::size_t size = (std::size_t{64} << 20) / count;
+    size = std::min(size, limits.pipe_size);
+    return std::max<std::size_t>(size, 65536);
+  }
+
+  void attach(std::uint32_t rank, output_stream which, int fd,
+              std::function<void(std::uint64_t)> on_eof) {
+    auto s = std::make_unique<stream_state>(max_line);
+    s->rank = rank;
+    s->which = which;
+    s->on_eof = std::move(on_eof);
+    s->terminal = which == output_stream::out ? out_dest : err_dest;
+    ::fcntl(fd, F_SETPIPE_SZ, static_cast<int>(pipe_size()));  // best effort
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);  // our own pipe end
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    s->pipe.emplace(io, fd);
+    if (!opt.output_dir.empty()) s->file = open_rank_file(rank, which);
+    ++st.streams_open;
+    stream_state& ref = *s;
+    streams.push_back(std::move(s));
+    asio::post(io, [weak = weak_from_this(), sp = &ref] {
+      if (auto self = weak.lock()) self->try_read(*sp);
+    });
+  }
+
+  std::unique_ptr<destination> open_rank_file(std::uint32_t rank, output_stream which) {
+    auto d = std::make_unique<destination>();
+    const std::string dir = rank_directory(opt.output_dir, rank, job_size);
+    d->name = "'" + dir + "/" + std::string(to_string(which)) + "'";
+    d->format = (opt.tag || opt.timestamp) ? format_mode::text : format_mode::raw;
+    d->counts = false;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const std::string path = dir + "/" + std::string(to_string(which));
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      fail(*d, errno);
+    } else {
+      d->fd = fd;
+      d->owned_fd = fd;
+    }
+    return d;
+  }
+};
+
+output_forwarder::output_forwarder(asio::io_context& io, output_options options,
+                                   std::size_t job_size, forwarder_limits limits)
+    : impl_(std::make_shared<impl>(io, std::move(options), job_size, limits)) {}
+
+output_forwarder::~output_forwarder() = default;
+
+void output_forwarder::attach(std::uint32_t rank, output_stream stream, int read_fd,
+                              std::function<void(std::uint64_t)> on_eof) {
+  impl_->attach(rank, stream, read_fd, std::move(on_eof));
+}
+
+void output_forwarder::async_drain(std::function<void()> handler) {
+  impl_->drain_handler = std::move(handler);
+  impl_->check_drain();
+}
+
+output_forwarder::statistics output_forwarder::stats() const {
+  return impl_->st;
+}
+
+}  // namespace pm::io
