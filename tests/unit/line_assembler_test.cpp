@@ -1,0 +1,165 @@
+// line_assembler: whatever the chunking, lines come out whole, in order, with nothing lost.
+#include "io/line_assembler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct event {
+  std::string text;  // whole: prefix + body; piece: prefix + body
+  bool whole;
+  pm::line_flags flags;
+};
+
+struct recorder {
+  std::vector<event> events;
+  void whole(std::string_view prefix, std::string_view body) {
+    events.push_back({std::string(prefix) + std::string(body), true, {}});
+  }
+  void piece(std::string_view prefix, std::string_view body, pm::line_flags f) {
+    events.push_back({std::string(prefix) + std::string(body), false, f});
+  }
+  std::string joined() const {
+    std::string s;
+    for (const auto& e : events) s += e.text;
+    return s;
+  }
+};
+
+// Feeds `data` in the given chunk sizes (cycled) and finishes.
+recorder run(const std::string& data, std::size_t max_line,
+             const std::vector<std::size_t>& chunks) {
+  pm::io::line_assembler a(max_line);
+  recorder r;
+  std::size_t pos = 0, i = 0;
+  while (pos < data.size()) {
+    const std::size_t n = std::min(chunks[i++ % chunks.size()], data.size() - pos);
+    a.feed(std::string_view(data).substr(pos, n), r);
+    pos += n;
+  }
+  a.finish(r);
+  EXPECT_EQ(a.pending(), 0u);
+  return r;
+}
+
+TEST(line_assembler, whole_lines_in_one_call_up_to_the_last_newline) {
+  pm::io::line_assembler a(100);
+  recorder r;
+  a.feed("one\ntwo\nthr", r);
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_EQ(r.events[0].text, "one\ntwo\n");
+  EXPECT_EQ(a.pending(), 3u);
+  a.feed("ee\nfo", r);
+  ASSERT_EQ(r.events.size(), 2u);
+  EXPECT_EQ(r.events[1].text, "three\n");
+  a.finish(r);
+  ASSERT_EQ(r.events.size(), 3u);
+  EXPECT_EQ(r.events[2].text, "fo");
+  EXPECT_FALSE(r.events[2].whole);
+  EXPECT_TRUE(r.events[2].flags.partial);
+  EXPECT_FALSE(r.events[2].flags.continued);
+}
+
+TEST(line_assembler, a_line_of_exactly_max_line_bytes_is_not_cut) {
+  const auto r = run(std::string(10, 'a') + "\n", 10, {1});
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_TRUE(r.events[0].whole);
+  EXPECT_EQ(r.events[0].text, std::string(10, 'a') + "\n");
+}
+
+TEST(line_assembler, a_longer_line_comes_in_marked_pieces_of_max_line_bytes) {
+  // Whole lines are passed on uncut (plain mode writes them as they are); for_each_line cuts the
+  // long ones for the line-by-line modes. Either way the pieces are the same for any chunking.
+  const std::string line = std::string(10, 'a') + std::string(10, 'b') + "ccc\n";
+  for (std::size_t chunk : {1u, 3u, 7u, 100u}) {
+    const auto r = run(line, 10, {chunk});
+    std::vector<std::string> pieces;
+    for (const auto& e : r.events) {
+      if (e.whole) {
+        pm::io::for_each_line(
+            "", e.text, 10, [&](std::string_view a, std::string_view b, pm::line_flags f) {
+              pieces.push_back(std::string(a) + std::string(b) + (f.continued ? "+" : ""));
+            });
+      } else {
+        EXPECT_TRUE(e.flags.continued);
+        EXPECT_EQ(e.text.size(), 10u);
+        pieces.push_back(e.text + "+");
+      }
+    }
+    EXPECT_EQ(pieces, (std::vector<std::string>{"aaaaaaaaaa+", "bbbbbbbbbb+", "ccc"}))
+        << "chunk " << chunk;
+  }
+}
+
+TEST(line_assembler, keeps_at_most_max_line_bytes_of_an_unterminated_line) {
+  pm::io::line_assembler a(10);
+  recorder r;
+  for (int i = 0; i < 100; ++i) {
+    a.feed("xyz", r);
+    ASSERT_LE(a.pending(), 10u);
+  }
+  EXPECT_EQ(r.joined().size() + a.pending(), 300u);
+}
+
+TEST(line_assembler, a_long_unterminated_last_line_ends_with_a_partial_piece) {
+  const auto r = run(std::string(25, 'x'), 10, {4});
+  ASSERT_EQ(r.events.size(), 3u);
+  EXPECT_TRUE(r.events[1].flags.continued);
+  EXPECT_EQ(r.events[2].text, std::string(5, 'x'));
+  EXPECT_TRUE(r.events[2].flags.partial);
+}
+
+TEST(line_assembler, nothing_in_nothing_out) {
+  const auto r = run("", 10, {1});
+  EXPECT_TRUE(r.events.empty());
+}
+
+TEST(line_assembler, any_chunking_gives_back_every_byte_and_every_line_whole) {
+  std::mt19937_64 rng(12345);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string data;
+    const int lines = static_cast<int>(rng() % 40);
+    for (int l = 0; l < lines; ++l) {
+      data += "L" + std::to_string(l) + ":" + std::string(rng() % 30, 'y');
+      if (l + 1 < lines || rng() % 2) data += '\n';
+    }
+    std::vector<std::size_t> chunks;
+    for (int c = 0; c < 5; ++c) chunks.push_back(1 + rng() % 50);
+    const std::size_t max_line = 40;  // longer than every line: nothing is cut
+    const auto r = run(data, max_line, chunks);
+    ASSERT_EQ(r.joined(), data);
+    for (const auto& e : r.events) {
+      if (e.whole) {
+        ASSERT_EQ(e.text.back(), '\n');
+        ASSERT_EQ(e.text.front(), 'L');  // starts at a line start
+      } else {
+        ASSERT_TRUE(e.flags.partial);  // only the unterminated last line
+        ASSERT_EQ(&e, &r.events.back());
+      }
+    }
+  }
+}
+
+TEST(for_each_line, splits_whole_lines_and_cuts_long_ones) {
+  std::vector<std::string> got;
+  pm::io::for_each_line("ab", "cd\n\nefghijk\n", 4,
+                        [&](std::string_view a, std::string_view b, pm::line_flags f) {
+                          got.push_back(std::string(a) + std::string(b) + (f.continued ? "+" : ""));
+                        });
+  EXPECT_EQ(got, (std::vector<std::string>{"abcd", "", "efgh+", "ijk"}));
+}
+
+TEST(for_each_line, a_piece_may_straddle_the_kept_tail_and_the_chunk) {
+  std::vector<std::string> got;
+  pm::io::for_each_line(
+      "abc", "defgh\n", 4, [&](std::string_view a, std::string_view b, pm::line_flags f) {
+        got.push_back(std::string(a) + "|" + std::string(b) + (f.continued ? "+" : ""));
+      });
+  EXPECT_EQ(got, (std::vector<std::string>{"abc|d+", "|efgh"}));
+}
+
+}  // namespace
