@@ -1,0 +1,229 @@
+#include "agent/agent.hpp"
+
+#include <csignal>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+// GCC 12 warns "may be used uninitialized" inside std::variant's move constructor when a vector
+// of nested variants grows: a false positive (the moved-from alternative is always engaged).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace pm::agent {
+
+namespace {
+
+enum class phase {
+  running,      // serving the launcher
+  terminating,  // launcher lost: SIGTERM sent, waiting for the grace or the last rank
+  clearing,     // SIGKILL sent to every group; sweeping until no child is left
+  done,
+};
+
+struct rank_entry {
+  std::int64_t pid = 0;  // 0 while spawning
+  bool exited = false;
+};
+
+// "SIGTERM" (pm::signal_name lives in the controller's layer; the agent needs only this).
+std::string signal_text(int signo) {
+  const char* abbrev = ::sigabbrev_np(signo);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(signo);
+}
+
+template <class... F>
+struct overloaded : F... {
+  using F::operator()...;
+};
+
+}  // namespace
+
+struct agent::state {
+  options opts;
+  phase ph = phase::running;
+  bool greeted = false;
+  bool channel_open = true;
+  bool shutdown_asked = false;
+  int exit_code = exit_after_launcher_lost;
+  std::uint64_t timer = 0;  // the latest timer started; older ones are ignored
+  std::unordered_map<std::uint32_t, rank_entry> ranks;
+  std::vector<action>* out = nullptr;
+
+  void send_msg(channel::message m) {
+    if (channel_open) out->push_back(send{std::move(m)});
+  }
+  void arm(std::chrono::milliseconds after) { out->push_back(start_timer{++timer, after}); }
+
+  bool all_exited() const {
+    for (const auto& [rank, r] : ranks) {
+      if (!r.exited) return false;
+    }
+    return true;
+  }
+
+  // The launcher is gone or misbehaved: SIGTERM to every group, SIGKILL after the grace.
+  void lose_launcher() {
+    if (ph != phase::running) return;
+    ph = phase::terminating;
+    for (const auto& [rank, r] : ranks) {
+      if (r.pid > 0) out->push_back(signal_group{r.pid, SIGTERM});
+    }
+    if (all_exited()) {
+      clear();
+    } else {
+      arm(opts.lost_grace);
+    }
+  }
+
+  void clear() {
+    if (ph == phase::clearing || ph == phase::done) return;
+    ph = phase::clearing;
+    ++timer;  // a pending grace timer is void now
+    // Every leader is alive or an unreaped zombie here, so each pid is still its own group's id.
+    for (const auto& [rank, r] : ranks) {
+      if (r.pid > 0) out->push_back(signal_group{r.pid, SIGKILL});
+    }
+    out->push_back(sweep{});
+  }
+
+  void protocol_error(const std::string& text) {
+    send_msg(channel::agent_error{text});
+    lose_launcher();
+  }
+
+  void on_message(const channel::message& m) {
+    if (!greeted && !std::holds_alternative<channel::hello>(m)) {
+      protocol_error("'" + std::string(channel::type_name(m)) + "' message before 'hello'");
+      return;
+    }
+    std::visit(
+        overloaded{
+            [&](const channel::hello& h) {
+              if (greeted) {
+                protocol_error("second 'hello' message");
+              } else if (h.version != channel::protocol_version) {
+                protocol_error("launcher speaks protocol version " + std::to_string(h.version) +
+                               ", this agent speaks " + std::to_string(channel::protocol_version));
+              } else {
+                greeted = true;
+                send_msg(channel::hello{channel::protocol_version, opts.pid});
+              }
+            },
+            [&](const channel::spawn_request& s) {
+              for (const auto& spec : s.ranks) {
+                if (ph != phase::running) {
+                  send_msg(channel::spawn_failed{spec.rank, 127, "the agent is shutting down"});
+                } else if (ranks.contains(spec.rank)) {
+                  send_msg(channel::spawn_failed{
+                      spec.rank, 127,
+                      "rank " + std::to_string(spec.rank) + " was already started by this agent"});
+                } else {
+                  ranks.emplace(spec.rank, rank_entry{});
+                  out->push_back(spawn_rank{spec});
+                }
+              }
+            },
+            [&](const channel::signal_request& s) {
+              if (ph != phase::running) return;  // the agent's own kill sequence rules now
+              for (std::uint32_t rank : s.ranks) {
+                const auto it = ranks.find(rank);
+                if (it != ranks.end() && it->second.pid > 0) {
+                  out->push_back(signal_group{it->second.pid, s.signo});
+                }
+              }
+            },
+            [&](const channel::shutdown_request&) {
+              shutdown_asked = true;
+              exit_code = exit_after_shutdown;
+              clear();
+            },
+            [&](const auto& other) {
+              protocol_error("unexpected '" + std::string(channel::type_name(other)) +
+                             "' message from the launcher");
+            },
+        },
+        m);
+  }
+
+  void on(const event& e) {
+    std::visit(overloaded{
+                   [&](const received& r) { on_message(r.msg); },
+                   [&](const rank_spawned& s) {
+                     auto& r = ranks[s.rank];
+                     r.pid = s.pid;
+                     send_msg(channel::started{s.rank, s.pid});
+                     // Spawned while the end had begun: it gets what the others got.
+                     if (ph == phase::terminating) out->push_back(signal_group{s.pid, SIGTERM});
+                     if (ph == phase::clearing) out->push_back(signal_group{s.pid, SIGKILL});
+                   },
+                   [&](const rank_spawn_failed& f) {
+                     ranks.erase(f.rank);
+                     send_msg(channel::spawn_failed{f.rank, f.code, f.reason});
+                     if (ph == phase::terminating && all_exited()) clear();
+                   },
+                   [&](const rank_exited& x) {
+                     const auto it = ranks.find(x.rank);
+                     if (it == ranks.end() || it->second.exited) return;
+                     it->second.exited = true;
+                     send_msg(channel::exited{x.rank, x.status});
+                     if (ph == phase::terminating && all_exited()) clear();
+                   },
+                   [&](const channel_lost&) {
+                     channel_open = false;
+                     lose_launcher();
+                   },
+                   [&](const terminate_requested& t) {
+                     send_msg(channel::agent_error{"the agent received " + signal_text(t.signo)});
+                     lose_launcher();
+                   },
+                   [&](const timer_fired& t) {
+                     if (t.timer != timer) return;
+                     if (ph == phase::terminating) {
+                       clear();
+                     } else if (ph == phase::clearing) {
+                       out->push_back(sweep{});
+                     }
+                   },
+                   [&](const child_changed&) {
+                     if (ph == phase::clearing) {
+                       out->push_back(sweep{});
+                     } else if (ph != phase::done) {
+                       out->push_back(reap_orphans{});
+                     }
+                   },
+                   [&](const swept& s) {
+                     if (ph != phase::clearing) return;
+                     if (s.children_left > 0) {
+                       arm(opts.sweep_interval);
+                       return;
+                     }
+                     ph = phase::done;
+                     if (shutdown_asked) send_msg(channel::shutdown_done{});
+                     out->push_back(exit_agent{exit_code});
+                   },
+               },
+               e);
+  }
+};
+
+agent::agent(options opts) : state_(std::make_unique<state>()) {
+  state_->opts = opts;
+}
+agent::~agent() = default;
+agent::agent(agent&&) noexcept = default;
+agent& agent::operator=(agent&&) noexcept = default;
+
+void agent::handle(agent_time /*now*/, const event& e, std::vector<action>& out) {
+  if (state_->ph == phase::done) return;
+  state_->out = &out;
+  state_->on(e);
+  state_->out = nullptr;
+}
+
+bool agent::done() const noexcept {
+  return state_->ph == phase::done;
+}
+
+}  // namespace pm::agent

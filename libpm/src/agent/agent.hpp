@@ -1,0 +1,140 @@
+// The node agent's logic (what pmd does), as a sans-I/O state machine like the controller.
+//
+// pmd (libpm/tools/pmd) is the driver for real: it owns the channel, the processes and the
+// clock, feeds events here and carries out the actions; the simulator can drive the same machine
+// per virtual host. The machine decides; the driver only does system calls. docs/agent.md.
+//
+// The no-orphan rule it implements: a rank leader that exited is NOT reaped (the driver sees the
+// exit with WNOWAIT), so its pid, which is also its process group id, cannot be reused while the
+// job runs; `signal` requests therefore reach a finished rank's leftover group members safely.
+// At the end (a shutdown request, or the launcher lost) every rank's group gets SIGKILL, and
+// only then does the driver sweep: kill and reap every child of the agent, including descendants
+// that were orphaned and reparented to it (pmd is a child subreaper), until none is left.
+//
+// Rules for drivers:
+//   - stamp every event with a monotonic time;
+//   - an action that fails comes back as a later event (rank_spawn_failed), never nested;
+//   - a timer_fired for a timer that was not the latest one started is ignored here;
+//   - after exit_agent, feed nothing more.
+// Not thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "pm/exit_status.hpp"
+#include "transport/channel/messages.hpp"
+
+namespace pm::agent {
+
+using agent_time = std::chrono::nanoseconds;
+
+struct options {
+  /// The agent's own pid, for its hello.
+  std::int64_t pid = 0;
+  /// When the launcher is lost: SIGTERM to every rank group, SIGKILL after this grace (or as
+  /// soon as every rank leader has exited).
+  std::chrono::milliseconds lost_grace{1000};
+  /// While clearing: sweep again this often even if no SIGCHLD arrives.
+  std::chrono::milliseconds sweep_interval{20};
+};
+
+// ---- events ----
+/// A message from the launcher.
+struct received {
+  channel::message msg;
+};
+/// A spawn_rank action succeeded: the rank runs with this pid (= its process group id).
+struct rank_spawned {
+  std::uint32_t rank;
+  std::int64_t pid;
+};
+/// A spawn_rank action failed.
+struct rank_spawn_failed {
+  std::uint32_t rank;
+  int code = 127;
+  std::string reason;
+};
+/// A rank leader ended (seen with WNOWAIT: it stays a zombie until the sweep).
+struct rank_exited {
+  std::uint32_t rank;
+  exit_status status;
+};
+/// The channel to the launcher closed, broke or carried garbage; `reason` says which.
+struct channel_lost {
+  std::string reason;
+};
+/// The agent itself received SIGTERM (or SIGINT/SIGHUP when run by hand).
+struct terminate_requested {
+  int signo;
+};
+struct timer_fired {
+  std::uint64_t timer;
+};
+/// A child of the agent changed state (SIGCHLD).
+struct child_changed {};
+/// Result of a sweep action: how many children the agent still has.
+struct swept {
+  std::size_t children_left;
+};
+
+using event = std::variant<received, rank_spawned, rank_spawn_failed, rank_exited, channel_lost,
+                           terminate_requested, timer_fired, child_changed, swept>;
+
+// ---- actions ----
+/// Start a rank in its own process group (output pipes per spec.streams); report rank_spawned
+/// or rank_spawn_failed.
+struct spawn_rank {
+  channel::rank_spec spec;
+};
+/// killpg(pgid, signo); ESRCH (group empty) is not an error.
+struct signal_group {
+  std::int64_t pgid;
+  int signo;
+};
+/// Send a message to the launcher. A `started` message carries the rank's output read ends.
+struct send {
+  channel::message msg;
+};
+struct start_timer {
+  std::uint64_t timer;
+  std::chrono::milliseconds after;
+};
+/// Reap children that ended and are not rank leaders (orphans reparented to the agent).
+struct reap_orphans {};
+/// SIGKILL every remaining child of the agent, reap every one that ended (rank leaders too),
+/// then report swept{children_left}.
+struct sweep {};
+/// Close the channel and exit with this code.
+struct exit_agent {
+  int code;
+};
+
+using action =
+    std::variant<spawn_rank, signal_group, send, start_timer, reap_orphans, sweep, exit_agent>;
+
+/// Exit codes of pmd.
+inline constexpr int exit_after_shutdown = 0;
+inline constexpr int exit_after_launcher_lost = 1;
+
+class agent {
+ public:
+  explicit agent(options opts);
+  ~agent();
+  agent(agent&&) noexcept;
+  agent& operator=(agent&&) noexcept;
+
+  void handle(agent_time now, const event& e, std::vector<action>& out);
+  /// True once exit_agent was emitted.
+  bool done() const noexcept;
+
+ private:
+  struct state;
+  std::unique_ptr<state> state_;
+};
+
+}  // namespace pm::agent
