@@ -117,6 +117,8 @@ struct stream_state {
   bool eof = false;
   bool parked = false;
   std::function<void(std::uint64_t)> on_eof;
+  // Text mode: what follows the timestamp, "[1,R]<stdout>:" / "[1,R]<stdout>+:", made once.
+  std::string tag_line, tag_piece;
 
   explicit stream_state(std::size_t max_line) : assembler(max_line) {}
 };
@@ -233,8 +235,8 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
       append_json_line(out, s.rank, s.which, rfc_now(), a, b, f);
       return;
     }
-    append_line_prefix(out, opt.tag, opt.timestamp,
-                       opt.timestamp ? ctime_now() : std::string_view(), s.rank, s.which, f);
+    if (opt.timestamp) out.append(ctime_now());
+    out.append(f.continued ? s.tag_piece : s.tag_line);
     out.append(a);
     out.append(b);
     out.push_back('\n');
@@ -258,6 +260,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
         write(*d, s, parts, 2, true);
       } else {
         fmt.clear();
+        fmt.reserve(prefix.size() + body.size() + body.size() / 4 + 256);
         for_each_line(prefix, body, max_line,
                       [&](std::string_view a, std::string_view b, line_flags f) {
                         append_formatted(fmt, d->format, s, a, b, f);
@@ -566,6 +569,8 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     s->which = which;
     s->on_eof = std::move(on_eof);
     s->terminal = which == output_stream::out ? out_dest : err_dest;
+    append_line_prefix(s->tag_line, opt.tag, false, {}, rank, which, line_flags{});
+    append_line_prefix(s->tag_piece, opt.tag, false, {}, rank, which, line_flags{false, true});
     ::fcntl(fd, F_SETPIPE_SZ, static_cast<int>(pipe_size()));  // best effort
     const int flags = ::fcntl(fd, F_GETFL);
     if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);  // our own pipe end
