@@ -215,6 +215,14 @@ TEST(agent, its_own_sigterm_is_reported_and_treated_as_launcher_loss) {
             (std::vector<ch::message>{ch::exited{0, exit_status::signaled(SIGTERM)}}));
 }
 
+TEST(agent, garbage_from_the_launcher_is_answered_and_ends_the_job) {
+  harness h;
+  h.start(1);
+  const auto a = h.feed(bad_message{"agent channel: empty frame"});
+  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::agent_error{"agent channel: empty frame"}}));
+  EXPECT_EQ(signals(a), (std::vector<std::pair<std::int64_t, int>>{{100, SIGTERM}}));
+}
+
 TEST(agent, launcher_signals_are_ignored_once_the_agent_kills_on_its_own) {
   harness h;
   h.start(1);

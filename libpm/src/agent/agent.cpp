@@ -174,6 +174,7 @@ struct agent::state {
                      channel_open = false;
                      lose_launcher();
                    },
+                   [&](const bad_message& b) { protocol_error(b.reason); },
                    [&](const terminate_requested& t) {
                      send_msg(channel::agent_error{"the agent received " + signal_text(t.signo)});
                      lose_launcher();

@@ -68,6 +68,10 @@ struct rank_exited {
 struct channel_lost {
   std::string reason;
 };
+/// The launcher sent something undecodable (the reason is sent back; then as channel_lost).
+struct bad_message {
+  std::string reason;
+};
 /// The agent itself received SIGTERM (or SIGINT/SIGHUP when run by hand).
 struct terminate_requested {
   int signo;
@@ -83,7 +87,7 @@ struct swept {
 };
 
 using event = std::variant<received, rank_spawned, rank_spawn_failed, rank_exited, channel_lost,
-                           terminate_requested, timer_fired, child_changed, swept>;
+                           bad_message, terminate_requested, timer_fired, child_changed, swept>;
 
 // ---- actions ----
 /// Start a rank in its own process group (output pipes per spec.streams); report rank_spawned

@@ -1,0 +1,8 @@
+# pmd: the node agent (docs/agent.md). Included from libpm/tools/CMakeLists.txt; paths are
+# relative to this file so that it does not depend on the includer.
+add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp)
+target_link_libraries(pmd PRIVATE libpm::libpm)
+target_include_directories(pmd PRIVATE ${PROJECT_SOURCE_DIR}/libpm/src)
+pm_target_warnings(pmd)
+# Next to pmrun, where pm::local::default_agent_path() looks first.
+install(TARGETS pmd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
