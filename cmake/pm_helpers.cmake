@@ -4,6 +4,8 @@ function(pm_target_warnings target)
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
                               -Wcast-align -Woverloaded-virtual -Wimplicit-fallthrough>
     $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes>
+    # GCC 12 reports std::variant moves as "maybe uninitialized" (GCC bug 105937 and kin).
+    $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>
     $<$<BOOL:${PM_WERROR}>:-Werror>)
 endfunction()
 
