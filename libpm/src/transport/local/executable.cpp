@@ -1,0 +1,84 @@
+#include "transport/local/executable.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "pm/error.hpp"
+
+namespace pm::local {
+namespace {
+
+std::string join(std::string_view dir, std::string_view name) {
+  if (dir.empty()) return std::string(name);
+  std::string out(dir);
+  if (out.back() != '/') out += '/';
+  out += name;
+  return out;
+}
+
+enum class check { ok, missing, directory, not_executable };
+
+check check_file(const std::string& path, int& error_number) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    error_number = errno;
+    return check::missing;
+  }
+  if (S_ISDIR(st.st_mode)) return check::directory;
+  if (!S_ISREG(st.st_mode) || access(path.c_str(), X_OK) != 0) {
+    error_number = S_ISREG(st.st_mode) ? errno : EACCES;
+    return check::not_executable;
+  }
+  return check::ok;
+}
+
+}  // namespace
+
+std::string resolve_executable(std::string_view program, std::string_view path_env,
+                               std::string_view wdir) {
+  if (program.empty()) throw error(errc::launch, "empty program name");
+  const std::string shown = "'" + std::string(program) + "'";
+  if (program.find('/') != std::string_view::npos) {
+    const std::string path = program.front() == '/' ? std::string(program) : join(wdir, program);
+    int e = 0;
+    switch (check_file(path, e)) {
+      case check::ok:
+        return path;
+      case check::missing:
+        throw error(
+            errc::launch,
+            shown + (e == ENOENT ? " does not exist" : std::string(": ") + std::strerror(e)) +
+                (wdir.empty() || program.front() == '/' ? ""
+                                                        : " (in '" + std::string(wdir) + "')"));
+      case check::directory:
+        throw error(errc::launch, shown + " is a directory");
+      case check::not_executable:
+        throw error(errc::launch, shown + " is not executable (" + std::strerror(e) + ")");
+    }
+  }
+  // Search PATH like execvp; remember a match that is there but not executable.
+  std::string not_executable;
+  std::size_t start = 0;
+  while (start <= path_env.size()) {
+    auto end = path_env.find(':', start);
+    if (end == std::string_view::npos) end = path_env.size();
+    const auto dir = path_env.substr(start, end - start);
+    const std::string base =
+        dir.empty() ? std::string(wdir.empty() ? "." : wdir) : std::string(dir);
+    const std::string candidate = join(base, program);
+    int e = 0;
+    const auto result = check_file(candidate, e);
+    if (result == check::ok) return candidate;
+    if (result == check::not_executable && not_executable.empty()) not_executable = candidate;
+    start = end + 1;
+  }
+  if (!not_executable.empty()) {
+    throw error(errc::launch, "'" + not_executable + "' is not executable (Permission denied)");
+  }
+  throw error(errc::launch, "program " + shown + " not found in PATH");
+}
+
+}  // namespace pm::local

@@ -1,0 +1,192 @@
+#include "transport/local/spawner.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "pm/error.hpp"
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+
+namespace pm::local {
+
+int exec_failure_code(int error_number) noexcept {
+  return error_number == ENOENT ? 127 : 126;
+}
+
+namespace {
+
+// Everything the child needs, prepared by the parent (the child may not allocate).
+struct child_plan {
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  const char* wdir;  // nullptr: inherit
+  int fds[3];        // -1: /dev/null
+  bool new_group;
+  bool restore_nofile;
+  rlimit nofile;
+  volatile int error = 0;  // written by the child when it fails: errno
+};
+
+// Moves a descriptor out of 0..2 so that the dup2 into 0..2 cannot clobber it.
+int lift(int fd) {
+  if (fd < 0 || fd > 2) return fd;
+  return fcntl(fd, F_DUPFD, 3);
+}
+
+int child_main(void* arg) {
+  auto* plan = static_cast<child_plan*>(arg);
+  auto fail = [plan]() -> int {
+    plan->error = errno;
+    _exit(exec_failure_code(errno));
+  };
+  if (plan->new_group && setpgid(0, 0) != 0) return fail();
+  // Default dispositions: a handler of the parent must not run in the child, an ignored signal
+  // (SIGPIPE, SIGINT from nohup) must not stay ignored in the rank.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    sigaction(sig, &dfl, nullptr);  // fails harmlessly for the numbers glibc reserves
+  }
+  int fds[3];
+  for (int i = 0; i < 3; ++i) {
+    fds[i] =
+        plan->fds[i] >= 0 ? lift(plan->fds[i]) : open("/dev/null", i == 0 ? O_RDONLY : O_WRONLY);
+    if (fds[i] < 0) return fail();
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (fds[i] == i) {
+      // Already in place (only when it was /dev/null opened into the free slot): keep it open.
+      int flags = fcntl(i, F_GETFD);
+      if (flags >= 0) fcntl(i, F_SETFD, flags & ~FD_CLOEXEC);
+    } else if (dup2(fds[i], i) < 0) {
+      return fail();
+    }
+  }
+  if (plan->wdir != nullptr && chdir(plan->wdir) != 0) return fail();
+  if (plan->restore_nofile) setrlimit(RLIMIT_NOFILE, &plan->nofile);
+  // Every other descriptor, also those the embedding program opened without O_CLOEXEC.
+  if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
+    for (int fd = 3; fd < 65536; ++fd) close(fd);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execve(plan->path, plan->argv, plan->envp);
+  return fail();
+}
+
+std::vector<char*> c_strings(const std::vector<std::string>& list) {
+  std::vector<char*> out;
+  out.reserve(list.size() + 1);
+  for (const auto& s : list) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+[[noreturn]] void exec_failed(const spawn_request& request, int error_number) {
+  const std::string what = error_number == ENOENT && !request.wdir.empty()
+                               ? "cannot execute '" + request.path + "' in '" + request.wdir + "'"
+                               : "cannot execute '" + request.path + "'";
+  throw error(errc::launch, what + ": " + std::strerror(error_number));
+}
+
+// posix_spawn + pidfd_open: for systems that refuse clone with CLONE_PIDFD.
+spawned_process spawn_fallback(const spawn_request& request, child_plan& plan) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  for (int i = 0; i < 3; ++i) {
+    if (plan.fds[i] >= 0)
+      posix_spawn_file_actions_adddup2(&actions, plan.fds[i], i);
+    else
+      posix_spawn_file_actions_addopen(&actions, i, "/dev/null", i == 0 ? O_RDONLY : O_WRONLY, 0);
+  }
+  if (plan.wdir != nullptr) posix_spawn_file_actions_addchdir_np(&actions, plan.wdir);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  short flags = POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK;
+  if (plan.new_group) {
+    flags |= POSIX_SPAWN_SETPGROUP;
+    posix_spawnattr_setpgroup(&attr, 0);
+  }
+  posix_spawnattr_setflags(&attr, flags);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, plan.path, &actions, &attr, plan.argv, plan.envp);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) exec_failed(request, rc);
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    const int e = errno;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    throw error(errc::launch, std::string("pidfd_open: ") + std::strerror(e));
+  }
+  return {pid, pidfd};
+}
+
+}  // namespace
+
+spawned_process spawn(const spawn_request& request) {
+  auto argv = c_strings(request.argv);
+  auto envp = c_strings(request.env);
+  child_plan plan{};
+  plan.path = request.path.c_str();
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.wdir = request.wdir.empty() ? nullptr : request.wdir.c_str();
+  plan.fds[0] = request.stdin_fd;
+  plan.fds[1] = request.stdout_fd;
+  plan.fds[2] = request.stderr_fd;
+  plan.new_group = request.new_process_group;
+  plan.restore_nofile = request.nofile.has_value();
+  if (request.nofile) plan.nofile = *request.nofile;
+
+  static bool clone_refused = false;  // remembered: the fallback is taken without retrying
+  if (!clone_refused) {
+    // The child runs on this stack while we are suspended (CLONE_VFORK), until it execs or exits.
+    alignas(64) static thread_local char stack[64 * 1024];
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);  // no handler of ours may run in the child
+    int pidfd = -1;
+    const pid_t pid = clone(child_main, stack + sizeof stack,
+                            CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &plan, &pidfd);
+    const int clone_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (pid > 0) {
+      if (plan.error != 0) {
+        siginfo_t info{};
+        waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
+        close(pidfd);
+        exec_failed(request, plan.error);
+      }
+      return {pid, pidfd};
+    }
+    if (clone_errno != EINVAL && clone_errno != ENOSYS && clone_errno != EPERM) {
+      throw error(errc::launch,
+                  std::string("cannot start a process: ") + std::strerror(clone_errno));
+    }
+    clone_refused = true;
+  }
+  return spawn_fallback(request, plan);
+}
+
+}  // namespace pm::local
