@@ -19,7 +19,9 @@ enum class errc {
   allocation,  ///< an allocation that cannot serve the request (unknown host, ...)
   mapping,     ///< the job does not fit the allocation (not enough slots, max_slots, ...)
   env,         ///< an invalid variable name or value
-  launch,      ///< a job could not be started (missing executable, spawn failure)
+  launch,      ///< a job could not be started (spawn failure)
+  not_found,       ///< a rank's program does not exist (a shell's 127)
+  not_executable,  ///< a rank's program exists but cannot be executed (a shell's 126)
   system,      ///< an operating-system call failed
   internal,    ///< a broken invariant inside libpm: a bug
 };

@@ -39,7 +39,7 @@ check check_file(const std::string& path, int& error_number) {
 
 std::string resolve_executable(std::string_view program, std::string_view path_env,
                                std::string_view wdir) {
-  if (program.empty()) throw error(errc::launch, "empty program name");
+  if (program.empty()) throw error(errc::not_found, "empty program name");
   const std::string shown = "'" + std::string(program) + "'";
   if (program.find('/') != std::string_view::npos) {
     const std::string path = program.front() == '/' ? std::string(program) : join(wdir, program);
@@ -54,9 +54,9 @@ std::string resolve_executable(std::string_view program, std::string_view path_e
                 (wdir.empty() || program.front() == '/' ? ""
                                                         : " (in '" + std::string(wdir) + "')"));
       case check::directory:
-        throw error(errc::launch, shown + " is a directory");
+        throw error(errc::not_executable, shown + " is a directory");
       case check::not_executable:
-        throw error(errc::launch, shown + " is not executable (" + std::strerror(e) + ")");
+        throw error(errc::not_executable, shown + " is not executable (" + std::strerror(e) + ")");
     }
   }
   // Search PATH like execvp; remember a match that is there but not executable.
@@ -76,9 +76,10 @@ std::string resolve_executable(std::string_view program, std::string_view path_e
     start = end + 1;
   }
   if (!not_executable.empty()) {
-    throw error(errc::launch, "'" + not_executable + "' is not executable (Permission denied)");
+    throw error(errc::not_executable,
+                "'" + not_executable + "' is not executable (Permission denied)");
   }
-  throw error(errc::launch, "program " + shown + " not found in PATH");
+  throw error(errc::not_found, "program " + shown + " not found in PATH");
 }
 
 }  // namespace pm::local
