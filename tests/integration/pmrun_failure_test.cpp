@@ -1,0 +1,316 @@
+// pmrun with real processes: the failure rules, signals, timeout, no orphans, stdin, env.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "support/command.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using pm::test::run_command;
+
+std::vector<std::string> pmrun(std::vector<std::string> args) {
+  args.insert(args.begin(), {pm::test::pmrun_path(), "--allow-run-as-root"});
+  return args;
+}
+
+// pmrun ARGS -- payload STEPS
+std::vector<std::string> job(std::vector<std::string> args, const std::vector<std::string>& steps) {
+  args.push_back(pm::test::payload_path());
+  args.insert(args.end(), steps.begin(), steps.end());
+  return pmrun(args);
+}
+
+bool alive(pid_t pid) {
+  // A zombie counts as gone: only its parent could still reap it.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return false;
+  auto close = text.rfind(')');
+  return close != std::string::npos && text.size() > close + 2 && text[close + 2] != 'Z';
+}
+
+// Every pid printed as "<word> PID" (grandchild/daemon/pid lines) in `out`.
+std::vector<pid_t> printed_pids(const std::string& out, const std::string& word) {
+  std::vector<pid_t> pids;
+  std::regex re(word + R"( (\d+))");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    pids.push_back(static_cast<pid_t>(std::stol((*it)[1])));
+  }
+  return pids;
+}
+
+bool all_gone(const std::vector<pid_t>& pids, std::chrono::milliseconds within = 3s) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < until) {
+    bool any = false;
+    for (auto p : pids) any = any || alive(p);
+    if (!any) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+TEST(PmrunRun, EveryRankRunsAndSucceeds) {
+  auto r = run_command(job({"-np", "4"}, {"echo", "hello"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "hello\nhello\nhello\nhello\n");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(PmrunRun, FirstFailureAbortsAndDecidesTheExitCode) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command(job({"-np", "8"}, {"if-rank", "3", "exit", "7", "sleep", "30"}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_EQ(r.exit_code, 7);
+  EXPECT_TRUE(std::regex_match(
+      r.err,
+      std::regex("pmrun: rank 3 on \\S+ exited with code 7; aborting the job \\(SIGTERM to 7 "
+                 "ranks\\)\n")))
+      << r.err;
+}
+
+TEST(PmrunRun, SignalDeathIsNamed) {
+  auto r = run_command(job({"-np", "2"}, {"if-rank", "1", "kill", "9", "sleep", "30"}));
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  EXPECT_NE(r.err.find("rank 1 on "), std::string::npos);
+  EXPECT_NE(r.err.find(" was killed by SIGKILL"), std::string::npos) << r.err;
+}
+
+TEST(PmrunRun, RanksIgnoringTermAreKilledAfterTheGrace) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command(job({"-np", "3", "--kill-grace", "0.5"},
+                           {"ignore-term", "if-rank", "0", "exit", "5", "sleep", "30"}));
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST(PmrunRun, NoAbortLetsTheOthersFinish) {
+  for (auto flags : {std::vector<std::string>{"--no-abort-on-failure"},
+                     std::vector<std::string>{"-mca", "orte_abort_on_non_zero_status", "0"}}) {
+    flags.insert(flags.end(), {"-np", "3"});
+    auto r = run_command(job(flags, {"if-rank", "1", "exit", "3", "sleep", "0.3", "echo", "done"}));
+    EXPECT_EQ(r.exit_code, 3);
+    EXPECT_EQ(r.out, "done\ndone\n");
+    EXPECT_NE(r.err.find("rank 1 on "), std::string::npos);
+  }
+}
+
+TEST(PmrunRun, Timeout) {
+  auto r = run_command(job({"-np", "2", "--timeout", "0.5"}, {"sleep", "30"}));
+  EXPECT_EQ(r.exit_code, 124);
+  EXPECT_NE(r.err.find("job timed out after 0.5 s"), std::string::npos) << r.err;
+}
+
+TEST(PmrunRun, MissingProgramStartsNothing) {
+  auto r = run_command(pmrun({"-np", "4", "./no-such-program"}));
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_EQ(r.err, "pmrun: './no-such-program' does not exist\n");
+  auto p = run_command(pmrun({"-np", "4", "no-such-program-xyz"}));
+  EXPECT_EQ(p.exit_code, 127);
+  EXPECT_EQ(p.err, "pmrun: program 'no-such-program-xyz' not found in PATH\n");
+}
+
+TEST(PmrunRun, ReportFile) {
+  char tmpl[] = "/tmp/pmrun-report-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  auto r = run_command(
+      job({"-np", "3", "--report", dir + "/r.json"}, {"if-rank", "2", "exit", "9", "sleep", "30"}));
+  EXPECT_EQ(r.exit_code, 9);
+  std::ifstream in(dir + "/r.json");
+  auto doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc["exit_code"], 9);
+  EXPECT_EQ(doc["cause"], "rank_failed");
+  EXPECT_EQ(doc["failed"]["rank"], 2);
+  EXPECT_EQ(doc["ranks"].size(), 3u);
+  EXPECT_EQ(doc["ranks"][0]["state"], "killed");
+  std::remove((dir + "/r.json").c_str());
+  rmdir(dir.c_str());
+}
+
+TEST(PmrunRun, NothingSurvivesTheJob) {
+  // Ranks leave a grandchild in their group and a setsid daemon; rank 0 fails at once.
+  auto r = run_command(job({"-np", "3"}, {"grandchild", "30", "daemon", "30", "sleep", "0.3",
+                                          "if-rank", "0", "exit", "1", "sleep", "30"}));
+  EXPECT_EQ(r.exit_code, 1);
+  auto pids = printed_pids(r.out, "grandchild");
+  auto daemons = printed_pids(r.out, "daemon");
+  EXPECT_EQ(pids.size(), 3u);
+  EXPECT_EQ(daemons.size(), 3u);
+  pids.insert(pids.end(), daemons.begin(), daemons.end());
+  EXPECT_TRUE(all_gone(pids, 100ms)) << "descendants outlived pmrun";
+  for (auto p : pids) kill(p, SIGKILL);  // never leave anything behind, even on failure
+}
+
+TEST(PmrunRun, NothingSurvivesASuccessfulJobEither) {
+  auto r = run_command(job({"-np", "2"}, {"grandchild", "30", "daemon", "30"}));
+  EXPECT_EQ(r.exit_code, 0);
+  auto pids = printed_pids(r.out, "grandchild");
+  auto daemons = printed_pids(r.out, "daemon");
+  pids.insert(pids.end(), daemons.begin(), daemons.end());
+  EXPECT_EQ(pids.size(), 4u);
+  EXPECT_TRUE(all_gone(pids, 100ms));
+  for (auto p : pids) kill(p, SIGKILL);
+}
+
+// Starts pmrun in the background; returns its pid and the read end of its stdout.
+struct background {
+  pid_t pid = -1;
+  int out = -1;
+  std::string text;
+  explicit background(const std::vector<std::string>& argv) {
+    int p[2];
+    EXPECT_EQ(pipe(p), 0);
+    pid = fork();
+    if (pid == 0) {
+      setpgid(0, 0);
+      dup2(p[1], 1);
+      close(p[0]);
+      close(p[1]);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(p[1]);
+    out = p[0];
+  }
+  // Reads stdout until `count` lines arrived (or 10 s).
+  void wait_lines(std::size_t count) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    char buf[4096];
+    while (static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) < count &&
+           std::chrono::steady_clock::now() < until) {
+      pollfd pfd{out, POLLIN, 0};
+      if (poll(&pfd, 1, 100) == 1) {
+        auto n = read(out, buf, sizeof buf);
+        if (n <= 0) break;
+        text.append(buf, static_cast<std::size_t>(n));
+      }
+    }
+  }
+  int wait_status() {
+    int status = 0;
+    for (int i = 0; i < 1000; ++i) {
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return status;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    kill(-pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    pid = -1;
+    return -1;
+  }
+  ~background() {
+    if (pid > 0) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    if (out >= 0) close(out);
+  }
+};
+
+TEST(PmrunRun, SigintReachesEveryRankAndPmrunEndsByIt) {
+  background bg(job({"-np", "3"}, {"pid", "sleep", "30"}));
+  bg.wait_lines(3);
+  auto ranks = printed_pids(bg.text, "pid");
+  ASSERT_EQ(ranks.size(), 3u);
+  kill(bg.pid, SIGINT);
+  const int status = bg.wait_status();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+  EXPECT_TRUE(all_gone(ranks, 1s));
+  for (auto p : ranks) kill(p, SIGKILL);
+}
+
+TEST(PmrunRun, SigkilledPmrunLeavesNothingBehind) {
+  background bg(job({"-np", "3"}, {"grandchild", "30", "daemon", "30", "pid", "sleep", "30"}));
+  bg.wait_lines(9);
+  auto pids = printed_pids(bg.text, "pid");
+  auto kids = printed_pids(bg.text, "grandchild");
+  auto daemons = printed_pids(bg.text, "daemon");
+  ASSERT_EQ(pids.size(), 3u);
+  pids.insert(pids.end(), kids.begin(), kids.end());
+  pids.insert(pids.end(), daemons.begin(), daemons.end());
+  kill(bg.pid, SIGKILL);  // only pmrun itself: the agent must clean up
+  bg.wait_status();
+  EXPECT_TRUE(all_gone(pids, 5s)) << "a rank or descendant survived SIGKILL of pmrun";
+  for (auto p : pids) kill(p, SIGKILL);
+}
+
+TEST(PmrunRun, UsrSignalsAreForwarded) {
+  // The rank dies by SIGUSR1 (default action): proof it was forwarded.
+  background bg(job({"-np", "2"}, {"pid", "sleep", "30"}));
+  bg.wait_lines(2);
+  kill(bg.pid, SIGUSR1);
+  const int status = bg.wait_status();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGUSR1) << status;
+}
+
+TEST(PmrunRun, StdinGoesToRankZero) {
+  auto r = run_command(job({"-np", "3"}, {"cat", "echo", "end"}), 30s, "line one\nline two\n");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("line one\nline two\n"), std::string::npos);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 5);  // 2 lines + 3 "end"
+}
+
+TEST(PmrunRun, StdinToAllAndNone) {
+  auto all = run_command(job({"-np", "2", "--stdin", "all"}, {"cat"}), 30s, "x\n");
+  EXPECT_EQ(all.out, "x\nx\n") << all.err;
+  auto none = run_command(job({"-np", "2", "--stdin", "none"}, {"cat"}), 30s, "x\n");
+  EXPECT_EQ(none.out, "");
+}
+
+TEST(PmrunRun, EnvContract) {
+  auto r = run_command(
+      job({"-np", "2", "-x", "FOO=bar", "-mca", "btl", "self"}, {"if-rank", "1", "env-all"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* line :
+       {"OMPI_COMM_WORLD_RANK=1\n", "OMPI_COMM_WORLD_SIZE=2\n", "RANK=1\n", "WORLD_SIZE=2\n",
+        "LOCAL_RANK=1\n", "NODE_RANK=0\n", "MASTER_ADDR=127.0.0.1\n", "FOO=bar\n",
+        "OMPI_MCA_btl=self\n", "PMI_RANK=1\n", "SLURM_PROCID=1\n"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line;
+  }
+}
+
+TEST(PmrunRun, TheCloudDocsLines) {
+  char tmpl[] = "/tmp/pmrun-out-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  auto r = run_command(
+      pmrun({"-n", "8", "--output-filename", dir + "/log_output", "--merge-stderr-to-stdout",
+             pm::test::payload_path(), "echo", "out", "echo-err", "err"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 16);
+  std::ifstream rank7(dir + "/log_output/1/rank.7/stdout");
+  std::stringstream text;
+  text << rank7.rdbuf();
+  EXPECT_EQ(text.str(), "out\nerr\n");
+  std::string cleanup = "rm -rf " + dir;
+  EXPECT_EQ(std::system(cleanup.c_str()), 0);
+
+  std::vector<std::string> env = {"PATH=/usr/bin:/bin", "VAR=from-env"};
+  auto m = run_command(
+      pmrun({"--host", "localhost:6", "-np", "6", "--display-map", "--tag-output", "-bind-to",
+             "none", "-map-by", "slot", "-x", "VAR", "-mca", "orte_abort_on_non_zero_status", "1",
+             pm::test::payload_path(), "env", "VAR"}),
+      30s, "", &env);
+  EXPECT_EQ(m.exit_code, 0) << m.err;
+  EXPECT_NE(m.out.find("Num procs: 6"), std::string::npos);
+  for (int rank = 0; rank < 6; ++rank) {
+    EXPECT_NE(m.out.find("[1," + std::to_string(rank) + "]<stdout>:VAR=from-env\n"),
+              std::string::npos);
+  }
+}
+
+}  // namespace
