@@ -22,6 +22,9 @@ struct rank_launch {
   std::vector<std::string> env;   ///< "NAME=value", complete
   std::string wdir;               ///< empty: the launcher's working directory
   bool stdin_from_launcher = false;  ///< true: its stdin is the descriptor the launcher passes
+  /// Output pipes: 2 stdout and stderr; 1 one pipe for both (merged, on_output_fd with `out`);
+  /// 0 none (/dev/null). Matches controller_options::streams_per_rank.
+  std::uint8_t streams = 2;
 };
 
 /// Where a rank's output goes: a transport that can hand over the pipe itself (local) gives the
