@@ -33,10 +33,10 @@ struct temp_dir {
 };
 
 TEST(PmrunMap, DisplayMapIsOpenMpi4Text) {
-  auto r = run_command(pmrun({"--host", "a:2,b:2,c:2", "-np", "6", "--display-map",
-                              "--do-not-launch", "--tag-output", "-bind-to", "none", "-map-by",
-                              "slot", "-x", "VAR", "-mca", "orte_abort_on_non_zero_status", "1",
-                              "prog"}));
+  auto r =
+      run_command(pmrun({"--host", "a:2,b:2,c:2", "-np", "6", "--display-map", "--do-not-launch",
+                         "--tag-output", "-bind-to", "none", "-map-by", "slot", "-x", "VAR", "-mca",
+                         "orte_abort_on_non_zero_status", "1", "prog"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   // The job id varies; everything else is mpirun 4.1's layout, byte for byte.
@@ -73,8 +73,8 @@ TEST(PmrunMap, JsonMapForPrograms) {
 TEST(PmrunMap, HostfileAndMpmd) {
   temp_dir tmp;
   auto hf = tmp.file("hosts", "# cluster\nn1 slots=2\nn2 slots=2 max_slots=3\n\nn3\n");
-  auto r = run_command(pmrun({"--hostfile", hf, "--display-map-json", "-", "--do-not-launch",
-                              "-np", "1", "a", ":", "-np", "3", "b"}));
+  auto r = run_command(pmrun({"--hostfile", hf, "--display-map-json", "-", "--do-not-launch", "-np",
+                              "1", "a", ":", "-np", "3", "b"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["apps"][1]["first_rank"], 1);
@@ -105,12 +105,14 @@ TEST(PmrunMap, BadInputIsOneClearLineAndExit2) {
   const std::vector<bad_case> cases = {
       {{"-np", "0", "prog"}, "", "-np 0: at least one rank is needed"},
       {{"-np", "abc", "prog"}, "", "-np 'abc': not a number"},
-      {{"-H", "a:2", "-np", "3", "prog"}, "",
+      {{"-H", "a:2", "-np", "3", "prog"},
+       "",
        "not enough slots: 3 ranks requested, 2 slots available on 1 host (add --oversubscribe to "
        "place more ranks than slots)"},
       {{"--bogus", "prog"}, "", "unknown option '--bogus' (pmrun --help lists the options)"},
       {{"-np", "2"}, "", "no program to run (usage: pmrun [OPTIONS] PROGRAM [ARGS...])"},
-      {{"--bind-to", "core", "prog"}, "",
+      {{"--bind-to", "core", "prog"},
+       "",
        "--bind-to 'core': not supported (pmrun does not bind ranks; use --bind-to none)"},
       {{"--hostfile", "/nonexistent/hosts", "prog"}, "", ""},
       {{"-np", "1", "prog"}, "a slots=two\n", ""},

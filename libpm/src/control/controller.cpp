@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <bit>
 #include <cstdio>
 #include <unordered_map>
 
@@ -16,7 +17,7 @@ enum class phase : std::uint8_t { idle, running, aborting, finished };
 // Per rank: a few bytes, so that a simulated 800,000-rank job stays small.
 struct rank_slot {
   rank_state state = rank_state::pending;
-  std::uint8_t streams_open = 0;
+  std::uint8_t streams_open = 0;  // bit 0 stdout, bit 1 stderr
   bool started = false;
   exit_status status;
   std::int64_t pid = 0;
@@ -83,12 +84,12 @@ struct controller::state {
   void start_stream_count(rank_slot& r) {
     if (r.started) return;
     r.started = true;
-    r.streams_open = options.streams_per_rank;
-    streams_open += options.streams_per_rank;
+    r.streams_open = options.streams_per_rank >= 2 ? 3 : options.streams_per_rank == 1 ? 1 : 0;
+    streams_open += static_cast<std::uint64_t>(std::popcount(r.streams_open));
   }
 
   void drop_streams(rank_slot& r) {
-    streams_open -= r.streams_open;
+    streams_open -= static_cast<std::uint64_t>(std::popcount(r.streams_open));
     r.streams_open = 0;
   }
 
@@ -195,8 +196,9 @@ struct controller::state {
   void on(job_time, const stream_closed& e, std::vector<action>&) {
     if (!valid(e.rank)) return;
     auto& r = ranks[e.rank];
-    if (r.streams_open == 0) return;  // duplicate, or its host was lost
-    --r.streams_open;
+    const auto bit = static_cast<std::uint8_t>(1u << static_cast<unsigned>(e.stream));
+    if ((r.streams_open & bit) == 0) return;  // duplicate, or its host was lost
+    r.streams_open = static_cast<std::uint8_t>(r.streams_open & ~bit);
     --streams_open;
   }
 
