@@ -72,8 +72,10 @@ void stdin_forwarder::read_some() {
                        }
                        const ssize_t n = ::read(self->input_->native_handle(), self->buffer_.data(),
                                                 self->buffer_.size());
-                       if (n > 0) self->on_read(static_cast<std::size_t>(n));
-                       else if (n == 0 || (errno != EAGAIN && errno != EINTR)) self->finish_input();
+                       if (n > 0)
+                         self->on_read(static_cast<std::size_t>(n));
+                       else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+                         self->finish_input();
                        self->read_some();
                      });
 }
@@ -94,21 +96,22 @@ void stdin_forwarder::flush(std::size_t i) {
     return;
   }
   t.writing = true;
-  asio::async_write(*t.pipe, asio::buffer(t.pending),
-                    [weak = weak_from_this(), i](const boost::system::error_code& ec, std::size_t n) {
-                      auto self = weak.lock();
-                      if (!self) return;
-                      auto& tg = self->targets_[i];
-                      tg.writing = false;
-                      if (ec) {  // the rank is gone or closed stdin: drop what it would get
-                        tg.pending.clear();
-                        tg.pipe.reset();
-                      } else {
-                        tg.pending.erase(0, n);
-                      }
-                      self->flush(i);
-                      self->read_some();
-                    });
+  asio::async_write(
+      *t.pipe, asio::buffer(t.pending),
+      [weak = weak_from_this(), i](const boost::system::error_code& ec, std::size_t n) {
+        auto self = weak.lock();
+        if (!self) return;
+        auto& tg = self->targets_[i];
+        tg.writing = false;
+        if (ec) {  // the rank is gone or closed stdin: drop what it would get
+          tg.pending.clear();
+          tg.pipe.reset();
+        } else {
+          tg.pending.erase(0, n);
+        }
+        self->flush(i);
+        self->read_some();
+      });
 }
 
 void stdin_forwarder::finish_input() {

@@ -1,19 +1,31 @@
-// pmrun: the command-line front end. Parse, validate, then hand the job to libpm.
+// pmrun: the command-line front end. Parse, validate, map, then hand the job to libpm's job_runner
+// on one Asio event loop; forward the signals pmrun receives; end as the job ended.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 
 #include "cli/messages.hpp"
+#include "driver/stdin_forwarder.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
 #include "pm/job_map.hpp"
+#include "pm/launch_facts.hpp"
+#include "pm/launcher.hpp"
 #include "pm/rank_map.hpp"
 #include "pm/report.hpp"
 #include "pm/version.hpp"
 
 namespace {
+
+namespace asio = boost::asio;
 
 bool root_allowed(const pm::run_options& options, const pm::env_map& env) {
   if (geteuid() != 0 || options.allow_run_as_root) return true;
@@ -24,15 +36,84 @@ bool root_allowed(const pm::run_options& options, const pm::env_map& env) {
   return is_one("OMPI_ALLOW_RUN_AS_ROOT") && is_one("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");
 }
 
-void write_map_json(const std::string& target, const std::string& json) {
+void write_text(const std::string& target, const std::string& text, const char* option) {
   if (target == "-") {
-    std::cout << json << std::flush;
+    std::cout << text << std::flush;
     return;
   }
   std::ofstream out(target);
-  out << json;
-  if (!out.flush())
-    throw pm::error(pm::errc::system, "--display-map-json: cannot write '" + target + "'");
+  out << text;
+  if (!out.flush()) {
+    throw pm::error(pm::errc::system, std::string(option) + ": cannot write '" + target + "'");
+  }
+}
+
+// Hundreds of ranks need more descriptors than the usual soft limit of 1024: raise ours to the hard
+// limit (the ranks get the original back: the agent restores it).
+void raise_nofile_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+struct prepared_stdin {
+  int fd_for_ranks = -1;  // what the transport hands to the reading rank
+  std::int64_t rank = -1;
+  std::vector<int> per_rank;         // --stdin all: each rank's pipe read end
+  std::vector<int> forward_targets;  // pipe write ends the forwarder fills
+  prepared_stdin() = default;
+  prepared_stdin(const prepared_stdin&) = delete;
+  prepared_stdin& operator=(const prepared_stdin&) = delete;
+  ~prepared_stdin() {
+    if (fd_for_ranks >= 0) close(fd_for_ranks);
+    for (int fd : per_rank) close(fd);
+  }
+};
+
+// Where stdin goes: a regular file or pipe is handed straight to the one reading rank; a terminal
+// (or --stdin all) is read by pmrun and copied into pipes.
+void prepare_stdin(const pm::stdin_target& target, std::uint32_t size, prepared_stdin& p) {
+  if (target.kind == pm::stdin_target::none) return;
+  if (fcntl(0, F_GETFD) < 0) return;  // no stdin at all
+  if (target.kind == pm::stdin_target::rank) {
+    if (target.rank_index >= size) {
+      throw pm::error(pm::errc::usage, pm::cli::stdin_rank_outside(target.rank_index, size));
+    }
+    p.rank = target.rank_index;
+    if (isatty(0) != 1) {
+      p.fd_for_ranks = fcntl(0, F_DUPFD_CLOEXEC, 3);
+      return;
+    }
+  }
+  // Forwarded through pipes: one for the reading rank, or one per rank for --stdin all.
+  const std::uint32_t pipes = target.kind == pm::stdin_target::all ? size : 1;
+  for (std::uint32_t i = 0; i < pipes; ++i) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+      throw pm::error(pm::errc::system, "cannot create a pipe for stdin");
+    if (target.kind == pm::stdin_target::all)
+      p.per_rank.push_back(fds[0]);
+    else
+      p.fd_for_ranks = fds[0];
+    p.forward_targets.push_back(fds[1]);
+  }
+}
+
+int exit_code_for(const pm::error& e) {
+  switch (e.code()) {
+    case pm::errc::not_found:
+      return pm::exit_codes::not_found;
+    case pm::errc::not_executable:
+      return pm::exit_codes::not_executable;
+    case pm::errc::launch:
+    case pm::errc::system:
+    case pm::errc::internal:
+      return pm::exit_codes::launch_failed;
+    default:
+      return pm::exit_codes::usage;
+  }
 }
 
 int run(int argc, char** argv) {
@@ -51,14 +132,96 @@ int run(int argc, char** argv) {
 
   const auto me = pm::local_host_info();
   const auto resolved = pm::resolve_job(options, env, me, pm::read_text_file);
-  const auto map = pm::map_job(resolved.job, resolved.alloc);
+  auto map = pm::map_job(resolved.job, resolved.alloc);
+  // Exports are checked before anything is shown or started.
+  auto job_env = pm::make_job_env(env, options.exports, options.profiles, {});
   const auto jobid = static_cast<std::uint32_t>(getpid() % 65535 + 1);
   if (options.display_map) std::cout << pm::format_job_map(map, jobid) << std::flush;
-  if (!options.display_map_json.empty())
-    write_map_json(options.display_map_json, pm::job_map_json(map, jobid));
+  if (!options.display_map_json.empty()) {
+    write_text(options.display_map_json, pm::job_map_json(map, jobid), "--display-map-json");
+  }
   if (options.do_not_launch) return 0;
-  throw pm::error(pm::errc::launch,
-                  "launching is not available in this build yet (use --do-not-launch)");
+
+  raise_nofile_limit();
+  job_env.facts = pm::decide_launch_facts(map, me, options.master_port);
+
+  pm::job_request request;
+  request.apps = resolved.job.apps;
+  request.env = std::move(job_env);
+  request.control.abort_on_failure = options.abort_on_failure;
+  request.control.timeout = options.timeout;
+  request.control.kill_grace = options.kill_grace;
+  request.output.tag = options.tag_output;
+  request.output.timestamp = options.timestamp_output;
+  request.output.merge_stderr = options.merge_stderr;
+  request.output.json_lines = options.json_lines;
+  request.output.output_dir = options.output_dir;
+  request.output.output_dir_nocopy = options.output_nocopy;
+  request.output.on_error = [](std::string_view message) {
+    std::fprintf(stderr, "pmrun: %.*s\n", static_cast<int>(message.size()), message.data());
+  };
+  prepared_stdin input;
+  prepare_stdin(options.input, map.size(), input);
+  request.stdin_fd = input.fd_for_ranks;
+  request.stdin_rank = input.rank;
+  request.per_rank_stdin = input.per_rank;
+  request.map = std::move(map);
+
+  asio::io_context io(1);
+  int ending_signal = 0;
+  std::optional<pm::job_report> report;
+  auto runner = std::make_unique<pm::job_runner>(
+      io, std::move(request),
+      pm::job_callbacks{[](std::string_view line) {
+                          std::fprintf(stderr, "pmrun: %.*s\n", static_cast<int>(line.size()),
+                                       line.data());
+                        },
+                        [&](const pm::job_report& r) { report = r; }});
+  std::shared_ptr<pm::driver::stdin_forwarder> forwarder;
+  if (!input.forward_targets.empty())
+    forwarder = pm::driver::stdin_forwarder::start(io, 0, input.forward_targets);
+
+  // Signals pmrun forwards to the job (docs/failure-semantics.md). SIGTSTP: the ranks stop, then
+  // pmrun stops itself; SIGCONT wakes both.
+  asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+  signals.add(SIGUSR1);
+  signals.add(SIGUSR2);
+  signals.add(SIGTSTP);
+  signals.add(SIGCONT);
+  signals.add(SIGPIPE);  // our stdout closing is reported by the output layer, not fatal
+  std::function<void(const boost::system::error_code&, int)> on_signal =
+      [&](const boost::system::error_code& ec, int signo) {
+        if (ec) return;
+        if (signo != SIGPIPE) runner->signal(signo);
+        if (signo == SIGTSTP) {
+          // Stop ourselves the default way once the ranks were told.
+          asio::post(io, [] { kill(getpid(), SIGSTOP); });
+        }
+        signals.async_wait(on_signal);
+      };
+  signals.async_wait(on_signal);
+
+  runner->start();
+  while (!report && io.run_one() > 0) {
+  }
+  signals.cancel();
+  if (forwarder) forwarder->stop();
+  if (!report) throw pm::error(pm::errc::internal, "the event loop ended before the job");
+
+  if (!options.report_file.empty())
+    write_text(options.report_file, pm::to_json(*report) + "\n", "--report");
+  ending_signal = report->cause == pm::cause_kind::signal ? report->signal : 0;
+  if (ending_signal != 0) {
+    // End by the signal we received, so that shell loops and callers see it.
+    std::fflush(nullptr);
+    signal(ending_signal, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, ending_signal);
+    sigprocmask(SIG_UNBLOCK, &set, nullptr);
+    raise(ending_signal);
+  }
+  return report->exit_code;
 }
 
 }  // namespace
@@ -68,10 +231,7 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const pm::error& e) {
     std::fprintf(stderr, "pmrun: %s\n", e.what());
-    return e.code() == pm::errc::launch || e.code() == pm::errc::system ||
-                   e.code() == pm::errc::internal
-               ? pm::exit_codes::launch_failed
-               : pm::exit_codes::usage;
+    return exit_code_for(e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pmrun: internal error: %s\n", e.what());
     return pm::exit_codes::launch_failed;

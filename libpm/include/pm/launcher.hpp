@@ -1,0 +1,79 @@
+// pm::job_runner: run a job on the caller's Asio io_context — the API a scheduler embeds, and
+// what pmrun uses.
+//
+// The runner drives a pm::controller with a transport (the local one today) and the output layer.
+// It installs no signal handler and no SIGCHLD handler: the embedding program owns its process's
+// signals and children, and forwards the signals it wants the job to see with signal().
+// Thread safety: every member function must be called from the io_context's thread (or strand);
+// callbacks run there too.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pm/controller.hpp"
+#include "pm/env.hpp"
+#include "pm/export.hpp"
+#include "pm/output.hpp"
+#include "pm/rank_map.hpp"
+#include "pm/report.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace pm {
+
+/// Everything a job needs, decided before any rank starts.
+struct job_request {
+  rank_map map;                   ///< from pm::map_job
+  std::vector<app_context> apps;  ///< argv and wdir per app (job_spec::apps)
+  job_env env;                    ///< from pm::make_job_env
+  controller_options control;     ///< failure policy, timeout, grace
+  output_options output;          ///< how output is shown (pm/output.hpp)
+  /// The descriptor rank `stdin_rank` reads as stdin (-1: every rank reads /dev/null). Not owned.
+  int stdin_fd = -1;
+  std::int64_t stdin_rank = 0;
+  /// --stdin all: one descriptor per rank (index = rank), each rank's own copy. Not owned.
+  std::vector<int> per_rank_stdin;
+  std::string agent_path;  ///< pmd; empty: next to the program, or $PM_AGENT
+};
+
+struct job_callbacks {
+  /// A human line from the controller (failures, aborts), without trailing newline.
+  std::function<void(std::string_view line)> on_message;
+  /// The job ended; the report is final. Called once, last.
+  std::function<void(const job_report& report)> on_finish;
+};
+
+class PM_API job_runner {
+ public:
+  /// Checks the request (every app's program resolved in its rank's PATH and wdir) and throws
+  /// pm::error before anything starts: a missing program starts no rank.
+  job_runner(boost::asio::io_context& io, job_request request, job_callbacks callbacks);
+  ~job_runner();
+  job_runner(const job_runner&) = delete;
+  job_runner& operator=(const job_runner&) = delete;
+
+  /// Starts the job; returns at once (the io_context runs it).
+  void start();
+  /// Tells the job that its launcher received `signo` (SIGINT/TERM/HUP abort it, a second one
+  /// escalates to SIGKILL; USR1/USR2/TSTP/CONT are forwarded to every rank).
+  void signal(int signo);
+  /// Aborts the job (SIGTERM, then SIGKILL after the grace period), as a cancelled job.
+  void cancel();
+  bool finished() const noexcept;
+  /// The report so far (final after on_finish).
+  job_report report() const;
+
+ private:
+  struct impl;
+  std::shared_ptr<impl> impl_;
+};
+
+}  // namespace pm

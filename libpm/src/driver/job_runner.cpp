@@ -1,0 +1,182 @@
+// job_runner: the Asio driver of the controller. It stamps events with the steady clock, queues
+// them (an action's failure comes back as a later event, never as a nested call), carries out the
+// controller's actions with the transport, timers and the output layer, and reports the end.
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <deque>
+#include <unordered_map>
+
+#include "io/output_forwarder.hpp"
+#include "pm/error.hpp"
+#include "pm/launcher.hpp"
+#include "transport/local/executable.hpp"
+#include "transport/local/local_transport.hpp"
+
+namespace pm {
+
+namespace asio = boost::asio;
+
+struct job_runner::impl : std::enable_shared_from_this<impl> {
+  impl(asio::io_context& io_, job_request request_, job_callbacks callbacks_)
+      : io(io_),
+        req(std::move(request_)),
+        cb(std::move(callbacks_)),
+        ctl(req.map, req.control),
+        epoch(std::chrono::steady_clock::now()) {}
+
+  asio::io_context& io;
+  job_request req;
+  job_callbacks cb;
+  controller ctl;
+  std::chrono::steady_clock::time_point epoch;
+  std::vector<std::string> paths;  // resolved program per app
+  std::unique_ptr<transport> tp;
+  std::unique_ptr<io::output_forwarder> out;
+  std::deque<event> queue;
+  bool drain_posted = false;
+  std::unordered_map<std::uint64_t, std::unique_ptr<asio::steady_timer>> timers;
+  std::vector<action> actions;
+  bool done = false;
+  std::optional<job_report> final_report;
+
+  job_time now() const { return std::chrono::steady_clock::now() - epoch; }
+
+  // The PATH a rank of this job sees: an -x PATH wins over the inherited one.
+  std::string rank_path_variable() const {
+    for (const auto* list : {&req.env.overrides, &req.env.base}) {
+      for (auto it = list->rbegin(); it != list->rend(); ++it) {
+        if (it->name == "PATH") return it->value;
+      }
+    }
+    return "/usr/local/bin:/usr/bin:/bin";
+  }
+
+  void resolve_programs() {
+    const auto path = rank_path_variable();
+    for (const auto& app : req.apps) {
+      if (app.argv.empty()) throw error(errc::launch, "an app context has no program");
+      paths.push_back(local::resolve_executable(app.argv[0], path, app.wdir));
+    }
+  }
+
+  void post(event e) {
+    queue.push_back(std::move(e));
+    if (drain_posted) return;
+    drain_posted = true;
+    asio::post(io, [self = shared_from_this()] { self->drain(); });
+  }
+
+  void drain() {
+    drain_posted = false;
+    while (!queue.empty()) {
+      event e = std::move(queue.front());
+      queue.pop_front();
+      actions.clear();
+      ctl.handle(now(), e, actions);
+      for (auto& a : actions) std::visit([this](auto& act) { execute(act); }, a);
+    }
+  }
+
+  void execute(spawn& s) {
+    std::vector<rank_launch> launches;
+    launches.reserve(s.ranks.size());
+    for (auto r : s.ranks) {
+      const auto p = req.map.at(r);
+      rank_launch l;
+      l.rank = r;
+      l.path = paths[p.app];
+      l.argv = req.apps[p.app].argv;
+      l.env = rank_environment(req.env, req.map, r);
+      l.wdir = req.apps[p.app].wdir;
+      l.streams = req.output.merge_stderr ? 1 : 2;
+      l.stdin_from_launcher = req.stdin_fd >= 0 && static_cast<std::int64_t>(r) == req.stdin_rank;
+      launches.push_back(std::move(l));
+    }
+    if (req.per_rank_stdin.empty()) {
+      tp->spawn(s.host, std::move(launches), req.stdin_fd);
+      return;
+    }
+    // --stdin all: every rank reads its own pipe, so each is started with its own descriptor.
+    for (auto& l : launches) {
+      const int fd = req.per_rank_stdin[l.rank];
+      l.stdin_from_launcher = fd >= 0;
+      tp->spawn(s.host, {std::move(l)}, fd);
+    }
+  }
+  void execute(signal_ranks& s) { tp->signal(s.host, s.ranks, s.signo); }
+  void execute(start_timer& t) {
+    auto timer = std::make_unique<asio::steady_timer>(io, t.after);
+    timer->async_wait([weak = weak_from_this(), id = t.timer](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (!ec && self) self->post(timer_fired{id});
+    });
+    timers[t.timer] = std::move(timer);
+  }
+  void execute(cancel_timer& t) { timers.erase(t.timer); }  // destroying cancels the wait
+  void execute(emit& e) {
+    if (cb.on_message) cb.on_message(e.line);
+  }
+  void execute(finish& f) {
+    final_report = std::move(f.report);
+    timers.clear();
+    // Every stream reached end-of-stream; let the output layer write what it holds, then let the
+    // transport clear what the ranks left behind, then report.
+    out->async_drain([self = shared_from_this()] {
+      self->tp->shutdown([self] {
+        self->done = true;
+        if (self->cb.on_finish) self->cb.on_finish(*self->final_report);
+      });
+    });
+  }
+
+  void start() {
+    transport_callbacks tcb;
+    tcb.on_event = [weak = weak_from_this()](event e) {
+      if (auto self = weak.lock()) self->post(std::move(e));
+    };
+    tcb.on_output_fd = [weak = weak_from_this()](std::uint32_t rank, stream_kind stream, int fd) {
+      auto self = weak.lock();
+      if (!self) {
+        ::close(fd);
+        return;
+      }
+      self->out->attach(rank, stream == stream_kind::out ? output_stream::out : output_stream::err,
+                        fd, [weak, rank, stream](std::uint64_t bytes) {
+                          if (auto s = weak.lock()) s->post(stream_closed{rank, stream, bytes});
+                        });
+    };
+    out = std::make_unique<io::output_forwarder>(io, req.output, req.map.size());
+    local::local_transport_options topts;
+    topts.agent_path = req.agent_path;
+    tp = std::make_unique<local::local_transport>(io, std::move(tcb), topts);
+    post(job_start{});
+  }
+};
+
+job_runner::job_runner(asio::io_context& io, job_request request, job_callbacks callbacks)
+    : impl_(std::make_shared<impl>(io, std::move(request), std::move(callbacks))) {
+  impl_->req.control.streams_per_rank = impl_->req.output.merge_stderr ? 1 : 2;
+  impl_->ctl = controller(impl_->req.map, impl_->req.control);
+  impl_->resolve_programs();
+}
+
+job_runner::~job_runner() = default;
+
+void job_runner::start() {
+  impl_->start();
+}
+void job_runner::signal(int signo) {
+  impl_->post(signal_received{signo});
+}
+void job_runner::cancel() {
+  impl_->post(abort_requested{std::nullopt, 1, "cancelled"});
+}
+bool job_runner::finished() const noexcept {
+  return impl_->done;
+}
+job_report job_runner::report() const {
+  return impl_->final_report ? *impl_->final_report : impl_->ctl.report();
+}
+
+}  // namespace pm
