@@ -49,7 +49,7 @@ std::string resolve_executable(std::string_view program, std::string_view path_e
         return path;
       case check::missing:
         throw error(
-            errc::launch,
+            e == ENOENT ? errc::not_found : errc::not_executable,
             shown + (e == ENOENT ? " does not exist" : std::string(": ") + std::strerror(e)) +
                 (wdir.empty() || program.front() == '/' ? ""
                                                         : " (in '" + std::string(wdir) + "')"));

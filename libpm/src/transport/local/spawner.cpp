@@ -99,7 +99,8 @@ std::vector<char*> c_strings(const std::vector<std::string>& list) {
   const std::string what = error_number == ENOENT && !request.wdir.empty()
                                ? "cannot execute '" + request.path + "' in '" + request.wdir + "'"
                                : "cannot execute '" + request.path + "'";
-  throw error(errc::launch, what + ": " + std::strerror(error_number));
+  throw error(error_number == ENOENT ? errc::not_found : errc::not_executable,
+              what + ": " + std::strerror(error_number));
 }
 
 // posix_spawn + pidfd_open: for systems that refuse clone with CLONE_PIDFD.
