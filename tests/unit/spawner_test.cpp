@@ -117,7 +117,7 @@ TEST(Spawner, ExecFailuresAreReportedSynchronously) {
     spawn(req);
     FAIL() << "no error";
   } catch (const pm::error& e) {
-    EXPECT_EQ(e.code(), pm::errc::launch);
+    EXPECT_EQ(e.code(), pm::errc::not_found);
     EXPECT_STREQ(e.what(), "cannot execute '/nonexistent/app': No such file or directory");
   }
   const std::string plain = "/tmp/pm-spawner-test-plain-" + std::to_string(getpid());
