@@ -69,7 +69,9 @@ void run_flood(bool tagged) {
   for (int rank = 0; rank < ranks; ++rank) {
     EXPECT_EQ(v.next_line[static_cast<std::size_t>(rank)], bytes_per_rank / 100) << "rank " << rank;
   }
-  if (!tagged) EXPECT_EQ(v.bytes, ranks * bytes_per_rank);
+  if (!tagged) {
+    EXPECT_EQ(v.bytes, ranks * bytes_per_rank);
+  }
 }
 
 TEST(PmrunOutput, PlainFloodIsExact) {
