@@ -1,0 +1,39 @@
+// PBS/Torque: PBS_NODEFILE lists a host once per slot.
+#include <string>
+
+#include "model/parse_util.hpp"
+#include "pm/allocation.hpp"
+#include "pm/error.hpp"
+
+namespace pm {
+
+allocation parse_pbs_nodefile(std::string_view text, std::string_view filename) {
+  allocation out;
+  out.source = allocation_source::pbs;
+  std::size_t pos = 0, line_no = 0;
+  while (pos < text.size()) {
+    auto nl = text.find('\n', pos);
+    auto line = model::trim(text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos));
+    pos = nl == std::string_view::npos ? text.size() : nl + 1;
+    ++line_no;
+    if (line.empty()) continue;
+    if (!model::valid_host_name(line)) {
+      throw error(errc::parse, "PBS_NODEFILE " + std::string(filename) + ":" + std::to_string(line_no) +
+                                   ": invalid host name '" + std::string(line) + "'");
+    }
+    if (auto i = out.find(line)) ++out.hosts[*i].slots;
+    else out.hosts.push_back(host{std::string(line), 1});
+  }
+  if (out.hosts.empty()) throw error(errc::parse, "PBS_NODEFILE " + std::string(filename) + ": no hosts in it");
+  return out;
+}
+
+std::optional<allocation> managed_allocation(const env_map& env, const file_reader& read) {
+  if (auto slurm = slurm_allocation(env)) return slurm;
+  if (auto it = env.find("PBS_NODEFILE"); it != env.end() && !it->second.empty()) {
+    return parse_pbs_nodefile(read(it->second), it->second);
+  }
+  return std::nullopt;
+}
+
+}  // namespace pm

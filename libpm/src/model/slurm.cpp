@@ -1,0 +1,178 @@
+// Slurm allocations: hostlist expressions and tasks-per-node counts, as Slurm writes them.
+#include <string>
+#include <vector>
+
+#include "model/parse_util.hpp"
+#include "pm/allocation.hpp"
+#include "pm/error.hpp"
+
+namespace pm {
+namespace {
+
+constexpr std::size_t max_names = 10'000'000;
+
+[[noreturn]] void bad(std::string_view variable, std::string_view expr, const std::string& what) {
+  throw error(errc::parse, std::string(variable) + " '" + std::string(expr) + "': " + what);
+}
+
+// Expands one bracket body "01-04,07" into its numbers as strings, zero padding kept.
+std::vector<std::string> expand_ranges(std::string_view body, std::string_view variable,
+                                       std::string_view expr) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos <= body.size()) {
+    auto comma = body.find(',', pos);
+    auto item = body.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    auto dash = item.find('-');
+    auto lo_text = item.substr(0, dash);
+    auto hi_text = dash == std::string_view::npos ? lo_text : item.substr(dash + 1);
+    auto digits = [](std::string_view s) {
+      return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos && s.size() < 10;
+    };
+    if (!digits(lo_text) || !digits(hi_text)) bad(variable, expr, "invalid range '" + std::string(item) + "'");
+    const auto lo = std::stoull(std::string(lo_text));
+    const auto hi = std::stoull(std::string(hi_text));
+    if (hi < lo) bad(variable, expr, "reversed range '" + std::string(item) + "'");
+    if (hi - lo + out.size() >= max_names) bad(variable, expr, "expands to more than 10000000 hosts");
+    const auto width = lo_text.size();
+    for (auto n = lo; n <= hi; ++n) {
+      std::string s = std::to_string(n);
+      if (s.size() < width) s.insert(0, width - s.size(), '0');
+      out.push_back(std::move(s));
+    }
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// Expands one comma-free-at-top-level item: "rack[1-2]-n[01-02]" → every combination, in order.
+void expand_item(std::string_view item, std::string_view variable, std::string_view expr,
+                 std::vector<std::string>& out) {
+  std::vector<std::string> partial{""};
+  std::size_t pos = 0;
+  while (pos < item.size()) {
+    auto open = item.find('[', pos);
+    auto literal = item.substr(pos, open == std::string_view::npos ? std::string_view::npos : open - pos);
+    if (literal.find(']') != std::string_view::npos) bad(variable, expr, "unbalanced ']'");
+    for (auto& p : partial) p += literal;
+    if (open == std::string_view::npos) break;
+    auto close = item.find(']', open);
+    if (close == std::string_view::npos) bad(variable, expr, "unbalanced '['");
+    const auto numbers = expand_ranges(item.substr(open + 1, close - open - 1), variable, expr);
+    if (partial.size() * numbers.size() + out.size() > max_names) {
+      bad(variable, expr, "expands to more than 10000000 hosts");
+    }
+    std::vector<std::string> next;
+    next.reserve(partial.size() * numbers.size());
+    for (const auto& p : partial) {
+      for (const auto& n : numbers) next.push_back(p + n);
+    }
+    partial = std::move(next);
+    pos = close + 1;
+  }
+  for (auto& p : partial) {
+    if (!model::valid_host_name(p)) bad(variable, expr, "invalid host name '" + p + "'");
+    out.push_back(std::move(p));
+  }
+}
+
+std::optional<std::string> get(const env_map& env, const char* name) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_hostlist(std::string_view expr, std::string_view variable) {
+  std::vector<std::string> out;
+  if (expr.empty()) bad(variable, expr, "empty host list");
+  // Split at commas outside brackets.
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= expr.size(); ++i) {
+    if (i < expr.size() && expr[i] == '[') {
+      if (++depth > 1) bad(variable, expr, "nested '['");
+    } else if (i < expr.size() && expr[i] == ']') {
+      if (--depth < 0) bad(variable, expr, "unbalanced ']'");
+    } else if (i == expr.size() || (expr[i] == ',' && depth == 0)) {
+      if (i == expr.size() && depth != 0) bad(variable, expr, "unbalanced '['");
+      const auto item = expr.substr(start, i - start);
+      if (item.empty()) bad(variable, expr, "empty host name");
+      expand_item(item, variable, expr, out);
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+std::vector<std::uint32_t> parse_tasks_per_node(std::string_view text, std::size_t nodes,
+                                                std::string_view variable) {
+  std::vector<std::uint32_t> out;
+  std::size_t pos = 0;
+  if (text.empty()) bad(variable, text, "empty value");
+  while (pos <= text.size()) {
+    auto comma = text.find(',', pos);
+    auto item = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    std::uint32_t repeat = 1;
+    auto paren = item.find('(');
+    auto count_text = item.substr(0, paren);
+    if (paren != std::string_view::npos) {
+      // "2(x3)": 2 on each of 3 nodes.
+      if (item.size() < paren + 4 || item.substr(paren, 2) != "(x" || item.back() != ')') {
+        bad(variable, text, "invalid item '" + std::string(item) + "'");
+      }
+      auto r = model::positive_count(item.substr(paren + 2, item.size() - paren - 3));
+      if (!r) bad(variable, text, "invalid repeat in '" + std::string(item) + "'");
+      repeat = *r;
+    }
+    auto count = model::positive_count(count_text);
+    if (!count) bad(variable, text, "invalid count '" + std::string(count_text) + "'");
+    if (out.size() + repeat > nodes) {
+      bad(variable, text, "describes more than the " + std::to_string(nodes) + " nodes of the allocation");
+    }
+    out.insert(out.end(), repeat, *count);
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  if (out.size() != nodes) {
+    bad(variable, text, "describes " + std::to_string(out.size()) + " nodes, the allocation has " +
+                            std::to_string(nodes));
+  }
+  return out;
+}
+
+std::optional<allocation> slurm_allocation(const env_map& env) {
+  if (!get(env, "SLURM_JOB_ID") && !get(env, "SLURM_JOBID")) return std::nullopt;
+  const bool in_step = get(env, "SLURM_STEP_NODELIST").has_value();
+  const char* list_var = in_step ? "SLURM_STEP_NODELIST"
+                         : get(env, "SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST"
+                                                          : "SLURM_NODELIST";
+  auto list = get(env, list_var);
+  if (!list) return std::nullopt;
+  allocation out;
+  out.source = allocation_source::slurm;
+  const auto names = expand_hostlist(*list, list_var);
+  std::vector<std::uint32_t> slots(names.size(), 1);
+  for (const char* var : {in_step ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE",
+                          "SLURM_JOB_CPUS_PER_NODE"}) {
+    if (auto text = get(env, var)) {
+      slots = parse_tasks_per_node(*text, names.size(), var);
+      break;
+    }
+  }
+  std::uint32_t cpus_per_task = 1;
+  if (auto cpt = get(env, "SLURM_CPUS_PER_TASK")) {
+    auto n = model::positive_count(*cpt);
+    if (!n) bad("SLURM_CPUS_PER_TASK", *cpt, "expected a positive integer");
+    cpus_per_task = *n;
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    // As Open MPI: the slots per node divided by the CPUs each task uses, at least one.
+    out.hosts.push_back(host{names[i], std::max<std::uint32_t>(1, slots[i] / cpus_per_task)});
+  }
+  return out;
+}
+
+}  // namespace pm
