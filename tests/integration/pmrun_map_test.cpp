@@ -133,7 +133,9 @@ TEST(PmrunMap, BadInputIsOneClearLineAndExit2) {
     ASSERT_FALSE(r.err.empty());
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_EQ(r.err.rfind("pmrun: ", 0), 0u) << r.err;
-    if (!c.message.empty()) EXPECT_EQ(r.err, "pmrun: " + c.message + "\n");
+    if (!c.message.empty()) {
+      EXPECT_EQ(r.err, "pmrun: " + c.message + "\n");
+    }
   }
 }
 

@@ -47,6 +47,8 @@ std::string describe(const pm::action& a) {
           o << "cancel " << x.timer;
         else if constexpr (std::is_same_v<T, pm::emit>)
           o << "emit " << x.line;
+        else if constexpr (std::is_same_v<T, pm::clear_leftovers>)
+          o << "clear leftovers";
         else
           o << "finish " << x.report.exit_code;
       },

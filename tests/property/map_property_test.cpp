@@ -29,7 +29,7 @@ rc::Gen<generated> gen_case() {
     }
     g.job.mapping.by = *rc::gen::element(pm::map_by::slot, pm::map_by::node, pm::map_by::ppr_node);
     g.job.mapping.ppr = *rc::gen::inRange<std::uint32_t>(1, 4);
-    g.job.mapping.oversubscribe = *rc::gen::maybe(rc::gen::arbitrary<bool>());
+    if (*rc::gen::arbitrary<bool>()) g.job.mapping.oversubscribe = *rc::gen::arbitrary<bool>();
     const auto napps = *rc::gen::inRange(1, 4);
     for (int a = 0; a < napps; ++a) {
       pm::app_context app;

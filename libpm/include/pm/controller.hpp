@@ -122,13 +122,18 @@ struct cancel_timer {
 struct emit {
   std::string line;
 };
+/// Every rank ended, but output streams are still open: processes the ranks left behind (a
+/// background child, a daemon) hold them. The driver kills everything the ranks left, so that
+/// the streams close and the job can finish (as Slurm ends a step's leftovers). Emitted once.
+struct clear_leftovers {};
 /// The job is over: every rank ended and every stream closed. The driver clears what the ranks
 /// left behind (their process groups, the agents), then exits with report.exit_code.
 struct finish {
   job_report report;
 };
 
-using action = std::variant<spawn, signal_ranks, start_timer, cancel_timer, emit, finish>;
+using action =
+    std::variant<spawn, signal_ranks, start_timer, cancel_timer, emit, clear_leftovers, finish>;
 
 /// The job's state machine. Per rank it keeps a few bytes; every event costs O(1) amortized,
 /// except the one that starts an abort, which signals every live rank once.

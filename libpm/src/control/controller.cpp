@@ -50,6 +50,7 @@ struct controller::state {
   std::uint64_t timeout_timer = 0;  // 0: none active
   std::uint64_t grace_timer = 0;
   bool grace_expired = false;
+  bool leftovers_cleared = false;
   int abort_signal = SIGTERM;
   // The first failure (or signal, timeout, cancel) decides.
   cause_kind cause = cause_kind::none;
@@ -325,7 +326,14 @@ struct controller::state {
 
   void check_finish(std::vector<action>& out, const controller& self) {
     if (ph == phase::idle || ph == phase::finished) return;
-    if (not_ended != 0 || streams_open != 0) return;
+    if (not_ended != 0) return;
+    if (streams_open != 0) {
+      if (!leftovers_cleared) {
+        leftovers_cleared = true;
+        out.push_back(clear_leftovers{});
+      }
+      return;
+    }
     for (auto* timer : {&timeout_timer, &grace_timer}) {
       if (*timer != 0) {
         out.push_back(cancel_timer{*timer});

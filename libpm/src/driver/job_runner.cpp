@@ -117,6 +117,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   void execute(emit& e) {
     if (cb.on_message) cb.on_message(e.line);
   }
+  // The ranks are gone but something they left holds their output open: the transport clears it
+  // (it does the same, idempotently, at the finish).
+  void execute(clear_leftovers&) { tp->shutdown(nullptr); }
   void execute(finish& f) {
     final_report = std::move(f.report);
     timers.clear();

@@ -11,12 +11,18 @@ namespace pm {
 
 const char* to_string(allocation_source source) noexcept {
   switch (source) {
-    case allocation_source::implicit_local: return "implicit_local";
-    case allocation_source::host_list: return "host_list";
-    case allocation_source::hostfile: return "hostfile";
-    case allocation_source::slurm: return "slurm";
-    case allocation_source::pbs: return "pbs";
-    case allocation_source::api: return "api";
+    case allocation_source::implicit_local:
+      return "implicit_local";
+    case allocation_source::host_list:
+      return "host_list";
+    case allocation_source::hostfile:
+      return "hostfile";
+    case allocation_source::slurm:
+      return "slurm";
+    case allocation_source::pbs:
+      return "pbs";
+    case allocation_source::api:
+      return "api";
   }
   return "unknown";
 }

@@ -16,7 +16,8 @@ allocation parse_host_list(std::string_view text, std::string_view option) {
   std::size_t pos = 0;
   while (pos <= text.size()) {
     auto comma = text.find(',', pos);
-    auto item = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    auto item =
+        text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
     if (item.empty()) throw error(errc::parse, opt + " " + whole + ": empty host name");
     std::string_view name = item;
     std::uint32_t slots = 1;
@@ -32,7 +33,8 @@ allocation parse_host_list(std::string_view text, std::string_view option) {
     }
     if (name.empty()) throw error(errc::parse, opt + " " + whole + ": empty host name");
     if (!model::valid_host_name(name)) {
-      throw error(errc::parse, opt + " " + whole + ": invalid host name '" + std::string(name) + "'");
+      throw error(errc::parse,
+                  opt + " " + whole + ": invalid host name '" + std::string(name) + "'");
     }
     if (auto i = out.find(name)) {
       out.hosts[*i].slots += slots;  // a repeated host adds up, as in mpirun

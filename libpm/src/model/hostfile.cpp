@@ -19,7 +19,8 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
     auto line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
     pos = nl == std::string_view::npos ? text.size() : nl + 1;
     ++line_no;
-    const std::string where = "hostfile " + std::string(filename) + ":" + std::to_string(line_no) + ": ";
+    const std::string where =
+        "hostfile " + std::string(filename) + ":" + std::to_string(line_no) + ": ";
     if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
     line = model::trim(line);
     if (line.empty()) continue;
@@ -54,14 +55,15 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
       }
       auto n = model::positive_count(value);
       if (!n) {
-        throw error(errc::parse, where + "invalid " + std::string(key) + " value '" + std::string(value) +
-                                     "' (expected a positive integer)");
+        throw error(errc::parse, where + "invalid " + std::string(key) + " value '" +
+                                     std::string(value) + "' (expected a positive integer)");
       }
       (is_slots ? slots : max_slots) = *n;
     }
     if (slots && max_slots && *max_slots < *slots) {
-      throw error(errc::parse, where + "max_slots=" + std::to_string(*max_slots) + " is below slots=" +
-                                   std::to_string(*slots) + " for '" + std::string(name) + "'");
+      throw error(errc::parse, where + "max_slots=" + std::to_string(*max_slots) +
+                                   " is below slots=" + std::to_string(*slots) + " for '" +
+                                   std::string(name) + "'");
     }
     auto idx = out.find(name);
     if (!idx) {

@@ -98,7 +98,7 @@ std::vector<std::uint64_t> counts_by_slot(const std::vector<std::uint32_t>& host
   return count;
 }
 
-// Node mapping: an even share per host, adjusted to free slots; the rest round robin.
+// Node mapping: an even share per host, adjusted to free slots; the lag round robin.
 std::vector<std::uint64_t> counts_by_node(const std::vector<std::uint32_t>& hosts,
                                           const host_usage& usage, std::uint64_t np) {
   std::vector<std::uint64_t> count(hosts.size(), 0);
@@ -119,18 +119,14 @@ std::vector<std::uint64_t> counts_by_node(const std::vector<std::uint32_t>& host
     spread_round_robin(count, hosts, usage, remaining);
     return count;
   }
+  // Open MPI: the first (np % hosts) hosts are meant to take one more than the share; a host
+  // short of free slots takes what it can, and the lag is dealt round robin afterwards.
   const std::uint64_t share = std::max<std::uint64_t>(1, np / n);
-  std::uint64_t extra = np > share * n ? np - share * n : 0;
+  const std::uint64_t extra = np > share * n ? np - share * n : 0;
   std::uint64_t remaining = np;
   for (std::size_t i = 0; i < n && remaining > 0; ++i) {
-    const std::uint64_t avail = usage.free_slots(hosts[i]);
-    std::uint64_t c = std::min(avail, share);
-    if (avail > share && extra > 0) {
-      const std::uint64_t more = std::min(avail - share, extra);
-      c += more;
-      extra -= more;
-    }
-    c = std::min(c, remaining);
+    const std::uint64_t want = share + (i < extra ? 1 : 0);
+    const std::uint64_t c = std::min<std::uint64_t>({usage.free_slots(hosts[i]), want, remaining});
     count[i] = c;
     remaining -= c;
   }

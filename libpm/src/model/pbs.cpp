@@ -13,18 +13,23 @@ allocation parse_pbs_nodefile(std::string_view text, std::string_view filename) 
   std::size_t pos = 0, line_no = 0;
   while (pos < text.size()) {
     auto nl = text.find('\n', pos);
-    auto line = model::trim(text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos));
+    auto line = model::trim(
+        text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos));
     pos = nl == std::string_view::npos ? text.size() : nl + 1;
     ++line_no;
     if (line.empty()) continue;
     if (!model::valid_host_name(line)) {
-      throw error(errc::parse, "PBS_NODEFILE " + std::string(filename) + ":" + std::to_string(line_no) +
-                                   ": invalid host name '" + std::string(line) + "'");
+      throw error(errc::parse, "PBS_NODEFILE " + std::string(filename) + ":" +
+                                   std::to_string(line_no) + ": invalid host name '" +
+                                   std::string(line) + "'");
     }
-    if (auto i = out.find(line)) ++out.hosts[*i].slots;
-    else out.hosts.push_back(host{std::string(line), 1});
+    if (auto i = out.find(line))
+      ++out.hosts[*i].slots;
+    else
+      out.hosts.push_back(host{std::string(line), 1});
   }
-  if (out.hosts.empty()) throw error(errc::parse, "PBS_NODEFILE " + std::string(filename) + ": no hosts in it");
+  if (out.hosts.empty())
+    throw error(errc::parse, "PBS_NODEFILE " + std::string(filename) + ": no hosts in it");
   return out;
 }
 

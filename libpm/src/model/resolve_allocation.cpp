@@ -71,12 +71,16 @@ allocation resolve_allocation(const allocation_inputs& inputs, const local_host&
   if (inputs.host_list) host_list = canonical(*inputs.host_list, me);
 
   std::optional<allocation> chosen;
-  if (hostfile && host_list) chosen = select(*host_list, *hostfile, "hostfile");
-  else if (hostfile) chosen = hostfile;
-  else if (host_list) chosen = host_list;
+  if (hostfile && host_list)
+    chosen = select(*host_list, *hostfile, "hostfile");
+  else if (hostfile)
+    chosen = hostfile;
+  else if (host_list)
+    chosen = host_list;
 
   if (managed) {
-    const std::string name = managed->source == allocation_source::slurm ? "Slurm allocation" : "PBS allocation";
+    const std::string name =
+        managed->source == allocation_source::slurm ? "Slurm allocation" : "PBS allocation";
     return chosen ? select(*chosen, *managed, name) : *managed;
   }
   if (chosen) return *chosen;

@@ -22,18 +22,22 @@ std::vector<std::string> expand_ranges(std::string_view body, std::string_view v
   std::size_t pos = 0;
   while (pos <= body.size()) {
     auto comma = body.find(',', pos);
-    auto item = body.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    auto item =
+        body.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
     auto dash = item.find('-');
     auto lo_text = item.substr(0, dash);
     auto hi_text = dash == std::string_view::npos ? lo_text : item.substr(dash + 1);
     auto digits = [](std::string_view s) {
-      return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos && s.size() < 10;
+      return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos &&
+             s.size() < 10;
     };
-    if (!digits(lo_text) || !digits(hi_text)) bad(variable, expr, "invalid range '" + std::string(item) + "'");
+    if (!digits(lo_text) || !digits(hi_text))
+      bad(variable, expr, "invalid range '" + std::string(item) + "'");
     const auto lo = std::stoull(std::string(lo_text));
     const auto hi = std::stoull(std::string(hi_text));
     if (hi < lo) bad(variable, expr, "reversed range '" + std::string(item) + "'");
-    if (hi - lo + out.size() >= max_names) bad(variable, expr, "expands to more than 10000000 hosts");
+    if (hi - lo + out.size() >= max_names)
+      bad(variable, expr, "expands to more than 10000000 hosts");
     const auto width = lo_text.size();
     for (auto n = lo; n <= hi; ++n) {
       std::string s = std::to_string(n);
@@ -53,7 +57,8 @@ void expand_item(std::string_view item, std::string_view variable, std::string_v
   std::size_t pos = 0;
   while (pos < item.size()) {
     auto open = item.find('[', pos);
-    auto literal = item.substr(pos, open == std::string_view::npos ? std::string_view::npos : open - pos);
+    auto literal =
+        item.substr(pos, open == std::string_view::npos ? std::string_view::npos : open - pos);
     if (literal.find(']') != std::string_view::npos) bad(variable, expr, "unbalanced ']'");
     for (auto& p : partial) p += literal;
     if (open == std::string_view::npos) break;
@@ -114,7 +119,8 @@ std::vector<std::uint32_t> parse_tasks_per_node(std::string_view text, std::size
   if (text.empty()) bad(variable, text, "empty value");
   while (pos <= text.size()) {
     auto comma = text.find(',', pos);
-    auto item = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    auto item =
+        text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
     std::uint32_t repeat = 1;
     auto paren = item.find('(');
     auto count_text = item.substr(0, paren);
@@ -130,15 +136,17 @@ std::vector<std::uint32_t> parse_tasks_per_node(std::string_view text, std::size
     auto count = model::positive_count(count_text);
     if (!count) bad(variable, text, "invalid count '" + std::string(count_text) + "'");
     if (out.size() + repeat > nodes) {
-      bad(variable, text, "describes more than the " + std::to_string(nodes) + " nodes of the allocation");
+      bad(variable, text,
+          "describes more than the " + std::to_string(nodes) + " nodes of the allocation");
     }
     out.insert(out.end(), repeat, *count);
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }
   if (out.size() != nodes) {
-    bad(variable, text, "describes " + std::to_string(out.size()) + " nodes, the allocation has " +
-                            std::to_string(nodes));
+    bad(variable, text,
+        "describes " + std::to_string(out.size()) + " nodes, the allocation has " +
+            std::to_string(nodes));
   }
   return out;
 }
@@ -146,7 +154,7 @@ std::vector<std::uint32_t> parse_tasks_per_node(std::string_view text, std::size
 std::optional<allocation> slurm_allocation(const env_map& env) {
   if (!get(env, "SLURM_JOB_ID") && !get(env, "SLURM_JOBID")) return std::nullopt;
   const bool in_step = get(env, "SLURM_STEP_NODELIST").has_value();
-  const char* list_var = in_step ? "SLURM_STEP_NODELIST"
+  const char* list_var = in_step                          ? "SLURM_STEP_NODELIST"
                          : get(env, "SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST"
                                                           : "SLURM_NODELIST";
   auto list = get(env, list_var);
