@@ -37,6 +37,8 @@ class PM_API rank_map {
   /// Hosts the job uses.
   std::uint32_t num_nodes() const noexcept { return static_cast<std::uint32_t>(node_host_.size()); }
   const pm::allocation& allocation() const noexcept { return allocation_; }
+  /// Slots in the allocation (cached: OMPI_UNIVERSE_SIZE is asked for on every rank).
+  std::uint64_t total_slots() const noexcept { return total_slots_; }
 
   placement at(std::uint32_t rank) const;
   /// First rank and number of ranks of app context `app`.
@@ -55,6 +57,7 @@ class PM_API rank_map {
   friend PM_API rank_map map_job(const job_spec&, const pm::allocation&);
 
   pm::allocation allocation_;
+  std::uint64_t total_slots_ = 0;
   std::vector<std::uint32_t> host_of_rank_;    // per rank
   std::vector<std::uint32_t> local_rank_;      // per rank
   std::vector<std::uint32_t> app_first_rank_;  // per app

@@ -66,7 +66,7 @@ std::vector<env_var> profile_env(const rank_map& map, std::uint32_t rank, env_pr
     vars.push_back({"OMPI_COMM_WORLD_LOCAL_RANK", local_rank});
     // Open MPI's node rank counts this job's ranks on the node: the local rank for one job.
     vars.push_back({"OMPI_COMM_WORLD_NODE_RANK", local_rank});
-    vars.push_back({"OMPI_UNIVERSE_SIZE", std::to_string(map.allocation().total_slots())});
+    vars.push_back({"OMPI_UNIVERSE_SIZE", std::to_string(map.total_slots())});
     vars.push_back({"OMPI_APP_CTX_NUM_PROCS", std::to_string(map.app_size(p.app))});
   }
   if (has(profiles, env_profile::torch)) {

@@ -9,7 +9,7 @@ std::string format_job_map(const rank_map& map, std::uint32_t jobid) {
   std::string out;
   out.reserve(128 + std::size_t{map.size()} * 64);
   out += " Data for JOB " + job + " offset 0 Total slots allocated " +
-         std::to_string(map.allocation().total_slots()) + "\n\n";
+         std::to_string(map.total_slots()) + "\n\n";
   out += " ========================   JOB MAP   ========================\n";
   for (std::uint32_t node = 0; node < map.num_nodes(); ++node) {
     const auto h = map.host_of_node(node);
@@ -52,7 +52,7 @@ std::string job_map_json(const rank_map& map, std::uint32_t jobid) {
   }
   nlohmann::json doc = {{"jobid", jobid},
                         {"size", map.size()},
-                        {"total_slots", map.allocation().total_slots()},
+                        {"total_slots", map.total_slots()},
                         {"allocation_source", to_string(map.allocation().source)},
                         {"apps", std::move(apps)},
                         {"nodes", std::move(nodes)}};

@@ -166,6 +166,7 @@ rank_map map_job(const job_spec& job, const allocation& alloc) {
 
   rank_map map;
   map.allocation_ = alloc;
+  map.total_slots_ = alloc.total_slots();
   const auto nhosts = static_cast<std::uint32_t>(alloc.hosts.size());
   host_usage usage{std::vector<std::uint32_t>(nhosts, 0), alloc};
 
