@@ -1,7 +1,6 @@
 // What this machine calls itself: probed once, then passed into the pure functions.
 #include <arpa/inet.h>
 #include <ifaddrs.h>
-#include <netdb.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -38,16 +37,9 @@ local_host local_host_info() {
   if (gethostname(name, sizeof name - 1) == 0) me.hostname = name;
   if (me.hostname.empty()) me.hostname = "localhost";
   me.aliases.push_back("localhost");
-  // The canonical (fully qualified) name, from the local resolver configuration.
-  addrinfo hints{};
-  hints.ai_flags = AI_CANONNAME;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(me.hostname.c_str(), nullptr, &hints, &res) == 0) {
-    if (res != nullptr && res->ai_canonname != nullptr && me.hostname != res->ai_canonname) {
-      me.aliases.emplace_back(res->ai_canonname);
-    }
-    freeaddrinfo(res);
-  }
+  // No resolver look-up here: it is on every launch's path, and without a reachable name server
+  // it can stall for seconds. A fully qualified spelling of this host still matches through its
+  // short name (is_me).
   // Every interface address.
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) == 0) {
