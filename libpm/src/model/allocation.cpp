@@ -1,9 +1,9 @@
 #include "pm/allocation.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "pm/error.hpp"
 
@@ -41,11 +41,28 @@ std::optional<std::uint32_t> allocation::find(std::string_view name) const noexc
 }
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw error(errc::parse, "cannot read '" + path + "': " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  // POSIX calls rather than ifstream: errno is then the real reason, and a directory fails
+  // (EISDIR) instead of reading as an empty file.
+  auto fail = [&](int err) -> std::string {
+    throw error(errc::parse, "cannot read '" + path + "': " + std::strerror(err));
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(errno);
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return fail(err);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return text;
 }
 
 }  // namespace pm

@@ -1,4 +1,12 @@
 // Open MPI 4.1 hostfiles: "name [slots=N] [max_slots=M]", '#' comments, blank lines.
+//
+// The rules below were checked against mpirun 4.1 (--display-map --do-not-launch):
+//   a / a            -> 2 slots (a bare line adds one)
+//   a slots=2 / a    -> 3 slots (a bare line after a counted one still adds one)
+//   a / a slots=2    -> error (Open MPI: "multiple definitions of the slot count")
+//   a max_slots=4    -> slots 4, max 4 (the limit doubles as the count)
+//   a slots = 2      -> 2 (blanks around '=' are fine)
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -7,34 +15,67 @@
 #include "pm/error.hpp"
 
 namespace pm {
+namespace {
+
+bool blank(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
+
+// "a slots = 2" -> "a slots=2": Open MPI's lexer reads '=' as its own token.
+std::string join_equals(std::string_view line) {
+  std::string out;
+  out.reserve(line.size());
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (blank(c)) {
+      std::size_t j = i;
+      while (j < line.size() && blank(line[j])) ++j;
+      const bool before_eq = j < line.size() && line[j] == '=';
+      const bool after_eq = !out.empty() && out.back() == '=';
+      if (!before_eq && !after_eq) out += ' ';
+      i = j - 1;
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::vector<std::string_view> split_fields(std::string_view line) {
+  std::vector<std::string_view> fields;
+  std::size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && blank(line[i])) ++i;
+    std::size_t j = i;
+    while (j < line.size() && !blank(line[j])) ++j;
+    if (j > i) fields.push_back(line.substr(i, j - i));
+    i = j;
+  }
+  return fields;
+}
+
+}  // namespace
 
 allocation parse_hostfile(std::string_view text, std::string_view filename) {
   allocation out;
   out.source = allocation_source::hostfile;
-  std::vector<bool> had_slots;  // per host: a line gave slots= explicitly
-  std::vector<int> bare_lines;  // per host: bare lines seen
   std::size_t line_no = 0, pos = 0;
   while (pos < text.size()) {
-    auto nl = text.find('\n', pos);
-    auto line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    const auto nl = text.find('\n', pos);
+    auto raw = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
     pos = nl == std::string_view::npos ? text.size() : nl + 1;
     ++line_no;
+    if (auto hash = raw.find('#'); hash != std::string_view::npos) raw = raw.substr(0, hash);
+    const std::string line = join_equals(model::trim(raw));
+    const auto fields = split_fields(line);
+    if (fields.empty()) continue;
     const std::string where =
         "hostfile " + std::string(filename) + ":" + std::to_string(line_no) + ": ";
-    if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    line = model::trim(line);
-    if (line.empty()) continue;
-    // Split on blanks: the name, then key=value fields.
-    std::vector<std::string_view> fields;
-    std::size_t i = 0;
-    while (i < line.size()) {
-      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
-      std::size_t j = i;
-      while (j < line.size() && line[j] != ' ' && line[j] != '\t') ++j;
-      if (j > i) fields.push_back(line.substr(i, j - i));
-      i = j;
-    }
+
     const auto name = fields[0];
+    if (name.find('=') != std::string_view::npos) {
+      throw error(errc::parse, where + "expected a host name before '" + std::string(name) + "'");
+    }
     if (!model::valid_host_name(name)) {
       throw error(errc::parse, where + "invalid host name '" + std::string(name) + "'");
     }
@@ -47,6 +88,7 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
       }
       const auto key = fields[f].substr(0, eq);
       const auto value = fields[f].substr(eq + 1);
+      // count= and cpu= are older spellings Open MPI's lexer still takes for slots=.
       const bool is_slots = key == "slots" || key == "count" || key == "cpu";
       const bool is_max = key == "max_slots" || key == "max-slots";
       if (!is_slots && !is_max) {
@@ -58,31 +100,43 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
         throw error(errc::parse, where + "invalid " + std::string(key) + " value '" +
                                      std::string(value) + "' (expected a positive integer)");
       }
-      (is_slots ? slots : max_slots) = *n;
+      auto& target = is_slots ? slots : max_slots;
+      if (target) {
+        throw error(errc::parse, where + "'" + std::string(key) + "' given twice for '" +
+                                     std::string(name) + "'");
+      }
+      target = *n;
     }
-    if (slots && max_slots && *max_slots < *slots) {
-      throw error(errc::parse, where + "max_slots=" + std::to_string(*max_slots) +
-                                   " is below slots=" + std::to_string(*slots) + " for '" +
+
+    host* h = nullptr;
+    if (auto idx = out.find(name)) {
+      h = &out.hosts[*idx];
+      if (slots) {
+        throw error(errc::parse, where + "host '" + std::string(name) +
+                                     "' is listed again; give its slots on one line only");
+      }
+      // A repeated line without slots= adds one slot; the count is now known.
+      if (h->slots == UINT32_MAX) {
+        throw error(errc::parse, where + "too many slots for '" + std::string(name) + "'");
+      }
+      ++h->slots;
+      h->slots_given = true;
+      if (max_slots) h->max_slots = *max_slots;
+    } else {
+      host fresh;
+      fresh.name = std::string(name);
+      // max_slots alone: Open MPI takes the limit as the count too.
+      fresh.slots = slots ? *slots : max_slots.value_or(1);
+      fresh.max_slots = max_slots.value_or(0);
+      fresh.slots_given = slots.has_value() || max_slots.has_value();
+      out.hosts.push_back(std::move(fresh));
+      h = &out.hosts.back();
+    }
+    if (h->max_slots != 0 && h->max_slots < h->slots) {
+      throw error(errc::parse, where + "max_slots=" + std::to_string(h->max_slots) +
+                                   " is below slots=" + std::to_string(h->slots) + " for '" +
                                    std::string(name) + "'");
     }
-    auto idx = out.find(name);
-    if (!idx) {
-      out.hosts.push_back(host{std::string(name), slots.value_or(1), max_slots.value_or(0),
-                               slots.has_value(), false});
-      had_slots.push_back(slots.has_value());
-      bare_lines.push_back(slots ? 0 : 1);
-      continue;
-    }
-    auto& h = out.hosts[*idx];
-    if (slots || had_slots[*idx]) {
-      throw error(errc::parse, where + "host '" + std::string(name) +
-                                   "' is listed again; give its slots on one line only");
-    }
-    // A repeated bare line adds a slot each (Open MPI); the count is now given.
-    ++bare_lines[*idx];
-    h.slots = static_cast<std::uint32_t>(bare_lines[*idx]);
-    h.slots_given = true;
-    if (max_slots) h.max_slots = *max_slots;
   }
   if (out.hosts.empty()) {
     throw error(errc::parse, "hostfile " + std::string(filename) + ": no hosts in it");

@@ -1,34 +1,56 @@
 // What this machine calls itself: probed once, then passed into the pure functions.
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
+#include "model/host_name.hpp"
 #include "pm/allocation.hpp"
+#include "pm/error.hpp"
 
 namespace pm {
 
 namespace {
-bool is_ip(std::string_view name) {
-  return !name.empty() &&
-         name.find_first_not_of("0123456789.:abcdefABCDEF") == std::string_view::npos &&
-         (name.find('.') != std::string_view::npos || name.find(':') != std::string_view::npos) &&
-         name.find_first_of("0123456789") != std::string_view::npos;
+
+void add_alias(local_host& me, std::string name) {
+  if (name.empty() || name == me.hostname) return;
+  if (std::find(me.aliases.begin(), me.aliases.end(), name) == me.aliases.end())
+    me.aliases.push_back(std::move(name));
 }
-std::string_view short_name(std::string_view name) {
-  return name.substr(0, name.find('.'));
+
+std::string interface_address(const sockaddr* addr) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (addr->sa_family == AF_INET) {
+    sockaddr_in in{};
+    std::memcpy(&in, addr, sizeof in);  // no cast through an unrelated pointer type
+    if (inet_ntop(AF_INET, &in.sin_addr, buf, sizeof buf) == nullptr) return {};
+  } else if (addr->sa_family == AF_INET6) {
+    sockaddr_in6 in6{};
+    std::memcpy(&in6, addr, sizeof in6);
+    if (inet_ntop(AF_INET6, &in6.sin6_addr, buf, sizeof buf) == nullptr) return {};
+  } else {
+    return {};
+  }
+  return buf;
 }
+
 }  // namespace
 
 bool local_host::is_me(std::string_view name) const {
-  if (name == hostname || name == "localhost" || name.starts_with("127.") || name == "::1")
-    return true;
+  if (name.empty()) return false;
+  if (name == hostname || name == "localhost" || name == "::1") return true;
+  // The whole 127/8 block is loopback (Debian names the host 127.0.1.1).
+  if (name.starts_with("127.") && model::is_ip_address(name)) return true;
   if (std::find(aliases.begin(), aliases.end(), name) != aliases.end()) return true;
   // node1.example.com names node1 (Open MPI drops the domain unless told to keep it).
-  return !is_ip(name) && !is_ip(hostname) && short_name(name) == short_name(hostname);
+  if (model::is_ip_address(name) || model::is_ip_address(hostname)) return false;
+  return model::short_name(name) == model::short_name(hostname);
 }
 
 local_host local_host_info() {
@@ -36,27 +58,22 @@ local_host local_host_info() {
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) == 0) me.hostname = name;
   if (me.hostname.empty()) me.hostname = "localhost";
-  me.aliases.push_back("localhost");
-  // No resolver look-up here: it is on every launch's path, and without a reachable name server
-  // it can stall for seconds. A fully qualified spelling of this host still matches through its
-  // short name (is_me).
-  // Every interface address.
+  add_alias(me, "localhost");
+  // The FQDN and other names from /etc/hosts, read directly: getaddrinfo(AI_CANONNAME) would
+  // fall through to DNS for a host missing from /etc/hosts, and this runs on every launch
+  // (without a reachable name server that stalls for seconds).
+  try {
+    for (auto& alias : model::hosts_file_names(read_text_file("/etc/hosts"), me.hostname))
+      add_alias(me, std::move(alias));
+  } catch (const error&) {
+    // No /etc/hosts: the short-name rule in is_me still matches FQDN spellings.
+  }
+  // Every interface address, so that -H 10.0.0.5 names this machine when it has that address.
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) == 0) {
     for (auto* it = list; it != nullptr; it = it->ifa_next) {
       if (it->ifa_addr == nullptr) continue;
-      char buf[INET6_ADDRSTRLEN] = {};
-      if (it->ifa_addr->sa_family == AF_INET) {
-        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, buf,
-                  sizeof buf);
-      } else if (it->ifa_addr->sa_family == AF_INET6) {
-        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(it->ifa_addr)->sin6_addr, buf,
-                  sizeof buf);
-      } else {
-        continue;
-      }
-      if (std::find(me.aliases.begin(), me.aliases.end(), buf) == me.aliases.end())
-        me.aliases.emplace_back(buf);
+      add_alias(me, interface_address(it->ifa_addr));
     }
     freeifaddrs(list);
   }

@@ -1,21 +1,21 @@
 // Which hosts a job may use: Open MPI's precedence between managed allocations, hostfiles and -H.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
+#include "model/host_name.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
 
 namespace pm {
 namespace {
 
-bool is_ip(std::string_view name) {
-  return !name.empty() && name.find_first_not_of("0123456789.") == std::string_view::npos;
-}
-std::string_view short_name(std::string_view name) {
-  return is_ip(name) ? name : name.substr(0, name.find('.'));
+std::uint32_t add_slots(std::uint32_t a, std::uint32_t b) {
+  return b > UINT32_MAX - a ? UINT32_MAX : a + b;
 }
 
-// One host per machine: local aliases become the hostname; FQDN and short name are one host.
+// One host per machine: local aliases become the hostname; FQDN and short name are one host
+// (the first spelling is kept, since it is the one the user wrote first and can reach).
 allocation canonical(const allocation& in, const local_host& me) {
   allocation out;
   out.source = in.source;
@@ -24,40 +24,40 @@ allocation canonical(const allocation& in, const local_host& me) {
     if (me.is_me(h.name)) {
       c.name = me.hostname;
       c.local = true;
-      if (!c.slots_given) c.slots = me.cores;  // a bare hostfile line: this machine's cores
     }
-    auto same = std::find_if(out.hosts.begin(), out.hosts.end(), [&](const host& o) {
-      return o.name == c.name || (!is_ip(o.name) && short_name(o.name) == short_name(c.name));
-    });
+    auto same = std::find_if(out.hosts.begin(), out.hosts.end(),
+                             [&](const host& o) { return model::same_host(o.name, c.name); });
     if (same == out.hosts.end()) {
       out.hosts.push_back(std::move(c));
-    } else {
-      // Two spellings of one host: their slots add up, as Open MPI's repeated entries do.
-      same->slots += c.slots;
-      same->max_slots = same->max_slots && c.max_slots ? same->max_slots + c.max_slots : 0;
-      same->slots_given = same->slots_given || c.slots_given;
+      continue;
     }
+    // Two spellings of one host add up, like repeated entries in Open MPI ("localhost" and
+    // "vm" in one hostfile give vm two slots there); the count is then explicit.
+    same->slots = add_slots(same->slots, c.slots);
+    same->max_slots = same->max_slots && c.max_slots ? add_slots(same->max_slots, c.max_slots) : 0;
+    same->slots_given = true;
+    same->local = same->local || c.local;
   }
   return out;
 }
 
-// The hosts of `pick` that are in `from`, with pick's slot counts; any other host is an error.
+// The hosts of `pick`, each of which must be in `from`. Pick's order and slot counts apply (mpirun
+// 4.1: hostfile "a slots=4 max_slots=6" with -H a gives a 1 slot, no max); a bare hostfile line
+// takes the count `from` gives it. Names are `from`'s spelling: the one the batch system knows.
 allocation select(const allocation& pick, const allocation& from, const std::string& from_name) {
   allocation out = pick;
   for (auto& h : out.hosts) {
-    auto it = std::find_if(from.hosts.begin(), from.hosts.end(), [&](const host& f) {
-      return f.name == h.name || (!is_ip(f.name) && short_name(f.name) == short_name(h.name));
-    });
+    auto it = std::find_if(from.hosts.begin(), from.hosts.end(),
+                           [&](const host& f) { return model::same_host(f.name, h.name); });
     if (it == from.hosts.end()) {
       throw error(errc::allocation, "host '" + h.name + "' is not in the " + from_name);
     }
     h.name = it->name;
-    h.local = it->local;
+    h.local = h.local || it->local;
     if (!h.slots_given) {
-      h.slots = it->slots;  // a bare line inherits the slots its source gave
+      h.slots = it->slots;
       h.slots_given = it->slots_given;
     }
-    if (h.max_slots == 0) h.max_slots = it->max_slots;
   }
   return out;
 }
@@ -70,24 +70,27 @@ allocation resolve_allocation(const allocation_inputs& inputs, const local_host&
   if (inputs.hostfile) hostfile = canonical(*inputs.hostfile, me);
   if (inputs.host_list) host_list = canonical(*inputs.host_list, me);
 
-  std::optional<allocation> chosen;
-  if (hostfile && host_list)
-    chosen = select(*host_list, *hostfile, "hostfile");
-  else if (hostfile)
-    chosen = hostfile;
-  else if (host_list)
-    chosen = host_list;
-
   if (managed) {
     const std::string name =
-        managed->source == allocation_source::slurm ? "Slurm allocation" : "PBS allocation";
-    return chosen ? select(*chosen, *managed, name) : *managed;
+        managed->source == allocation_source::pbs ? "PBS allocation" : "Slurm allocation";
+    if (hostfile) hostfile = select(*hostfile, *managed, name);
+    if (host_list && !hostfile) host_list = select(*host_list, *managed, name);
   }
-  if (chosen) return *chosen;
-  allocation local;
-  local.source = allocation_source::implicit_local;
-  local.hosts.push_back(host{me.hostname, me.cores, 0, true, true});
-  return local;
+  // The hostfile allocation does not carry its file name; the caller's message context does.
+  if (host_list && hostfile) host_list = select(*host_list, *hostfile, "hostfile");
+
+  std::optional<allocation> chosen = host_list ? host_list : hostfile ? hostfile : managed;
+  if (!chosen) {
+    allocation local;
+    local.source = allocation_source::implicit_local;
+    local.hosts.push_back(host{me.hostname, me.cores, 0, true, true});
+    return local;
+  }
+  // A bare hostfile line for this machine: its cores (remote ones learn theirs from the agent).
+  for (auto& h : chosen->hosts) {
+    if (h.local && !h.slots_given) h.slots = std::max<std::uint32_t>(1, me.cores);
+  }
+  return *chosen;
 }
 
 }  // namespace pm

@@ -1,4 +1,8 @@
 // Slurm allocations: hostlist expressions and tasks-per-node counts, as Slurm writes them.
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,14 +31,17 @@ std::vector<std::string> expand_ranges(std::string_view body, std::string_view v
     auto dash = item.find('-');
     auto lo_text = item.substr(0, dash);
     auto hi_text = dash == std::string_view::npos ? lo_text : item.substr(dash + 1);
-    auto digits = [](std::string_view s) {
-      return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos &&
-             s.size() < 10;
+    // Plain decimal numbers; 18 digits keep every value (and hi - lo) inside 64 bits.
+    auto number = [](std::string_view s) -> std::optional<std::uint64_t> {
+      if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string_view::npos)
+        return std::nullopt;
+      std::uint64_t v = 0;
+      std::from_chars(s.data(), s.data() + s.size(), v);
+      return v;
     };
-    if (!digits(lo_text) || !digits(hi_text))
-      bad(variable, expr, "invalid range '" + std::string(item) + "'");
-    const auto lo = std::stoull(std::string(lo_text));
-    const auto hi = std::stoull(std::string(hi_text));
+    const auto lo_n = number(lo_text), hi_n = number(hi_text);
+    if (!lo_n || !hi_n) bad(variable, expr, "invalid range '" + std::string(item) + "'");
+    const auto lo = *lo_n, hi = *hi_n;
     if (hi < lo) bad(variable, expr, "reversed range '" + std::string(item) + "'");
     if (hi - lo + out.size() >= max_names)
       bad(variable, expr, "expands to more than 10000000 hosts");
@@ -163,8 +170,12 @@ std::optional<allocation> slurm_allocation(const env_map& env) {
   out.source = allocation_source::slurm;
   const auto names = expand_hostlist(*list, list_var);
   std::vector<std::uint32_t> slots(names.size(), 1);
-  for (const char* var : {in_step ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE",
-                          "SLURM_JOB_CPUS_PER_NODE"}) {
+  // Inside a step only the step's counts describe the step's nodes; the job-wide variables
+  // describe the job's nodes and would not line up with the step's list.
+  const std::vector<const char*> count_vars =
+      in_step ? std::vector<const char*>{"SLURM_STEP_TASKS_PER_NODE"}
+              : std::vector<const char*>{"SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE"};
+  for (const char* var : count_vars) {
     if (auto text = get(env, var)) {
       slots = parse_tasks_per_node(*text, names.size(), var);
       break;
