@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,74 +20,93 @@ constexpr std::size_t max_names = 10'000'000;
   throw error(errc::parse, std::string(variable) + " '" + std::string(expr) + "': " + what);
 }
 
-// Expands one bracket body "01-04,07" into its numbers as strings, zero padding kept.
-std::vector<std::string> expand_ranges(std::string_view body, std::string_view variable,
-                                       std::string_view expr) {
-  std::vector<std::string> out;
+[[noreturn]] void too_many(std::string_view variable, std::string_view expr) {
+  bad(variable, expr, "expands to more than " + std::to_string(max_names) + " hosts");
+}
+
+// Plain decimal numbers; 18 digits keep every value (and hi - lo) inside 64 bits.
+std::optional<std::uint64_t> number(std::string_view s) {
+  if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
+  std::uint64_t v = 0;
+  std::from_chars(s.data(), s.data() + s.size(), v);
+  return v;
+}
+
+// One bracket body "01-04,07": checks it and returns how many numbers it holds; with `out`, also
+// appends them as strings, zero padding kept (the width of the lower bound, as Slurm does).
+std::uint64_t expand_ranges(std::string_view body, std::string_view variable, std::string_view expr,
+                            std::vector<std::string>* out) {
+  std::uint64_t count = 0;
   std::size_t pos = 0;
   while (pos <= body.size()) {
-    auto comma = body.find(',', pos);
-    auto item =
+    const auto comma = body.find(',', pos);
+    const auto item =
         body.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
-    auto dash = item.find('-');
-    auto lo_text = item.substr(0, dash);
-    auto hi_text = dash == std::string_view::npos ? lo_text : item.substr(dash + 1);
-    // Plain decimal numbers; 18 digits keep every value (and hi - lo) inside 64 bits.
-    auto number = [](std::string_view s) -> std::optional<std::uint64_t> {
-      if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string_view::npos)
-        return std::nullopt;
-      std::uint64_t v = 0;
-      std::from_chars(s.data(), s.data() + s.size(), v);
-      return v;
-    };
+    const auto dash = item.find('-');
+    const auto lo_text = item.substr(0, dash);
+    const auto hi_text = dash == std::string_view::npos ? lo_text : item.substr(dash + 1);
     const auto lo_n = number(lo_text), hi_n = number(hi_text);
     if (!lo_n || !hi_n) bad(variable, expr, "invalid range '" + std::string(item) + "'");
     const auto lo = *lo_n, hi = *hi_n;
     if (hi < lo) bad(variable, expr, "reversed range '" + std::string(item) + "'");
-    if (hi - lo + out.size() >= max_names)
-      bad(variable, expr, "expands to more than 10000000 hosts");
-    const auto width = lo_text.size();
-    for (auto n = lo; n <= hi; ++n) {
-      std::string s = std::to_string(n);
-      if (s.size() < width) s.insert(0, width - s.size(), '0');
-      out.push_back(std::move(s));
+    if (hi - lo >= max_names - count) too_many(variable, expr);
+    count += hi - lo + 1;
+    if (out) {
+      const auto width = lo_text.size();
+      for (auto n = lo; n <= hi; ++n) {
+        std::string s = std::to_string(n);
+        if (s.size() < width) s.insert(0, width - s.size(), '0');
+        out->push_back(std::move(s));
+      }
     }
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }
-  return out;
+  return count;
 }
 
-// Expands one comma-free-at-top-level item: "rack[1-2]-n[01-02]" → every combination, in order.
-void expand_item(std::string_view item, std::string_view variable, std::string_view expr,
-                 std::vector<std::string>& out) {
-  std::vector<std::string> partial{""};
+// One item without top-level commas: "rack[1-2]-n[01-02]" -> every combination, in order. Returns
+// how many names it gives; `room` is how many more the cap allows. With `out`, appends them.
+std::uint64_t expand_item(std::string_view item, std::string_view variable, std::string_view expr,
+                          std::uint64_t room, std::vector<std::string>* out) {
+  std::uint64_t count = 1;
+  std::vector<std::string> partial;
+  if (out) partial.emplace_back();
   std::size_t pos = 0;
   while (pos < item.size()) {
-    auto open = item.find('[', pos);
-    auto literal =
+    const auto open = item.find('[', pos);
+    const auto literal =
         item.substr(pos, open == std::string_view::npos ? std::string_view::npos : open - pos);
     if (literal.find(']') != std::string_view::npos) bad(variable, expr, "unbalanced ']'");
+    // Numbers are digits, so valid literals make valid names: check before expanding.
+    if (!literal.empty() && !model::valid_host_name(literal))
+      bad(variable, expr, "invalid host name '" + std::string(item) + "'");
     for (auto& p : partial) p += literal;
     if (open == std::string_view::npos) break;
-    auto close = item.find(']', open);
+    const auto close = item.find(']', open);
     if (close == std::string_view::npos) bad(variable, expr, "unbalanced '['");
-    const auto numbers = expand_ranges(item.substr(open + 1, close - open - 1), variable, expr);
-    if (partial.size() * numbers.size() + out.size() > max_names) {
-      bad(variable, expr, "expands to more than 10000000 hosts");
+    const auto body = item.substr(open + 1, close - open - 1);
+    const auto n = expand_ranges(body, variable, expr, nullptr);
+    if (n > room / count) too_many(variable, expr);  // count * n > room, without overflow
+    count *= n;
+    if (out) {
+      std::vector<std::string> numbers;
+      expand_ranges(body, variable, expr, &numbers);
+      std::vector<std::string> next;
+      next.reserve(partial.size() * numbers.size());
+      for (const auto& p : partial) {
+        for (const auto& num : numbers) next.push_back(p + num);
+      }
+      partial = std::move(next);
     }
-    std::vector<std::string> next;
-    next.reserve(partial.size() * numbers.size());
-    for (const auto& p : partial) {
-      for (const auto& n : numbers) next.push_back(p + n);
-    }
-    partial = std::move(next);
     pos = close + 1;
   }
-  for (auto& p : partial) {
-    if (!model::valid_host_name(p)) bad(variable, expr, "invalid host name '" + p + "'");
-    out.push_back(std::move(p));
-  }
+  if (count > room) too_many(variable, expr);
+  if (out)
+    out->insert(out->end(), std::make_move_iterator(partial.begin()),
+                std::make_move_iterator(partial.end()));
+  return count;
 }
 
 std::optional<std::string> get(const env_map& env, const char* name) {
@@ -98,9 +118,9 @@ std::optional<std::string> get(const env_map& env, const char* name) {
 }  // namespace
 
 std::vector<std::string> expand_hostlist(std::string_view expr, std::string_view variable) {
-  std::vector<std::string> out;
   if (expr.empty()) bad(variable, expr, "empty host list");
-  // Split at commas outside brackets.
+  // Items split at commas outside brackets.
+  std::vector<std::string_view> items;
   int depth = 0;
   std::size_t start = 0;
   for (std::size_t i = 0; i <= expr.size(); ++i) {
@@ -112,10 +132,17 @@ std::vector<std::string> expand_hostlist(std::string_view expr, std::string_view
       if (i == expr.size() && depth != 0) bad(variable, expr, "unbalanced '['");
       const auto item = expr.substr(start, i - start);
       if (item.empty()) bad(variable, expr, "empty host name");
-      expand_item(item, variable, expr, out);
+      items.push_back(item);
       start = i + 1;
     }
   }
+  // Count first, so that an oversized list is refused before any memory is spent on it.
+  std::uint64_t total = 0;
+  for (const auto item : items)
+    total += expand_item(item, variable, expr, max_names - total, nullptr);
+  std::vector<std::string> out;
+  out.reserve(total);
+  for (const auto item : items) expand_item(item, variable, expr, max_names, &out);
   return out;
 }
 

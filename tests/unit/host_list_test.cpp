@@ -1,0 +1,88 @@
+// -H/--host lists: mpirun's "a,b:4,c" syntax and its one-line errors.
+#include <gtest/gtest.h>
+
+#include "pm/allocation.hpp"
+#include "pm/error.hpp"
+
+namespace {
+
+template <class F>
+std::string parse_error(F&& f) {
+  try {
+    f();
+  } catch (const pm::error& e) {
+    EXPECT_EQ(e.code(), pm::errc::parse) << e.what();
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string names(const pm::allocation& a) {
+  std::string s;
+  for (const auto& h : a.hosts)
+    s += (s.empty() ? "" : ",") + h.name + ":" + std::to_string(h.slots);
+  return s;
+}
+
+TEST(HostListTest, HostsWithoutCountHaveOneSlot) {
+  const auto a = pm::parse_host_list("a,b:4,c,10.0.0.2:2");
+  EXPECT_EQ(names(a), "a:1,b:4,c:1,10.0.0.2:2");
+  EXPECT_EQ(a.source, pm::allocation_source::host_list);
+  EXPECT_EQ(a.total_slots(), 8u);
+  for (const auto& h : a.hosts) {
+    EXPECT_TRUE(h.slots_given);  // -H always states the count (1 when omitted)
+    EXPECT_EQ(h.max_slots, 0u);
+    EXPECT_FALSE(h.local);  // deciding that is resolve_allocation's job
+  }
+}
+
+TEST(HostListTest, RepeatedHostsAddUpInFirstOrder) {
+  EXPECT_EQ(names(pm::parse_host_list("a,b,a:3,b")), "a:4,b:2");
+  EXPECT_EQ(names(pm::parse_host_list("x:4294967294,x")), "x:4294967295");
+}
+
+TEST(HostListTest, NamesMayHoldLettersDigitsDashDotUnderscore) {
+  EXPECT_EQ(names(pm::parse_host_list("Node_1.example-site.org:2")), "Node_1.example-site.org:2");
+  EXPECT_EQ(names(pm::parse_host_list("192.168.1.10")), "192.168.1.10:1");
+}
+
+TEST(HostListTest, BadCountsNameTheListAndTheToken) {
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a:x"); }),
+            "-H 'a:x': invalid slot count 'x' (expected a positive integer)");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("b,a:0"); }),
+            "-H 'b,a:0': invalid slot count '0' (expected a positive integer)");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a:-1"); }),
+            "-H 'a:-1': invalid slot count '-1' (expected a positive integer)");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a:4294967296"); }),
+            "-H 'a:4294967296': invalid slot count '4294967296' (expected a positive integer)");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a:"); }),
+            "-H 'a:': invalid slot count '' (expected a positive integer)");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a:2:3"); }),
+            "-H 'a:2:3': invalid slot count '2:3' (expected a positive integer)");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a: 2"); }),
+            "-H 'a: 2': invalid slot count ' 2' (expected a positive integer)");
+}
+
+TEST(HostListTest, EmptyItemsAndNames) {
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a,,b"); }), "-H 'a,,b': empty host name");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list(":2"); }), "-H ':2': empty host name");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a,"); }), "-H 'a,': empty host name");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list(",a"); }), "-H ',a': empty host name");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list(""); }), "-H: empty host list");
+}
+
+TEST(HostListTest, InvalidCharacters) {
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a b"); }), "-H 'a b': invalid host name 'a b'");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("ok,user@n1:2"); }),
+            "-H 'ok,user@n1:2': invalid host name 'user@n1'");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("n[1-2]"); }),
+            "-H 'n[1-2]': invalid host name 'n[1-2]'");
+}
+
+TEST(HostListTest, MessagesUseTheOptionAsSpelled) {
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a:x", "--host"); }),
+            "--host 'a:x': invalid slot count 'x' (expected a positive integer)");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("", "--host"); }), "--host: empty host list");
+}
+
+}  // namespace
