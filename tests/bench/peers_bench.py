@@ -118,16 +118,16 @@ def bench_abort(build, rounds):
                   f"{statistics.median(v):.1f} |" if v else f"| {name} | {codes[name]} | never |")
 
 
-def count_cut_lines(path, tagged):
-    """Lines that are not one whole 100-byte payload line (after removing a tag)."""
+def count_cut_lines(path, tag):
+    """Lines that are not one whole 100-byte payload line (after removing the tag, a regex)."""
     cut = total = 0
     pattern = re.compile(rb"^r\d+ l\d+ x+$")
     with open(path, "rb") as f:
         for line in f:
             total += 1
             body = line.rstrip(b"\n")
-            if tagged:
-                body = re.sub(rb"^\[\d+,\d+\]<stdout>:", b"", body)
+            if tag:
+                body = re.sub(tag, b"", body)
             if len(body) != 99 or not pattern.match(body):
                 cut += 1
     return cut, total
@@ -136,7 +136,7 @@ def count_cut_lines(path, tagged):
 def bench_output(build, rounds, mib):
     print(f"\n## Output: 4 ranks x {mib} MiB of 100-byte lines in 4096-byte chunks, into one file")
     payload = find(build, "tests/pm_payload")
-    size = mib * 1024 * 1024
+    size = (mib * 1024 * 1024 + 99) // 100 * 100  # whole lines, so that none is partial
     flood = [payload, "flood", str(size), "4096"]
     print("| contender | MB/s (median) | ratio to floor | lines cut |")
     print("|---|---|---|---|")
@@ -175,7 +175,10 @@ def bench_output(build, rounds, mib):
                 this_round[name] = 4 * size / elapsed / 1e6
                 speeds[name].append(this_round[name])
                 if name != "floor":
-                    c, _t = count_cut_lines(out, "tagged" in name and "hydra" not in name)
+                    tag = None
+                    if "tagged" in name:
+                        tag = rb"^\[\d+\] " if "hydra" in name else rb"^\[\d+,\d+\]<stdout>:"
+                    c, _t = count_cut_lines(out, tag)
                     cut[name] = max(cut[name], c)
             for name in runs:
                 ratios[name].append(this_round[name] / this_round["floor"])

@@ -78,30 +78,40 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     }
   }
 
+  // Spawn requests go to the transport in small batches: each rank's environment is built just
+  // before it is sent, so the launcher never holds every rank's environment at once.
+  static constexpr std::size_t spawn_batch = 16;
+
+  rank_launch launch_of(std::uint32_t r) const {
+    const auto p = req.map.at(r);
+    rank_launch l;
+    l.rank = r;
+    l.path = paths[p.app];
+    l.argv = req.apps[p.app].argv;
+    l.env = rank_environment(req.env, req.map, r);
+    l.wdir = req.apps[p.app].wdir;
+    l.streams = req.output.merge_stderr ? 1 : 2;
+    l.stdin_from_launcher = req.stdin_fd >= 0 && static_cast<std::int64_t>(r) == req.stdin_rank;
+    return l;
+  }
+
   void execute(spawn& s) {
-    std::vector<rank_launch> launches;
-    launches.reserve(s.ranks.size());
-    for (auto r : s.ranks) {
-      const auto p = req.map.at(r);
-      rank_launch l;
-      l.rank = r;
-      l.path = paths[p.app];
-      l.argv = req.apps[p.app].argv;
-      l.env = rank_environment(req.env, req.map, r);
-      l.wdir = req.apps[p.app].wdir;
-      l.streams = req.output.merge_stderr ? 1 : 2;
-      l.stdin_from_launcher = req.stdin_fd >= 0 && static_cast<std::int64_t>(r) == req.stdin_rank;
-      launches.push_back(std::move(l));
-    }
-    if (req.per_rank_stdin.empty()) {
-      tp->spawn(s.host, std::move(launches), req.stdin_fd);
+    if (!req.per_rank_stdin.empty()) {
+      // --stdin all: every rank reads its own pipe, so each is started with its own descriptor.
+      for (auto r : s.ranks) {
+        auto l = launch_of(r);
+        const int fd = req.per_rank_stdin[r];
+        l.stdin_from_launcher = fd >= 0;
+        tp->spawn(s.host, {std::move(l)}, fd);
+      }
       return;
     }
-    // --stdin all: every rank reads its own pipe, so each is started with its own descriptor.
-    for (auto& l : launches) {
-      const int fd = req.per_rank_stdin[l.rank];
-      l.stdin_from_launcher = fd >= 0;
-      tp->spawn(s.host, {std::move(l)}, fd);
+    for (std::size_t first = 0; first < s.ranks.size(); first += spawn_batch) {
+      std::vector<rank_launch> batch;
+      const auto end = std::min(s.ranks.size(), first + spawn_batch);
+      batch.reserve(end - first);
+      for (auto i = first; i < end; ++i) batch.push_back(launch_of(s.ranks[i]));
+      tp->spawn(s.host, std::move(batch), req.stdin_fd);
     }
   }
   void execute(signal_ranks& s) { tp->signal(s.host, s.ranks, s.signo); }

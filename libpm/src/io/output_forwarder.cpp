@@ -134,7 +134,9 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   destination* out_dest = nullptr;
   destination* err_dest = nullptr;
   std::vector<std::unique_ptr<stream_state>> streams;
-  std::vector<char> scratch;
+  // Not zero-filled: a page costs memory only once a read reaches it (most jobs write little).
+  std::unique_ptr<char[]> scratch;
+  std::size_t scratch_size = 0;
   std::string fmt;   // formatting buffer
   std::string line;  // a sink's line when it straddles the kept tail and the new chunk
   std::function<void()> drain_handler;
@@ -149,7 +151,8 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
       : io(io_), opt(std::move(options)), job_size(size), limits(lim) {
     max_line = opt.max_line == 0 ? default_max_line : opt.max_line;
     if (limits.read_chunk == 0) limits.read_chunk = std::size_t{1} << 20;
-    scratch.resize(limits.read_chunk);
+    scratch.reset(new char[limits.read_chunk]);
+    scratch_size = limits.read_chunk;
     guard = !sigpipe_ignored();
     if (!opt.output_dir.empty()) {
       std::error_code ec;
@@ -505,13 +508,13 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
         d->parked.push_back(&s);
         return;
       }
-      const ssize_t r = ::read(s.pipe->native_handle(), scratch.data(), scratch.size());
+      const ssize_t r = ::read(s.pipe->native_handle(), scratch.get(), scratch_size);
       if (r > 0) {
         s.bytes += static_cast<std::uint64_t>(r);
         st.bytes_read += static_cast<std::uint64_t>(r);
         chunk_time.reset();
         consumer c{*this, s};
-        s.assembler.feed(std::string_view(scratch.data(), static_cast<std::size_t>(r)), c);
+        s.assembler.feed(std::string_view(scratch.get(), static_cast<std::size_t>(r)), c);
         continue;
       }
       if (r < 0 && errno == EINTR) continue;
