@@ -79,6 +79,11 @@ TEST(HostListTest, InvalidCharacters) {
             "-H 'n[1-2]': invalid host name 'n[1-2]'");
 }
 
+TEST(HostListTest, ControlCharactersAreSpelledOutToKeepOneLine) {
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a\nb\x01"); }),
+            "-H 'a\\nb\\x01': invalid host name 'a\\nb\\x01'");
+}
+
 TEST(HostListTest, MessagesUseTheOptionAsSpelled) {
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a:x", "--host"); }),
             "--host 'a:x': invalid slot count 'x' (expected a positive integer)");

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "model/parse_util.hpp"
+#include "model/printable.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
 
@@ -12,13 +13,14 @@ allocation parse_host_list(std::string_view text, std::string_view option) {
   out.source = allocation_source::host_list;
   const std::string opt(option);
   const std::string whole = "'" + std::string(text) + "'";
-  if (text.empty()) throw error(errc::parse, opt + ": empty host list");
+  if (text.empty()) throw error(errc::parse, model::printable(opt + ": empty host list"));
   std::size_t pos = 0;
   while (pos <= text.size()) {
     auto comma = text.find(',', pos);
     auto item =
         text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
-    if (item.empty()) throw error(errc::parse, opt + " " + whole + ": empty host name");
+    if (item.empty())
+      throw error(errc::parse, model::printable(opt + " " + whole + ": empty host name"));
     std::string_view name = item;
     std::uint32_t slots = 1;
     if (auto colon = item.find(':'); colon != std::string_view::npos) {
@@ -26,15 +28,17 @@ allocation parse_host_list(std::string_view text, std::string_view option) {
       const auto count = item.substr(colon + 1);
       auto parsed = model::positive_count(count);
       if (!parsed) {
-        throw error(errc::parse, opt + " " + whole + ": invalid slot count '" + std::string(count) +
-                                     "' (expected a positive integer)");
+        throw error(errc::parse,
+                    model::printable(opt + " " + whole + ": invalid slot count '" +
+                                     std::string(count) + "' (expected a positive integer)"));
       }
       slots = *parsed;
     }
-    if (name.empty()) throw error(errc::parse, opt + " " + whole + ": empty host name");
+    if (name.empty())
+      throw error(errc::parse, model::printable(opt + " " + whole + ": empty host name"));
     if (!model::valid_host_name(name)) {
-      throw error(errc::parse,
-                  opt + " " + whole + ": invalid host name '" + std::string(name) + "'");
+      throw error(errc::parse, model::printable(opt + " " + whole + ": invalid host name '" +
+                                                std::string(name) + "'"));
     }
     if (auto i = out.find(name)) {
       out.hosts[*i].slots += slots;  // a repeated host adds up, as in mpirun

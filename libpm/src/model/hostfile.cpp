@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/parse_util.hpp"
+#include "model/printable.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
 
@@ -74,17 +75,19 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
 
     const auto name = fields[0];
     if (name.find('=') != std::string_view::npos) {
-      throw error(errc::parse, where + "expected a host name before '" + std::string(name) + "'");
+      throw error(errc::parse, model::printable(where + "expected a host name before '" +
+                                                std::string(name) + "'"));
     }
     if (!model::valid_host_name(name)) {
-      throw error(errc::parse, where + "invalid host name '" + std::string(name) + "'");
+      throw error(errc::parse,
+                  model::printable(where + "invalid host name '" + std::string(name) + "'"));
     }
     std::optional<std::uint32_t> slots, max_slots;
     for (std::size_t f = 1; f < fields.size(); ++f) {
       const auto eq = fields[f].find('=');
       if (eq == std::string_view::npos) {
-        throw error(errc::parse, where + "unexpected '" + std::string(fields[f]) +
-                                     "' (expected slots=N or max_slots=N)");
+        throw error(errc::parse, model::printable(where + "unexpected '" + std::string(fields[f]) +
+                                                  "' (expected slots=N or max_slots=N)"));
       }
       const auto key = fields[f].substr(0, eq);
       const auto value = fields[f].substr(eq + 1);
@@ -92,18 +95,19 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
       const bool is_slots = key == "slots" || key == "count" || key == "cpu";
       const bool is_max = key == "max_slots" || key == "max-slots";
       if (!is_slots && !is_max) {
-        throw error(errc::parse, where + "unknown key '" + std::string(key) +
-                                     "' (expected slots=N or max_slots=N)");
+        throw error(errc::parse, model::printable(where + "unknown key '" + std::string(key) +
+                                                  "' (expected slots=N or max_slots=N)"));
       }
       auto n = model::positive_count(value);
       if (!n) {
-        throw error(errc::parse, where + "invalid " + std::string(key) + " value '" +
-                                     std::string(value) + "' (expected a positive integer)");
+        throw error(errc::parse,
+                    model::printable(where + "invalid " + std::string(key) + " value '" +
+                                     std::string(value) + "' (expected a positive integer)"));
       }
       auto& target = is_slots ? slots : max_slots;
       if (target) {
-        throw error(errc::parse, where + "'" + std::string(key) + "' given twice for '" +
-                                     std::string(name) + "'");
+        throw error(errc::parse, model::printable(where + "'" + std::string(key) +
+                                                  "' given twice for '" + std::string(name) + "'"));
       }
       target = *n;
     }
@@ -112,12 +116,14 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
     if (auto idx = out.find(name)) {
       h = &out.hosts[*idx];
       if (slots) {
-        throw error(errc::parse, where + "host '" + std::string(name) +
-                                     "' is listed again; give its slots on one line only");
+        throw error(errc::parse,
+                    model::printable(where + "host '" + std::string(name) +
+                                     "' is listed again; give its slots on one line only"));
       }
       // A repeated line without slots= adds one slot; the count is now known.
       if (h->slots == UINT32_MAX) {
-        throw error(errc::parse, where + "too many slots for '" + std::string(name) + "'");
+        throw error(errc::parse,
+                    model::printable(where + "too many slots for '" + std::string(name) + "'"));
       }
       ++h->slots;
       h->slots_given = true;
@@ -133,13 +139,15 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
       h = &out.hosts.back();
     }
     if (h->max_slots != 0 && h->max_slots < h->slots) {
-      throw error(errc::parse, where + "max_slots=" + std::to_string(h->max_slots) +
+      throw error(errc::parse,
+                  model::printable(where + "max_slots=" + std::to_string(h->max_slots) +
                                    " is below slots=" + std::to_string(h->slots) + " for '" +
-                                   std::string(name) + "'");
+                                   std::string(name) + "'"));
     }
   }
   if (out.hosts.empty()) {
-    throw error(errc::parse, "hostfile " + std::string(filename) + ": no hosts in it");
+    throw error(errc::parse,
+                model::printable("hostfile " + std::string(filename) + ": no hosts in it"));
   }
   return out;
 }

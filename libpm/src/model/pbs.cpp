@@ -2,6 +2,7 @@
 #include <string>
 
 #include "model/parse_util.hpp"
+#include "model/printable.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
 
@@ -19,9 +20,9 @@ allocation parse_pbs_nodefile(std::string_view text, std::string_view filename) 
     ++line_no;
     if (line.empty()) continue;
     if (!model::valid_host_name(line)) {
-      throw error(errc::parse, "PBS_NODEFILE " + std::string(filename) + ":" +
-                                   std::to_string(line_no) + ": invalid host name '" +
-                                   std::string(line) + "'");
+      throw error(errc::parse, model::printable("PBS_NODEFILE " + std::string(filename) + ":" +
+                                                std::to_string(line_no) + ": invalid host name '" +
+                                                std::string(line) + "'"));
     }
     if (auto i = out.find(line))
       ++out.hosts[*i].slots;
@@ -29,7 +30,8 @@ allocation parse_pbs_nodefile(std::string_view text, std::string_view filename) 
       out.hosts.push_back(host{std::string(line), 1});
   }
   if (out.hosts.empty())
-    throw error(errc::parse, "PBS_NODEFILE " + std::string(filename) + ": no hosts in it");
+    throw error(errc::parse,
+                model::printable("PBS_NODEFILE " + std::string(filename) + ": no hosts in it"));
   return out;
 }
 

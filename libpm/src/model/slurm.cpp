@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/parse_util.hpp"
+#include "model/printable.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
 
@@ -17,7 +18,8 @@ namespace {
 constexpr std::size_t max_names = 10'000'000;
 
 [[noreturn]] void bad(std::string_view variable, std::string_view expr, const std::string& what) {
-  throw error(errc::parse, std::string(variable) + " '" + std::string(expr) + "': " + what);
+  throw error(errc::parse,
+              model::printable(std::string(variable) + " '" + std::string(expr) + "': " + what));
 }
 
 [[noreturn]] void too_many(std::string_view variable, std::string_view expr) {
