@@ -188,7 +188,9 @@ def bench_output(build, rounds, mib):
 
 
 def tree_rss_kb(root_pid, exclude_exe):
-    """Sum of VmRSS of root_pid and its descendants whose executable is not exclude_exe."""
+    """Sum of VmRSS of the launcher and its direct children (its helpers: pmd, hydra_pmi_proxy),
+    leaving out the ranks (exclude_exe). Deeper processes are ranks, or a rank between clone and
+    exec, which still shows its parent's pages."""
     children = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -199,10 +201,8 @@ def tree_rss_kb(root_pid, exclude_exe):
             children.setdefault(ppid, []).append(int(pid))
         except (OSError, IndexError, ValueError):
             pass
-    total, stack = 0, [root_pid]
-    while stack:
-        pid = stack.pop()
-        stack.extend(children.get(pid, []))
+    total = 0
+    for pid in [root_pid] + children.get(root_pid, []):
         try:
             if os.readlink(f"/proc/{pid}/exe") == exclude_exe:
                 continue
