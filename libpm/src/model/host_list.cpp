@@ -1,5 +1,7 @@
 // -H/--host: "a,b:4,c" (mpirun's syntax).
+#include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "model/parse_util.hpp"
 #include "model/printable.hpp"
@@ -7,9 +9,18 @@
 #include "pm/error.hpp"
 
 namespace pm {
+namespace {
+std::optional<std::uint32_t> find_in(const std::unordered_map<std::string, std::uint32_t>& index,
+                                     std::string_view name) {
+  const auto it = index.find(std::string(name));
+  if (it == index.end()) return std::nullopt;
+  return it->second;
+}
+}  // namespace
 
 allocation parse_host_list(std::string_view text, std::string_view option) {
   allocation out;
+  std::unordered_map<std::string, std::uint32_t> index;  // name -> position: linear find is O(n^2)
   out.source = allocation_source::host_list;
   const std::string opt(option);
   const std::string whole = "'" + std::string(text) + "'";
@@ -40,9 +51,10 @@ allocation parse_host_list(std::string_view text, std::string_view option) {
       throw error(errc::parse, model::printable(opt + " " + whole + ": invalid host name '" +
                                                 std::string(name) + "'"));
     }
-    if (auto i = out.find(name)) {
+    if (auto i = find_in(index, name)) {
       out.hosts[*i].slots += slots;  // a repeated host adds up, as in mpirun
     } else {
+      index.emplace(std::string(name), static_cast<std::uint32_t>(out.hosts.size()));
       out.hosts.push_back(host{std::string(name), slots});
     }
     if (comma == std::string_view::npos) break;

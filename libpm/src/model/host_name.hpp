@@ -31,6 +31,13 @@ inline bool same_host(std::string_view a, std::string_view b) {
   return short_name(a) == short_name(b);
 }
 
+/// A key that is equal for two names exactly when same_host() says they are one host, for hash
+/// lookups (an address keeps its whole text and a marker no name can hold).
+inline std::string host_key(std::string_view name) {
+  if (is_ip_address(name)) return "@" + std::string(name);
+  return std::string(name.substr(0, name.find('.')));
+}
+
 /// The names /etc/hosts gives this machine: every name on a line that names `hostname` (or its
 /// short form). The first name of such a line is what getaddrinfo(AI_CANONNAME) answers from the
 /// files backend, i.e. the FQDN on a typical cluster ("10.0.0.5 node1.example.com node1").

@@ -7,7 +7,9 @@
 //   a max_slots=4    -> slots 4, max 4 (the limit doubles as the count)
 //   a slots = 2      -> 2 (blanks around '=' are fine)
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "model/parse_util.hpp"
@@ -16,6 +18,14 @@
 #include "pm/error.hpp"
 
 namespace pm {
+namespace {
+std::optional<std::uint32_t> find_in(const std::unordered_map<std::string, std::uint32_t>& index,
+                                     std::string_view name) {
+  const auto it = index.find(std::string(name));
+  if (it == index.end()) return std::nullopt;
+  return it->second;
+}
+}  // namespace
 namespace {
 
 bool blank(char c) {
@@ -59,6 +69,7 @@ std::vector<std::string_view> split_fields(std::string_view line) {
 
 allocation parse_hostfile(std::string_view text, std::string_view filename) {
   allocation out;
+  std::unordered_map<std::string, std::uint32_t> index;  // name -> position: linear find is O(n^2)
   out.source = allocation_source::hostfile;
   std::size_t line_no = 0, pos = 0;
   while (pos < text.size()) {
@@ -113,7 +124,7 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
     }
 
     host* h = nullptr;
-    if (auto idx = out.find(name)) {
+    if (auto idx = find_in(index, name)) {
       h = &out.hosts[*idx];
       if (slots) {
         throw error(errc::parse,
@@ -135,6 +146,7 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
       fresh.slots = slots ? *slots : max_slots.value_or(1);
       fresh.max_slots = max_slots.value_or(0);
       fresh.slots_given = slots.has_value() || max_slots.has_value();
+      index.emplace(fresh.name, static_cast<std::uint32_t>(out.hosts.size()));
       out.hosts.push_back(std::move(fresh));
       h = &out.hosts.back();
     }

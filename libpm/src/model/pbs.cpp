@@ -1,5 +1,7 @@
 // PBS/Torque: PBS_NODEFILE lists a host once per slot.
+#include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "model/parse_util.hpp"
 #include "model/printable.hpp"
@@ -7,9 +9,18 @@
 #include "pm/error.hpp"
 
 namespace pm {
+namespace {
+std::optional<std::uint32_t> find_in(const std::unordered_map<std::string, std::uint32_t>& index,
+                                     std::string_view name) {
+  const auto it = index.find(std::string(name));
+  if (it == index.end()) return std::nullopt;
+  return it->second;
+}
+}  // namespace
 
 allocation parse_pbs_nodefile(std::string_view text, std::string_view filename) {
   allocation out;
+  std::unordered_map<std::string, std::uint32_t> index;  // name -> position: linear find is O(n^2)
   out.source = allocation_source::pbs;
   std::size_t pos = 0, line_no = 0;
   while (pos < text.size()) {
@@ -24,10 +35,12 @@ allocation parse_pbs_nodefile(std::string_view text, std::string_view filename) 
                                                 std::to_string(line_no) + ": invalid host name '" +
                                                 std::string(line) + "'"));
     }
-    if (auto i = out.find(line))
+    if (auto i = find_in(index, line)) {
       ++out.hosts[*i].slots;
-    else
+    } else {
+      index.emplace(std::string(line), static_cast<std::uint32_t>(out.hosts.size()));
       out.hosts.push_back(host{std::string(line), 1});
+    }
   }
   if (out.hosts.empty())
     throw error(errc::parse,

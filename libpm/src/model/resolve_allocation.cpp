@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 
 #include "model/host_name.hpp"
 #include "pm/allocation.hpp"
@@ -19,18 +20,19 @@ std::uint32_t add_slots(std::uint32_t a, std::uint32_t b) {
 allocation canonical(const allocation& in, const local_host& me) {
   allocation out;
   out.source = in.source;
+  std::unordered_map<std::string, std::size_t> index;  // host_key -> position in out
   for (const auto& h : in.hosts) {
     host c = h;
     if (me.is_me(h.name)) {
       c.name = me.hostname;
       c.local = true;
     }
-    auto same = std::find_if(out.hosts.begin(), out.hosts.end(),
-                             [&](const host& o) { return model::same_host(o.name, c.name); });
-    if (same == out.hosts.end()) {
+    auto [it, fresh] = index.try_emplace(model::host_key(c.name), out.hosts.size());
+    if (fresh) {
       out.hosts.push_back(std::move(c));
       continue;
     }
+    host* same = &out.hosts[it->second];
     // Two spellings of one host add up, like repeated entries in Open MPI ("localhost" and
     // "vm" in one hostfile give vm two slots there); the count is then explicit.
     same->slots = add_slots(same->slots, c.slots);
@@ -45,13 +47,15 @@ allocation canonical(const allocation& in, const local_host& me) {
 // 4.1: hostfile "a slots=4 max_slots=6" with -H a gives a 1 slot, no max); a bare hostfile line
 // takes the count `from` gives it. Names are `from`'s spelling: the one the batch system knows.
 allocation select(const allocation& pick, const allocation& from, const std::string& from_name) {
+  std::unordered_map<std::string, const host*> index;
+  for (const auto& f : from.hosts) index.try_emplace(model::host_key(f.name), &f);
   allocation out = pick;
   for (auto& h : out.hosts) {
-    auto it = std::find_if(from.hosts.begin(), from.hosts.end(),
-                           [&](const host& f) { return model::same_host(f.name, h.name); });
-    if (it == from.hosts.end()) {
+    const auto found = index.find(model::host_key(h.name));
+    if (found == index.end()) {
       throw error(errc::allocation, "host '" + h.name + "' is not in the " + from_name);
     }
+    const host* it = found->second;
     h.name = it->name;
     h.local = h.local || it->local;
     if (!h.slots_given) {
