@@ -386,7 +386,7 @@ TEST(output_forwarder, a_blocked_destination_blocks_the_writers_with_bounded_mem
   EXPECT_TRUE(got == data);
 }
 
-TEST(output_forwarder, a_closed_destination_is_reported_and_the_ranks_never_block) {
+TEST(output_forwarder, a_closed_destination_is_reported_and_its_writers_get_a_broken_pipe) {
   int dest[2];
   ASSERT_EQ(::pipe2(dest, O_CLOEXEC), 0);
   ::close(dest[0]);  // like `pmrun ... | head -1` after head exited
@@ -396,8 +396,17 @@ TEST(output_forwarder, a_closed_destination_is_reported_and_the_ranks_never_bloc
   opt.stderr_fd = dest[1];
   opt.on_error = [&](std::string_view m) { errors.emplace_back(m); };
   const std::string data = lines_of(0, 100000);  // 4 MB, far more than any pipe holds
-  const auto counts = forward({{0, output_stream::out, data, {4096}}}, opt, 1);
-  EXPECT_EQ(counts.at({0, 0}), data.size());  // drained to the end: the writer exited normally
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 1);
+  writer w(data, {4096});
+  bool closed = false, drained = false;
+  fwd.attach(0, output_stream::out, w.read_fd, [&](std::uint64_t) { closed = true; });
+  fwd.async_drain([&] { drained = true; });
+  io.run_for(std::chrono::seconds(60));
+  EXPECT_TRUE(closed);
+  EXPECT_TRUE(drained);  // nothing blocks: the forwarder closed the rank's pipe
+  // As in a shell pipeline, the writer now fails to write (SIGPIPE, or EPIPE: exit 3).
+  EXPECT_NE(w.wait(), 0);
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0],
             "cannot write to standard output: Broken pipe; the ranks' further output to it is "

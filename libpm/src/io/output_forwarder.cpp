@@ -499,8 +499,19 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
                        });
   }
 
+  // Nothing can receive this stream any more (its destination broke, e.g. `pmrun ... | head`
+  // exited, and there is no per-rank file or sink): close the pipe, as a shell pipeline would, so
+  // the rank gets SIGPIPE instead of writing forever into nothing.
+  bool orphaned(const stream_state& s) const {
+    return !opt.sink && !s.file && (s.terminal == nullptr || s.terminal->failed);
+  }
+
   void try_read(stream_state& s) {
     if (s.eof || s.parked) return;
+    if (orphaned(s)) {
+      end_of_stream(s);
+      return;
+    }
     // A few chunks per turn, then let the other pipes and handlers run.
     for (int round = 0; round < 8; ++round) {
       if (destination* d = congested(s)) {
