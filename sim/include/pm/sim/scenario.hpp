@@ -1,0 +1,128 @@
+// A simulated scenario as a value: cluster, job, latency model, process scripts, fault plan, seed.
+//
+// Everything here prints and parses back (to_string / parse_*), so that a failing run can be
+// replayed from one command line: scenario::replay_command() gives the `pmsim` arguments that
+// reproduce it exactly. Durations print as "1.5s", "250ms", "20us", "7ns".
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "pm/controller.hpp"
+#include "pm/job.hpp"
+#include "pm/rank_map.hpp"
+
+namespace pm::sim {
+
+/// Virtual time: nanoseconds since the simulated job began.
+using sim_time = std::chrono::nanoseconds;
+
+/// "1.5s", "250ms", "20us", "7ns", "0s": the shortest exact spelling.
+std::string format_duration(sim_time d);
+/// Parses "1.5s", "250ms", "20us", "7ns", "2m" (a bare number is seconds). Throws
+/// pm::error(errc::usage) naming `what`, e.g. "--run-time: invalid duration 'x' (e.g. 1.5s, 20ms)".
+sim_time parse_duration(std::string_view text, std::string_view what);
+
+/// What a simulated rank does: a tiny script.
+struct process_script {
+  enum class ending : std::uint8_t {
+    exit,    ///< exits with `value` at `at`
+    signal,  ///< dies by signal `value` at `at`
+    hang,    ///< never ends by itself
+    abort,   ///< calls abort (MPI_Abort/PMIx_Abort) with status `value` at `at`, then waits
+  };
+  ending end = ending::exit;
+  int value = 0;
+  /// When it ends (from its start); nullopt: the latency model's run time, with jitter.
+  std::optional<sim_time> at;
+  bool ignore_term = false;     ///< ignores SIGTERM, SIGINT and SIGHUP (only SIGKILL ends it)
+  sim_time slow_start{0};       ///< extra time between fork and exec (a slow start)
+  std::uint64_t out_bytes = 0;  ///< bytes it writes on stdout before it ends (stderr: none)
+  bool close_early = false;     ///< closes stdout and stderr halfway, then keeps running
+  bool leftover = false;        ///< leaves a child that holds its streams open after it ends
+
+  /// True if, run undisturbed, it ends the job's success (exit 0 or a successful script).
+  bool succeeds() const noexcept { return end == ending::exit && value == 0; }
+  friend bool operator==(const process_script&, const process_script&) = default;
+};
+/// "exit:7@1.5s+ignore-term+slow=20ms+out=4096+close-early+leftover", "signal:9@2s", "hang",
+/// "abort:3@1s", "exit:0" (the default).
+std::string to_string(const process_script& s);
+process_script parse_script(std::string_view text);
+
+/// The kinds of fault, in a fixed order (the order of their printing and of RC_CLASSIFY).
+enum class fault_kind : std::uint8_t {
+  host_crash,     ///< the host dies at `at`: its processes and agent vanish without a word
+  partition,      ///< the link launcher<->host carries nothing from `at` until `until`
+  spawn_failure,  ///< rank `target` cannot be executed (a synchronous failure, code 127)
+  agent_failure,  ///< the agent of host `target` does not start
+  lost_exit,      ///< the agent misses rank `target`'s exit (the notification never comes)
+};
+inline constexpr std::size_t fault_kind_count = 5;
+const char* to_string(fault_kind k) noexcept;
+
+struct fault {
+  fault_kind kind = fault_kind::host_crash;
+  std::uint32_t target = 0;  ///< a host index (crash, partition, agent) or a rank
+  sim_time at{0};
+  sim_time until{0};  ///< partitions only
+  friend bool operator==(const fault&, const fault&) = default;
+};
+/// "crash:3@1s", "partition:3@1s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12".
+std::string to_string(const fault& f);
+fault parse_fault(std::string_view text);
+
+/// Latencies and limits of the simulated cluster. Every random draw is uniform in the range given.
+struct latency_model {
+  sim_time link{std::chrono::microseconds(100)};        ///< one way, launcher <-> agent
+  sim_time link_jitter{std::chrono::microseconds(50)};  ///< + [0, jitter]
+  sim_time agent_hop{std::chrono::milliseconds(20)};    ///< agent start, per level of the tree
+  std::uint32_t fanout = 32;                            ///< tree launch: children per agent
+  sim_time spawn{std::chrono::microseconds(500)};       ///< per rank, serial on a host
+  sim_time spawn_jitter{std::chrono::microseconds(250)};
+  sim_time reaction{std::chrono::milliseconds(1)};  ///< a process dies [0, this] after SIGTERM
+  sim_time heartbeat_interval{std::chrono::seconds(1)};
+  sim_time heartbeat_timeout{std::chrono::seconds(3)};  ///< silence after which a peer is lost
+  sim_time run_time{std::chrono::seconds(10)};          ///< the default script's run time
+  sim_time run_jitter{std::chrono::seconds(1)};         ///< + [0, jitter]
+  friend bool operator==(const latency_model&, const latency_model&) = default;
+};
+
+/// One simulated run, fully described.
+struct scenario {
+  std::uint32_t hosts = 4;  ///< hosts "node0".."nodeN-1"
+  std::uint32_t slots = 2;  ///< slots per host
+  /// Slots of each host (overrides hosts/slots when not empty).
+  std::vector<std::uint32_t> host_slots;
+  std::optional<std::uint32_t> np;  ///< nullopt: one rank per slot
+  mapping_policy mapping{map_by::slot, 0, false};
+  controller_options control{};
+  latency_model latency{};
+  process_script default_script{};
+  /// Ranks whose script differs from the default, sorted by rank, each rank once.
+  std::vector<std::pair<std::uint32_t, process_script>> scripts;
+  std::vector<fault> faults;
+  std::uint64_t seed = 1;
+
+  /// The script rank `rank` runs.
+  const process_script& script_of(std::uint32_t rank) const;
+  /// Sets one rank's script (keeps `scripts` sorted).
+  void set_script(std::uint32_t rank, process_script s);
+
+  /// The arguments of `pmsim` that describe this scenario (only what differs from defaults).
+  std::vector<std::string> to_args() const;
+  /// "pmsim --hosts 4 --slots 2 --fail 3:7 --seed 42": the one command that replays it.
+  std::string replay_command() const;
+};
+
+/// The allocation, job and rank map the scenario describes (hosts "node0", "node1", ...).
+/// Throws pm::error(errc::mapping) when the job does not fit.
+allocation make_allocation(const scenario& s);
+job_spec make_job(const scenario& s);
+
+}  // namespace pm::sim

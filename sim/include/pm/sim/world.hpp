@@ -1,0 +1,94 @@
+// The simulated world: runs a scenario against the real pm::controller and the real node agent.
+//
+// Single-threaded; virtual time jumps from one event to the next; every random choice comes
+// from one seeded pm::sim::prng, so a seed replays a run exactly (same trace hash). No wall
+// clock, no threads, no environment reads. The controller and the per-host agent
+// (libpm/src/agent) are the production objects; sim/ only plays the world around them: hosts,
+// links, processes, timers and faults, and checks the contract (docs/simulator.md).
+//
+//   pm::sim::scenario s;
+//   s.hosts = 64; s.slots = 8; s.seed = 42;
+//   s.set_script(17, pm::sim::parse_script("exit:7@1s"));
+//   s.faults.push_back(pm::sim::parse_fault("crash:3@2s"));
+//   auto r = pm::sim::run(s);
+//   EXPECT_EQ(r.outcome, pm::sim::verdict::ok) << r.explain();
+//   EXPECT_EQ(r.report.exit_code, 7);
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pm/env.hpp"
+#include "pm/report.hpp"
+#include "pm/sim/scenario.hpp"
+
+namespace pm::sim {
+
+/// How a run went, as a failure class (pmsim's exit code).
+enum class verdict : std::uint8_t {
+  ok,           ///< the job finished and every check of the contract held
+  correctness,  ///< the job finished (or ran) against the contract
+  liveness,     ///< no events left (or the budget spent) but the job is not finished
+  crash,        ///< the controller, the agent or the world threw
+};
+const char* to_string(verdict v) noexcept;
+/// pmsim's exit code for a verdict: 0 ok, 10 crash, 11 liveness, 12 correctness.
+int exit_code(verdict v) noexcept;
+
+struct run_options {
+  /// Receives the readable trace, one line at a time (null: lines are not even formatted).
+  std::function<void(std::string_view line)> trace;
+  /// Build each rank's environment at spawn (pm::rank_environment) and hand it to on_spawn.
+  std::optional<job_env> env;
+  /// Called when a simulated process is started: its rank, host and environment (empty
+  /// unless `env` is set).
+  std::function<void(std::uint32_t rank, std::uint32_t host, const std::vector<std::string>& env)>
+      on_spawn;
+  /// Limits: a run that needs more is a liveness failure. 0: 64 events per rank + 1,000,000.
+  std::uint64_t max_events = 0;
+  sim_time max_time{std::chrono::hours(24)};
+};
+
+/// What the run saw, for properties (RC_CLASSIFY) and the CLI.
+struct run_stats {
+  std::uint64_t events = 0;  ///< world events processed
+  std::uint64_t controller_events = 0;
+  std::uint64_t actions = 0;
+  std::array<std::uint32_t, fault_kind_count> faults_fired{};  ///< faults that took effect
+  std::uint32_t partitions_healed = 0;    ///< partitions that ended before anyone noticed
+  std::uint32_t timers_after_cancel = 0;  ///< timer_fired delivered after its cancel_timer
+  std::uint32_t exits_before_streams = 0;
+  std::uint32_t streams_before_exit = 0;
+  std::uint32_t sigkills = 0;   ///< ranks the controller sent SIGKILL
+  std::uint32_t leftovers = 0;  ///< ranks whose leftovers the job had to clear
+};
+
+struct run_result {
+  verdict outcome = verdict::ok;
+  std::vector<std::string> problems;  ///< what broke, one line each (empty when ok)
+  bool finished = false;              ///< the controller emitted finish
+  job_report report;                  ///< the controller's report (as of the end)
+  std::vector<std::string> lines;     ///< emit actions, in order
+  std::uint64_t trace_hash = 0;       ///< FNV-1a over every traced record
+  sim_time finish_time{0};            ///< when finish came out
+  sim_time end_time{0};               ///< the last event (agents done)
+  run_stats stats;
+  std::string replay;  ///< the command that replays this run
+
+  /// Seed, verdict, problems and the replay command, as a message for a failed test.
+  std::string explain() const;
+};
+
+/// Runs the scenario. Bad input (a job that does not fit, a fault naming a missing host or
+/// rank) throws pm::error; everything that goes wrong during the run is in the result.
+run_result run(const scenario& s, const run_options& options = {});
+
+/// "0x0123456789abcdef".
+std::string hash_text(std::uint64_t hash);
+
+}  // namespace pm::sim

@@ -1,0 +1,246 @@
+// pmsim: runs one simulated scenario against the real controller (docs/simulator.md).
+//
+// Prints the seed first, then the replay command, the job's report and the checks' verdict, and
+// the trace hash last. Exit codes: 0 every check held, 2 bad usage, 10 crash, 11 liveness,
+// 12 correctness (pm::sim::exit_code).
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "pm/error.hpp"
+#include "pm/sim/world.hpp"
+
+namespace {
+
+using pm::sim::parse_duration;
+
+struct flags {
+  std::vector<std::string> fails, ranks, faults, crashes, partitions;
+  std::string host_slots, map_by = "slot", kill_grace, timeout, trace_file, default_script;
+  std::string link, link_jitter, agent_hop, spawn, spawn_jitter, reaction, heartbeat,
+      heartbeat_timeout, run_time, run_jitter;
+  std::uint32_t hosts = 4, slots = 2, np = 0, fanout = 0, streams = 2;
+  std::uint64_t seed = 1;
+  bool no_abort = false, oversubscribe = false, json = false, twice = false;
+};
+
+std::uint32_t number(const std::string& text, const std::string& what) {
+  try {
+    std::size_t used = 0;
+    const unsigned long v = std::stoul(text, &used);
+    if (used != text.size() || v > 0xffffffffUL) throw std::invalid_argument("x");
+    return static_cast<std::uint32_t>(v);
+  } catch (const std::exception&) {
+    throw pm::error(pm::errc::usage, what + ": invalid number '" + text + "'");
+  }
+}
+
+pm::sim::scenario build(const flags& f) {
+  pm::sim::scenario s;
+  s.hosts = f.hosts;
+  s.slots = f.slots;
+  if (!f.host_slots.empty()) {
+    std::size_t from = 0;
+    while (from <= f.host_slots.size()) {
+      const auto comma = f.host_slots.find(',', from);
+      const auto end = comma == std::string::npos ? f.host_slots.size() : comma;
+      s.host_slots.push_back(number(f.host_slots.substr(from, end - from), "--host-slots"));
+      from = end + 1;
+    }
+  }
+  if (f.np != 0) s.np = f.np;
+  if (f.map_by == "slot" || f.map_by == "core") {
+    s.mapping.by = pm::map_by::slot;
+  } else if (f.map_by == "node") {
+    s.mapping.by = pm::map_by::node;
+  } else if (f.map_by.rfind("ppr:", 0) == 0 && f.map_by.size() > 9 &&
+             f.map_by.substr(f.map_by.size() - 5) == ":node") {
+    s.mapping.by = pm::map_by::ppr_node;
+    s.mapping.ppr = number(f.map_by.substr(4, f.map_by.size() - 9), "--map-by");
+  } else {
+    throw pm::error(pm::errc::usage,
+                    "--map-by: unknown policy '" + f.map_by + "' (slot, node, ppr:N:node)");
+  }
+  s.mapping.oversubscribe = f.oversubscribe;
+  s.control.abort_on_failure = !f.no_abort;
+  const auto ms = [](pm::sim::sim_time t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t);
+  };
+  if (!f.kill_grace.empty())
+    s.control.kill_grace = ms(parse_duration(f.kill_grace, "--kill-grace"));
+  if (!f.timeout.empty()) s.control.timeout = ms(parse_duration(f.timeout, "--timeout"));
+  if (f.streams > 2) throw pm::error(pm::errc::usage, "--streams: 0, 1 or 2");
+  s.control.streams_per_rank = static_cast<std::uint8_t>(f.streams);
+  auto& l = s.latency;
+  const auto set = [](pm::sim::sim_time& field, const std::string& text, const char* what) {
+    if (!text.empty()) field = parse_duration(text, what);
+  };
+  set(l.link, f.link, "--link");
+  set(l.link_jitter, f.link_jitter, "--link-jitter");
+  set(l.agent_hop, f.agent_hop, "--agent-hop");
+  set(l.spawn, f.spawn, "--spawn");
+  set(l.spawn_jitter, f.spawn_jitter, "--spawn-jitter");
+  set(l.reaction, f.reaction, "--reaction");
+  set(l.heartbeat_interval, f.heartbeat, "--heartbeat");
+  set(l.heartbeat_timeout, f.heartbeat_timeout, "--heartbeat-timeout");
+  set(l.run_time, f.run_time, "--run-time");
+  set(l.run_jitter, f.run_jitter, "--run-jitter");
+  if (f.fanout != 0) l.fanout = f.fanout;
+  if (!f.default_script.empty()) s.default_script = pm::sim::parse_script(f.default_script);
+  for (const auto& text : f.fails) {
+    // R:N[@T]: rank R exits N, by default halfway through the run time.
+    const auto colon = text.find(':');
+    if (colon == std::string::npos)
+      throw pm::error(pm::errc::usage, "--fail '" + text + "': expected RANK:CODE, e.g. 3:7");
+    auto script = pm::sim::parse_script("exit:" + text.substr(colon + 1));
+    if (!script.at) script.at = l.run_time / 2;
+    s.set_script(number(text.substr(0, colon), "--fail"), script);
+  }
+  for (const auto& text : f.ranks) {
+    const auto eq = text.find('=');
+    if (eq == std::string::npos)
+      throw pm::error(pm::errc::usage,
+                      "--rank '" + text + "': expected RANK=SCRIPT, e.g. 3=exit:7@1s");
+    s.set_script(number(text.substr(0, eq), "--rank"), pm::sim::parse_script(text.substr(eq + 1)));
+  }
+  for (const auto& text : f.faults) s.faults.push_back(pm::sim::parse_fault(text));
+  for (const auto& text : f.crashes) s.faults.push_back(pm::sim::parse_fault("crash:" + text));
+  for (const auto& text : f.partitions)
+    s.faults.push_back(pm::sim::parse_fault("partition:" + text));
+  s.seed = f.seed;
+  return s;
+}
+
+std::string rank_summary(const pm::job_report& r) {
+  std::uint32_t counts[6] = {};
+  for (const auto& rr : r.ranks) ++counts[static_cast<int>(rr.state)];
+  std::string out;
+  for (int i = 0; i < 6; ++i) {
+    if (counts[i] == 0) continue;
+    out += (out.empty() ? "" : ", ") + std::to_string(counts[i]) + " " +
+           pm::to_string(static_cast<pm::rank_state>(i));
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pmsim: simulate a parallel job's launch and failures against libpm's controller"};
+  flags f;
+  app.set_config("--scenario", "", "read options from a file (one 'name = value' a line)");
+  app.add_option("--hosts", f.hosts, "hosts in the cluster (node0..)")->capture_default_str();
+  app.add_option("--slots", f.slots, "slots per host")->capture_default_str();
+  app.add_option("--host-slots", f.host_slots,
+                 "slots of each host, e.g. 2,4,1 (overrides --hosts/--slots)");
+  app.add_option("--np,-n", f.np, "ranks (default: one per slot)");
+  app.add_option("--map-by", f.map_by, "slot, node or ppr:N:node")->capture_default_str();
+  app.add_flag("--oversubscribe", f.oversubscribe, "allow more ranks than slots");
+  app.add_flag("--no-abort,--no-abort-on-failure", f.no_abort,
+               "a failed rank does not end the job");
+  app.add_option("--kill-grace", f.kill_grace, "SIGTERM to SIGKILL (default 3s)");
+  app.add_option("--timeout", f.timeout, "end the job after this long");
+  app.add_option("--streams", f.streams, "output streams per rank (2, 1 merged, 0 none)");
+  app.add_option("--fail", f.fails,
+                 "R:N[@T]: rank R exits with N (at T, default half the run time)");
+  app.add_option("--rank", f.ranks,
+                 "R=SCRIPT: rank R's script, e.g. 3=signal:9@2s, 4=hang+ignore-term");
+  app.add_option("--default", f.default_script, "every other rank's script (default exit:0)");
+  app.add_option("--fault", f.faults,
+                 "crash:H@T, partition:H@T1-T2, spawn-fail:R, agent-fail:H, lost-exit:R");
+  app.add_option("--crash", f.crashes, "H@T: host H crashes at T");
+  app.add_option("--partition", f.partitions, "H@T1-T2: host H is cut off from T1 to T2");
+  app.add_option("--seed", f.seed, "the PRNG seed")->capture_default_str();
+  app.add_option("--trace", f.trace_file, "write the readable trace to FILE ('-': stdout)");
+  app.add_flag("--json", f.json, "print the report as JSON");
+  app.add_flag("--check-determinism", f.twice, "run twice and compare the trace hashes");
+  app.add_option("--link", f.link, "link latency (100us)");
+  app.add_option("--link-jitter", f.link_jitter, "link jitter (50us)");
+  app.add_option("--agent-hop", f.agent_hop, "agent start per tree level (20ms)");
+  app.add_option("--fanout", f.fanout, "agents started by each agent (32)");
+  app.add_option("--spawn", f.spawn, "per rank spawn time (500us)");
+  app.add_option("--spawn-jitter", f.spawn_jitter, "spawn jitter (250us)");
+  app.add_option("--reaction", f.reaction, "SIGTERM to death, at most (1ms)");
+  app.add_option("--heartbeat", f.heartbeat, "heartbeat interval (1s)");
+  app.add_option("--heartbeat-timeout", f.heartbeat_timeout, "silence that loses a peer (3s)");
+  app.add_option("--run-time", f.run_time, "the default script's run time (10s)");
+  app.add_option("--run-jitter", f.run_jitter, "run time jitter (1s)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+
+  pm::sim::scenario s;
+  try {
+    s = build(f);
+    std::printf("seed %llu\n", static_cast<unsigned long long>(s.seed));
+    std::printf("replay: %s\n", s.replay_command().c_str());
+    std::fflush(stdout);
+
+    std::ofstream trace_out;
+    pm::sim::run_options opts;
+    if (f.trace_file == "-") {
+      opts.trace = [](std::string_view line) {
+        std::fwrite(line.data(), 1, line.size(), stdout);
+        std::fputc('\n', stdout);
+      };
+    } else if (!f.trace_file.empty()) {
+      trace_out.open(f.trace_file);
+      if (!trace_out)
+        throw pm::error(pm::errc::usage, "--trace: cannot write '" + f.trace_file + "'");
+      opts.trace = [&](std::string_view line) { trace_out << line << '\n'; };
+    }
+
+    const auto wall_start = std::chrono::steady_clock::now();
+    auto r = pm::sim::run(s, opts);
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    if (f.twice) {
+      auto again = pm::sim::run(s);
+      if (again.trace_hash != r.trace_hash) {
+        r.problems.push_back("not deterministic: a second run gave trace hash " +
+                             pm::sim::hash_text(again.trace_hash));
+        r.outcome = pm::sim::verdict::correctness;
+      }
+    }
+
+    const auto& rep = r.report;
+    std::printf("exit code %d: %s\n", rep.exit_code,
+                rep.summary.empty() ? "every rank succeeded" : rep.summary.c_str());
+    if (rep.failed_rank || rep.failed_host) {
+      std::printf("first failure: %s", pm::to_string(rep.cause));
+      if (rep.failed_rank) std::printf(", rank %u", *rep.failed_rank);
+      if (rep.failed_host && *rep.failed_host < rep.host_names.size())
+        std::printf(" on %s", rep.host_names[*rep.failed_host].c_str());
+      if (rep.failed_status) std::printf(", %s", rep.failed_status->describe().c_str());
+      std::printf("\n");
+    }
+    std::printf("ranks: %s\n", rank_summary(rep).c_str());
+    for (const auto& line : r.lines) std::printf("line: %s\n", line.c_str());
+    if (f.json) std::printf("%s\n", pm::to_json(rep).c_str());
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    std::printf(
+        "simulated %s (finish at %s); %llu events in %.3f s (%.2f M events/s); max RSS %ld MiB\n",
+        pm::sim::format_duration(r.end_time).c_str(),
+        pm::sim::format_duration(r.finish_time).c_str(),
+        static_cast<unsigned long long>(r.stats.events), wall,
+        wall > 0 ? static_cast<double>(r.stats.events) / wall / 1e6 : 0.0, usage.ru_maxrss / 1024);
+    std::printf("verdict: %s\n", pm::sim::to_string(r.outcome));
+    for (const auto& p : r.problems) std::printf("  %s\n", p.c_str());
+    if (r.outcome != pm::sim::verdict::ok) std::printf("replay: %s\n", s.replay_command().c_str());
+    std::printf("trace hash %s\n", pm::sim::hash_text(r.trace_hash).c_str());
+    return pm::sim::exit_code(r.outcome);
+  } catch (const pm::error& e) {
+    std::fprintf(stderr, "pmsim: %s\n", e.what());
+    return 2;
+  }
+}
