@@ -222,7 +222,16 @@ struct background {
   }
 };
 
+// ThreadSanitizer's runtime defers a signal that arrives while the thread sleeps in epoll_wait
+// until the next intercepted call, so a TSan-built pmrun does not see it: these run elsewhere.
+#if defined(__SANITIZE_THREAD__)
+#define PM_SKIP_UNDER_TSAN() GTEST_SKIP() << "signals to a sleeping TSan-built pmrun are deferred"
+#else
+#define PM_SKIP_UNDER_TSAN() (void)0
+#endif
+
 TEST(PmrunRun, SigintReachesEveryRankAndPmrunEndsByIt) {
+  PM_SKIP_UNDER_TSAN();
   background bg(job({"-np", "3"}, {"pid", "sleep", "30"}));
   bg.wait_lines(3);
   auto ranks = printed_pids(bg.text, "pid");
@@ -250,6 +259,7 @@ TEST(PmrunRun, SigkilledPmrunLeavesNothingBehind) {
 }
 
 TEST(PmrunRun, UsrSignalsAreForwarded) {
+  PM_SKIP_UNDER_TSAN();
   // The rank dies by SIGUSR1 (default action): proof it was forwarded.
   background bg(job({"-np", "2"}, {"pid", "sleep", "30"}));
   bg.wait_lines(2);
