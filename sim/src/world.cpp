@@ -164,8 +164,9 @@ struct proc_rec {
   pstate state = pstate::none;
   std::uint8_t streams = 0;  // open stream bits (bit 0 stdout, bit 1 stderr)
   std::uint8_t flags = 0;
-  std::uint32_t script = 0;  // index into world::scripts_
-  std::uint32_t host = 0;    // cached from the rank map (rank_map::at touches five arrays)
+  std::uint8_t seen_closed = 0;  // streams whose end the launcher reported to the controller
+  std::uint32_t script = 0;      // index into world::scripts_
+  std::uint32_t host = 0;        // cached from the rank map (rank_map::at touches five arrays)
 };
 
 struct host_rec {
@@ -177,7 +178,7 @@ struct host_rec {
   std::int64_t spawn_free = 0;              // when its agent can fork the next rank
   std::int64_t part_from = -1, part_until = -1;
   std::int64_t crash_at = -1;
-  std::int64_t fault_at = -1;         // crash or partition start (detection bound)
+  std::int64_t detect_bound = -1;     // the latest a scheduled loss detection may come
   std::int64_t agent_detect_at = -1;  // its agent gave up on the launcher
   std::int64_t last_death = -1;
 };
@@ -556,6 +557,8 @@ class world {
             [&](spawn& x) { do_spawn(x); },
             [&](signal_ranks& x) { do_signal(x); },
             [&](start_timer& x) {
+              if (x.after == s_.control.kill_grace && grace_started_at_ < 0)
+                grace_started_at_ = now_;
               timers_[x.timer] = 0;
               at(now_ + std::chrono::duration_cast<sim_time>(x.after).count(), ek::ctl_timer,
                  static_cast<std::uint32_t>(x.timer), static_cast<std::uint32_t>(x.timer >> 32));
@@ -645,11 +648,11 @@ class world {
   }
 
   void do_signal(const signal_ranks& x) {
-    if (x.signo == SIGTERM && abort_at_ < 0) abort_at_ = now_;
     if (x.signo == SIGKILL) {
+      // SIGKILL only for ranks that outlive a whole grace: a grace timer must have run out.
       result_.stats.sigkills += static_cast<std::uint32_t>(x.ranks.size());
       const auto grace = std::chrono::duration_cast<sim_time>(s_.control.kill_grace).count();
-      if (abort_at_ < 0 || now_ < abort_at_ + grace)
+      if (grace_started_at_ < 0 || now_ < grace_started_at_ + grace)
         correctness("SIGKILL to rank " + std::to_string(x.ranks.empty() ? 0 : x.ranks[0]) +
                     " before the kill grace (" + format_duration(sim_time(grace)) + ") expired");
     }
@@ -867,6 +870,12 @@ class world {
            s_.latency.heartbeat_timeout.count();
   }
 
+  // The model's promise: silence that begins at t is noticed by t + this.
+  std::int64_t detection_promise() const {
+    return s_.latency.link.count() + s_.latency.link_jitter.count() +
+           s_.latency.heartbeat_timeout.count();
+  }
+
   void on_crash(std::uint32_t host) {
     auto& h = hosts_[host];
     if (h.crashed) return;
@@ -874,7 +883,6 @@ class world {
     if (used) ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::host_crash)];
     if (h.launched && !h.agent_fails && !h.agent_done) --agents_pending_;
     h.crashed = true;
-    h.fault_at = h.fault_at < 0 ? now_ : h.fault_at;
     line("!! " + host_name(host) + " crashes");
     hash_.add(static_cast<std::uint64_t>(now_));
     hash_.add(0x400 + std::uint64_t{host});
@@ -890,9 +898,10 @@ class world {
       }
     }
     h.agent.reset();
-    if (h.launched && !h.agent_fails && now_ >= h.agent_start)
+    if (h.launched && !h.agent_fails && now_ >= h.agent_start) {
+      h.detect_bound = std::max(h.detect_bound, now_ + detection_promise());
       at(detection_time(h, now_), ek::launcher_detects, host, 0);
-    else if (h.launched && !h.agent_fails)
+    } else if (h.launched && !h.agent_fails)
       at(h.agent_start + s_.latency.heartbeat_timeout.count(), ek::launcher_detects, host, 2);
   }
 
@@ -903,12 +912,12 @@ class world {
     line("!! " + host_name(host) + " is cut off until " + format_duration(sim_time(h.part_until)));
     hash_.add(static_cast<std::uint64_t>(now_));
     hash_.add(0x500 + std::uint64_t{host});
-    if (h.fault_at < 0) h.fault_at = now_;
     const auto detect = detection_time(h, std::max(now_, h.agent_start));
     if (detect >= h.part_until) {
       ++result_.stats.partitions_healed;  // healed before anyone noticed: only delays
       return;
     }
+    h.detect_bound = std::max(h.detect_bound, std::max(now_, h.agent_start) + detection_promise());
     at(detect, ek::launcher_detects, host, 0);
     // The agent misses the launcher's heartbeats as well (its own phase), or sees the reset
     // when the link comes back, whichever is first.
@@ -926,13 +935,10 @@ class world {
                           ? "no answer for " + format_duration(s_.latency.heartbeat_timeout)
                           : "no heartbeat for " + format_duration(s_.latency.heartbeat_timeout);
     line("!! the launcher gives up on " + host_name(host) + ": " + why);
-    if (reason == 0 && h.fault_at >= 0) {
-      const auto bound = h.fault_at + s_.latency.link.count() + s_.latency.link_jitter.count() +
-                         s_.latency.heartbeat_timeout.count();
-      if (now_ > bound)
-        correctness(host_name(host) + " was declared lost at " + format_duration(sim_time(now_)) +
-                    ", later than the model promises (" + format_duration(sim_time(bound)) + ")");
-    }
+    if (reason == 0 && h.detect_bound >= 0 && now_ > h.detect_bound)
+      correctness(host_name(host) + " was declared lost at " + format_duration(sim_time(now_)) +
+                  ", later than the model promises (" + format_duration(sim_time(h.detect_bound)) +
+                  ")");
     bool any_live = false;
     std::uint32_t first = 0;
     for (auto rank : map_.ranks_on_host(host)) {
@@ -946,6 +952,18 @@ class world {
     if (any_live && !ctl_.finished())
       note_failure(cause_kind::host_lost, first, host, exit_codes::host_lost);
     feed_ctl(host_lost{host, std::move(why)});
+    // The host's output came over the channel that just closed: the output layer sees the end
+    // of every stream of it still open (also of ranks that had ended before the loss).
+    for (auto rank : map_.ranks_on_host(host)) {
+      auto& p = procs_[rank];
+      if (p.state == pstate::none || p.state == pstate::failed) continue;
+      for (std::uint8_t bit = 0; bit < 2; ++bit) {
+        const auto mask = static_cast<std::uint8_t>(1u << bit);
+        if ((streams_bits_ & mask) == 0 || (p.seen_closed & mask) != 0) continue;
+        p.seen_closed |= mask;
+        feed_ctl(stream_closed{rank, static_cast<stream_kind>(bit), 0});
+      }
+    }
   }
 
   void on_agent_detects(std::uint32_t host) {
@@ -989,6 +1007,7 @@ class world {
     if (hosts_[host].launcher_closed) return;  // a host_lost earlier in this batch
     switch (m.k) {
       case up_msg::kind::stream:
+        procs_[m.rank].seen_closed |= static_cast<std::uint8_t>(1u << m.stream);
         feed_ctl(stream_closed{m.rank, static_cast<stream_kind>(m.stream), m.value});
         return;
       case up_msg::kind::abort:
@@ -1245,7 +1264,7 @@ class world {
   failure_seen first_failure_;
   bool saw_abort_ = false;
   bool finish_seen_ = false;
-  std::int64_t abort_at_ = -1;
+  std::int64_t grace_started_at_ = -1;  // the first timer as long as the kill grace
   trace_hash hash_;
   run_result result_;
 };

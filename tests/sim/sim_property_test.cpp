@@ -1,0 +1,275 @@
+// Properties of the simulated launch (rapidcheck): generated clusters, jobs, scripts and fault
+// plans, so that a failure shrinks to a minimal scenario. Every failure message carries the
+// seed and the pmsim command that replays it (run_result::explain). Each property also re-runs
+// its sample and compares trace hashes (determinism).
+#include <signal.h>
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "pm/sim/world.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using pm::sim::fault;
+using pm::sim::fault_kind;
+using pm::sim::process_script;
+using pm::sim::scenario;
+using pm::sim::verdict;
+
+struct gen_options {
+  bool faults = true;
+  bool host_faults = true;
+  bool failing_scripts = true;
+  bool abort_scripts = true;
+  bool hang = true;  // a rank that hangs ends only by an abort: not with abort off
+};
+
+// A small cluster and a job that fits it (map-by slot or node, np up to the slots).
+scenario gen_cluster() {
+  scenario s;
+  const auto hosts = *rc::gen::inRange<std::uint32_t>(1, 9);
+  s.host_slots =
+      *rc::gen::container<std::vector<std::uint32_t>>(hosts, rc::gen::inRange<std::uint32_t>(1, 5));
+  std::uint32_t total = 0;
+  for (auto n : s.host_slots) total += n;
+  s.np = *rc::gen::inRange<std::uint32_t>(1, total + 1);
+  s.mapping.by = *rc::gen::element(pm::map_by::slot, pm::map_by::node);
+  s.seed = *rc::gen::arbitrary<std::uint64_t>();
+  s.latency.run_time = 2s;  // short runs keep the property fast
+  s.latency.run_jitter = 500ms;
+  return s;
+}
+
+process_script gen_script(const gen_options& o) {
+  process_script p;
+  std::vector<process_script::ending> kinds{process_script::ending::exit};
+  if (o.failing_scripts) {
+    kinds.push_back(process_script::ending::signal);
+    if (o.hang) kinds.push_back(process_script::ending::hang);
+  }
+  if (o.abort_scripts) kinds.push_back(process_script::ending::abort);
+  p.end = *rc::gen::elementOf(kinds);
+  switch (p.end) {
+    case process_script::ending::exit:
+      p.value = o.failing_scripts ? *rc::gen::inRange(0, 4) : 0;
+      break;
+    case process_script::ending::signal:
+      p.value = *rc::gen::element(SIGSEGV, SIGKILL, SIGTERM, SIGABRT);
+      break;
+    case process_script::ending::abort:
+      p.value = *rc::gen::inRange(0, 4);
+      break;
+    case process_script::ending::hang:
+      break;
+  }
+  if (p.end != process_script::ending::hang)
+    p.at = std::chrono::milliseconds(*rc::gen::inRange(0, 3000));
+  p.ignore_term = *rc::gen::weightedElement<bool>({{4, false}, {1, true}});
+  p.slow_start = std::chrono::milliseconds(*rc::gen::weightedElement<int>({{4, 0}, {1, 50}}));
+  p.out_bytes = *rc::gen::inRange<std::uint64_t>(0, 5000);
+  p.close_early = *rc::gen::weightedElement<bool>({{5, false}, {1, true}});
+  p.leftover = *rc::gen::weightedElement<bool>({{5, false}, {1, true}});
+  return p;
+}
+
+// A fault plan over the scenario's hosts and ranks (one partition per host at most).
+std::vector<fault> gen_faults(const scenario& s, const gen_options& o, bool lost_exit) {
+  std::vector<fault> plan;
+  const auto hosts = static_cast<std::uint32_t>(s.host_slots.size());
+  const auto ranks = *s.np;
+  std::vector<fault_kind> kinds{fault_kind::spawn_failure};
+  if (o.host_faults) {
+    kinds.push_back(fault_kind::host_crash);
+    kinds.push_back(fault_kind::partition);
+    kinds.push_back(fault_kind::agent_failure);
+  }
+  if (lost_exit) kinds.push_back(fault_kind::lost_exit);
+  const auto count = *rc::gen::inRange(0, 4);
+  std::set<std::uint32_t> partitioned;
+  for (int i = 0; i < count; ++i) {
+    fault f;
+    f.kind = *rc::gen::elementOf(kinds);
+    const bool on_host = f.kind == fault_kind::host_crash || f.kind == fault_kind::partition ||
+                         f.kind == fault_kind::agent_failure;
+    f.target = *rc::gen::inRange<std::uint32_t>(0, on_host ? hosts : ranks);
+    if (f.kind == fault_kind::host_crash)
+      f.at = std::chrono::milliseconds(*rc::gen::inRange(0, 4000));
+    if (f.kind == fault_kind::partition) {
+      if (!partitioned.insert(f.target).second) continue;
+      f.at = std::chrono::milliseconds(*rc::gen::inRange(0, 3000));
+      f.until = f.at + std::chrono::milliseconds(*rc::gen::inRange(100, 8000));
+    }
+    plan.push_back(f);
+  }
+  return plan;
+}
+
+scenario gen_scenario(const gen_options& o, bool abort_on, bool lost_exit = false) {
+  auto s = gen_cluster();
+  s.control.abort_on_failure = abort_on;
+  s.control.kill_grace = std::chrono::milliseconds(*rc::gen::element(100, 1000, 3000));
+  const auto changed = *rc::gen::inRange<std::uint32_t>(0, std::min<std::uint32_t>(*s.np, 4) + 1);
+  for (std::uint32_t i = 0; i < changed; ++i)
+    s.set_script(*rc::gen::inRange<std::uint32_t>(0, *s.np), gen_script(o));
+  if (o.faults) s.faults = gen_faults(s, o, lost_exit);
+  return s;
+}
+
+void classify(const pm::sim::run_result& r) {
+  const auto& f = r.stats.faults_fired;
+  RC_CLASSIFY(f[static_cast<int>(fault_kind::host_crash)] > 0, "crash");
+  RC_CLASSIFY(f[static_cast<int>(fault_kind::partition)] > 0, "partition");
+  RC_CLASSIFY(r.stats.partitions_healed > 0, "partition healed");
+  RC_CLASSIFY(f[static_cast<int>(fault_kind::spawn_failure)] > 0, "spawn failure");
+  RC_CLASSIFY(f[static_cast<int>(fault_kind::agent_failure)] > 0, "agent failure");
+  RC_CLASSIFY(f[static_cast<int>(fault_kind::lost_exit)] > 0, "lost exit");
+  RC_CLASSIFY(r.stats.sigkills > 0, "sigkill");
+  RC_CLASSIFY(r.report.cause == pm::cause_kind::timeout, "timeout");
+  RC_CLASSIFY(r.stats.timers_after_cancel > 0, "timer after cancel");
+  RC_CLASSIFY(r.stats.streams_before_exit > 0 && r.stats.exits_before_streams > 0,
+              "both stream/exit orders");
+}
+
+// Runs, fails with the replay command unless every check held, and checks determinism.
+pm::sim::run_result run_checked(const scenario& s, const pm::sim::run_options& o = {}) {
+  auto r = pm::sim::run(s, o);
+  if (r.outcome != verdict::ok) RC_FAIL(r.explain());
+  const auto again = pm::sim::run(s);
+  if (again.trace_hash != r.trace_hash)
+    RC_FAIL("not deterministic: " + pm::sim::hash_text(r.trace_hash) + " then " +
+            pm::sim::hash_text(again.trace_hash) + "\nreplay: " + r.replay);
+  return r;
+}
+
+bool terminal(pm::rank_state st) {
+  return st != pm::rank_state::pending && st != pm::rank_state::running;
+}
+
+}  // namespace
+
+// Rank and env assignment through the whole launch: every rank started exactly once, on the
+// host the map chose, with the contract's variables.
+RC_GTEST_PROP(SimProperty, EveryRankStartsOnceWhereTheMapSaysWithTheContractEnv, ()) {
+  const auto s = gen_scenario({false, false, false, false, false}, true);
+  const auto map = pm::map_job(pm::sim::make_job(s), pm::sim::make_allocation(s));
+  pm::sim::run_options o;
+  o.env = pm::job_env{};
+  std::map<std::uint32_t, int> starts;
+  std::vector<std::string> problems;
+  o.on_spawn = [&](std::uint32_t rank, std::uint32_t host, const std::vector<std::string>& env) {
+    ++starts[rank];
+    const auto p = map.at(rank);
+    if (host != p.host) problems.push_back("rank " + std::to_string(rank) + " on the wrong host");
+    const auto expect = [&](const std::string& var) {
+      if (std::find(env.begin(), env.end(), var) == env.end())
+        problems.push_back("rank " + std::to_string(rank) + " lacks " + var);
+    };
+    const auto n = std::to_string(map.size());
+    expect("OMPI_COMM_WORLD_RANK=" + std::to_string(rank));
+    expect("OMPI_COMM_WORLD_SIZE=" + n);
+    expect("OMPI_COMM_WORLD_LOCAL_RANK=" + std::to_string(p.local_rank));
+    expect("OMPI_COMM_WORLD_LOCAL_SIZE=" + std::to_string(p.local_size));
+    expect("OMPI_COMM_WORLD_NODE_RANK=" + std::to_string(p.local_rank));
+    expect("RANK=" + std::to_string(rank));
+    expect("WORLD_SIZE=" + n);
+    expect("LOCAL_RANK=" + std::to_string(p.local_rank));
+    expect("LOCAL_WORLD_SIZE=" + std::to_string(p.local_size));
+    expect("NODE_RANK=" + std::to_string(p.node));
+    expect("PMI_RANK=" + std::to_string(rank));
+  };
+  const auto r = run_checked(s, o);
+  RC_ASSERT(problems.empty());
+  RC_ASSERT(starts.size() == map.size());
+  for (const auto& [rank, count] : starts) RC_ASSERT(count == 1);
+  RC_ASSERT(r.report.exit_code == 0);
+}
+
+// Failure propagation with abort on: the report follows the first failure (the world checks the
+// rule against the order the controller was fed), every rank ends, SIGKILL only after the grace,
+// nothing after the finish, nothing of the job left running.
+RC_GTEST_PROP(SimProperty, AbortOnFailurePropagates, ()) {
+  auto s = gen_scenario({}, true);
+  s.control.timeout = 20s;  // a job whose only trouble is a hung rank ends by the timeout
+  const auto r = run_checked(s);
+  classify(r);
+  RC_ASSERT(r.finished);
+  for (const auto& rr : r.report.ranks) RC_ASSERT(terminal(rr.state));
+  if (r.report.cause == pm::cause_kind::none) {
+    RC_ASSERT(r.report.exit_code == 0);
+    RC_ASSERT(r.report.ranks_killed == 0u);
+  } else {
+    RC_ASSERT(r.report.exit_code != 0);
+    RC_ASSERT(!r.report.summary.empty());
+    RC_ASSERT(!r.lines.empty());
+    RC_ASSERT(r.lines.front().rfind(r.report.summary, 0) == 0u);
+  }
+  // A rank that ignores SIGTERM ends by its own script or by SIGKILL after the grace (the world
+  // checks that SIGKILL never comes before the grace, nor to a rank whose end was reported).
+  if (r.report.cause != pm::cause_kind::none) {
+    for (const auto& rr : r.report.ranks) {
+      const auto& script = s.script_of(rr.rank);
+      // It ignores SIGTERM, so the abort's SIGTERM cannot be what ended it.
+      const bool own_sigterm =
+          script.end == process_script::ending::signal && script.value == SIGTERM;
+      if (rr.state == pm::rank_state::killed && script.ignore_term && !own_sigterm)
+        RC_ASSERT(rr.status != pm::exit_status::signaled(SIGTERM));
+    }
+  }
+}
+
+// With abort off: ranks that no fault touched run to completion and succeed (checked by the
+// world against each rank's script and the faults that fired).
+RC_GTEST_PROP(SimProperty, WithoutAbortUntouchedRanksSucceed, ()) {
+  const auto s = gen_scenario({true, true, true, false, false}, false);
+  const auto r = run_checked(s);
+  classify(r);
+  RC_ASSERT(r.finished);
+  RC_ASSERT(r.report.ranks_killed == 0u);
+  bool any_failure = false;
+  for (const auto& rr : r.report.ranks)
+    any_failure |= rr.state != pm::rank_state::exited || !rr.status || !rr.status->success();
+  RC_ASSERT(any_failure == (r.report.exit_code != 0));
+}
+
+// Host loss and partitions: ranks of a lost host count as failed (lost) within the detection
+// time, and after a partition nothing of the old job runs on (the world checks both bounds).
+RC_GTEST_PROP(SimProperty, LostHostsFailTheirRanksAndLeaveNothingBehind, ()) {
+  auto s = gen_cluster();
+  s.control.abort_on_failure = *rc::gen::arbitrary<bool>();
+  s.faults = gen_faults(s, {}, false);
+  const auto r = run_checked(s);
+  classify(r);
+  RC_ASSERT(r.finished);
+  for (const auto& rr : r.report.ranks) {
+    if (rr.state == pm::rank_state::lost) {
+      RC_ASSERT(rr.ended_at.has_value());
+      RC_ASSERT(!rr.reason.empty());
+    }
+  }
+  if (r.report.cause == pm::cause_kind::host_lost) {
+    RC_ASSERT(r.report.exit_code == pm::exit_codes::host_lost);
+    RC_ASSERT(r.report.failed_host.has_value());
+  }
+}
+
+// A lost exit notification can only be a loud liveness failure (never a silent success), with
+// the replay command; other runs of the same plans are fine.
+RC_GTEST_PROP(SimProperty, LostExitIsReportedAsLiveness, ()) {
+  auto s = gen_cluster();
+  fault f;
+  f.kind = fault_kind::lost_exit;
+  f.target = *rc::gen::inRange<std::uint32_t>(0, *s.np);
+  s.faults.push_back(f);
+  const auto r = pm::sim::run(s);
+  RC_CLASSIFY(r.outcome == verdict::liveness, "liveness");
+  RC_ASSERT(r.outcome == verdict::liveness);
+  RC_ASSERT(!r.finished);
+  RC_ASSERT(r.explain().find("replay: build/bin/pmsim ") != std::string::npos);
+  RC_ASSERT(r.explain().find("--fault lost-exit:" + std::to_string(f.target)) != std::string::npos);
+}

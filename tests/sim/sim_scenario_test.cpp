@@ -1,0 +1,298 @@
+// The simulator on hand-written scenarios: exact outcomes, lines, messages and replay commands.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "pm/error.hpp"
+#include "pm/sim/random.hpp"
+#include "pm/sim/world.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using pm::sim::parse_fault;
+using pm::sim::parse_script;
+using pm::sim::scenario;
+using pm::sim::verdict;
+
+scenario cluster(std::uint32_t hosts, std::uint32_t slots, std::uint64_t seed = 7) {
+  scenario s;
+  s.hosts = hosts;
+  s.slots = slots;
+  s.seed = seed;
+  return s;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const pm::error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(SimScenario, FailingRankAbortsTheJobWithItsCode) {
+  auto s = cluster(8, 2);
+  s.set_script(3, parse_script("exit:7@1s"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_TRUE(r.finished);
+  EXPECT_EQ(r.report.exit_code, 7);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::rank_failed);
+  EXPECT_EQ(r.report.failed_rank, 3u);
+  EXPECT_EQ(r.report.failed_host, 1u);
+  EXPECT_EQ(r.report.summary, "rank 3 on node1 exited with code 7");
+  EXPECT_EQ(r.report.ranks_killed, 15u);
+  ASSERT_EQ(r.lines.size(), 1u);
+  EXPECT_EQ(r.lines[0],
+            "rank 3 on node1 exited with code 7; aborting the job (SIGTERM to 15 ranks)");
+  // The abort ends the job soon after the failure, long before the others' 10 s run time.
+  EXPECT_GT(r.finish_time, 1s);
+  EXPECT_LT(r.finish_time, 1100ms);
+}
+
+TEST(SimScenario, SameSeedSameTraceOtherSeedOtherTrace) {
+  auto s = cluster(16, 4, 42);
+  s.set_script(9, parse_script("signal:11@2s"));
+  const auto a = pm::sim::run(s);
+  const auto b = pm::sim::run(s);
+  EXPECT_EQ(a.trace_hash, b.trace_hash);
+  EXPECT_EQ(a.stats.events, b.stats.events);
+  s.seed = 43;
+  const auto c = pm::sim::run(s);
+  EXPECT_NE(a.trace_hash, c.trace_hash);
+  EXPECT_EQ(c.report.exit_code, 128 + SIGSEGV);
+}
+
+TEST(SimScenario, TraceDumpIsReadableAndDoesNotChangeTheHash) {
+  auto s = cluster(2, 1);
+  s.set_script(1, parse_script("exit:3@1s"));
+  std::vector<std::string> lines;
+  pm::sim::run_options o;
+  o.trace = [&](std::string_view l) { lines.emplace_back(l); };
+  const auto traced = pm::sim::run(s, o);
+  const auto quiet = pm::sim::run(s);
+  EXPECT_EQ(traced.trace_hash, quiet.trace_hash);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0], "     0.000000000 <- job_start");
+  EXPECT_EQ(lines[1], "     0.000000000 -> spawn host=0 ranks=[0]");
+  bool saw_exit = false, saw_finish = false;
+  for (const auto& l : lines) {
+    saw_exit |= l.find("<- rank_exited rank=1 exited with code 3") != std::string::npos;
+    saw_finish |=
+        l.find("-> finish exit_code=3 cause=rank_failed rank 1 on node1 exited with code 3") !=
+        std::string::npos;
+  }
+  EXPECT_TRUE(saw_exit);
+  EXPECT_TRUE(saw_finish);
+}
+
+TEST(SimScenario, RankThatIgnoresSigtermGetsSigkillAfterTheGrace) {
+  auto s = cluster(2, 2);
+  s.set_script(0, parse_script("exit:1@1s"));
+  s.set_script(2, parse_script("hang+ignore-term"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.stats.sigkills, 1u);
+  EXPECT_EQ(r.report.ranks[2].state, pm::rank_state::killed);
+  EXPECT_EQ(r.report.ranks[2].status, pm::exit_status::signaled(SIGKILL));
+  EXPECT_EQ(r.report.ranks[1].status, pm::exit_status::signaled(SIGTERM));
+  // SIGKILL comes with the 3 s grace, not before.
+  EXPECT_GE(r.finish_time, 4s);
+}
+
+TEST(SimScenario, CrashedHostIsLostWithinTheDetectionTime) {
+  auto s = cluster(4, 2);
+  s.faults.push_back(parse_fault("crash:1@2s"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, pm::exit_codes::host_lost);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::host_lost);
+  EXPECT_EQ(r.report.failed_host, 1u);
+  EXPECT_EQ(r.report.ranks[2].state, pm::rank_state::lost);
+  EXPECT_EQ(r.report.ranks[3].state, pm::rank_state::lost);
+  ASSERT_EQ(r.lines.size(), 1u);
+  EXPECT_EQ(r.lines[0],
+            "host node1 was lost (no heartbeat for 3s); its 2 ranks failed; aborting the job "
+            "(SIGTERM to 6 ranks)");
+  EXPECT_EQ(r.stats.faults_fired[0], 1u);
+  EXPECT_LE(r.finish_time, 2s + 3s + 150us + 2ms);
+}
+
+TEST(SimScenario, LongPartitionLosesTheHostAndItsAgentKillsTheOldRanks) {
+  auto s = cluster(3, 2);
+  s.set_script(4, parse_script("hang+ignore-term"));  // on node2, the partitioned host
+  s.faults.push_back(parse_fault("partition:2@1s-20s"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, pm::exit_codes::host_lost);
+  EXPECT_EQ(r.report.failed_host, 2u);
+  EXPECT_EQ(r.stats.partitions_healed, 0u);
+  // The agent gives up on the launcher, SIGTERMs, then SIGKILLs after its 1 s grace; the world
+  // checks that nothing ran past that (else the verdict would be a correctness failure).
+}
+
+TEST(SimScenario, ShortPartitionOnlyDelays) {
+  auto s = cluster(3, 2);
+  s.faults.push_back(parse_fault("partition:2@1s-2s"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 0);
+  EXPECT_EQ(r.stats.partitions_healed, 1u);
+}
+
+TEST(SimScenario, SpawnFailureIsTheCause) {
+  auto s = cluster(2, 2);
+  s.faults.push_back(parse_fault("spawn-fail:3"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 127);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::spawn_failed);
+  EXPECT_EQ(r.report.summary,
+            "rank 3 on node1 could not start: cannot execute 'app': No such file or directory");
+}
+
+TEST(SimScenario, AgentThatDoesNotStartLosesItsHost) {
+  auto s = cluster(3, 1);
+  s.faults.push_back(parse_fault("agent-fail:2"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, pm::exit_codes::host_lost);
+  EXPECT_EQ(r.report.summary, "host node2 was lost (its agent did not start); its 1 rank failed");
+}
+
+TEST(SimScenario, LostExitNotificationIsALoudLivenessFailure) {
+  auto s = cluster(2, 2, 5);
+  s.faults.push_back(parse_fault("lost-exit:1"));
+  const auto r = pm::sim::run(s);
+  EXPECT_EQ(r.outcome, verdict::liveness);
+  EXPECT_FALSE(r.finished);
+  ASSERT_FALSE(r.problems.empty());
+  EXPECT_NE(r.problems[0].find("no events left, but the job is not finished: 1 ranks not ended "
+                               "(e.g. rank 1, running as the controller sees it)"),
+            std::string::npos)
+      << r.problems[0];
+  EXPECT_NE(
+      r.explain().find("replay: build/bin/pmsim --hosts 2 --slots 2 --fault lost-exit:1 --seed 5"),
+      std::string::npos)
+      << r.explain();
+  EXPECT_EQ(pm::sim::exit_code(r.outcome), 11);
+}
+
+TEST(SimScenario, WithoutAbortTheOthersRunToCompletion) {
+  auto s = cluster(4, 2);
+  s.control.abort_on_failure = false;
+  s.set_script(5, parse_script("exit:9@1s"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 9);
+  EXPECT_EQ(r.report.ranks_killed, 0u);
+  for (const auto& rr : r.report.ranks) {
+    EXPECT_EQ(rr.state, pm::rank_state::exited);
+    if (rr.rank != 5) {
+      EXPECT_EQ(rr.status, pm::exit_status::exited(0));
+    }
+  }
+  EXPECT_GT(r.finish_time, 10s);
+}
+
+TEST(SimScenario, AbortCallEndsTheJobWithItsStatus) {
+  auto s = cluster(2, 2);
+  s.control.abort_on_failure = false;  // an explicit abort ends the job anyway
+  s.set_script(2, parse_script("abort:4@1s"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 4);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::abort_requested);
+  EXPECT_EQ(r.report.failed_rank, 2u);
+}
+
+TEST(SimScenario, LeftoverChildHoldingTheStreamsIsCleared) {
+  auto s = cluster(1, 2);
+  s.set_script(1, parse_script("exit:0@1s+leftover+out=100"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 0);
+  EXPECT_EQ(r.stats.leftovers, 1u);
+}
+
+TEST(SimScenario, EnvironmentFollowsTheContract) {
+  auto s = cluster(3, 2);
+  s.mapping.by = pm::map_by::node;
+  pm::sim::run_options o;
+  o.env = pm::job_env{};
+  std::map<std::uint32_t, std::vector<std::string>> seen;
+  o.on_spawn = [&](std::uint32_t rank, std::uint32_t, const std::vector<std::string>& env) {
+    seen[rank] = env;
+  };
+  const auto r = pm::sim::run(s, o);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  ASSERT_EQ(seen.size(), 6u);
+  const auto has = [&](std::uint32_t rank, const std::string& var) {
+    const auto& env = seen[rank];
+    return std::find(env.begin(), env.end(), var) != env.end();
+  };
+  // map-by node: rank 4 is the second rank on node1.
+  EXPECT_TRUE(has(4, "OMPI_COMM_WORLD_RANK=4"));
+  EXPECT_TRUE(has(4, "OMPI_COMM_WORLD_LOCAL_RANK=1"));
+  EXPECT_TRUE(has(4, "NODE_RANK=1"));
+  EXPECT_TRUE(has(4, "WORLD_SIZE=6"));
+}
+
+TEST(SimScenario, BadFaultsAndScriptsAreUsageErrors) {
+  auto s = cluster(2, 2);
+  s.faults.push_back(parse_fault("crash:5@1s"));
+  EXPECT_EQ(message_of([&] { pm::sim::run(s); }),
+            "fault 'crash:5@1s': no host 5 (the cluster has 2 hosts)");
+  EXPECT_EQ(message_of([] { parse_fault("crash:1"); }),
+            "fault 'crash:1': a crash needs a time, e.g. crash:3@1s");
+  EXPECT_EQ(message_of([] { parse_fault("partition:1@2s-1s"); }),
+            "fault 'partition:1@2s-1s': the partition must end after it begins");
+  EXPECT_EQ(message_of([] { parse_fault("flood:1"); }),
+            "fault 'flood:1': unknown kind 'flood' (crash, partition, spawn-fail, agent-fail, "
+            "lost-exit)");
+  EXPECT_EQ(message_of([] { parse_script("exit:300"); }),
+            "script 'exit:300': exit codes are 0..255");
+  EXPECT_EQ(message_of([] { parse_script("exit:1+fast"); }),
+            "script 'exit:1+fast': unknown option 'fast' (ignore-term, slow=T, out=N, "
+            "close-early, leftover)");
+  EXPECT_EQ(message_of([] { pm::sim::parse_duration("1.5x", "--run-time"); }),
+            "--run-time: invalid duration '1.5x' (e.g. 1.5s, 20ms)");
+}
+
+TEST(SimScenario, ValuesPrintAndParseBack) {
+  for (const char* text : {"exit:7@1.5s+ignore-term+slow=20ms+out=4096+close-early+leftover",
+                           "signal:9@2s", "hang", "abort:3@1s", "exit:0"}) {
+    EXPECT_EQ(to_string(parse_script(text)), text);
+  }
+  for (const char* text :
+       {"crash:3@1s", "partition:3@1.5s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12"}) {
+    EXPECT_EQ(to_string(parse_fault(text)), text);
+  }
+  EXPECT_EQ(pm::sim::format_duration(1500ms), "1.5s");
+  EXPECT_EQ(pm::sim::format_duration(250us), "250us");
+  EXPECT_EQ(pm::sim::format_duration(std::chrono::nanoseconds(1'000'000'007)), "1.000000007s");
+  EXPECT_EQ(pm::sim::parse_duration("0.25ms", "x"), 250us);
+  auto s = cluster(64, 8, 42);
+  s.set_script(17, parse_script("exit:7@1s"));
+  s.faults.push_back(parse_fault("crash:3@2s"));
+  EXPECT_EQ(
+      s.replay_command(),
+      "build/bin/pmsim --hosts 64 --slots 8 --rank 17=exit:7@1s --fault crash:3@2s --seed 42");
+}
+
+TEST(SimScenario, PrngIsPinned) {
+  // xoshiro256** seeded by splitmix64: these numbers must never change (replays depend on them).
+  pm::sim::prng g(42);
+  EXPECT_EQ(g.next(), 1546998764402558742ull);
+  EXPECT_EQ(g.next(), 6990951692964543102ull);
+  pm::sim::prng k(1);
+  std::uint64_t counts[4] = {};
+  for (int i = 0; i < 4000; ++i) ++counts[k.below(4)];
+  for (auto c : counts) EXPECT_NEAR(static_cast<double>(c), 1000.0, 150.0);
+}
+
+}  // namespace
