@@ -193,6 +193,20 @@ TEST(Controller, HostLoss) {
   EXPECT_EQ(report->ranks[2].state, pm::rank_state::lost);
 }
 
+TEST(Controller, HostLossDropsTheStreamsOfRanksThatHadEnded) {
+  pm::controller_options o;
+  o.abort_on_failure = false;
+  harness h(2, 1, o);
+  h.start_all();
+  h.end(0, pm::exit_status::exited(0));
+  h.feed(pm::rank_exited{1, pm::exit_status::exited(0)});  // its output is still on the way...
+  EXPECT_FALSE(h.finished_report());
+  h.feed(pm::host_lost{1, "agent channel closed"});  // ...when its host is lost
+  auto report = h.finished_report();
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->exit_code, 0);  // it had ended by itself, successfully
+}
+
 TEST(Controller, SignalToTheLauncherAndEscalation) {
   harness h(1, 2);
   h.start_all();

@@ -222,8 +222,9 @@ struct controller::state {
     std::uint32_t lost = 0;
     std::optional<std::uint32_t> first;
     for (auto rank : map->ranks_on_host(e.host)) {
-      if (!end_rank(rank, rank_state::lost, now)) continue;
+      // Output still in flight from that host is gone with it, also for ranks that had ended.
       drop_streams(ranks[rank]);
+      if (!end_rank(rank, rank_state::lost, now)) continue;
       reasons[rank] = e.reason;
       if (!first) first = rank;
       ++lost;
