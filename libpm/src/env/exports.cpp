@@ -1,20 +1,19 @@
 // The job's environment: inherited minus outer identity, plus -mca and -x exports.
 #include <algorithm>
 
+#include "model/printable.hpp"
 #include "pm/env.hpp"
 #include "pm/error.hpp"
 
 namespace pm {
 
-bool is_valid_env_name(std::string_view name) noexcept {
-  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-  });
-}
-
 namespace {
 
+bool is_word_char(char c) noexcept {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+// Replaces or appends: the first spelling keeps its place, the last value wins.
 void set(std::vector<env_var>& list, std::string name, std::string value) {
   for (auto& v : list) {
     if (v.name == name) {
@@ -25,35 +24,53 @@ void set(std::vector<env_var>& list, std::string name, std::string value) {
   list.push_back({std::move(name), std::move(value)});
 }
 
+// Replaces or inserts into a list sorted by name, keeping it sorted.
+void set_sorted(std::vector<env_var>& list, std::string name, std::string value) {
+  auto it = std::lower_bound(list.begin(), list.end(), name,
+                             [](const env_var& v, const std::string& n) { return v.name < n; });
+  if (it != list.end() && it->name == name) {
+    it->value = std::move(value);
+  } else {
+    list.insert(it, {std::move(name), std::move(value)});
+  }
+}
+
 }  // namespace
+
+bool is_valid_env_name(std::string_view name) noexcept {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  return std::all_of(name.begin(), name.end(), is_word_char);
+}
 
 job_env make_job_env(const env_map& inherited, const env_exports& exports, env_profile profiles,
                      launch_facts facts) {
   job_env env;
   env.profiles = profiles;
   env.facts = std::move(facts);
+  // env_map is ordered, so base comes out sorted by name; set_sorted keeps it so.
   env.base.reserve(inherited.size() + exports.mca.size());
   for (const auto& [name, value] : inherited) {
     if (!is_outer_job_identity(name)) env.base.push_back({name, value});
   }
   for (const auto& [key, value] : exports.mca) {
-    const bool ok = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
-      return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-    });
-    if (!ok) throw error(errc::env, "-mca '" + key + "': invalid parameter name");
-    set(env.base, "OMPI_MCA_" + key, value);
+    if (key.empty() || !std::all_of(key.begin(), key.end(), is_word_char)) {
+      // Quoted with control characters spelled out: the message stays one line.
+      throw error(errc::env, "-mca '" + model::printable(key) + "': invalid parameter name");
+    }
+    set_sorted(env.base, "OMPI_MCA_" + key, value);  // replaces an inherited OMPI_MCA_key
   }
   for (const auto& x : exports.x) {
     const auto eq = x.find('=');
     const std::string name = x.substr(0, eq);
     if (!is_valid_env_name(name)) {
-      throw error(errc::env, "-x '" + x + "': invalid variable name '" + name + "'");
+      throw error(errc::env, "-x '" + model::printable(x) + "': invalid variable name '" +
+                                 model::printable(name) + "'");
     }
     if (eq != std::string::npos) {
-      set(env.overrides, name, x.substr(eq + 1));
+      set(env.overrides, name, x.substr(eq + 1));  // the value may hold anything, '=' included
     } else if (auto it = inherited.find(name); it != inherited.end()) {
       set(env.overrides, name, it->second);
-    }  // an unset VAR is not exported, as mpirun does
+    }  // -x VAR with VAR unset exports nothing, as mpirun does
   }
   return env;
 }

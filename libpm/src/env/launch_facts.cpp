@@ -1,88 +1,122 @@
+// Launch-time facts: MASTER_ADDR, MASTER_PORT and node addresses (docs/env-contract.md).
+//
+// The only impure part of the env contract. It asks the resolver and the kernel, and sends
+// nothing: addresses come from getaddrinfo/getifaddrs, the port from a bind that is released.
 #include "pm/launch_facts.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+
+#include "pm/error.hpp"
 
 namespace pm {
 namespace {
 
 bool is_loopback(const sockaddr* sa) {
   if (sa->sa_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
-    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    sockaddr_in in{};
+    std::memcpy(&in, sa, sizeof in);
+    return (ntohl(in.sin_addr.s_addr) >> 24) == 127;  // 127.0.0.0/8, Debian's 127.0.1.1 too
   }
   if (sa->sa_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
-    return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    sockaddr_in6 in6{};
+    std::memcpy(&in6, sa, sizeof in6);
+    return IN6_IS_ADDR_LOOPBACK(&in6.sin6_addr) != 0 || IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr) != 0;
   }
-  return true;
+  return true;  // neither IPv4 nor IPv6: never an answer
 }
 
-std::string numeric(const sockaddr* sa) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (sa->sa_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
-  } else if (sa->sa_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
-  }
+std::string numeric(const sockaddr* sa, socklen_t len) {
+  char buf[NI_MAXHOST] = {};
+  if (getnameinfo(sa, len, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0) return {};
   return buf;
 }
 
-// This machine's first non-loopback IPv4 address, if any.
-std::optional<std::string> local_address() {
+// This machine's first non-loopback IPv4 address on an interface that is up.
+std::optional<std::string> local_interface_address() {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return std::nullopt;
   std::optional<std::string> found;
   for (auto* it = list; it != nullptr && !found; it = it->ifa_next) {
-    if (it->ifa_addr != nullptr && it->ifa_addr->sa_family == AF_INET &&
-        !is_loopback(it->ifa_addr)) {
-      found = numeric(it->ifa_addr);
-    }
+    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
+    if ((it->ifa_flags & IFF_UP) == 0 || (it->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    if (is_loopback(it->ifa_addr)) continue;
+    auto text = numeric(it->ifa_addr, sizeof(sockaddr_in));
+    if (!text.empty()) found = std::move(text);
   }
   freeifaddrs(list);
   return found;
 }
 
-// A non-loopback address of a named host, from the resolver (hosts file, DNS).
+// A non-loopback address of a named host from the resolver (hosts file, DNS); IPv4 first,
+// since every framework reading MASTER_ADDR takes it, and "addr:port" needs no brackets.
 std::optional<std::string> resolve(const std::string& name) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_ADDRCONFIG;
   addrinfo* res = nullptr;
   if (getaddrinfo(name.c_str(), nullptr, &hints, &res) != 0) return std::nullopt;
-  std::optional<std::string> found;
-  for (auto* it = res; it != nullptr && !found; it = it->ai_next) {
-    if (!is_loopback(it->ai_addr)) found = numeric(it->ai_addr);
+  std::optional<std::string> v4;
+  std::optional<std::string> v6;
+  for (auto* it = res; it != nullptr && !v4; it = it->ai_next) {
+    if (is_loopback(it->ai_addr)) continue;
+    auto text = numeric(it->ai_addr, it->ai_addrlen);
+    if (text.empty()) continue;
+    if (it->ai_family == AF_INET) {
+      v4 = std::move(text);
+    } else if (!v6) {
+      v6 = std::move(text);
+    }
   }
   freeaddrinfo(res);
-  return found;
+  return v4 ? v4 : v6;
 }
 
-std::string address_of(const host& h) {
-  if (h.local) return local_address().value_or("127.0.0.1");
-  return resolve(h.name).value_or(h.name);
-}
-
-std::uint16_t free_port(const std::string& addr) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = 0;
-  if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1)
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::uint16_t port = 0;
-  socklen_t len = sizeof sa;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0) {
-    port = ntohs(sa.sin_port);
+// What other hosts use to reach `h`: its name resolved (loopback skipped), for this machine else
+// its first interface address, else the name itself (the other hosts may still resolve it).
+std::string address_of(const host& h, bool local) {
+  if (auto a = resolve(h.name)) return *a;
+  if (local) {
+    if (auto a = local_interface_address()) return *a;
   }
-  close(fd);
+  return h.name;
+}
+
+// A TCP port free on `addr` (a numeric address of this machine): bind port 0, read, release.
+std::optional<std::uint16_t> free_port_on(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(addr.c_str(), "0", &hints, &res) != 0) return std::nullopt;
+  std::optional<std::uint16_t> port;
+  const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (bind(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      if (ss.ss_family == AF_INET) {
+        sockaddr_in in{};
+        std::memcpy(&in, &ss, sizeof in);
+        port = ntohs(in.sin_port);
+      } else if (ss.ss_family == AF_INET6) {
+        sockaddr_in6 in6{};
+        std::memcpy(&in6, &ss, sizeof in6);
+        port = ntohs(in6.sin6_port);
+      }
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
   return port;
 }
 
@@ -90,21 +124,36 @@ std::uint16_t free_port(const std::string& addr) {
 
 launch_facts decide_launch_facts(const rank_map& map, const local_host& me,
                                  std::optional<std::uint16_t> master_port) {
-  (void)me;
-  launch_facts facts;
   const auto& hosts = map.allocation().hosts;
-  if (map.num_nodes() == 1 && hosts[map.host_of_node(0)].local) {
-    facts.master_addr = "127.0.0.1";
-    facts.node_addrs = {"127.0.0.1"};
-  } else {
+  auto is_local = [&](const host& h) { return h.local || me.is_me(h.name); };
+  launch_facts facts;
+  facts.master_addr = "127.0.0.1";
+  bool master_local = true;
+  if (map.num_nodes() == 1 && is_local(hosts.at(map.host_of_node(0)))) {
+    facts.node_addrs = {"127.0.0.1"};  // nothing leaves the machine
+  } else if (map.num_nodes() > 0 && map.size() > 0) {
+    facts.node_addrs.reserve(map.num_nodes());
     for (std::uint32_t node = 0; node < map.num_nodes(); ++node) {
-      facts.node_addrs.push_back(address_of(hosts[map.host_of_node(node)]));
+      const auto& h = hosts.at(map.host_of_node(node));
+      facts.node_addrs.push_back(address_of(h, is_local(h)));
     }
-    facts.master_addr = map.size() > 0 ? facts.node_addrs[map.at(0).node] : "127.0.0.1";
+    const auto& rank0 = hosts.at(map.host_of_node(map.at(0).node));
+    facts.master_addr = facts.node_addrs[map.at(0).node];
+    master_local = is_local(rank0);
   }
-  facts.master_port = master_port.value_or(free_port(
-      hosts[map.host_of_node(map.size() > 0 ? map.at(0).node : 0)].local ? facts.master_addr
-                                                                         : "127.0.0.1"));
+  if (master_port) {
+    facts.master_port = *master_port;
+    return facts;
+  }
+  // Rank 0 here: a port free on the very address the ranks will use. Rank 0 elsewhere: a port
+  // free on this machine's loopback, a good guess until its agent decides one on that host.
+  auto port = master_local ? free_port_on(facts.master_addr) : std::nullopt;
+  if (!port) port = free_port_on("127.0.0.1");
+  if (!port || *port == 0) {
+    throw error(errc::system, "MASTER_PORT: no free TCP port on " + facts.master_addr + ": " +
+                                  std::strerror(errno) + " (give one with --master-port)");
+  }
+  facts.master_port = *port;
   return facts;
 }
 
