@@ -1,30 +1,63 @@
 // One rank's complete environment: base, then profile variables, then -x overrides.
-#include <algorithm>
+//
+// Built for every rank at spawn, so it must stay cheap (~60 inherited variables: a few µs). The
+// later entries (profiles + overrides, ~30) go into a small flat table with a 64-bit filter on
+// (length, last character); a base entry is looked up only when the filter says it may be there.
+#include <cstdint>
 
 #include "pm/env.hpp"
 
 namespace pm {
 
+namespace {
+
+std::uint64_t filter_bit(std::string_view name) noexcept {
+  const auto last = name.empty() ? 0u : static_cast<unsigned char>(name.back());
+  return std::uint64_t{1} << ((name.size() * 7 + last) & 63);
+}
+
+std::string join(const env_var& v) {
+  std::string s;
+  s.reserve(v.name.size() + 1 + v.value.size());
+  s.append(v.name).push_back('=');
+  s.append(v.value);
+  return s;
+}
+
+}  // namespace
+
 std::vector<std::string> rank_environment(const job_env& env, const rank_map& map,
                                           std::uint32_t rank) {
-  auto vars = profile_env(map, rank, env.profiles, env.facts);
-  vars.insert(vars.end(), env.overrides.begin(), env.overrides.end());
-  std::vector<std::string> out;
-  out.reserve(env.base.size() + vars.size());
-  // Base entries that a profile variable or an override replaces are left out; the per-rank
-  // list is short, so a linear look-up per base entry is cheaper than building a map.
-  auto replaced = [&](const std::string& name) {
-    return std::any_of(vars.begin(), vars.end(), [&](const env_var& v) { return v.name == name; });
+  const auto profile = profile_env(map, rank, env.profiles, env.facts);
+  // The later entries in order: profile variables, then overrides.
+  std::vector<const env_var*> later;
+  later.reserve(profile.size() + env.overrides.size());
+  for (const auto& v : profile) later.push_back(&v);
+  for (const auto& v : env.overrides) later.push_back(&v);
+
+  std::uint64_t filter = 0;
+  for (const auto* v : later) filter |= filter_bit(v->name);
+  auto named_in = [&](std::string_view name, std::size_t from) {
+    for (std::size_t i = from; i < later.size(); ++i) {
+      if (later[i]->name == name) return true;
+    }
+    return false;
   };
+
+  std::vector<std::string> out;
+  out.reserve(env.base.size() + later.size());
   for (const auto& v : env.base) {
-    if (!replaced(v.name)) out.push_back(v.name + "=" + v.value);
+    if ((filter & filter_bit(v.name)) != 0 && named_in(v.name, 0)) continue;  // replaced later
+    out.push_back(join(v));
   }
-  // Later entries win: an override replaces a profile variable of the same name.
-  for (std::size_t i = 0; i < vars.size(); ++i) {
-    bool later = false;
-    for (std::size_t j = i + 1; j < vars.size() && !later; ++j)
-      later = vars[j].name == vars[i].name;
-    if (!later) out.push_back(vars[i].name + "=" + vars[i].value);
+  // A later entry of the same name wins (an -x override over a profile variable). Overrides are
+  // few and already unique, so only a profile entry can be shadowed.
+  std::uint64_t override_filter = 0;
+  for (const auto& v : env.overrides) override_filter |= filter_bit(v.name);
+  for (std::size_t i = 0; i < later.size(); ++i) {
+    const auto& name = later[i]->name;
+    if ((override_filter & filter_bit(name)) != 0 && named_in(name, i + 1)) continue;
+    out.push_back(join(*later[i]));
   }
   return out;
 }
