@@ -63,8 +63,15 @@ env_profile parse_env_profiles(std::string_view text) {
                   "--env-profiles: unknown profile '" + std::string(word) +
                       "' (known: ompi, torch, tf, azureml, slurm, hydra, all, none, default)");
     }
-    // Words apply left to right: "all,-tf" and "-tf,all" differ, as a user reading them expects.
-    set = remove ? (set & ~found->value) : (set | found->value);
+    // Words apply left to right: "all,-tf" and "-tf,all" differ, as a user reading them expects;
+    // "none" clears what came before it ("none,slurm" is slurm alone).
+    if (remove) {
+      set = set & ~found->value;
+    } else if (found->value == env_profile::none) {
+      set = env_profile::none;
+    } else {
+      set = set | found->value;
+    }
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }
