@@ -3,7 +3,10 @@
 // Built for every rank at spawn, so it must stay cheap (~60 inherited variables: a few µs). The
 // later entries (profiles + overrides, ~30) go into a small flat table with a 64-bit filter on
 // (length, last character); a base entry is looked up only when the filter says it may be there.
+#include <algorithm>
 #include <cstdint>
+#include <string_view>
+#include <unordered_map>
 
 #include "pm/env.hpp"
 
@@ -44,9 +47,25 @@ std::vector<std::string> rank_environment(const job_env& env, const rank_map& ma
     return false;
   };
 
+  // make_job_env's base is sorted with unique names. A base built by hand may repeat a name:
+  // then only its last spelling is kept (found with a hash map, off the fast path).
+  std::vector<bool> shadowed;
+  const bool unique =
+      std::adjacent_find(env.base.begin(), env.base.end(), [](const env_var& a, const env_var& b) {
+        return a.name >= b.name;
+      }) == env.base.end();
+  if (!unique) {
+    std::unordered_map<std::string_view, std::size_t> last;
+    for (std::size_t i = 0; i < env.base.size(); ++i) last[env.base[i].name] = i;
+    shadowed.resize(env.base.size());
+    for (std::size_t i = 0; i < env.base.size(); ++i) shadowed[i] = last[env.base[i].name] != i;
+  }
+
   std::vector<std::string> out;
   out.reserve(env.base.size() + later.size());
-  for (const auto& v : env.base) {
+  for (std::size_t i = 0; i < env.base.size(); ++i) {
+    const auto& v = env.base[i];
+    if (!unique && shadowed[i]) continue;
     if ((filter & filter_bit(v.name)) != 0 && named_in(v.name, 0)) continue;  // replaced later
     out.push_back(join(v));
   }
