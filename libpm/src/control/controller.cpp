@@ -1,11 +1,18 @@
 // The controller: the job's life and failure policy, as a sans-I/O state machine
 // (docs/architecture.md, docs/failure-semantics.md).
+//
+// Cost model: per rank a 32-byte slot (plus a reason string for the few ranks that could not
+// start or called abort, and one per lost host). Every event is O(1), except those that by their
+// nature reach every live rank — the event that begins an abort, the grace timer's SIGKILL,
+// a forwarded signal — which walk the ranks once, host by host, and report(), which copies them.
+// Counters (ranks not ended, streams open) decide the finish without a scan.
 #include "pm/controller.hpp"
 
 #include <signal.h>
 
 #include <bit>
 #include <cstdio>
+#include <initializer_list>
 #include <unordered_map>
 
 namespace pm {
@@ -14,16 +21,33 @@ namespace {
 
 enum class phase : std::uint8_t { idle, running, aborting, finished };
 
-// Per rank: a few bytes, so that a simulated 800,000-rank job stays small.
+// rank_slot::flags. The two stream bits are indexed by output_stream (out = 0, err = 1).
+constexpr std::uint8_t closed_out = 1u << 0;
+constexpr std::uint8_t closed_err = 1u << 1;
+constexpr std::uint8_t closed_all = closed_out | closed_err;
+constexpr std::uint8_t streams_counted = 1u << 2;  // its open streams are in the job's counter
+constexpr std::uint8_t called_abort = 1u << 3;     // it failed by calling abort
+
+// Per rank: 32 bytes, so that a simulated 800,000-rank job needs 25.6 MB here.
 struct rank_slot {
-  rank_state state = rank_state::pending;
-  std::uint8_t streams_open = 0;  // bit 0 stdout, bit 1 stderr
-  bool started = false;
-  exit_status status;
-  std::int64_t pid = 0;
-  job_time started_at{-1};
+  job_time started_at{-1};  // -1: not known
   job_time ended_at{-1};
+  std::int64_t pid = 0;
+  std::int32_t code = 0;   // exit code (or spawn failure code, abort status)
+  std::int16_t signo = 0;  // killed by this signal, if non-zero (Linux has 64)
+  rank_state state = rank_state::pending;
+  std::uint8_t flags = 0;
+
+  exit_status status() const {
+    return signo != 0 ? exit_status::signaled(signo) : exit_status::exited(code);
+  }
+  void set_status(exit_status s) {
+    code = s.code();
+    signo = static_cast<std::int16_t>(s.signal());
+  }
 };
+static_assert(sizeof(rank_slot) == 32,
+              "keep the per-rank state compact (docs/failure-semantics.md)");
 
 std::string seconds_text(std::chrono::milliseconds ms) {
   char buf[32];
@@ -31,8 +55,16 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return buf;
 }
 
+std::string ranks_text(std::uint32_t n) {
+  return std::to_string(n) + (n == 1 ? " rank" : " ranks");
+}
+
 bool is_terminal(rank_state s) {
   return s != rank_state::pending && s != rank_state::running;
+}
+
+bool is_interrupt(int signo) {
+  return signo == SIGINT || signo == SIGTERM || signo == SIGHUP;
 }
 
 }  // namespace
@@ -40,41 +72,48 @@ bool is_terminal(rank_state s) {
 struct controller::state {
   const rank_map* map;
   controller_options options;
+  std::uint8_t expected_streams;  // closed_* bits of the streams each started rank has
   phase ph = phase::idle;
   std::vector<rank_slot> ranks;
-  std::unordered_map<std::uint32_t, std::string>
-      reasons;  // only for ranks that failed to start or were lost
-  std::uint32_t not_ended = 0;
-  std::uint64_t streams_open = 0;
-  std::uint64_t next_timer = 1;
-  std::uint64_t timeout_timer = 0;  // 0: none active
+  std::unordered_map<std::uint32_t, std::string> rank_reasons;  // spawn failure, abort message
+  std::unordered_map<std::uint32_t, std::string> host_reasons;  // why a host was lost
+  std::uint32_t not_ended = 0;                                  // pending + running
+  std::uint64_t streams_open = 0;   // of started ranks, not yet at end-of-stream
+  std::uint64_t next_timer = 1;     // ids are unique per controller; 0 means "none"
+  std::uint64_t timeout_timer = 0;  // 0: not running
   std::uint64_t grace_timer = 0;
-  bool grace_expired = false;
+  bool grace_expired = false;  // SIGKILL is due for every rank still alive
   bool leftovers_cleared = false;
-  int abort_signal = SIGTERM;
-  // The first failure (or signal, timeout, cancel) decides.
+  int abort_signal = SIGTERM;    // what the abort sent (SIGTERM, or the launcher's signal)
+  std::uint32_t interrupts = 0;  // SIGINT/SIGTERM/SIGHUP the launcher received
+  // The first failure (or signal, timeout, cancel) decides the outcome.
   cause_kind cause = cause_kind::none;
   int exit_code = 0;
   int signal = 0;
   std::optional<std::uint32_t> failed_rank, failed_host;
   std::optional<exit_status> failed_status;
   std::string summary;
-  std::uint32_t ranks_failed = 0;
 
   state(const rank_map& m, controller_options o)
-      : map(&m), options(o), ranks(m.size()), not_ended(m.size()) {}
+      : map(&m),
+        options(o),
+        expected_streams(o.streams_per_rank >= 2   ? closed_all
+                         : o.streams_per_rank == 1 ? closed_out
+                                                   : std::uint8_t{0}),
+        ranks(m.size()),
+        not_ended(m.size()) {}
 
-  const std::string& host_name(std::uint32_t rank) const {
-    return map->allocation().hosts[map->at(rank).host].name;
+  std::uint32_t host_of(std::uint32_t rank) const { return map->at(rank).host; }
+  const std::string& host_name(std::uint32_t host) const {
+    return map->allocation().hosts[host].name;
   }
   std::string rank_where(std::uint32_t rank) const {
-    return "rank " + std::to_string(rank) + " on " + host_name(rank);
+    return "rank " + std::to_string(rank) + " on " + host_name(host_of(rank));
   }
   bool valid(std::uint32_t rank) const { return rank < ranks.size(); }
 
-  // Ends a rank; returns false if it had ended already.
-  bool end_rank(std::uint32_t rank, rank_state final_state, job_time now) {
-    auto& r = ranks[rank];
+  // Ends a rank; false if it had ended already.
+  bool end_rank(rank_slot& r, rank_state final_state, job_time now) {
     if (is_terminal(r.state)) return false;
     r.state = final_state;
     r.ended_at = now;
@@ -82,24 +121,35 @@ struct controller::state {
     return true;
   }
 
-  void start_stream_count(rank_slot& r) {
-    if (r.started) return;
-    r.started = true;
-    r.streams_open = options.streams_per_rank >= 2 ? 3 : options.streams_per_rank == 1 ? 1 : 0;
-    streams_open += static_cast<std::uint64_t>(std::popcount(r.streams_open));
+  // ---- streams: a rank's streams count from its start; a close may come before the start ----
+  std::uint64_t open_of(const rank_slot& r) const {
+    return static_cast<std::uint64_t>(
+        std::popcount(static_cast<unsigned>(expected_streams & ~r.flags & closed_all)));
   }
-
+  void count_streams(rank_slot& r) {
+    if ((r.flags & streams_counted) != 0) return;
+    r.flags |= streams_counted;
+    streams_open += open_of(r);
+  }
+  void close_stream(rank_slot& r, std::uint8_t bit) {
+    if ((expected_streams & bit) == 0 || (r.flags & bit) != 0) return;  // unknown or duplicate
+    r.flags |= bit;
+    if ((r.flags & streams_counted) != 0) --streams_open;
+  }
+  // Its host is gone: whatever it had not delivered is lost with the host.
   void drop_streams(rank_slot& r) {
-    streams_open -= static_cast<std::uint64_t>(std::popcount(r.streams_open));
-    r.streams_open = 0;
+    if ((r.flags & streams_counted) != 0) streams_open -= open_of(r);
+    r.flags |= closed_all;
   }
 
-  // Signals every running rank, batched per host; returns how many were signalled.
+  // ---- signals ----
+  // `signos`, in order, to every running rank, batched per host; returns how many ranks.
   std::uint32_t signal_running(std::initializer_list<int> signos, std::vector<action>& out) {
     std::uint32_t count = 0;
+    std::vector<std::uint32_t> live;
     for (std::uint32_t node = 0; node < map->num_nodes(); ++node) {
       const auto host = map->host_of_node(node);
-      std::vector<std::uint32_t> live;
+      live.clear();
       for (auto rank : map->ranks_on_host(host)) {
         if (ranks[rank].state == rank_state::running) live.push_back(rank);
       }
@@ -111,55 +161,61 @@ struct controller::state {
   }
 
   void signal_one(std::uint32_t rank, std::initializer_list<int> signos, std::vector<action>& out) {
-    for (int signo : signos) out.push_back(signal_ranks{map->at(rank).host, {rank}, signo});
+    for (int signo : signos) out.push_back(signal_ranks{host_of(rank), {rank}, signo});
   }
 
-  // Starts the abort: SIGCONT (so stopped ranks see it) and `signo` to every running rank, and the
-  // grace timer after which SIGKILL follows. Returns the number of ranks signalled.
+  // Begins the abort: SIGCONT (so that stopped ranks act on what follows) then `signo` to every
+  // running rank, and the grace timer after which SIGKILL follows. Ranks still being spawned get
+  // the same when their start is reported. Returns the number of ranks the abort covers.
   std::uint32_t begin_abort(int signo, std::vector<action>& out) {
     ph = phase::aborting;
     abort_signal = signo;
-    const auto n = signal_running({SIGCONT, signo}, out);
+    if (not_ended == 0) return 0;
+    signal_running({SIGCONT, signo}, out);
     grace_timer = next_timer++;
     out.push_back(start_timer{grace_timer, options.kill_grace});
-    return n;
+    return not_ended;
   }
 
-  std::string abort_note(std::uint32_t n) const {
-    return "aborting the job (" + signal_name(abort_signal) + " to " + std::to_string(n) +
-           (n == 1 ? " rank)" : " ranks)");
+  std::string abort_tail(std::uint32_t n) const {
+    if (n == 0) return {};
+    return "; aborting the job (" + signal_name(abort_signal) + " to " + ranks_text(n) + ")";
   }
-  std::string abort_tail(std::uint32_t n) const { return "; " + abort_note(n); }
 
-  // A failure: the first one decides the outcome; with abort-on-failure it aborts the job.
-  void failure(cause_kind kind, std::optional<std::uint32_t> rank,
-               std::optional<std::uint32_t> host, std::optional<exit_status> status, int code,
-               std::string line, std::vector<action>& out) {
-    ++ranks_failed;
-    const bool first = cause == cause_kind::none;
-    if (first) {
-      cause = kind;
-      exit_code = code;
+  void decide(cause_kind kind, int code, std::string line) {
+    if (cause != cause_kind::none) return;
+    cause = kind;
+    exit_code = code;
+    summary = std::move(line);
+  }
+
+  // A failure: the first one decides the outcome; with abort-on-failure (or for an explicit
+  // abort) it aborts the job. Callers handle failures during an abort themselves.
+  void failure(cause_kind kind, std::optional<std::uint32_t> rank, std::uint32_t host,
+               std::optional<exit_status> status, int code, std::string line, bool force_abort,
+               std::vector<action>& out) {
+    if (cause == cause_kind::none) {
       failed_rank = rank;
       failed_host = host;
       failed_status = status;
-      summary = line;
+      decide(kind, code, line);
     }
-    if (ph == phase::aborting) return;
-    if (options.abort_on_failure) {
+    if (options.abort_on_failure || force_abort) {
       const auto n = begin_abort(SIGTERM, out);
       out.push_back(emit{line + abort_tail(n)});
     } else {
-      out.push_back(emit{line});
+      out.push_back(emit{std::move(line)});
     }
   }
 
+  // ---- events ----
   void on(job_time, const job_start&, std::vector<action>& out) {
     if (ph != phase::idle) return;
     ph = phase::running;
     for (std::uint32_t node = 0; node < map->num_nodes(); ++node) {
       const auto host = map->host_of_node(node);
       const auto on_host = map->ranks_on_host(host);
+      if (on_host.empty()) continue;
       out.push_back(spawn{host, std::vector<std::uint32_t>(on_host.begin(), on_host.end())});
     }
     if (options.timeout.count() > 0) {
@@ -169,12 +225,18 @@ struct controller::state {
   }
 
   void on(job_time now, const rank_started& e, std::vector<action>& out) {
-    if (!valid(e.rank) || ranks[e.rank].state != rank_state::pending) return;
+    if (!valid(e.rank)) return;
     auto& r = ranks[e.rank];
+    if (r.state != rank_state::pending) {
+      // Its exit overtook its start: keep the pid for the report; anything else is a duplicate.
+      if (r.pid == 0 && (r.state == rank_state::exited || r.state == rank_state::killed))
+        r.pid = e.pid;
+      return;
+    }
     r.state = rank_state::running;
     r.pid = e.pid;
     r.started_at = now;
-    start_stream_count(r);
+    count_streams(r);
     if (ph == phase::aborting) {
       // It started after the abort began: it gets what the others got.
       if (grace_expired)
@@ -185,36 +247,41 @@ struct controller::state {
   }
 
   void on(job_time now, const rank_spawn_failed& e, std::vector<action>& out) {
-    if (!valid(e.rank) || ranks[e.rank].state != rank_state::pending) return;
-    end_rank(e.rank, rank_state::spawn_failed, now);
-    ranks[e.rank].status = exit_status::exited(e.code);
-    reasons[e.rank] = e.reason;
+    if (!valid(e.rank)) return;
+    auto& r = ranks[e.rank];
+    if (r.state != rank_state::pending) return;  // it started, or ended already
+    end_rank(r, rank_state::spawn_failed, now);
+    r.set_status(exit_status::exited(e.code));
+    rank_reasons[e.rank] = e.reason;
     if (ph == phase::aborting) return;  // the job is ending anyway: not a cause
-    failure(cause_kind::spawn_failed, e.rank, map->at(e.rank).host, exit_status::exited(e.code),
-            e.code, rank_where(e.rank) + " could not start: " + e.reason, out);
+    failure(cause_kind::spawn_failed, e.rank, host_of(e.rank), exit_status::exited(e.code), e.code,
+            rank_where(e.rank) + " could not start: " + e.reason, false, out);
   }
 
   void on(job_time, const stream_closed& e, std::vector<action>&) {
-    if (!valid(e.rank)) return;
-    auto& r = ranks[e.rank];
-    const auto bit = static_cast<std::uint8_t>(1u << static_cast<unsigned>(e.stream));
-    if ((r.streams_open & bit) == 0) return;  // duplicate, or its host was lost
-    r.streams_open = static_cast<std::uint8_t>(r.streams_open & ~bit);
-    --streams_open;
+    if (!valid(e.rank) || static_cast<unsigned>(e.stream) > 1) return;
+    close_stream(ranks[e.rank], static_cast<std::uint8_t>(1u << static_cast<unsigned>(e.stream)));
   }
 
   void on(job_time now, const rank_exited& e, std::vector<action>& out) {
     if (!valid(e.rank)) return;
     auto& r = ranks[e.rank];
     if (is_terminal(r.state)) return;
-    start_stream_count(r);  // an exit reported before the start: its streams still close later
-    if (r.started_at.count() < 0) r.started_at = now;
-    const bool killed = ph == phase::aborting;
-    end_rank(e.rank, killed ? rank_state::killed : rank_state::exited, now);
-    r.status = e.status;
-    if (killed || e.status.success()) return;
-    failure(cause_kind::rank_failed, e.rank, map->at(e.rank).host, e.status, e.status.shell_code(),
-            rank_where(e.rank) + " " + e.status.describe(), out);
+    if (r.started_at.count() < 0) r.started_at = now;  // its exit overtook its start
+    count_streams(r);  // its streams close later, also when its start was never reported
+    r.set_status(e.status);
+    if ((r.flags & called_abort) != 0) {
+      end_rank(r, rank_state::exited, now);  // it failed already, when it called abort
+      return;
+    }
+    if (ph == phase::aborting) {
+      end_rank(r, rank_state::killed, now);  // whatever its status: a victim, not a cause
+      return;
+    }
+    end_rank(r, rank_state::exited, now);
+    if (e.status.success()) return;
+    failure(cause_kind::rank_failed, e.rank, host_of(e.rank), e.status, e.status.shell_code(),
+            rank_where(e.rank) + " " + e.status.describe(), false, out);
   }
 
   void on(job_time now, const host_lost& e, std::vector<action>& out) {
@@ -222,70 +289,78 @@ struct controller::state {
     std::uint32_t lost = 0;
     std::optional<std::uint32_t> first;
     for (auto rank : map->ranks_on_host(e.host)) {
+      auto& r = ranks[rank];
       // Output still in flight from that host is gone with it, also for ranks that had ended.
-      drop_streams(ranks[rank]);
-      if (!end_rank(rank, rank_state::lost, now)) continue;
-      reasons[rank] = e.reason;
+      drop_streams(r);
+      if (!end_rank(r, rank_state::lost, now)) continue;
       if (!first) first = rank;
       ++lost;
     }
-    if (lost == 0 || ph == phase::aborting) return;
-    const auto& name = map->allocation().hosts[e.host].name;
+    if (lost == 0) return;  // a duplicate, or a host whose ranks had all ended
+    host_reasons[e.host] = e.reason;
+    if (ph == phase::aborting) return;
     failure(cause_kind::host_lost, first, e.host, std::nullopt, exit_codes::host_lost,
-            "host " + name + " was lost (" + e.reason + "); its " + std::to_string(lost) +
-                (lost == 1 ? " rank failed" : " ranks failed"),
-            out);
+            "host " + host_name(e.host) + " was lost (" + e.reason + "); its " + ranks_text(lost) +
+                " failed",
+            false, out);
   }
 
   void on(job_time, const timer_fired& e, std::vector<action>& out) {
     if (e.timer == 0) return;
     if (e.timer == timeout_timer) {
       timeout_timer = 0;
-      if (ph == phase::aborting) return;
-      if (cause == cause_kind::none) {
-        cause = cause_kind::timeout;
-        exit_code = exit_codes::timeout;
-        summary = "job timed out after " + seconds_text(options.timeout) + " s";
-      }
+      // During an abort, or once every rank ended (only output is pending): nothing to add.
+      if (ph == phase::aborting || not_ended == 0) return;
+      const auto line = "job timed out after " + seconds_text(options.timeout) + " s";
+      decide(cause_kind::timeout, exit_codes::timeout, line);
       const auto n = begin_abort(SIGTERM, out);
-      out.push_back(
-          emit{"job timed out after " + seconds_text(options.timeout) + " s" + abort_tail(n)});
+      out.push_back(emit{line + abort_tail(n)});
     } else if (e.timer == grace_timer) {
       grace_timer = 0;
       grace_expired = true;
-      signal_running({SIGKILL}, out);
+      const auto n = signal_running({SIGKILL}, out);
+      if (n > 0) {
+        out.push_back(emit{ranks_text(n) + " still running after the " +
+                           seconds_text(options.kill_grace) + " s grace; sending SIGKILL"});
+      }
     }
   }
 
   void on(job_time, const signal_received& e, std::vector<action>& out) {
-    if (ph == phase::idle) return;
-    switch (e.signo) {
-      case SIGINT:
-      case SIGTERM:
-      case SIGHUP: {
-        if (ph == phase::aborting) {
-          // Asked again while ending: no more grace.
-          if (grace_timer != 0) {
-            out.push_back(cancel_timer{grace_timer});
-            grace_timer = 0;
-          }
-          grace_expired = true;
-          const auto n = signal_running({SIGKILL}, out);
-          if (n > 0)
-            out.push_back(emit{"received " + signal_name(e.signo) + " again; sending SIGKILL to " +
-                               std::to_string(n) + (n == 1 ? " rank" : " ranks")});
-          return;
+    if (is_interrupt(e.signo)) {
+      ++interrupts;
+      const auto name = signal_name(e.signo);
+      if (ph == phase::aborting && interrupts >= 2) {
+        // Asked again while ending: no more grace.
+        if (grace_timer != 0) {
+          out.push_back(cancel_timer{grace_timer});
+          grace_timer = 0;
         }
-        if (cause == cause_kind::none) {
-          cause = cause_kind::signal;
-          signal = e.signo;
-          exit_code = 128 + e.signo;
-          summary = "interrupted by " + signal_name(e.signo);
-        }
-        const auto n = begin_abort(e.signo, out);
-        out.push_back(emit{"interrupted by " + signal_name(e.signo) + abort_tail(n)});
+        grace_expired = true;
+        const auto n = signal_running({SIGKILL}, out);
+        if (n > 0)
+          out.push_back(emit{"received " + name + " again; sending SIGKILL to " + ranks_text(n)});
         return;
       }
+      if (ph == phase::aborting) {
+        // The first interrupt while a failure (timeout, cancel) aborts the job: the ranks get it
+        // too; the failure stays the cause.
+        const auto n = signal_running({SIGCONT, e.signo}, out);
+        if (n > 0)
+          out.push_back(emit{"received " + name + " while aborting; sent it to " + ranks_text(n) +
+                             " (send it again to kill them at once)"});
+        return;
+      }
+      const auto line = "interrupted by " + name;
+      if (cause == cause_kind::none) {
+        signal = e.signo;
+        decide(cause_kind::signal, 128 + e.signo, line);
+      }
+      const auto n = begin_abort(e.signo, out);
+      out.push_back(emit{line + abort_tail(n)});
+      return;
+    }
+    switch (e.signo) {
       case SIGUSR1:
       case SIGUSR2:
       case SIGTSTP:
@@ -293,41 +368,42 @@ struct controller::state {
         signal_running({e.signo}, out);
         return;
       default:
-        return;
+        return;  // not ours to forward
     }
   }
 
   void on(job_time, const abort_requested& e, std::vector<action>& out) {
-    if (ph == phase::idle) return;
+    if (ph == phase::aborting) return;  // the job is ending already
+    const int status = e.status == 0 ? 1 : e.status;
+    const auto message = e.message.empty() ? std::string() : ": " + e.message;
     if (e.rank) {
-      if (!valid(*e.rank) || is_terminal(ranks[*e.rank].state)) return;
-      const int status = e.status == 0 ? 1 : e.status;
-      if (ph == phase::aborting) return;
-      failure(cause_kind::abort_requested, e.rank, map->at(*e.rank).host,
-              exit_status::exited(status), status,
-              rank_where(*e.rank) + " called abort with status " + std::to_string(e.status) +
-                  (e.message.empty() ? "" : ": " + e.message),
-              out);
-      if (!options.abort_on_failure && ph != phase::aborting) {
-        // An explicit abort ends the job even when failures would not (MPI_Abort's meaning).
-        const auto n = begin_abort(SIGTERM, out);
-        out.push_back(emit{abort_note(n)});
-      }
+      if (!valid(*e.rank)) return;
+      auto& r = ranks[*e.rank];
+      if (is_terminal(r.state)) return;
+      r.flags |= called_abort;
+      if (!e.message.empty()) rank_reasons[*e.rank] = e.message;
+      // An explicit abort ends the job also with --no-abort-on-failure: that is what the call
+      // means (as with mpirun).
+      failure(
+          cause_kind::abort_requested, e.rank, host_of(*e.rank), exit_status::exited(status),
+          status,
+          rank_where(*e.rank) + " called abort with status " + std::to_string(e.status) + message,
+          true, out);
       return;
     }
-    if (ph == phase::aborting) return;
-    if (cause == cause_kind::none) {
-      cause = cause_kind::abort_requested;
-      exit_code = e.status == 0 ? 1 : e.status;
-      summary = "the job was cancelled" + (e.message.empty() ? "" : ": " + e.message);
-    }
+    const auto line = "the job was cancelled" + message;
+    decide(cause_kind::abort_requested, status, line);
     const auto n = begin_abort(SIGTERM, out);
-    out.push_back(emit{"the job was cancelled" + abort_tail(n)});
+    out.push_back(emit{line + abort_tail(n)});
   }
 
   void check_finish(std::vector<action>& out, const controller& self) {
     if (ph == phase::idle || ph == phase::finished) return;
     if (not_ended != 0) return;
+    if (grace_timer != 0) {  // nobody left to kill
+      out.push_back(cancel_timer{grace_timer});
+      grace_timer = 0;
+    }
     if (streams_open != 0) {
       if (!leftovers_cleared) {
         leftovers_cleared = true;
@@ -335,11 +411,9 @@ struct controller::state {
       }
       return;
     }
-    for (auto* timer : {&timeout_timer, &grace_timer}) {
-      if (*timer != 0) {
-        out.push_back(cancel_timer{*timer});
-        *timer = 0;
-      }
+    if (timeout_timer != 0) {
+      out.push_back(cancel_timer{timeout_timer});
+      timeout_timer = 0;
     }
     ph = phase::finished;
     out.push_back(finish{self.report()});
@@ -353,9 +427,12 @@ controller::controller(controller&&) noexcept = default;
 controller& controller::operator=(controller&&) noexcept = default;
 
 void controller::handle(job_time now, const event& e, std::vector<action>& out) {
-  if (state_->ph == phase::finished) return;
-  std::visit([&](const auto& ev) { state_->on(now, ev, out); }, e);
-  state_->check_finish(out, *this);
+  auto& s = *state_;
+  if (s.ph == phase::finished) return;
+  // Nothing has been asked of the driver yet: whatever it reports is not about this job.
+  if (s.ph == phase::idle && !std::holds_alternative<job_start>(e)) return;
+  std::visit([&](const auto& ev) { s.on(now, ev, out); }, e);
+  s.check_finish(out, *this);
 }
 
 bool controller::finished() const noexcept {
@@ -372,21 +449,42 @@ job_report controller::report() const {
   r.failed_status = s.failed_status;
   r.signal = s.signal;
   r.summary = s.summary;
-  r.ranks_failed = s.ranks_failed;
+  r.host_names.reserve(s.map->allocation().hosts.size());
   for (const auto& h : s.map->allocation().hosts) r.host_names.push_back(h.name);
   r.ranks.reserve(s.ranks.size());
   for (std::uint32_t i = 0; i < s.ranks.size(); ++i) {
     const auto& slot = s.ranks[i];
     rank_report rr;
     rr.rank = i;
-    rr.host = s.map->at(i).host;
+    rr.host = s.host_of(i);
     rr.state = slot.state;
-    if (is_terminal(slot.state) && slot.state != rank_state::lost) rr.status = slot.status;
     rr.pid = slot.pid;
     if (slot.started_at.count() >= 0) rr.started_at = slot.started_at;
     if (slot.ended_at.count() >= 0) rr.ended_at = slot.ended_at;
-    if (auto it = s.reasons.find(i); it != s.reasons.end()) rr.reason = it->second;
-    if (slot.state == rank_state::killed) ++r.ranks_killed;
+    switch (slot.state) {
+      case rank_state::pending:
+      case rank_state::running:
+        break;
+      case rank_state::lost:
+        if (auto it = s.host_reasons.find(rr.host); it != s.host_reasons.end())
+          rr.reason = it->second;
+        ++r.ranks_failed;
+        break;
+      case rank_state::killed:
+        rr.status = slot.status();
+        ++r.ranks_killed;
+        break;
+      case rank_state::spawn_failed:
+      case rank_state::exited:
+        rr.status = slot.status();
+        if (slot.state == rank_state::spawn_failed || (slot.flags & called_abort) != 0 ||
+            !rr.status->success())
+          ++r.ranks_failed;
+        break;
+    }
+    if (slot.state != rank_state::lost) {
+      if (auto it = s.rank_reasons.find(i); it != s.rank_reasons.end()) rr.reason = it->second;
+    }
     r.ranks.push_back(std::move(rr));
   }
   return r;

@@ -1,3 +1,5 @@
+// job_report rendering: names for states and causes, and the JSON report
+// (schema: docs/failure-semantics.md, "The report").
 #include "pm/report.hpp"
 
 #include <nlohmann/json.hpp>
@@ -44,15 +46,17 @@ const char* to_string(cause_kind k) noexcept {
 
 namespace {
 
-nlohmann::json status_fields(const std::optional<exit_status>& status) {
-  nlohmann::json j = {{"exit_code", nullptr}, {"signal", nullptr}};
-  if (status) {
-    if (status->is_signal())
-      j["signal"] = signal_name(status->signal());
-    else
-      j["exit_code"] = status->code();
-  }
-  return j;
+// Keys in the documented order, so that a human reading the file finds the cause first.
+using json = nlohmann::ordered_json;
+
+json optional_number(const auto& v) {
+  return v ? json(*v) : json();
+}
+
+// "exit_code" and "signal" (by name), null when absent, as the schema promises.
+void put_status(json& j, const std::optional<exit_status>& status) {
+  j["exit_code"] = status && !status->is_signal() ? json(status->code()) : json();
+  j["signal"] = status && status->is_signal() ? json(signal_name(status->signal())) : json();
 }
 
 std::string host_name(const job_report& r, std::uint32_t host) {
@@ -62,36 +66,42 @@ std::string host_name(const job_report& r, std::uint32_t host) {
 }  // namespace
 
 std::string to_json(const job_report& report) {
-  nlohmann::json doc;
+  json doc;
   doc["exit_code"] = report.exit_code;
   doc["cause"] = to_string(report.cause);
+  doc["signal"] = report.signal != 0 ? json(signal_name(report.signal)) : json();
   doc["summary"] = report.summary;
-  if (report.signal != 0) doc["signal"] = signal_name(report.signal);
   if (report.cause != cause_kind::none) {
-    nlohmann::json failed = status_fields(report.failed_status);
-    failed["rank"] = report.failed_rank ? nlohmann::json(*report.failed_rank) : nlohmann::json();
-    failed["host"] = report.failed_host ? nlohmann::json(host_name(report, *report.failed_host))
-                                        : nlohmann::json();
+    json failed;
+    failed["rank"] = optional_number(report.failed_rank);
+    failed["host"] = report.failed_host ? json(host_name(report, *report.failed_host)) : json();
+    put_status(failed, report.failed_status);
+    // The reason the failed rank carries: why it could not start, its abort message, why its
+    // host was lost.
+    json reason;
+    if (report.failed_rank && *report.failed_rank < report.ranks.size() &&
+        !report.ranks[*report.failed_rank].reason.empty())
+      reason = report.ranks[*report.failed_rank].reason;
+    failed["reason"] = std::move(reason);
     doc["failed"] = std::move(failed);
   } else {
     doc["failed"] = nullptr;
   }
   doc["ranks_failed"] = report.ranks_failed;
   doc["ranks_killed"] = report.ranks_killed;
-  nlohmann::json ranks = nlohmann::json::array();
+  json ranks = json::array();
   for (const auto& r : report.ranks) {
-    nlohmann::json j = status_fields(r.status);
+    json j;
     j["rank"] = r.rank;
     j["host"] = host_name(report, r.host);
     j["state"] = to_string(r.state);
-    j["pid"] = r.pid;
-    if (r.started_at && r.ended_at) {
-      j["duration_ms"] =
-          std::chrono::duration<double, std::milli>(*r.ended_at - *r.started_at).count();
-    } else {
-      j["duration_ms"] = nullptr;
-    }
-    if (!r.reason.empty()) j["reason"] = r.reason;
+    put_status(j, r.status);
+    j["pid"] = r.pid != 0 ? json(r.pid) : json();
+    j["duration_ms"] =
+        r.started_at && r.ended_at
+            ? json(std::chrono::duration<double, std::milli>(*r.ended_at - *r.started_at).count())
+            : json();
+    j["reason"] = r.reason.empty() ? json() : json(r.reason);
     ranks.push_back(std::move(j));
   }
   doc["ranks"] = std::move(ranks);
