@@ -80,12 +80,26 @@ std::optional<std::string> resolve(const std::string& name) {
   return v4 ? v4 : v6;
 }
 
-// What other hosts use to reach `h`: its name resolved (loopback skipped), for this machine else
-// its first interface address, else the name itself (the other hosts may still resolve it).
+bool is_numeric_non_loopback(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(name.c_str(), nullptr, &hints, &res) != 0) return false;
+  const bool ok = !is_loopback(res->ai_addr);
+  freeaddrinfo(res);
+  return ok;
+}
+
+// What other hosts use to reach `h`. This machine: the address it was named by (-H 10.0.0.5),
+// else its first interface address, without asking the resolver (a hostname missing from
+// /etc/hosts would stall on an unreachable name server at every launch). Another host: its name
+// resolved, loopback skipped. Else the name itself: the other hosts may still resolve it.
 std::string address_of(const host& h, bool local) {
-  if (auto a = resolve(h.name)) return *a;
   if (local) {
+    if (is_numeric_non_loopback(h.name)) return h.name;
     if (auto a = local_interface_address()) return *a;
+  } else if (auto a = resolve(h.name)) {
+    return *a;
   }
   return h.name;
 }
