@@ -114,12 +114,14 @@ TEST(ResolveAllocationTest, HostListSelectsFromTheHostfile) {
   in.host_list = pm::parse_host_list("b:2,a,node1");
   const auto a = pm::resolve_allocation(in, me());
   // -H's order and counts apply (mpirun: hostfile "a slots=4 max_slots=6" with -H a gives a
-  // one slot and no max).
+  // one slot and no max; hostfile "b, a" with -H a,b lists a first).
   EXPECT_EQ(names(a), "b:2,a:1,node1:1*");
   EXPECT_EQ(a.source, pm::allocation_source::host_list);
+  in.host_list = pm::parse_host_list("a:9");  // no batch system: nothing caps -H's count
+  EXPECT_EQ(names(pm::resolve_allocation(in, me())), "a:9");
   in.host_list = pm::parse_host_list("a,c");
   EXPECT_EQ(alloc_error([&] { pm::resolve_allocation(in, me()); }),
-            "host 'c' is not in the hostfile");
+            "host 'c' is not in the hostfile (a, b, node1)");
 }
 
 TEST(ResolveAllocationTest, ManagedAllocationAlone) {
@@ -138,34 +140,65 @@ TEST(ResolveAllocationTest, HostListSelectsFromTheManagedAllocation) {
   in.managed = slurm("n[1-2]", "2(x2)");
   in.host_list = pm::parse_host_list("n2:1");
   EXPECT_EQ(names(pm::resolve_allocation(in, me())), "n2:1");
-  in.host_list = pm::parse_host_list("n2.cluster:3");  // the batch system's spelling is kept
-  EXPECT_EQ(names(pm::resolve_allocation(in, me())), "n2:3");
+  EXPECT_EQ(pm::resolve_allocation(in, me()).source, pm::allocation_source::host_list);
+  in.host_list = pm::parse_host_list("n2.cluster");  // the batch system's spelling is kept
+  EXPECT_EQ(names(pm::resolve_allocation(in, me())), "n2:1");
   in.host_list = pm::parse_host_list("n1,n9");
   EXPECT_EQ(alloc_error([&] { pm::resolve_allocation(in, me()); }),
-            "host 'n9' is not in the Slurm allocation");
+            "host 'n9' is not in the Slurm allocation (n1, n2)");
   in.managed = pm::parse_pbs_nodefile("p1\np1\n", "nodes");
   in.host_list = pm::parse_host_list("p2");
   EXPECT_EQ(alloc_error([&] { pm::resolve_allocation(in, me()); }),
-            "host 'p2' is not in the PBS allocation");
+            "host 'p2' is not in the PBS allocation (p1)");
+  in.managed = pm::allocation{{{"e1", 1}}, pm::allocation_source::api};
+  EXPECT_EQ(alloc_error([&] { pm::resolve_allocation(in, me()); }),
+            "host 'p2' is not in the allocation (e1)");
+}
+
+TEST(ResolveAllocationTest, LongAllocationsAreSummarisedInTheMessage) {
+  pm::allocation_inputs in;
+  in.managed = slurm("n[1-4]", "1(x4)");
+  in.host_list = pm::parse_host_list("x");
+  EXPECT_EQ(alloc_error([&] { pm::resolve_allocation(in, me()); }),
+            "host 'x' is not in the Slurm allocation (n1, n2, n3, n4)");
+  in.managed = slurm("n[1-100]", "1(x100)");
+  EXPECT_EQ(alloc_error([&] { pm::resolve_allocation(in, me()); }),
+            "host 'x' is not in the Slurm allocation (n1, n2, n3 and 97 more)");
+}
+
+TEST(ResolveAllocationTest, InsideABatchAllocationItsOrderAndGrantedSlotsWin) {
+  // mpirun 4.1 (SLURM_NODELIST=n[1-3] SLURM_TASKS_PER_NODE=4(x3)): -H n3,n1 maps n1 first;
+  // -H n2:3 gives 3 slots, -H n2:8 gives 4.
+  pm::allocation_inputs in;
+  in.managed = slurm("n[1-3]", "4(x3)");
+  in.host_list = pm::parse_host_list("n3,n1");
+  EXPECT_EQ(names(pm::resolve_allocation(in, me())), "n1:1,n3:1");
+  in.host_list = pm::parse_host_list("n2:3,n3:8");
+  EXPECT_EQ(names(pm::resolve_allocation(in, me())), "n2:3,n3:4");
+  // A hostfile's counts are taken (mpirun ignores them) and capped alike; a bare line takes the
+  // allocation's count; max_slots stays.
+  in.host_list.reset();
+  in.hostfile = pm::parse_hostfile("n3 slots=2\nn1\nn2 slots=9 max_slots=9\n", "hf");
+  const auto a = pm::resolve_allocation(in, me());
+  EXPECT_EQ(names(a), "n1:4,n2:4/9,n3:2");
+  EXPECT_EQ(a.source, pm::allocation_source::hostfile);
+  EXPECT_TRUE(a.hosts[0].slots_given);
 }
 
 TEST(ResolveAllocationTest, HostfileSelectsFromTheManagedAllocation) {
   pm::allocation_inputs in;
   in.managed = slurm("n[1-3]", "4(x3)");
-  in.hostfile = pm::parse_hostfile("n3 slots=2\nn1\n", "hf");
-  const auto a = pm::resolve_allocation(in, me());
-  EXPECT_EQ(names(a), "n3:2,n1:4");  // a bare line takes the allocation's count
-  EXPECT_TRUE(a.hosts[1].slots_given);
   in.hostfile = pm::parse_hostfile("n3\nx\n", "hf");
   EXPECT_EQ(alloc_error([&] { pm::resolve_allocation(in, me()); }),
-            "host 'x' is not in the Slurm allocation");
+            "host 'x' is not in the Slurm allocation (n1, n2, n3)");
   // With -H too: the hostfile is checked against the allocation, -H against the hostfile.
   in.hostfile = pm::parse_hostfile("n1\nn2\n", "hf");
   in.host_list = pm::parse_host_list("n3");
   EXPECT_EQ(alloc_error([&] { pm::resolve_allocation(in, me()); }),
-            "host 'n3' is not in the hostfile");
-  in.host_list = pm::parse_host_list("n2:2");
-  EXPECT_EQ(names(pm::resolve_allocation(in, me())), "n2:2");
+            "host 'n3' is not in the hostfile (n1, n2)");
+  in.host_list = pm::parse_host_list("n2:2,n1");
+  EXPECT_EQ(names(pm::resolve_allocation(in, me())), "n1:1,n2:2");
+  EXPECT_EQ(pm::resolve_allocation(in, me()).source, pm::allocation_source::host_list);
 }
 
 TEST(LocalHostTest, IsMe) {

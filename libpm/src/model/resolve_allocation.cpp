@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "model/host_name.hpp"
 #include "pm/allocation.hpp"
@@ -43,9 +45,20 @@ allocation canonical(const allocation& in, const local_host& me) {
   return out;
 }
 
-// The hosts of `pick`, each of which must be in `from`. Pick's order and slot counts apply (mpirun
-// 4.1: hostfile "a slots=4 max_slots=6" with -H a gives a 1 slot, no max); a bare hostfile line
-// takes the count `from` gives it. Names are `from`'s spelling: the one the batch system knows.
+// "(n1, n2, n3 and 97 more)": enough of the allocation to see what went wrong, one line always.
+std::string summary(const allocation& from) {
+  constexpr std::size_t shown = 3;
+  std::string s = " (";
+  const auto n = from.hosts.size() <= shown + 1 ? from.hosts.size() : shown;
+  for (std::size_t i = 0; i < n; ++i) s += (i ? ", " : "") + from.hosts[i].name;
+  if (n < from.hosts.size()) s += " and " + std::to_string(from.hosts.size() - n) + " more";
+  return s + ")";
+}
+
+// The hosts of `pick`, each of which must be in `from` (same_host rules). Pick's order and slot
+// counts apply (mpirun 4.1: hostfile "a slots=4 max_slots=6" with -H a gives a 1 slot, no max);
+// a bare hostfile line takes the count `from` gives it. Names are `from`'s spelling: the one the
+// batch system or the hostfile knows.
 allocation select(const allocation& pick, const allocation& from, const std::string& from_name) {
   std::unordered_map<std::string, const host*> index;
   for (const auto& f : from.hosts) index.try_emplace(model::host_key(f.name), &f);
@@ -53,7 +66,8 @@ allocation select(const allocation& pick, const allocation& from, const std::str
   for (auto& h : out.hosts) {
     const auto found = index.find(model::host_key(h.name));
     if (found == index.end()) {
-      throw error(errc::allocation, "host '" + h.name + "' is not in the " + from_name);
+      throw error(errc::allocation,
+                  "host '" + h.name + "' is not in the " + from_name + summary(from));
     }
     const host* it = found->second;
     h.name = it->name;
@@ -66,6 +80,27 @@ allocation select(const allocation& pick, const allocation& from, const std::str
   return out;
 }
 
+// Inside a batch allocation mpirun 4.1 keeps the allocation's host order whatever order -H or the
+// hostfile names them in, and never gives a host more slots than the batch system granted
+// (-H n2:8 on a node with 4 tasks shows 4 slots). mpirun ignores a hostfile's counts there; we
+// take them, capped the same way, since a user who writes "slots=2" means it.
+void fit_to_managed(allocation& chosen, const allocation& managed) {
+  std::unordered_map<std::string, std::size_t> position;
+  for (std::size_t i = 0; i < managed.hosts.size(); ++i)
+    position.try_emplace(model::host_key(managed.hosts[i].name), i);
+  std::vector<std::pair<std::size_t, host>> keyed;
+  keyed.reserve(chosen.hosts.size());
+  for (auto& h : chosen.hosts) {
+    const auto at = position.at(model::host_key(h.name));  // select() checked membership
+    h.slots = std::min(h.slots, managed.hosts[at].slots);
+    keyed.emplace_back(at, std::move(h));
+  }
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  chosen.hosts.clear();
+  for (auto& [at, h] : keyed) chosen.hosts.push_back(std::move(h));
+}
+
 }  // namespace
 
 allocation resolve_allocation(const allocation_inputs& inputs, const local_host& me) {
@@ -75,8 +110,9 @@ allocation resolve_allocation(const allocation_inputs& inputs, const local_host&
   if (inputs.host_list) host_list = canonical(*inputs.host_list, me);
 
   if (managed) {
-    const std::string name =
-        managed->source == allocation_source::pbs ? "PBS allocation" : "Slurm allocation";
+    const std::string name = managed->source == allocation_source::pbs     ? "PBS allocation"
+                             : managed->source == allocation_source::slurm ? "Slurm allocation"
+                                                                           : "allocation";
     if (hostfile) hostfile = select(*hostfile, *managed, name);
     if (host_list && !hostfile) host_list = select(*host_list, *managed, name);
   }
@@ -84,6 +120,7 @@ allocation resolve_allocation(const allocation_inputs& inputs, const local_host&
   if (host_list && hostfile) host_list = select(*host_list, *hostfile, "hostfile");
 
   std::optional<allocation> chosen = host_list ? host_list : hostfile ? hostfile : managed;
+  if (managed && (host_list || hostfile)) fit_to_managed(*chosen, *managed);
   if (!chosen) {
     allocation local;
     local.source = allocation_source::implicit_local;
