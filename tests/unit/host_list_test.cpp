@@ -55,6 +55,8 @@ TEST(HostListTest, BadCountsNameTheListAndTheToken) {
             "-H 'a:-1': invalid slot count '-1' (expected a positive integer)");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a:4294967296"); }),
             "-H 'a:4294967296': invalid slot count '4294967296' (expected a positive integer)");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a:99999999999"); }),
+            "-H 'a:99999999999': invalid slot count '99999999999' (expected a positive integer)");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a:"); }),
             "-H 'a:': invalid slot count '' (expected a positive integer)");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a:2:3"); }),
