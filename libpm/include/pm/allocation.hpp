@@ -112,8 +112,8 @@ struct allocation_inputs {
 /// Open MPI's rules: -H selects from a hostfile, both select from a managed allocation (a host
 /// outside it is an error; the result keeps the managed allocation's host order and no host gets
 /// more slots than it grants), otherwise the managed allocation, otherwise this machine with one
-/// slot per core. Local aliases (localhost, 127.0.0.1, the FQDN) become one host named by the hostname;
-/// a bare-line local host gets `me.cores` slots.
+/// slot per core. Local aliases (localhost, 127.0.0.1, the FQDN) become one host named by the
+/// hostname; a bare-line local host gets `me.cores` slots. docs/allocation.md has every rule.
 PM_API allocation resolve_allocation(const allocation_inputs& inputs, const local_host& me);
 
 }  // namespace pm
