@@ -11,13 +11,15 @@
 
 namespace pm {
 
-/// A one-host job on this machine: 127.0.0.1. Otherwise an address of rank 0's host that the
-/// other hosts reach — never a loopback address (Debian maps its own hostname to 127.0.1.1): its
-/// name resolved through the resolver (no traffic beyond it), or for this machine the first
-/// non-loopback IPv4 interface address; node_addrs likewise per node (the name itself when
-/// nothing better is known). The port: `master_port` if given, else one free on this machine
-/// (bound to port 0 and released). A remote rank 0's port is chosen here too; its agent will
-/// decide it on that host once remote launch exists.
+/// A one-host job on this machine (host::local, or me.is_me(name)): 127.0.0.1, node_addrs
+/// {"127.0.0.1"}. Otherwise node_addrs holds, per node the job uses, an address other hosts
+/// reach — never a loopback one (Debian maps its own hostname to 127.0.1.1): for this machine
+/// the numeric address it was named by, else its first non-loopback IPv4 interface address; for
+/// another host its name through getaddrinfo, loopback skipped, IPv4 first; the name itself when
+/// nothing better is known. master_addr = node_addrs[node of rank 0].
+/// The port: `master_port` if given, else one free on the chosen address (bound to port 0, read,
+/// released; 127.0.0.1 when rank 0 is on another host, until its agent decides one there).
+/// Sends nothing. Throws pm::error(errc::system) when no port can be bound.
 PM_API launch_facts decide_launch_facts(const rank_map& map, const local_host& me,
                                         std::optional<std::uint16_t> master_port);
 
