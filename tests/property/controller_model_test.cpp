@@ -1,13 +1,17 @@
-// The controller under arbitrary legal interleavings: a driver model feeds events chosen by a
-// generated list of choices (so failures shrink), carries out the controller's actions as a real
-// world would (ranks obey SIGTERM unless they ignore it, SIGKILL always works), and checks the
-// contract after every run.
+// The controller under arbitrary legal interleavings. A hand-written driver model plays the world:
+// ranks start, write, close their streams, exit with generated statuses (also before their start
+// is reported or before their last output), fail to spawn, call abort, obey or ignore SIGTERM;
+// hosts are lost; timers fire, also late and twice; the launcher is interrupted; events are
+// duplicated. Which move comes next is drawn from a generated list of choices, so that a failure
+// shrinks to a short story. The model keeps its own account of the failure rules (what the first
+// failure was, when the job aborts, what each rank is owed) and checks every action batch and the
+// final report against it; a replay of the same events must give the same actions.
 #include <signal.h>
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include <map>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -17,219 +21,573 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct world {
-  pm::rank_map map;
-  std::vector<int> choices;
-  std::size_t next = 0;
-  int pick(int n) { return n <= 1 ? 0 : (next < choices.size() ? choices[next++] : 0) % n; }
-};
-
-struct rank_model {
-  enum { pending, running, ended } state = pending;
-  int streams = 0;
-  bool ignores_term = false;
-  bool termed = false, killed = false;
-};
+enum class behaviour : std::uint8_t { succeed, fail, crash, spawn_fail, call_abort };
 
 std::string describe(const pm::action& a) {
   std::ostringstream o;
   std::visit(
       [&](const auto& x) {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, pm::spawn>)
-          o << "spawn " << x.host << " n=" << x.ranks.size();
-        else if constexpr (std::is_same_v<T, pm::signal_ranks>) {
-          o << "signal " << x.signo << " host " << x.host << ":";
+        if constexpr (std::is_same_v<T, pm::spawn>) {
+          o << "spawn " << x.host << ":";
+          for (auto r : x.ranks) o << " " << r;
+        } else if constexpr (std::is_same_v<T, pm::signal_ranks>) {
+          o << "signal " << x.signo << " " << x.host << ":";
           for (auto r : x.ranks) o << " " << r;
         } else if constexpr (std::is_same_v<T, pm::start_timer>)
-          o << "timer " << x.timer;
+          o << "start_timer " << x.timer << " " << x.after.count();
         else if constexpr (std::is_same_v<T, pm::cancel_timer>)
-          o << "cancel " << x.timer;
+          o << "cancel_timer " << x.timer;
         else if constexpr (std::is_same_v<T, pm::emit>)
           o << "emit " << x.line;
         else if constexpr (std::is_same_v<T, pm::clear_leftovers>)
-          o << "clear leftovers";
+          o << "clear_leftovers";
         else
-          o << "finish " << x.report.exit_code;
+          o << "finish " << pm::to_json(x.report);
       },
       a);
   return o.str();
 }
 
-struct run_result {
-  std::vector<pm::event> events;
-  std::vector<std::string> actions;  // described, in order, with "|" between events
-  int finishes = 0;
-  bool actions_after_finish = false;
-  std::optional<pm::job_report> report;
+std::string describe_event(const pm::event& e) {
+  std::ostringstream o;
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, pm::job_start>)
+          o << "job_start";
+        else if constexpr (std::is_same_v<T, pm::rank_started>)
+          o << "rank_started " << x.rank;
+        else if constexpr (std::is_same_v<T, pm::rank_spawn_failed>)
+          o << "rank_spawn_failed " << x.rank;
+        else if constexpr (std::is_same_v<T, pm::stream_closed>)
+          o << "stream_closed " << x.rank << " " << static_cast<int>(x.stream);
+        else if constexpr (std::is_same_v<T, pm::rank_exited>)
+          o << "rank_exited " << x.rank << " " << x.status.describe();
+        else if constexpr (std::is_same_v<T, pm::host_lost>)
+          o << "host_lost " << x.host;
+        else if constexpr (std::is_same_v<T, pm::timer_fired>)
+          o << "timer_fired " << x.timer;
+        else if constexpr (std::is_same_v<T, pm::signal_received>)
+          o << "signal_received " << x.signo;
+        else
+          o << "abort_requested " << (x.rank ? static_cast<std::int64_t>(*x.rank) : -1) << " "
+            << x.status;
+      },
+      e);
+  return o.str();
+}
+
+// The world's view of one rank, and what the controller owes it.
+struct rank_model {
+  enum { pending, running, ended } state = pending;  // as reported to the controller
+  behaviour does = behaviour::succeed;
+  bool ignores_term = false;
+  std::uint8_t open = 0;    // stream bits not yet reported closed
+  bool late_start = false;  // its exit was reported first; the start report is still due
+  bool called_abort = false;
+  bool abort_accepted = false;
+  bool got_term = false, got_kill = false;
+  int term_signo = 0;
+  std::uint64_t pid = 0;
+};
+
+// Choices first, then a fixed PRNG (splitmix64) once they run out, so that every run ends.
+struct chooser {
+  std::vector<std::uint32_t> choices;
+  std::uint64_t seed;
+  std::size_t next = 0;
+  std::uint32_t pick(std::uint32_t n) {
+    if (n <= 1) return 0;
+    if (next < choices.size()) return choices[next++] % n;
+    seed += 0x9e3779b97f4a7c15ull;
+    std::uint64_t z = seed;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return static_cast<std::uint32_t>((z ^ (z >> 31)) % n);
+  }
 };
 
 }  // namespace
 
 RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
-  const auto hosts = *rc::gen::inRange<std::uint32_t>(1, 5);
-  const auto slots = *rc::gen::inRange<std::uint32_t>(1, 4);
+  const auto hosts = *rc::gen::inRange<std::uint32_t>(1, 7);
+  const auto slots = *rc::gen::inRange<std::uint32_t>(1, 5);
+  const auto np = *rc::gen::inRange<std::uint32_t>(1, hosts * slots + 1);
+  const auto by = *rc::gen::element(pm::map_by::slot, pm::map_by::node);
   pm::controller_options options;
   options.abort_on_failure = *rc::gen::arbitrary<bool>();
   options.streams_per_rank = *rc::gen::inRange<std::uint8_t>(0, 3);
   options.kill_grace = 1000ms;
   options.timeout = *rc::gen::element(0ms, 5000ms);
-  const auto choices = *rc::gen::container<std::vector<int>>(rc::gen::inRange(0, 1000));
+  const auto behaviours = *rc::gen::container<std::vector<behaviour>>(
+      np, rc::gen::weightedElement<behaviour>({{12, behaviour::succeed},
+                                               {2, behaviour::fail},
+                                               {1, behaviour::crash},
+                                               {1, behaviour::spawn_fail},
+                                               {1, behaviour::call_abort}}));
+  const auto ignores = *rc::gen::container<std::vector<bool>>(
+      np, rc::gen::map(rc::gen::inRange(0, 4), [](int x) { return x == 0; }));
+  chooser w{*rc::gen::container<std::vector<std::uint32_t>>(rc::gen::arbitrary<std::uint32_t>()),
+            *rc::gen::arbitrary<std::uint64_t>()};
 
-  pm::allocation a;
-  a.source = pm::allocation_source::host_list;
+  pm::allocation alloc;
+  alloc.source = pm::allocation_source::host_list;
   for (std::uint32_t h = 0; h < hosts; ++h)
-    a.hosts.push_back(pm::host{"h" + std::to_string(h), slots});
-  pm::job_spec j;
-  j.apps.push_back(pm::app_context{{"app"}, hosts * slots, {}, {}});
-  world w{pm::map_job(j, a), choices};
-  const auto n = w.map.size();
+    alloc.hosts.push_back(pm::host{"h" + std::to_string(h), slots});
+  pm::job_spec job;
+  job.apps.push_back(pm::app_context{{"app"}, np, {}, {}});
+  job.mapping.by = by;
+  const auto map = pm::map_job(job, alloc);
+  RC_ASSERT(map.size() == np);
+  const std::uint8_t expected_streams = options.streams_per_rank >= 2   ? 3
+                                        : options.streams_per_rank == 1 ? 1
+                                                                        : 0;
 
-  std::vector<rank_model> ranks(n);
-  for (auto& r : ranks) r.ignores_term = w.pick(4) == 0;
-  std::set<std::uint64_t> timers_started, timers_cancelled;
-  pm::controller ctl(w.map, options);
-  run_result run;
+  std::vector<rank_model> ranks(np);
+  for (std::uint32_t r = 0; r < np; ++r) {
+    ranks[r].does = behaviours[r];
+    ranks[r].ignores_term = ignores[r];
+  }
+  std::vector<bool> host_lost(hosts, false);
+
+  // The model's account of the rules.
+  bool aborting = false, kill_allowed = false, ever_signalled_to_abort = false;
+  int abort_signo = 0;
+  std::uint32_t interrupts = 0;
+  pm::cause_kind cause = pm::cause_kind::none;
+  int exit_code = 0, cause_signal = 0;
+  std::optional<std::uint32_t> cause_rank, cause_host;
+  std::uint32_t failed = 0, killed = 0;
+  std::uint64_t timeout_timer = 0;
+  std::set<std::uint64_t> timers_started, timers_done;  // done: fired or cancelled
+  bool saw_late_timer = false, saw_duplicate = false, saw_exit_first = false,
+       saw_output_after_exit = false, saw_host_lost = false, saw_grace = false;
+
+  auto not_ended = [&] {
+    std::uint32_t n = 0;
+    for (const auto& r : ranks) n += r.state != rank_model::ended;
+    return n;
+  };
+  auto decide = [&](pm::cause_kind k, int code, std::optional<std::uint32_t> rank,
+                    std::optional<std::uint32_t> host) {
+    if (cause != pm::cause_kind::none) return;
+    cause = k;
+    exit_code = code;
+    cause_rank = rank;
+    cause_host = host;
+  };
+  // Expectations for the batch of the event being fed.
+  bool began_now = false, kill_now = false, forward_now = false;
+  int forward_signo = 0;
+  std::optional<std::uint32_t> started_now;
+  bool late_timer_now = false;
+  auto begin_abort = [&](int signo) {
+    aborting = true;
+    abort_signo = signo;
+    began_now = true;
+  };
+  auto failure = [&](pm::cause_kind k, int code, std::optional<std::uint32_t> rank,
+                     std::uint32_t host, bool force) {
+    decide(k, code, rank, host);
+    if (options.abort_on_failure || force) begin_abort(SIGTERM);
+  };
+
+  pm::controller ctl(map, options);
+  std::vector<pm::event> events;
+  std::vector<std::string> described;
+  std::vector<std::string> lines;
+  int finishes = 0;
+  std::optional<pm::job_report> report;
   pm::job_time now{0};
-  std::optional<int> first_failure_code;  // as the model sees the first failure
-  bool signalled_launcher = false, kill_allowed = false, any_signal = false;
+  std::set<std::uint32_t> spawned;
+  std::vector<std::string> trace;
 
-  auto feed = [&](pm::event e) {
+  auto feed = [&](const pm::event& e) {
     std::vector<pm::action> out;
     now += 1ms;
-    run.events.push_back(e);
+    events.push_back(e);
+    trace.push_back("<- " + describe_event(e));
     ctl.handle(now, e, out);
-    for (auto& act : out) {
-      run.actions.push_back(describe(act));
-      if (run.finishes > 0) run.actions_after_finish = true;
-      if (auto* f = std::get_if<pm::finish>(&act)) {
-        ++run.finishes;
-        run.report = f->report;
-      } else if (auto* t = std::get_if<pm::start_timer>(&act)) {
-        timers_started.insert(t->timer);
-      } else if (auto* c = std::get_if<pm::cancel_timer>(&act)) {
-        timers_cancelled.insert(c->timer);
-      } else if (auto* s = std::get_if<pm::signal_ranks>(&act)) {
-        any_signal = true;
-        for (auto r : s->ranks) {
-          RC_ASSERT(r < n);
-          if (s->signo == SIGTERM || s->signo == SIGINT) ranks[r].termed = true;
-          if (s->signo == SIGKILL) {
-            RC_ASSERT(kill_allowed);  // SIGKILL only after the grace (or a second interrupt)
-            ranks[r].killed = true;
-          }
+    std::set<std::pair<std::uint32_t, int>> got;  // (rank, signal) in this batch
+    if (late_timer_now) RC_ASSERT(out.empty());
+    for (const auto& act : out) {
+      described.push_back(describe(act));
+      trace.push_back("   -> " + described.back().substr(0, 200));
+      RC_ASSERT(finishes == 0);  // nothing after the finish
+      if (const auto* sp = std::get_if<pm::spawn>(&act)) {
+        RC_ASSERT(std::holds_alternative<pm::job_start>(e));
+        RC_ASSERT(!sp->ranks.empty());
+        for (auto r : sp->ranks) {
+          RC_ASSERT(r < np);
+          RC_ASSERT(map.at(r).host == sp->host);
+          RC_ASSERT(spawned.insert(r).second);  // each rank once
         }
+      } else if (const auto* s = std::get_if<pm::signal_ranks>(&act)) {
+        RC_ASSERT(!s->ranks.empty());
+        if (s->signo != SIGUSR1) RC_ASSERT(aborting);  // only an abort signals, besides forwarding
+        for (auto r : s->ranks) {
+          RC_ASSERT(r < np);
+          RC_ASSERT(map.at(r).host == s->host);
+          RC_ASSERT(ranks[r].state == rank_model::running);  // started and not known to be over
+          if (s->signo == SIGKILL) {
+            RC_ASSERT(kill_allowed);  // only after the grace or a second interrupt
+            ranks[r].got_kill = true;
+          } else if (s->signo == SIGTERM || s->signo == SIGINT) {
+            RC_ASSERT(got.count({r, SIGCONT}) == 1u);  // SIGCONT first, so stopped ranks see it
+            ranks[r].got_term = true;
+            ranks[r].term_signo = s->signo;
+            ever_signalled_to_abort = true;
+          }
+          got.insert({r, s->signo});
+        }
+      } else if (const auto* t = std::get_if<pm::start_timer>(&act)) {
+        RC_ASSERT(timers_started.insert(t->timer).second);  // ids are unique
+        RC_ASSERT(t->timer != 0u);
+        if (std::holds_alternative<pm::job_start>(e)) {
+          RC_ASSERT(t->after == options.timeout);
+          timeout_timer = t->timer;
+        } else {
+          RC_ASSERT(t->after == options.kill_grace);
+          RC_ASSERT(aborting);
+        }
+      } else if (const auto* c = std::get_if<pm::cancel_timer>(&act)) {
+        RC_ASSERT(timers_started.count(c->timer) == 1u);
+        RC_ASSERT(timers_done.insert(c->timer).second);  // only a running timer is cancelled
+      } else if (const auto* m = std::get_if<pm::emit>(&act)) {
+        lines.push_back(m->line);
+      } else if (const auto* f = std::get_if<pm::finish>(&act)) {
+        ++finishes;
+        report = f->report;
+        // Every timer fired or was cancelled before the finish.
+        RC_ASSERT(timers_done == timers_started);
       }
     }
-    run.actions.push_back("|");
+    for (std::uint32_t r = 0; r < np; ++r) {
+      if (ranks[r].state != rank_model::running) continue;
+      // The event that begins the abort signals every running rank: SIGCONT, then the signal.
+      if (began_now) {
+        RC_ASSERT(got.count({r, SIGCONT}) == 1u);
+        RC_ASSERT(got.count({r, abort_signo}) == 1u);
+      }
+      if (forward_now) RC_ASSERT(got.count({r, forward_signo}) == 1u);
+      if (kill_now) RC_ASSERT(got.count({r, SIGKILL}) == 1u);
+    }
+    // A rank that starts during the abort gets what the others got, at once.
+    if (started_now && aborting) {
+      if (kill_allowed)
+        RC_ASSERT(got.count({*started_now, SIGKILL}) == 1u);
+      else
+        RC_ASSERT(got.count({*started_now, abort_signo}) == 1u);
+    }
+    if (began_now) RC_ASSERT(!lines.empty());
+    began_now = kill_now = forward_now = late_timer_now = false;
+    started_now.reset();
   };
 
   feed(pm::job_start{});
-  for (int step = 0; step < 4000 && run.finishes == 0; ++step) {
-    // Candidate events in this state.
-    std::vector<std::function<void()>> moves;
-    for (std::uint32_t r = 0; r < n; ++r) {
+  RC_ASSERT(spawned.size() == np);
+
+  std::vector<std::function<void()>> moves;
+  for (int step = 0; step < 20000 && finishes == 0; ++step) {
+    moves.clear();
+    for (std::uint32_t r = 0; r < np; ++r) {
       auto& m = ranks[r];
-      if (m.state == rank_model::pending) {
-        moves.push_back([&, r] {
-          ranks[r].state = rank_model::running;
-          ranks[r].streams = options.streams_per_rank;
-          feed(pm::rank_started{r, 100 + r});
-        });
-        if (w.pick(8) == 0) {
+      auto close_move = [&, r] {
+        auto& x = ranks[r];
+        const bool err = (x.open & 2) != 0 && ((x.open & 1) == 0 || w.pick(2) == 1);
+        x.open = static_cast<std::uint8_t>(x.open & ~(err ? 2 : 1));
+        if (x.state == rank_model::ended) saw_output_after_exit = true;
+        feed(pm::stream_closed{r, err ? pm::stream_kind::err : pm::stream_kind::out, 1});
+      };
+      switch (m.state) {
+        case rank_model::pending:
+          if (m.does == behaviour::spawn_fail) {
+            moves.push_back([&, r] {
+              ranks[r].state = rank_model::ended;
+              ++failed;
+              if (!aborting) failure(pm::cause_kind::spawn_failed, 127, r, map.at(r).host, false);
+              feed(pm::rank_spawn_failed{r, 127, "not found"});
+            });
+            break;
+          }
           moves.push_back([&, r] {
-            ranks[r].state = rank_model::ended;
-            if (!first_failure_code) first_failure_code = 127;
-            feed(pm::rank_spawn_failed{r, 127, "not found"});
+            auto& x = ranks[r];
+            x.state = rank_model::running;
+            x.open = expected_streams;
+            x.pid = 100 + r;
+            started_now = r;
+            feed(pm::rank_started{r, static_cast<std::int64_t>(x.pid)});
           });
+          if ((m.does == behaviour::succeed || m.does == behaviour::fail) && w.pick(4) == 0) {
+            // It ran and ended before its start was reported.
+            moves.push_back([&, r] {
+              auto& x = ranks[r];
+              x.state = rank_model::ended;
+              x.open = expected_streams;
+              x.late_start = true;
+              saw_exit_first = true;
+              const auto st = x.does == behaviour::fail ? pm::exit_status::exited(3)
+                                                        : pm::exit_status::exited(0);
+              if (aborting) {
+                ++killed;
+              } else if (!st.success()) {
+                ++failed;
+                failure(pm::cause_kind::rank_failed, st.shell_code(), r, map.at(r).host, false);
+              }
+              feed(pm::rank_exited{r, st});
+            });
+          }
+          break;
+        case rank_model::running: {
+          if (m.open != 0) moves.push_back(close_move);
+          if (m.does == behaviour::call_abort && !m.called_abort) {
+            moves.push_back([&, r] {
+              auto& x = ranks[r];
+              x.called_abort = true;
+              const int status = static_cast<int>(w.pick(3));  // 0 becomes 1
+              if (!aborting) {
+                x.abort_accepted = true;
+                ++failed;
+                failure(pm::cause_kind::abort_requested, status == 0 ? 1 : status, r,
+                        map.at(r).host, true);
+              }
+              feed(pm::abort_requested{r, status, "model"});
+            });
+          }
+          // After calling abort a rank waits to be killed; a rank ignoring SIGTERM may still
+          // end by itself.
+          const bool waits = m.called_abort && !m.got_kill && (!m.got_term || m.ignores_term);
+          if (!waits) {
+            moves.push_back([&, r] {
+              auto& x = ranks[r];
+              pm::exit_status st =
+                  x.got_kill                      ? pm::exit_status::signaled(SIGKILL)
+                  : x.got_term && !x.ignores_term ? pm::exit_status::signaled(x.term_signo)
+                  : x.does == behaviour::fail     ? pm::exit_status::exited(1 + w.pick(100))
+                  : x.does == behaviour::crash    ? pm::exit_status::signaled(SIGSEGV)
+                                                  : pm::exit_status::exited(0);
+              x.state = rank_model::ended;
+              if (x.abort_accepted) {
+                // failed already, when it called abort
+              } else if (aborting) {
+                ++killed;
+              } else if (!st.success()) {
+                ++failed;
+                failure(pm::cause_kind::rank_failed, st.shell_code(), r, map.at(r).host, false);
+              }
+              feed(pm::rank_exited{r, st});
+            });
+          }
+          break;
         }
-      } else if (m.state == rank_model::running) {
-        if (m.streams > 0) {
-          moves.push_back([&, r] {
-            --ranks[r].streams;
-            feed(pm::stream_closed{
-                r, ranks[r].streams % 2 ? pm::stream_kind::err : pm::stream_kind::out, 1});
-          });
-        }
-        const bool must_die = m.killed || (m.termed && !m.ignores_term);
-        moves.push_back([&, r, must_die] {
-          ranks[r].state = rank_model::ended;
-          pm::exit_status st = ranks[r].killed   ? pm::exit_status::signaled(SIGKILL)
-                               : must_die        ? pm::exit_status::signaled(SIGTERM)
-                               : w.pick(5) == 0  ? pm::exit_status::exited(1 + w.pick(100))
-                               : w.pick(20) == 0 ? pm::exit_status::signaled(SIGSEGV)
-                                                 : pm::exit_status::exited(0);
-          const bool aborting = options.abort_on_failure
-                                    ? first_failure_code.has_value() || signalled_launcher
-                                    : signalled_launcher;
-          if (!st.success() && !aborting && !first_failure_code)
-            first_failure_code = st.shell_code();
-          feed(pm::rank_exited{r, st});
-        });
-      } else if (m.streams > 0) {  // output closing after the exit
-        moves.push_back([&, r] {
-          --ranks[r].streams;
-          feed(pm::stream_closed{
-              r, ranks[r].streams % 2 ? pm::stream_kind::err : pm::stream_kind::out, 0});
+        case rank_model::ended:
+          if (m.open != 0) moves.push_back(close_move);
+          if (m.late_start) {
+            moves.push_back([&, r] {
+              ranks[r].late_start = false;
+              feed(pm::rank_started{r, 100 + r});  // ignored, but for the pid
+            });
+          }
+          break;
+      }
+    }
+    // Timers, live ones at any time, also cancelled and fired ones now and then.
+    const bool late_fires = w.pick(3) == 0;
+    for (auto t : timers_started) {
+      // The timeout fires rarely, so that most jobs end otherwise; the grace timer any time.
+      if (t == timeout_timer && timers_done.count(t) == 0 && w.pick(6) != 0) continue;
+      if (late_fires || timers_done.count(t) == 0) {
+        moves.push_back([&, t] {
+          if (timers_done.count(t)) {
+            saw_late_timer = late_timer_now = true;
+          } else {
+            timers_done.insert(t);
+            if (t == timeout_timer) {
+              if (!aborting && not_ended() > 0) {
+                decide(pm::cause_kind::timeout, pm::exit_codes::timeout, std::nullopt,
+                       std::nullopt);
+                begin_abort(SIGTERM);
+              }
+            } else {
+              saw_grace = true;
+              kill_allowed = kill_now = true;
+            }
+          }
+          feed(pm::timer_fired{t});
         });
       }
     }
-    // Timers: any started one may fire, also cancelled or already fired ones.
-    for (auto t : timers_started) {
-      moves.push_back([&, t] {
-        if (!timers_cancelled.count(t)) kill_allowed = true;  // the grace (or timeout) ran out
-        feed(pm::timer_fired{t});
-      });
+    if (w.pick(15) == 0) {
+      const auto h = w.pick(hosts);
+      if (!host_lost[h] && !map.ranks_on_host(h).empty()) {
+        moves.push_back([&, h] {
+          host_lost[h] = true;
+          saw_host_lost = true;
+          std::uint32_t lost = 0;
+          std::optional<std::uint32_t> first;  // the report names its lowest lost rank
+          for (auto r : map.ranks_on_host(h)) {
+            auto& x = ranks[r];
+            x.open = 0;
+            if (x.state != rank_model::ended) {
+              x.state = rank_model::ended;
+              if (!first) first = r;
+              ++lost;
+              if (!x.abort_accepted) ++failed;  // a rank counts once
+            }
+          }
+          if (lost > 0 && !aborting)
+            failure(pm::cause_kind::host_lost, pm::exit_codes::host_lost, first, h, false);
+          feed(pm::host_lost{h, "model"});
+        });
+      }
     }
-    if (w.pick(50) == 0) {
+    if (w.pick(25) == 0) {
       moves.push_back([&] {
-        // An interrupt while the job is already aborting escalates to SIGKILL.
-        if (signalled_launcher || (options.abort_on_failure && first_failure_code))
-          kill_allowed = true;
-        signalled_launcher = true;
+        ++interrupts;
+        if (aborting && interrupts >= 2) {
+          kill_allowed = kill_now = true;
+        } else if (aborting) {
+          forward_now = true;
+          forward_signo = SIGINT;
+        } else {
+          if (cause == pm::cause_kind::none) cause_signal = SIGINT;
+          decide(pm::cause_kind::signal, 128 + SIGINT, std::nullopt, std::nullopt);
+          begin_abort(SIGINT);
+        }
         feed(pm::signal_received{SIGINT});
       });
     }
+    if (w.pick(60) == 0) {
+      moves.push_back([&] {
+        forward_now = true;
+        forward_signo = SIGUSR1;
+        feed(pm::signal_received{SIGUSR1});
+      });
+    }
+    // Duplicates of earlier reports, and reports about ranks that do not exist: no effect.
+    if (w.pick(5) == 0 && events.size() > 1) {
+      moves.push_back([&] {
+        const auto& old = events[w.pick(static_cast<std::uint32_t>(events.size()))];
+        if (std::holds_alternative<pm::signal_received>(old) ||
+            std::holds_alternative<pm::abort_requested>(old) ||
+            std::holds_alternative<pm::timer_fired>(old))
+          return;  // those are not duplicates but new requests
+        saw_duplicate = true;
+        const auto copy = old;
+        const auto before = described.size();
+        feed(copy);
+        RC_ASSERT(described.size() == before);
+      });
+      moves.push_back([&] {
+        const auto before = described.size();
+        feed(pm::rank_exited{np + w.pick(3), pm::exit_status::exited(1)});
+        feed(pm::stream_closed{np, pm::stream_kind::out, 0});
+        feed(pm::host_lost{hosts + 1, "nowhere"});
+        RC_ASSERT(described.size() == before);
+      });
+    }
     if (moves.empty()) break;
-    moves[static_cast<std::size_t>(w.pick(static_cast<int>(moves.size())))]();
+    moves[w.pick(static_cast<std::uint32_t>(moves.size()))]();
   }
 
+  RC_CLASSIFY(cause == pm::cause_kind::none, "all succeeded");
   RC_CLASSIFY(options.abort_on_failure, "abort on");
-  RC_CLASSIFY(first_failure_code.has_value(), "a rank failed");
-  RC_CLASSIFY(signalled_launcher, "launcher interrupted");
-  RC_CLASSIFY(kill_allowed, "grace expired");
+  RC_CLASSIFY(cause == pm::cause_kind::rank_failed, "rank failed");
+  RC_CLASSIFY(cause == pm::cause_kind::spawn_failed, "spawn failed");
+  RC_CLASSIFY(cause == pm::cause_kind::abort_requested, "abort called");
+  RC_CLASSIFY(cause == pm::cause_kind::host_lost, "host lost first");
+  RC_CLASSIFY(cause == pm::cause_kind::signal, "interrupted");
+  RC_CLASSIFY(cause == pm::cause_kind::timeout, "timed out");
+  RC_CLASSIFY(saw_grace, "grace expired");
+  RC_CLASSIFY(saw_late_timer, "late timer");
+  RC_CLASSIFY(saw_duplicate, "duplicate event");
+  RC_CLASSIFY(saw_exit_first, "exit before start");
+  RC_CLASSIFY(saw_output_after_exit, "output after exit");
+  RC_CLASSIFY(saw_host_lost, "host lost");
 
-  // Liveness: the job always finishes, exactly once, and nothing follows.
-  RC_ASSERT(run.finishes == 1);
-  RC_ASSERT(!run.actions_after_finish);
+  // Liveness: the job finishes exactly once; nothing follows.
+  for (const auto& l : trace) RC_LOG() << l << "\n";  // shown when the property fails
+  RC_ASSERT(finishes == 1);
   RC_ASSERT(ctl.finished());
-  for (const auto& r : run.report->ranks)
-    RC_ASSERT(r.state != pm::rank_state::pending && r.state != pm::rank_state::running);
+  {
+    const auto before = described.size();
+    feed(pm::signal_received{SIGINT});
+    feed(pm::rank_exited{0, pm::exit_status::exited(9)});
+    RC_ASSERT(described.size() == before);
+  }
 
-  // The exit code follows the rule.
-  if (!first_failure_code && !signalled_launcher) {
-    RC_ASSERT(run.report->exit_code == 0 || run.report->cause == pm::cause_kind::timeout);
+  // Every rank ended; the outcome follows the first-failure rule.
+  RC_ASSERT(report->ranks.size() == np);
+  for (const auto& r : report->ranks)
+    RC_ASSERT(r.state != pm::rank_state::pending && r.state != pm::rank_state::running);
+  RC_ASSERT(report->cause == cause);
+  RC_ASSERT(report->exit_code == exit_code);
+  RC_ASSERT(report->signal == (cause == pm::cause_kind::signal ? cause_signal : 0));
+  if (cause == pm::cause_kind::rank_failed || cause == pm::cause_kind::spawn_failed ||
+      cause == pm::cause_kind::abort_requested || cause == pm::cause_kind::host_lost) {
+    RC_ASSERT(report->failed_rank == cause_rank);
+    RC_ASSERT(report->failed_host == cause_host);
   }
-  if (first_failure_code && run.report->cause != pm::cause_kind::signal &&
-      run.report->cause != pm::cause_kind::timeout) {
-    RC_ASSERT(run.report->exit_code == *first_failure_code);
+  RC_ASSERT(report->ranks_failed == failed);
+  RC_ASSERT(report->ranks_killed == killed);
+  if (cause != pm::cause_kind::none) {
+    RC_ASSERT(!lines.empty());
+    RC_ASSERT(lines.front().rfind(report->summary, 0) == 0u);
+  } else {
+    RC_ASSERT(report->exit_code == 0);
   }
-  // Without abort and without interruption, nobody is signalled.
-  // (kill_allowed: a live timer fired, which in this mode can only be the timeout.)
-  if (!options.abort_on_failure && !signalled_launcher && !kill_allowed) {
-    RC_ASSERT(!any_signal);
+
+  // Without an abort, nobody was signalled to end, and every rank no fault touched succeeded.
+  if (!aborting) {
+    RC_ASSERT(!ever_signalled_to_abort);
+    for (std::uint32_t r = 0; r < np; ++r) {
+      if (ranks[r].does != behaviour::succeed || host_lost[map.at(r).host]) continue;
+      RC_ASSERT(report->ranks[r].state == pm::rank_state::exited);
+      RC_ASSERT(report->ranks[r].status == pm::exit_status::exited(0));
+    }
   }
 
   // Determinism: the same events give the same actions.
-  pm::controller again(w.map, options);
+  pm::controller again(map, options);
   std::vector<std::string> replay;
   pm::job_time t{0};
-  for (const auto& e : run.events) {
+  for (const auto& e : events) {
     std::vector<pm::action> out;
     t += 1ms;
     again.handle(t, e, out);
-    for (auto& act : out) replay.push_back(describe(act));
-    replay.push_back("|");
+    for (const auto& act : out) replay.push_back(describe(act));
   }
-  RC_ASSERT(replay == run.actions);
+  RC_ASSERT(replay == described);
+}
+
+// The same contract at the simulator's scale: one failure among 100,000 ranks aborts the rest with
+// one batch per host, and each event stays cheap.
+TEST(ControllerScale, HundredThousandRanksAbortInOneBatchPerHost) {
+  pm::allocation alloc;
+  alloc.source = pm::allocation_source::host_list;
+  for (std::uint32_t h = 0; h < 12500; ++h)
+    alloc.hosts.push_back(pm::host{"n" + std::to_string(h), 8});
+  pm::job_spec job;
+  job.apps.push_back(pm::app_context{{"app"}, std::nullopt, {}, {}});
+  const auto map = pm::map_job(job, alloc);
+  pm::controller_options o;
+  o.streams_per_rank = 0;
+  pm::controller ctl(map, o);
+  std::vector<pm::action> out;
+  ctl.handle(0ms, pm::job_start{}, out);
+  EXPECT_EQ(out.size(), 12500u);
+  for (std::uint32_t r = 0; r < map.size(); ++r) ctl.handle(1ms, pm::rank_started{r, r + 1}, out);
+  out.clear();
+  ctl.handle(2ms, pm::rank_exited{5, pm::exit_status::exited(7)}, out);
+  ASSERT_EQ(out.size(), 2u * 12500u + 2u);  // CONT+TERM per host, grace timer, the line
+  EXPECT_EQ(std::get<pm::emit>(out.back()).line,
+            "rank 5 on n0 exited with code 7; aborting the job (SIGTERM to 99999 ranks)");
+  for (std::uint32_t r = 0; r < map.size(); ++r) {
+    if (r != 5) ctl.handle(3ms, pm::rank_exited{r, pm::exit_status::signaled(SIGTERM)}, out);
+  }
+  ASSERT_TRUE(ctl.finished());
+  const auto report = std::get<pm::finish>(out.back()).report;
+  EXPECT_EQ(report.exit_code, 7);
+  EXPECT_EQ(report.ranks_killed, 99999u);
 }
