@@ -118,7 +118,8 @@ struct cancel_timer {
   std::uint64_t timer;
 };
 /// A line for the user (pmrun prints it on stderr; embedders get a callback), e.g.
-/// "rank 3 on node2 exited with code 7; aborting the job (SIGTERM to 7 ranks)".
+/// "rank 3 on node2 exited with code 7; aborting the job (SIGTERM to 7 ranks)". Lines carry no
+/// program prefix: pmrun adds "pmrun: ", an embedder adds its own (docs/failure-semantics.md).
 struct emit {
   std::string line;
 };
@@ -139,12 +140,15 @@ using action =
 /// except the one that starts an abort, which signals every live rank once.
 class PM_API controller {
  public:
+  /// `map` must outlive the controller (it is referenced, not copied).
   controller(const rank_map& map, controller_options options);
   ~controller();
   controller(controller&&) noexcept;
   controller& operator=(controller&&) noexcept;
 
-  /// Feeds one event that happened at `now`; appends the resulting actions to `out`.
+  /// Feeds one event that happened at `now`; appends the resulting actions to `out`. Events
+  /// before job_start and after the finish are ignored, as are impossible ones (an unknown rank or
+  /// host, a duplicate start, exit or end-of-stream, a cancelled or fired timer): none throws.
   void handle(job_time now, const event& e, std::vector<action>& out);
 
   bool finished() const noexcept;

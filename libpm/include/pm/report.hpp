@@ -52,13 +52,14 @@ struct rank_report {
   std::optional<exit_status> status;  ///< when it ended
   std::int64_t pid = 0;
   std::optional<std::chrono::nanoseconds> started_at, ended_at;  ///< driver time stamps
-  std::string reason;                                            ///< spawn failure / host loss text
+  std::string reason;  ///< why it could not start / its abort message / why its host was lost
 };
 
 struct job_report {
   int exit_code = 0;
   cause_kind cause = cause_kind::none;
-  std::optional<std::uint32_t> failed_rank;  ///< the rank of the first failure, if a rank
+  /// The rank of the first failure, if a rank; for a lost host, its lowest-numbered lost rank.
+  std::optional<std::uint32_t> failed_rank;
   std::optional<std::uint32_t> failed_host;  ///< its host (allocation index)
   std::optional<exit_status> failed_status;
   int signal = 0;                  ///< for cause signal: the launcher should end by it
