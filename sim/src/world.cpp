@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 #include <unordered_map>
 
 #include "agent/agent.hpp"
@@ -73,8 +74,8 @@ enum class ek : std::uint8_t {
   job_start,
   down,              // a batch of launcher->agent messages arrives (a: host, b: pool slot)
   up,                // a batch of host->launcher messages arrives (a: host, b: pool slot)
-  spawned,           // a process runs (a: rank)
-  spawn_failed,      // a spawn failed at once, reported as a queued event (a: rank)
+  spawned,           // a host's agent forked a batch of ranks (a: host, b: pool slot)
+  reacted,           // a host's signalled ranks die (a: host, b: pool slot)
   script_step,       // a: rank, b: 0 close streams, 1 call abort
   proc_end,          // a: rank, b: encoded exit status
   ctl_timer,         // a, b: timer id (low, high)
@@ -141,6 +142,36 @@ class event_queue {
   std::size_t size_ = 0;
 };
 
+// Reusable vectors addressed by a slot number that fits an event: a batch travels as one event.
+template <class T>
+class batch_pool {
+ public:
+  std::uint32_t take() {
+    if (!free_.empty()) {
+      const auto slot = free_.back();
+      free_.pop_back();
+      return slot;
+    }
+    slots_.emplace_back();
+    return static_cast<std::uint32_t>(slots_.size() - 1);
+  }
+  std::vector<T>& operator[](std::uint32_t slot) { return slots_[slot]; }
+  void give_back(std::uint32_t slot) {
+    slots_[slot].clear();
+    free_.push_back(slot);
+  }
+
+ private:
+  std::vector<std::vector<T>> slots_;
+  std::vector<std::uint32_t> free_;
+};
+
+// A rank in a batch: its fork time (spawns; -1: the exec failed) or its end (reactions).
+struct batch_entry {
+  std::uint32_t rank;
+  std::int64_t value;
+};
+
 // A message from a host to the launcher: the agent's, or the host's output layer's.
 struct up_msg {
   enum class kind : std::uint8_t { agent, stream, abort } k = kind::agent;
@@ -170,7 +201,10 @@ struct proc_rec {
 };
 
 struct host_rec {
-  std::unique_ptr<agent::agent> agent;
+  std::optional<agent::agent> agent;
+  // The rank lists of spawn requests on their way to this host (FIFO, as the link): a request
+  // travels as an empty marker and gets its rank_specs (120 bytes a rank) when it arrives.
+  std::vector<std::vector<std::uint32_t>> spawns_in_flight;
   bool launched = false, agent_fails = false, crashed = false;
   bool launcher_closed = false, agent_closed = false, agent_done = false;
   std::int64_t agent_start = -1;            // when its agent runs (and sends its first heartbeat)
@@ -353,25 +387,6 @@ class world {
     return t;
   }
 
-  std::uint32_t take_down_slot() {
-    if (!down_free_.empty()) {
-      const auto slot = down_free_.back();
-      down_free_.pop_back();
-      return slot;
-    }
-    down_pool_.emplace_back();
-    return static_cast<std::uint32_t>(down_pool_.size() - 1);
-  }
-  std::uint32_t take_up_slot() {
-    if (!up_free_.empty()) {
-      const auto slot = up_free_.back();
-      up_free_.pop_back();
-      return slot;
-    }
-    up_pool_.emplace_back();
-    return static_cast<std::uint32_t>(up_pool_.size() - 1);
-  }
-
   // Launcher -> host: messages are collected while one controller step runs, then sent as one
   // batch per host (the controller's actions for a host are adjacent).
   void send_down(std::uint32_t host, channel::message m) {
@@ -381,7 +396,7 @@ class world {
       down_pool_[pending_down_.back().second].push_back(std::move(m));
       return;
     }
-    const auto slot = take_down_slot();
+    const auto slot = down_pool_.take();
     down_pool_[slot].push_back(std::move(m));
     pending_down_.emplace_back(host, slot);
   }
@@ -402,7 +417,7 @@ class world {
   void flush_up() {
     if (up_batch_.empty()) return;
     auto& h = hosts_[up_host_];
-    const auto slot = take_up_slot();
+    const auto slot = up_pool_.take();
     std::swap(up_pool_[slot], up_batch_);
     up_batch_.clear();
     at(arrival(h, h.up_last, 0), ek::up, up_host_, slot);
@@ -555,7 +570,7 @@ class world {
     std::visit(
         overloaded{
             [&](spawn& x) { do_spawn(x); },
-            [&](signal_ranks& x) { do_signal(x); },
+            [&](signal_ranks& x) { do_signal(std::move(x)); },
             [&](start_timer& x) {
               if (x.after == s_.control.kill_grace && grace_started_at_ < 0)
                 grace_started_at_ = now_;
@@ -579,7 +594,7 @@ class world {
                               std::vector<std::uint32_t>(ranks.begin(), ranks.end()), SIGKILL});
               }
             },
-            [&](finish& x) { do_finish(x); },
+            [&](finish& x) { do_finish(std::move(x)); },
         },
         a);
   }
@@ -618,8 +633,8 @@ class world {
       correctness("spawn on host " + std::to_string(x.host) + ", which does not exist");
       return;
     }
-    channel::spawn_request req;
-    req.ranks.reserve(x.ranks.size());
+    std::vector<std::uint32_t> ranks;
+    ranks.reserve(x.ranks.size());
     for (auto rank : x.ranks) {
       if (rank >= procs_.size()) {
         correctness("spawn of rank " + std::to_string(rank) + ", which does not exist");
@@ -632,6 +647,27 @@ class world {
       if (map_.at(rank).host != x.host)
         correctness("rank " + std::to_string(rank) + " was spawned on " + host_name(x.host) +
                     ", the map put it on " + host_name(map_.at(rank).host));
+      ranks.push_back(rank);
+    }
+    auto& h = hosts_[x.host];
+    if (!h.launched) {
+      launch(x.host);
+      send_down(x.host, channel::hello{channel::protocol_version, 0});
+    }
+    if (h.launcher_closed) return;  // send_down drops what goes to a closed channel
+    h.spawns_in_flight.push_back(std::move(ranks));
+    send_down(x.host, channel::spawn_request{});
+  }
+
+  // The spawn request that arrives at a host, with its rank_specs (and environments, when the
+  // run asked for them) built now.
+  channel::spawn_request arriving_spawn(host_rec& h) {
+    channel::spawn_request req;
+    if (h.spawns_in_flight.empty()) return req;
+    const std::vector<std::uint32_t> ranks = std::move(h.spawns_in_flight.front());
+    h.spawns_in_flight.erase(h.spawns_in_flight.begin());
+    req.ranks.reserve(ranks.size());
+    for (auto rank : ranks) {
       channel::rank_spec spec;
       spec.rank = rank;
       spec.path = "app";
@@ -639,15 +675,10 @@ class world {
       if (o_.env) spec.env = rank_environment(*o_.env, map_, rank);
       req.ranks.push_back(std::move(spec));
     }
-    auto& h = hosts_[x.host];
-    if (!h.launched) {
-      launch(x.host);
-      send_down(x.host, channel::hello{channel::protocol_version, 0});
-    }
-    send_down(x.host, std::move(req));
+    return req;
   }
 
-  void do_signal(const signal_ranks& x) {
+  void do_signal(signal_ranks&& x) {
     if (x.signo == SIGKILL) {
       // SIGKILL only for ranks that outlive a whole grace: a grace timer must have run out.
       result_.stats.sigkills += static_cast<std::uint32_t>(x.ranks.size());
@@ -661,14 +692,14 @@ class world {
         correctness(signal_name(x.signo) + " to rank " + std::to_string(rank) +
                     ", whose end the controller knew");
     }
-    send_down(x.host, channel::signal_request{x.ranks, x.signo});
+    send_down(x.host, channel::signal_request{std::move(x.ranks), x.signo});
   }
 
-  void do_finish(const finish& x) {
+  void do_finish(finish&& x) {
     finish_seen_ = true;
     result_.finish_time = sim_time(now_);
-    result_.report = x.report;
-    check_report(x.report);
+    result_.report = std::move(x.report);  // 100 bytes a rank: not copied
+    check_report(result_.report);
     // The driver's part of the end: shut every agent down (they clear what is left).
     for (std::uint32_t node = 0; node < map_.num_nodes(); ++node) {
       const auto host = map_.host_of_node(node);
@@ -716,6 +747,30 @@ class world {
     }
     actions.clear();
     agent_out_.swap(actions);
+    flush_host_batches(host);
+  }
+
+  // What one agent step started or signalled becomes one event per kind: pmd forks a spawn
+  // request's ranks in one turn of its loop and reports them in one write, and the ranks that
+  // one message signals react together (in a seed-chosen order) after one reaction time.
+  void flush_host_batches(std::uint32_t host) {
+    if (!spawn_batch_.empty()) {
+      std::int64_t last = now_;
+      for (const auto& e : spawn_batch_) last = std::max(last, e.value);
+      const auto slot = batch_pool_.take();
+      std::swap(batch_pool_[slot], spawn_batch_);
+      at(last, ek::spawned, host, slot);
+    }
+    if (!kill_batch_.empty()) {
+      const auto slot = batch_pool_.take();
+      std::swap(batch_pool_[slot], kill_batch_);
+      at(now_ + rng_.between(0, 10'000), ek::reacted, host, slot);
+    }
+    if (!term_batch_.empty()) {
+      const auto slot = batch_pool_.take();
+      std::swap(batch_pool_[slot], term_batch_);
+      at(now_ + jitter(s_.latency.reaction), ek::reacted, host, slot);
+    }
   }
 
   // ---- processes ----
@@ -735,41 +790,84 @@ class world {
     ++live_procs_;
     if (o_.on_spawn) o_.on_spawn(rank, host, spec.env);
     if ((p.flags & f_spawn_fail) != 0) {
-      // exec failed at once: the failure comes back as a queued event, never a nested call.
-      at(now_, ek::spawn_failed, rank, 0);
+      // exec failed at once: reported with the batch, as a later event, never a nested call.
+      spawn_batch_.push_back(batch_entry{rank, -1});
       return;
     }
     auto& h = hosts_[host];
     const std::int64_t forked =
         std::max(now_, h.spawn_free) + s_.latency.spawn.count() + jitter(s_.latency.spawn_jitter);
     h.spawn_free = forked;
-    at(forked + script(rank).slow_start.count(), ek::spawned, rank, 0);
+    spawn_batch_.push_back(batch_entry{rank, forked});
   }
 
-  void on_spawned(std::uint32_t rank) {
+  void on_spawned(std::uint32_t host, std::uint32_t slot) {
+    // Taken out of the pool: the agent steps below may add batches (and grow the pool).
+    std::vector<batch_entry> batch;
+    batch.swap(batch_pool_[slot]);
+    for (const auto& e : batch) {
+      if (hosts_[host].crashed) break;
+      if (e.value < 0) {
+        spawn_failed(e.rank);
+      } else {
+        started(e.rank, e.value);
+      }
+    }
+    batch.clear();
+    batch_pool_[slot].swap(batch);
+    batch_pool_.give_back(slot);
+  }
+
+  void spawn_failed(std::uint32_t rank) {
     auto& p = procs_[rank];
-    const auto host = procs_[rank].host;
-    if (p.state != pstate::spawning || hosts_[host].crashed) return;
+    if (p.state != pstate::spawning) return;
+    p.state = pstate::failed;
+    --live_procs_;
+    ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::spawn_failure)];
+    line("!! rank " + std::to_string(rank) + " cannot be executed");
+    feed_agent(p.host, agent::rank_spawn_failed{rank, 127,
+                                                "cannot execute 'app': No such file or directory"});
+  }
+
+  // The rank was forked at `forked`; its script runs from forked + its slow start.
+  void started(std::uint32_t rank, std::int64_t forked) {
+    auto& p = procs_[rank];
+    const auto host = p.host;
+    if (p.state != pstate::spawning) return;
     p.state = pstate::running;
     p.streams = streams_bits_;
     feed_agent(host, agent::rank_spawned{rank, pid_base + rank});
     const auto& sc = script(rank);
+    const std::int64_t begin = forked + sc.slow_start.count();
     const std::int64_t run =
         sc.at ? sc.at->count() : s_.latency.run_time.count() + jitter(s_.latency.run_jitter);
-    if (sc.close_early) at(now_ + run / 2, ek::script_step, rank, 0);
+    if (sc.close_early) at(begin + run / 2, ek::script_step, rank, 0);
     switch (sc.end) {
       case process_script::ending::exit:
-        at(now_ + run, ek::proc_end, rank, encode(exit_status::exited(sc.value)));
+        at(begin + run, ek::proc_end, rank, encode(exit_status::exited(sc.value)));
         break;
       case process_script::ending::signal:
-        at(now_ + run, ek::proc_end, rank, encode(exit_status::signaled(sc.value)));
+        at(begin + run, ek::proc_end, rank, encode(exit_status::signaled(sc.value)));
         break;
       case process_script::ending::abort:
-        at(now_ + run, ek::script_step, rank, 1);
+        at(begin + run, ek::script_step, rank, 1);
         break;
       case process_script::ending::hang:
         break;
     }
+  }
+
+  void on_reacted(std::uint32_t slot) {
+    std::vector<batch_entry> batch;
+    batch.swap(batch_pool_[slot]);
+    // Ranks that react together die in any order.
+    for (std::size_t i = batch.size(); i > 1; --i)
+      std::swap(batch[i - 1],
+                batch[static_cast<std::size_t>(rng_.between(0, static_cast<std::int64_t>(i - 1)))]);
+    for (const auto& e : batch) die(e.rank, decode(static_cast<std::uint32_t>(e.value)));
+    batch.clear();
+    batch_pool_[slot].swap(batch);
+    batch_pool_.give_back(slot);
   }
 
   void close_streams(std::uint32_t rank) {
@@ -834,8 +932,7 @@ class world {
       const auto& sc = script(rank);
       switch (signo) {
         case SIGKILL:
-          at(now_ + rng_.between(0, 10'000), ek::proc_end, rank,
-             encode(exit_status::signaled(SIGKILL)));
+          kill_batch_.push_back(batch_entry{rank, encode(exit_status::signaled(SIGKILL))});
           return;
         case SIGTERM:
         case SIGINT:
@@ -844,8 +941,7 @@ class world {
           [[fallthrough]];
         case SIGUSR1:
         case SIGUSR2:
-          at(now_ + jitter(s_.latency.reaction), ek::proc_end, rank,
-             encode(exit_status::signaled(signo)));
+          term_batch_.push_back(batch_entry{rank, encode(exit_status::signaled(signo))});
           return;
         default:
           return;  // SIGCONT, SIGTSTP (not modelled: a stop is not an end)
@@ -980,16 +1076,23 @@ class world {
   void on_down(std::uint32_t host, std::uint32_t slot) {
     auto& h = hosts_[host];
     auto& batch = down_pool_[slot];
-    if (!h.crashed && !h.agent_fails && !h.agent_closed && !h.agent_done) {
-      if (!h.agent) {
-        agent::options ao;
-        ao.pid = 900'000'000 + host;
-        h.agent = std::make_unique<agent::agent>(ao);
-      }
-      for (auto& m : batch) feed_agent(host, agent::received{std::move(m)});
+    const bool alive = !h.crashed && !h.agent_fails && !h.agent_closed && !h.agent_done;
+    if (alive && !h.agent) {
+      agent::options ao;
+      ao.pid = 900'000'000 + host;
+      h.agent.emplace(ao);
     }
-    batch.clear();
-    down_free_.push_back(slot);
+    for (auto& m : batch) {
+      if (std::holds_alternative<channel::spawn_request>(m)) {
+        if (!alive) {
+          if (!h.spawns_in_flight.empty()) h.spawns_in_flight.erase(h.spawns_in_flight.begin());
+          continue;
+        }
+        m = arriving_spawn(h);
+      }
+      if (alive) feed_agent(host, agent::received{std::move(m)});
+    }
+    down_pool_.give_back(slot);
   }
 
   void on_up(std::uint32_t host, std::uint32_t slot) {
@@ -1000,7 +1103,7 @@ class world {
     }
     batch.clear();
     up_pool_[slot].swap(batch);
-    up_free_.push_back(slot);
+    up_pool_.give_back(slot);
   }
 
   void receive(std::uint32_t host, up_msg& m) {
@@ -1062,20 +1165,11 @@ class world {
         on_up(e.a, e.b);
         return;
       case ek::spawned:
-        on_spawned(e.a);
+        on_spawned(e.a, e.b);
         return;
-      case ek::spawn_failed: {
-        auto& p = procs_[e.a];
-        if (p.state != pstate::spawning) return;
-        p.state = pstate::failed;
-        --live_procs_;
-        ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::spawn_failure)];
-        line("!! rank " + std::to_string(e.a) + " cannot be executed");
-        feed_agent(
-            procs_[e.a].host,
-            agent::rank_spawn_failed{e.a, 127, "cannot execute 'app': No such file or directory"});
+      case ek::reacted:
+        on_reacted(e.b);
         return;
-      }
       case ek::script_step: {
         auto& p = procs_[e.a];
         if (p.state != pstate::running) return;
@@ -1249,11 +1343,11 @@ class world {
 
   std::vector<action> ctl_out_;
   std::vector<agent::action> agent_out_;
-  std::vector<std::vector<channel::message>> down_pool_;
-  std::vector<std::uint32_t> down_free_;
+  batch_pool<channel::message> down_pool_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> pending_down_;
-  std::vector<std::vector<up_msg>> up_pool_;
-  std::vector<std::uint32_t> up_free_;
+  batch_pool<up_msg> up_pool_;
+  batch_pool<batch_entry> batch_pool_;                              // spawns and reactions
+  std::vector<batch_entry> spawn_batch_, kill_batch_, term_batch_;  // of one agent step
   std::vector<up_msg> up_batch_;
   std::uint32_t up_host_ = 0;
   std::unordered_map<std::uint64_t, std::uint8_t> timers_;  // 0 armed, 1 cancelled, 2 racing

@@ -1,9 +1,9 @@
 #include "agent/agent.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <string>
-#include <unordered_map>
 
 // GCC 12 warns "may be used uninitialized" inside std::variant's move constructor when a vector
 // of nested variants grows: a false positive (the moved-from alternative is always engaged).
@@ -23,8 +23,50 @@ enum class phase {
 };
 
 struct rank_entry {
-  std::int64_t pid = 0;  // 0 while spawning
+  std::uint32_t rank = 0;
   bool exited = false;
+  std::int64_t pid = 0;  // 0 while spawning
+};
+
+// The ranks of one host, sorted by rank: a host has few, they arrive mostly in order, and a flat
+// table keeps a simulated 100,000-host cluster's agents small and cache-friendly.
+class rank_table {
+ public:
+  rank_entry* find(std::uint32_t rank) {
+    const auto it = lower(rank);
+    return it != entries_.end() && it->rank == rank ? &*it : nullptr;
+  }
+  bool contains(std::uint32_t rank) { return find(rank) != nullptr; }
+  void add(std::uint32_t rank) {
+    ++running_;
+    if (entries_.capacity() == 0) entries_.reserve(8);
+    if (entries_.empty() || entries_.back().rank < rank) {
+      entries_.push_back(rank_entry{rank, false, 0});
+      return;
+    }
+    entries_.insert(lower(rank), rank_entry{rank, false, 0});
+  }
+  void erase(std::uint32_t rank) {
+    const auto it = lower(rank);
+    if (it == entries_.end() || it->rank != rank) return;
+    if (!it->exited) --running_;
+    entries_.erase(it);
+  }
+  void mark_exited(rank_entry& r) {
+    r.exited = true;
+    --running_;
+  }
+  bool all_exited() const noexcept { return running_ == 0; }
+  auto begin() const { return entries_.begin(); }
+  auto end() const { return entries_.end(); }
+
+ private:
+  std::vector<rank_entry>::iterator lower(std::uint32_t rank) {
+    return std::lower_bound(entries_.begin(), entries_.end(), rank,
+                            [](const rank_entry& e, std::uint32_t r) { return e.rank < r; });
+  }
+  std::vector<rank_entry> entries_;
+  std::size_t running_ = 0;  // entries not exited
 };
 
 // "SIGTERM" (pm::signal_name lives in the controller's layer; the agent needs only this).
@@ -48,7 +90,7 @@ struct agent::state {
   bool shutdown_asked = false;
   int exit_code = exit_after_launcher_lost;
   std::uint64_t timer = 0;  // the latest timer started; older ones are ignored
-  std::unordered_map<std::uint32_t, rank_entry> ranks;
+  rank_table ranks;
   std::vector<action>* out = nullptr;
 
   void send_msg(channel::message m) {
@@ -56,18 +98,13 @@ struct agent::state {
   }
   void arm(std::chrono::milliseconds after) { out->push_back(start_timer{++timer, after}); }
 
-  bool all_exited() const {
-    for (const auto& [rank, r] : ranks) {
-      if (!r.exited) return false;
-    }
-    return true;
-  }
+  bool all_exited() const { return ranks.all_exited(); }
 
   // The launcher is gone or misbehaved: SIGTERM to every group, SIGKILL after the grace.
   void lose_launcher() {
     if (ph != phase::running) return;
     ph = phase::terminating;
-    for (const auto& [rank, r] : ranks) {
+    for (const auto& r : ranks) {
       if (r.pid > 0) out->push_back(signal_group{r.pid, SIGTERM});
     }
     if (all_exited()) {
@@ -82,7 +119,7 @@ struct agent::state {
     ph = phase::clearing;
     ++timer;  // a pending grace timer is void now
     // Every leader is alive or an unreaped zombie here, so each pid is still its own group's id.
-    for (const auto& [rank, r] : ranks) {
+    for (const auto& r : ranks) {
       if (r.pid > 0) out->push_back(signal_group{r.pid, SIGKILL});
     }
     out->push_back(sweep{});
@@ -120,7 +157,7 @@ struct agent::state {
                       spec.rank, 127,
                       "rank " + std::to_string(spec.rank) + " was already started by this agent"});
                 } else {
-                  ranks.emplace(spec.rank, rank_entry{});
+                  ranks.add(spec.rank);
                   out->push_back(spawn_rank{spec});
                 }
               }
@@ -128,9 +165,9 @@ struct agent::state {
             [&](const channel::signal_request& s) {
               if (ph != phase::running) return;  // the agent's own kill sequence rules now
               for (std::uint32_t rank : s.ranks) {
-                const auto it = ranks.find(rank);
-                if (it != ranks.end() && it->second.pid > 0) {
-                  out->push_back(signal_group{it->second.pid, s.signo});
+                const auto* r = ranks.find(rank);
+                if (r != nullptr && r->pid > 0) {
+                  out->push_back(signal_group{r->pid, s.signo});
                 }
               }
             },
@@ -151,8 +188,9 @@ struct agent::state {
     std::visit(overloaded{
                    [&](const received& r) { on_message(r.msg); },
                    [&](const rank_spawned& s) {
-                     auto& r = ranks[s.rank];
-                     r.pid = s.pid;
+                     auto* r = ranks.find(s.rank);
+                     if (r == nullptr) return;  // not asked for: the driver's mistake
+                     r->pid = s.pid;
                      send_msg(channel::started{s.rank, s.pid});
                      // Spawned while the end had begun: it gets what the others got.
                      if (ph == phase::terminating) out->push_back(signal_group{s.pid, SIGTERM});
@@ -164,9 +202,9 @@ struct agent::state {
                      if (ph == phase::terminating && all_exited()) clear();
                    },
                    [&](const rank_exited& x) {
-                     const auto it = ranks.find(x.rank);
-                     if (it == ranks.end() || it->second.exited) return;
-                     it->second.exited = true;
+                     auto* r = ranks.find(x.rank);
+                     if (r == nullptr || r->exited) return;
+                     ranks.mark_exited(*r);
                      send_msg(channel::exited{x.rank, x.status});
                      if (ph == phase::terminating && all_exited()) clear();
                    },
