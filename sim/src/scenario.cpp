@@ -1,6 +1,9 @@
 // Scenarios as printable values: durations, scripts, faults, and the pmsim arguments.
 #include "pm/sim/scenario.hpp"
 
+#include <signal.h>
+#include <string.h>
+
 #include <algorithm>
 #include <charconv>
 
@@ -42,6 +45,17 @@ int parse_int(std::string_view text, std::string_view what) {
   auto v = parse_number<int>(text);
   if (!v) usage(std::string(what) + ": invalid number " + quoted(text));
   return *v;
+}
+
+// "INT", "SIGINT" or a number: one of the signals a launcher handles.
+int parse_launcher_signal(std::string_view text, std::string_view what) {
+  std::string_view name = text;
+  if (name.substr(0, 3) == "SIG") name.remove_prefix(3);
+  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT}) {
+    if (name == ::sigabbrev_np(signo) || parse_number<int>(text) == signo) return signo;
+  }
+  usage(std::string(what) + ": " + quoted(text) +
+        " is not a signal the launcher handles (INT, TERM, HUP, USR1, USR2, TSTP, CONT)");
 }
 
 // Splits "a@b" at the first `sep`; second is empty without it.
@@ -220,11 +234,19 @@ const char* to_string(fault_kind k) noexcept {
       return "agent-fail";
     case fault_kind::lost_exit:
       return "lost-exit";
+    case fault_kind::launcher_signal:
+      return "launcher-signal";
   }
   return "?";
 }
 
 std::string to_string(const fault& f) {
+  if (f.kind == fault_kind::launcher_signal) {
+    const char* abbrev = ::sigabbrev_np(static_cast<int>(f.target));
+    return std::string("launcher-signal:") +
+           (abbrev != nullptr ? std::string(abbrev) : std::to_string(f.target)) + "@" +
+           format_duration(f.at);
+  }
   std::string out = std::string(to_string(f.kind)) + ":" + std::to_string(f.target);
   if (f.kind == fault_kind::host_crash) out += "@" + format_duration(f.at);
   if (f.kind == fault_kind::partition)
@@ -247,11 +269,19 @@ fault parse_fault(std::string_view text) {
     f.kind = fault_kind::agent_failure;
   } else if (kind == "lost-exit") {
     f.kind = fault_kind::lost_exit;
+  } else if (kind == "launcher-signal") {
+    f.kind = fault_kind::launcher_signal;
   } else {
     usage(what + ": unknown kind " + quoted(kind) +
-          " (crash, partition, spawn-fail, agent-fail, lost-exit)");
+          " (crash, partition, spawn-fail, agent-fail, lost-exit, launcher-signal)");
   }
   if (target.empty()) usage(what + ": missing target, e.g. " + std::string(kind) + ":3");
+  if (f.kind == fault_kind::launcher_signal) {
+    f.target = static_cast<std::uint32_t>(parse_launcher_signal(target, what));
+    if (time.empty()) usage(what + ": a launcher signal needs a time, e.g. launcher-signal:INT@2s");
+    f.at = parse_duration(time, what);
+    return f;
+  }
   f.target = parse_u32(target, what);
   if (f.kind == fault_kind::host_crash) {
     if (time.empty()) usage(what + ": a crash needs a time, e.g. crash:3@1s");
@@ -267,6 +297,22 @@ fault parse_fault(std::string_view text) {
     usage(what + ": " + std::string(kind) + " takes no time");
   }
   return f;
+}
+
+std::string to_string(const app_segment& a) {
+  std::string out = std::to_string(a.np);
+  if (a.script) out += "=" + to_string(*a.script);
+  return out;
+}
+
+app_segment parse_app(std::string_view text) {
+  const std::string what = "app " + quoted(text);
+  auto [np, script] = split(text, '=');
+  app_segment a;
+  a.np = parse_u32(np, what);
+  if (a.np == 0) usage(what + ": an app needs at least one rank");
+  if (!script.empty()) a.script = parse_script(script);
+  return a;
 }
 
 const process_script& scenario::script_of(std::uint32_t rank) const {
@@ -303,7 +349,8 @@ std::vector<std::string> scenario::to_args() const {
     add("--hosts", std::to_string(hosts));
     add("--slots", std::to_string(slots));
   }
-  if (np) add("--np", std::to_string(*np));
+  if (np && apps.empty()) add("--np", std::to_string(*np));
+  for (const auto& app : apps) add("--app", to_string(app));
   if (mapping.by == map_by::node) add("--map-by", "node");
   if (mapping.by == map_by::ppr_node)
     add("--map-by", "ppr:" + std::to_string(mapping.ppr) + ":node");
@@ -357,7 +404,9 @@ allocation make_allocation(const scenario& s) {
 
 job_spec make_job(const scenario& s) {
   job_spec j;
-  j.apps.push_back(app_context{{"app"}, s.np, {}, {}});
+  if (s.apps.empty()) j.apps.push_back(app_context{{"app"}, s.np, {}, {}});
+  for (std::size_t i = 0; i < s.apps.size(); ++i)
+    j.apps.push_back(app_context{{"app" + std::to_string(i)}, s.apps[i].np, {}, {}});
   j.mapping = s.mapping;
   return j;
 }

@@ -85,6 +85,7 @@ enum class ek : std::uint8_t {
   partition_begin,   // a: host
   launcher_detects,  // a: host, b: reason
   agent_detects,     // a: host
+  launcher_signal,   // a: signo
 };
 
 // key: the time in the high 48 bits, a random tie-break in the low 16, so that events due at
@@ -256,6 +257,17 @@ class world {
       for (auto rank : map_.ranks_on_host(host)) procs_[rank].host = host;
     }
     scripts_.push_back(s.default_script);
+    // MPMD: an app's script for its ranks (a rank's own script, below, still wins).
+    std::vector<std::uint32_t> app_script(s.apps.size(), 0);
+    for (std::size_t i = 0; i < s.apps.size(); ++i) {
+      if (!s.apps[i].script) continue;
+      app_script[i] = static_cast<std::uint32_t>(scripts_.size());
+      scripts_.push_back(*s.apps[i].script);
+    }
+    if (std::any_of(app_script.begin(), app_script.end(), [](auto i) { return i != 0; })) {
+      for (std::uint32_t rank = 0; rank < n; ++rank)
+        procs_[rank].script = app_script[map_.at(rank).app];
+    }
     for (const auto& [rank, script] : s.scripts) {
       if (rank >= n)
         throw error(errc::usage, "--rank " + std::to_string(rank) + ": no such rank (the job has " +
@@ -339,6 +351,11 @@ class world {
     const auto ranks = map_.size();
     const bool on_host = f.kind == fault_kind::host_crash || f.kind == fault_kind::partition ||
                          f.kind == fault_kind::agent_failure;
+    if (f.kind == fault_kind::launcher_signal) {
+      // Never before job_start (events before it are ignored, by the controller's rules).
+      at(std::max<std::int64_t>(f.at.count(), 1), ek::launcher_signal, f.target, 0);
+      return;
+    }
     if (on_host && f.target >= hosts)
       throw error(errc::usage, "fault '" + to_string(f) + "': no host " + std::to_string(f.target) +
                                    " (the cluster has " + std::to_string(hosts) + " hosts)");
@@ -370,6 +387,8 @@ class world {
         break;
       case fault_kind::lost_exit:
         procs_[f.target].flags |= f_lost_exit;
+        break;
+      case fault_kind::launcher_signal:
         break;
     }
   }
@@ -683,7 +702,8 @@ class world {
       // SIGKILL only for ranks that outlive a whole grace: a grace timer must have run out.
       result_.stats.sigkills += static_cast<std::uint32_t>(x.ranks.size());
       const auto grace = std::chrono::duration_cast<sim_time>(s_.control.kill_grace).count();
-      if (grace_started_at_ < 0 || now_ < grace_started_at_ + grace)
+      // A second SIGINT/SIGTERM/SIGHUP to the launcher escalates to SIGKILL at once.
+      if (terminating_signals_ < 2 && (grace_started_at_ < 0 || now_ < grace_started_at_ + grace))
         correctness("SIGKILL to rank " + std::to_string(x.ranks.empty() ? 0 : x.ranks[0]) +
                     " before the kill grace (" + format_duration(sim_time(grace)) + ") expired");
     }
@@ -1072,6 +1092,23 @@ class world {
                                          format_duration(s_.latency.heartbeat_timeout)});
   }
 
+  // The launcher (pmrun, or the embedding program) receives a signal.
+  void on_launcher_signal(int signo) {
+    line("!! the launcher receives " + signal_name(signo));
+    hash_.add(static_cast<std::uint64_t>(now_));
+    hash_.add(0x600 + static_cast<std::uint64_t>(signo));
+    if (!ctl_.finished()) {
+      ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::launcher_signal)];
+      if (signo == SIGINT || signo == SIGTERM || signo == SIGHUP) {
+        ++terminating_signals_;
+        note_failure(cause_kind::signal, 0, 0, 128 + signo);
+      }
+      // A forwarded SIGUSR1/2 ends ranks that do not handle it: they did not fail by themselves.
+      if (signo != SIGTSTP && signo != SIGCONT) saw_launcher_signal_ = true;
+    }
+    feed_ctl(signal_received{signo});
+  }
+
   // ---- deliveries ----
   void on_down(std::uint32_t host, std::uint32_t slot) {
     auto& h = hosts_[host];
@@ -1228,6 +1265,9 @@ class world {
       case ek::agent_detects:
         on_agent_detects(e.a);
         return;
+      case ek::launcher_signal:
+        on_launcher_signal(static_cast<int>(e.a));
+        return;
     }
   }
 
@@ -1255,6 +1295,11 @@ class world {
           f.t < std::chrono::duration_cast<sim_time>(s_.control.timeout).count())
         correctness("the job reported a timeout, but " + std::string(pm::to_string(f.kind)) +
                     " (rank " + std::to_string(f.rank) + ") came first");
+    } else if (f.kind == cause_kind::signal) {
+      if (r.cause != cause_kind::signal || r.exit_code != f.code)
+        correctness("the launcher's " + signal_name(f.code - 128) +
+                    " came first, but the report says " + pm::to_string(r.cause) + " with code " +
+                    std::to_string(r.exit_code) + ": " + r.summary);
     } else if (f.kind == cause_kind::none) {
       if (r.exit_code != 0 || r.cause != cause_kind::none)
         correctness("no rank failed, yet the job ended with code " + std::to_string(r.exit_code) +
@@ -1268,7 +1313,7 @@ class world {
                     " with code " + std::to_string(r.exit_code) + ": " + r.summary);
     }
     // Without abort, every rank that no fault touched runs to completion and succeeds.
-    if (!s_.control.abort_on_failure && !saw_abort_ && !timeout_set) {
+    if (!s_.control.abort_on_failure && !saw_abort_ && !saw_launcher_signal_ && !timeout_set) {
       for (const auto& rr : r.ranks) {
         if (rank_hit(rr.rank)) continue;
         if (rr.state != rank_state::exited || !rr.status || !rr.status->success()) {
@@ -1357,6 +1402,8 @@ class world {
   std::uint64_t agents_pending_ = 0;   // launched agents that have not exited (or crashed)
   failure_seen first_failure_;
   bool saw_abort_ = false;
+  bool saw_launcher_signal_ = false;       // one that ends or signals ranks
+  std::uint32_t terminating_signals_ = 0;  // SIGINT/SIGTERM/SIGHUP fed before the finish
   bool finish_seen_ = false;
   std::int64_t grace_started_at_ = -1;  // the first timer as long as the kill grace
   trace_hash hash_;

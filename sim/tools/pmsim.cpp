@@ -21,7 +21,7 @@ namespace {
 using pm::sim::parse_duration;
 
 struct flags {
-  std::vector<std::string> fails, ranks, faults, crashes, partitions;
+  std::vector<std::string> fails, ranks, faults, crashes, partitions, apps, signals;
   std::string host_slots, map_by = "slot", kill_grace, timeout, trace_file, default_script;
   std::string link, link_jitter, agent_hop, spawn, spawn_jitter, reaction, heartbeat,
       heartbeat_timeout, run_time, run_jitter;
@@ -55,6 +55,9 @@ pm::sim::scenario build(const flags& f) {
     }
   }
   if (f.np != 0) s.np = f.np;
+  for (const auto& text : f.apps) s.apps.push_back(pm::sim::parse_app(text));
+  if (!s.apps.empty() && f.np != 0)
+    throw pm::error(pm::errc::usage, "--np and --app exclude each other (each app has its np)");
   if (f.map_by == "slot" || f.map_by == "core") {
     s.mapping.by = pm::map_by::slot;
   } else if (f.map_by == "node") {
@@ -113,6 +116,8 @@ pm::sim::scenario build(const flags& f) {
   for (const auto& text : f.crashes) s.faults.push_back(pm::sim::parse_fault("crash:" + text));
   for (const auto& text : f.partitions)
     s.faults.push_back(pm::sim::parse_fault("partition:" + text));
+  for (const auto& text : f.signals)
+    s.faults.push_back(pm::sim::parse_fault("launcher-signal:" + text));
   s.seed = f.seed;
   return s;
 }
@@ -153,9 +158,13 @@ int main(int argc, char** argv) {
                  "R=SCRIPT: rank R's script, e.g. 3=signal:9@2s, 4=hang+ignore-term");
   app.add_option("--default", f.default_script, "every other rank's script (default exit:0)");
   app.add_option("--fault", f.faults,
-                 "crash:H@T, partition:H@T1-T2, spawn-fail:R, agent-fail:H, lost-exit:R");
+                 "crash:H@T, partition:H@T1-T2, spawn-fail:R, agent-fail:H, lost-exit:R, "
+                 "launcher-signal:SIG@T");
   app.add_option("--crash", f.crashes, "H@T: host H crashes at T");
   app.add_option("--partition", f.partitions, "H@T1-T2: host H is cut off from T1 to T2");
+  app.add_option("--signal", f.signals,
+                 "SIG@T: the launcher receives SIG (INT, TERM, USR1..) at T");
+  app.add_option("--app", f.apps, "NP[=SCRIPT]: an MPMD app context (repeat: app 0, 1, ..)");
   app.add_option("--seed", f.seed, "the PRNG seed")->capture_default_str();
   app.add_option("--trace", f.trace_file, "write the readable trace to FILE ('-': stdout)");
   app.add_flag("--json", f.json, "print the report as JSON");

@@ -27,7 +27,8 @@ struct gen_options {
   bool host_faults = true;
   bool failing_scripts = true;
   bool abort_scripts = true;
-  bool hang = true;  // a rank that hangs ends only by an abort: not with abort off
+  bool hang = true;              // a rank that hangs ends only by an abort: not with abort off
+  bool launcher_signals = true;  // SIGINT & co. to the launcher end or signal every rank
 };
 
 // A small cluster and a job that fits it (map-by slot or node, np up to the slots).
@@ -39,6 +40,17 @@ scenario gen_cluster() {
   std::uint32_t total = 0;
   for (auto n : s.host_slots) total += n;
   s.np = *rc::gen::inRange<std::uint32_t>(1, total + 1);
+  // MPMD now and then: the ranks split into up to 3 app contexts (numbered across them).
+  if (*s.np >= 2 && *rc::gen::weightedElement<bool>({{2, false}, {1, true}})) {
+    std::uint32_t left = *s.np;
+    const auto apps = *rc::gen::inRange<std::uint32_t>(2, std::min<std::uint32_t>(left, 3) + 1);
+    for (std::uint32_t i = 0; i + 1 < apps; ++i) {
+      const auto n = *rc::gen::inRange<std::uint32_t>(1, left - (apps - 1 - i) + 1);
+      s.apps.push_back(pm::sim::app_segment{n, std::nullopt});
+      left -= n;
+    }
+    s.apps.push_back(pm::sim::app_segment{left, std::nullopt});
+  }
   s.mapping.by = *rc::gen::element(pm::map_by::slot, pm::map_by::node);
   s.seed = *rc::gen::arbitrary<std::uint64_t>();
   s.latency.run_time = 2s;  // short runs keep the property fast
@@ -90,6 +102,7 @@ std::vector<fault> gen_faults(const scenario& s, const gen_options& o, bool lost
     kinds.push_back(fault_kind::agent_failure);
   }
   if (lost_exit) kinds.push_back(fault_kind::lost_exit);
+  if (o.launcher_signals) kinds.push_back(fault_kind::launcher_signal);
   const auto count = *rc::gen::inRange(0, 4);
   std::set<std::uint32_t> partitioned;
   for (int i = 0; i < count; ++i) {
@@ -104,6 +117,11 @@ std::vector<fault> gen_faults(const scenario& s, const gen_options& o, bool lost
       if (!partitioned.insert(f.target).second) continue;
       f.at = std::chrono::milliseconds(*rc::gen::inRange(0, 3000));
       f.until = f.at + std::chrono::milliseconds(*rc::gen::inRange(100, 8000));
+    }
+    if (f.kind == fault_kind::launcher_signal) {
+      f.target = static_cast<std::uint32_t>(
+          *rc::gen::weightedElement<int>({{4, SIGINT}, {2, SIGTERM}, {1, SIGHUP}, {1, SIGUSR1}}));
+      f.at = std::chrono::milliseconds(*rc::gen::inRange(0, 3000));
     }
     plan.push_back(f);
   }
@@ -129,6 +147,8 @@ void classify(const pm::sim::run_result& r) {
   RC_CLASSIFY(f[static_cast<int>(fault_kind::spawn_failure)] > 0, "spawn failure");
   RC_CLASSIFY(f[static_cast<int>(fault_kind::agent_failure)] > 0, "agent failure");
   RC_CLASSIFY(f[static_cast<int>(fault_kind::lost_exit)] > 0, "lost exit");
+  RC_CLASSIFY(f[static_cast<int>(fault_kind::launcher_signal)] > 0, "launcher signal");
+  RC_CLASSIFY(r.report.cause == pm::cause_kind::signal, "ended by a launcher signal");
   RC_CLASSIFY(r.stats.sigkills > 0, "sigkill");
   RC_CLASSIFY(r.report.cause == pm::cause_kind::timeout, "timeout");
   RC_CLASSIFY(r.stats.timers_after_cancel > 0, "timer after cancel");
@@ -156,7 +176,8 @@ bool terminal(pm::rank_state st) {
 // Rank and env assignment through the whole launch: every rank started exactly once, on the
 // host the map chose, with the contract's variables.
 RC_GTEST_PROP(SimProperty, EveryRankStartsOnceWhereTheMapSaysWithTheContractEnv, ()) {
-  const auto s = gen_scenario({false, false, false, false, false}, true);
+  const auto s = gen_scenario({false, false, false, false, false, false}, true);
+  RC_CLASSIFY(!s.apps.empty(), "MPMD");
   const auto map = pm::map_job(pm::sim::make_job(s), pm::sim::make_allocation(s));
   pm::sim::run_options o;
   o.env = pm::job_env{};
@@ -226,7 +247,7 @@ RC_GTEST_PROP(SimProperty, AbortOnFailurePropagates, ()) {
 // With abort off: ranks that no fault touched run to completion and succeed (checked by the
 // world against each rank's script and the faults that fired).
 RC_GTEST_PROP(SimProperty, WithoutAbortUntouchedRanksSucceed, ()) {
-  const auto s = gen_scenario({true, true, true, false, false}, false);
+  const auto s = gen_scenario({true, true, true, false, false, false}, false);
   const auto r = run_checked(s);
   classify(r);
   RC_ASSERT(r.finished);

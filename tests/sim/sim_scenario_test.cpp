@@ -253,7 +253,14 @@ TEST(SimScenario, BadFaultsAndScriptsAreUsageErrors) {
             "fault 'partition:1@2s-1s': the partition must end after it begins");
   EXPECT_EQ(message_of([] { parse_fault("flood:1"); }),
             "fault 'flood:1': unknown kind 'flood' (crash, partition, spawn-fail, agent-fail, "
-            "lost-exit)");
+            "lost-exit, launcher-signal)");
+  EXPECT_EQ(message_of([] { parse_fault("launcher-signal:KILL@1s"); }),
+            "fault 'launcher-signal:KILL@1s': 'KILL' is not a signal the launcher handles (INT, "
+            "TERM, HUP, USR1, USR2, TSTP, CONT)");
+  EXPECT_EQ(message_of([] { parse_fault("launcher-signal:INT"); }),
+            "fault 'launcher-signal:INT': a launcher signal needs a time, e.g. "
+            "launcher-signal:INT@2s");
+  EXPECT_EQ(message_of([] { pm::sim::parse_app("0"); }), "app '0': an app needs at least one rank");
   EXPECT_EQ(message_of([] { parse_script("exit:300"); }),
             "script 'exit:300': exit codes are 0..255");
   EXPECT_EQ(message_of([] { parse_script("exit:1+fast"); }),
@@ -268,10 +275,14 @@ TEST(SimScenario, ValuesPrintAndParseBack) {
                            "signal:9@2s", "hang", "abort:3@1s", "exit:0"}) {
     EXPECT_EQ(to_string(parse_script(text)), text);
   }
-  for (const char* text :
-       {"crash:3@1s", "partition:3@1.5s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12"}) {
+  for (const char* text : {"crash:3@1s", "partition:3@1.5s-5s", "spawn-fail:12", "agent-fail:3",
+                           "lost-exit:12", "launcher-signal:INT@2s", "launcher-signal:USR1@20ms"}) {
     EXPECT_EQ(to_string(parse_fault(text)), text);
   }
+  EXPECT_EQ(to_string(parse_fault("launcher-signal:SIGTERM@1s")), "launcher-signal:TERM@1s");
+  EXPECT_EQ(to_string(parse_fault("launcher-signal:15@1s")), "launcher-signal:TERM@1s");
+  for (const char* text : {"4", "4=exit:3@1s"})
+    EXPECT_EQ(to_string(pm::sim::parse_app(text)), text);
   EXPECT_EQ(pm::sim::format_duration(1500ms), "1.5s");
   EXPECT_EQ(pm::sim::format_duration(250us), "250us");
   EXPECT_EQ(pm::sim::format_duration(std::chrono::nanoseconds(1'000'000'007)), "1.000000007s");
@@ -282,6 +293,85 @@ TEST(SimScenario, ValuesPrintAndParseBack) {
   EXPECT_EQ(
       s.replay_command(),
       "build/bin/pmsim --hosts 64 --slots 8 --rank 17=exit:7@1s --fault crash:3@2s --seed 42");
+}
+
+TEST(SimScenario, LauncherSigintAbortsTheJobWithTheSignalAsCause) {
+  auto s = cluster(16, 4);
+  s.faults.push_back(parse_fault("launcher-signal:INT@2s"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 128 + SIGINT);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::signal);
+  EXPECT_EQ(r.report.ranks_killed, 64u);
+  ASSERT_FALSE(r.lines.empty());
+  EXPECT_EQ(r.lines[0], "interrupted by SIGINT; aborting the job (SIGINT to 64 ranks)");
+  for (const auto& rr : r.report.ranks) EXPECT_EQ(rr.status, pm::exit_status::signaled(SIGINT));
+  EXPECT_EQ(r.stats.faults_fired[static_cast<int>(pm::sim::fault_kind::launcher_signal)], 1u);
+  EXPECT_LT(r.finish_time, 2010ms);
+}
+
+TEST(SimScenario, SecondSigintKillsAtOnceWithoutWaitingForTheGrace) {
+  auto s = cluster(4, 2);
+  s.set_script(5, parse_script("hang+ignore-term"));
+  s.faults.push_back(parse_fault("launcher-signal:INT@2s"));
+  s.faults.push_back(parse_fault("launcher-signal:INT@2.5s"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();  // the world allows this SIGKILL only so
+  EXPECT_EQ(r.report.exit_code, 128 + SIGINT);
+  EXPECT_EQ(r.report.ranks[5].status, pm::exit_status::signaled(SIGKILL));
+  EXPECT_EQ(r.stats.sigkills, 1u);
+  ASSERT_EQ(r.lines.size(), 2u);
+  EXPECT_EQ(r.lines[1], "received SIGINT again; sending SIGKILL to 1 rank");
+  EXPECT_LT(r.finish_time, 2600ms);  // the 3 s grace did not run out
+}
+
+TEST(SimScenario, SigintDuringAFailureAbortIsForwardedAndTheFailureStaysTheCause) {
+  auto s = cluster(4, 2);
+  s.set_script(2, parse_script("exit:7@1s"));
+  s.set_script(6, parse_script("hang+ignore-term"));
+  s.faults.push_back(parse_fault("launcher-signal:INT@1.5s"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 7);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::rank_failed);
+  // Rank 6 ignores SIGTERM and SIGINT: it ends by SIGKILL when the grace of the abort runs out.
+  EXPECT_EQ(r.report.ranks[6].status, pm::exit_status::signaled(SIGKILL));
+  EXPECT_GE(r.finish_time, 4s);
+}
+
+TEST(SimScenario, LauncherSigusr1IsForwardedToTheRanks) {
+  auto s = cluster(2, 2);
+  s.control.abort_on_failure = false;
+  s.faults.push_back(parse_fault("launcher-signal:USR1@1s"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  // The ranks do not handle SIGUSR1, so it kills them: that is their own failure.
+  for (const auto& rr : r.report.ranks) EXPECT_EQ(rr.status, pm::exit_status::signaled(SIGUSR1));
+  EXPECT_EQ(r.report.exit_code, 128 + SIGUSR1);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::rank_failed);
+}
+
+TEST(SimScenario, MpmdAppsNumberRanksAcrossAppsAndRunTheirScripts) {
+  auto s = cluster(4, 4);
+  s.control.abort_on_failure = false;
+  s.apps = {pm::sim::parse_app("2"), pm::sim::parse_app("6=exit:3@1s"), pm::sim::parse_app("8")};
+  s.set_script(4, parse_script("exit:0@1s"));  // a rank's own script wins over its app's
+  const auto map = pm::map_job(pm::sim::make_job(s), pm::sim::make_allocation(s));
+  ASSERT_EQ(map.size(), 16u);
+  EXPECT_EQ(map.at(1).app, 0u);
+  EXPECT_EQ(map.at(2).app, 1u);
+  EXPECT_EQ(map.at(7).app, 1u);
+  EXPECT_EQ(map.at(8).app, 2u);
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 3);
+  for (std::uint32_t rank = 0; rank < 16; ++rank) {
+    const bool fails = rank >= 2 && rank < 8 && rank != 4;
+    EXPECT_EQ(r.report.ranks[rank].status, pm::exit_status::exited(fails ? 3 : 0)) << rank;
+  }
+  EXPECT_EQ(r.report.ranks_failed, 5u);
+  EXPECT_NE(r.replay.find("--app 2 --app 6=exit:3@1s --app 8"), std::string::npos) << r.replay;
+  EXPECT_EQ(r.replay.find("--np"), std::string::npos);
 }
 
 TEST(SimScenario, PrngIsPinned) {

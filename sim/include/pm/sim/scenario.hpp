@@ -62,8 +62,12 @@ enum class fault_kind : std::uint8_t {
   spawn_failure,  ///< rank `target` cannot be executed (a synchronous failure, code 127)
   agent_failure,  ///< the agent of host `target` does not start
   lost_exit,      ///< the agent misses rank `target`'s exit (the notification never comes)
+  /// The launcher receives signal `target` at `at` (a user's Ctrl-C is SIGINT; a batch
+  /// system's preemption SIGTERM; SIGUSR1/2 are forwarded to the ranks). Not a fault of the
+  /// cluster, but an input the controller must handle at any moment, so it is planned the same way.
+  launcher_signal,
 };
-inline constexpr std::size_t fault_kind_count = 5;
+inline constexpr std::size_t fault_kind_count = 6;
 const char* to_string(fault_kind k) noexcept;
 
 struct fault {
@@ -73,7 +77,8 @@ struct fault {
   sim_time until{0};  ///< partitions only
   friend bool operator==(const fault&, const fault&) = default;
 };
-/// "crash:3@1s", "partition:3@1s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12".
+/// "crash:3@1s", "partition:3@1s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12",
+/// "launcher-signal:INT@2s" (INT, TERM, HUP, USR1, USR2, TSTP, CONT or a number).
 std::string to_string(const fault& f);
 fault parse_fault(std::string_view text);
 
@@ -93,13 +98,27 @@ struct latency_model {
   friend bool operator==(const latency_model&, const latency_model&) = default;
 };
 
+/// One app context of an MPMD job (`mpirun -np 2 a : -np 6 b`): its rank count and, optionally,
+/// the script its ranks run (instead of the default script; a rank's own script still wins).
+struct app_segment {
+  std::uint32_t np = 1;
+  std::optional<process_script> script;
+  friend bool operator==(const app_segment&, const app_segment&) = default;
+};
+/// "4" or "4=exit:3@1s".
+std::string to_string(const app_segment& a);
+app_segment parse_app(std::string_view text);
+
 /// One simulated run, fully described.
 struct scenario {
   std::uint32_t hosts = 4;  ///< hosts "node0".."nodeN-1"
   std::uint32_t slots = 2;  ///< slots per host
   /// Slots of each host (overrides hosts/slots when not empty).
   std::vector<std::uint32_t> host_slots;
-  std::optional<std::uint32_t> np;  ///< nullopt: one rank per slot
+  std::optional<std::uint32_t> np;  ///< nullopt: one rank per slot (ignored when `apps` is set)
+  /// MPMD: the job's app contexts in order (ranks numbered across them, as mpirun does).
+  /// Empty: one app of `np` ranks.
+  std::vector<app_segment> apps;
   mapping_policy mapping{map_by::slot, 0, false};
   controller_options control{};
   latency_model latency{};
@@ -109,7 +128,8 @@ struct scenario {
   std::vector<fault> faults;
   std::uint64_t seed = 1;
 
-  /// The script rank `rank` runs.
+  /// The script rank `rank` was given by `scripts`, else the default script (an MPMD app's
+  /// script, which depends on the map, is applied by the world).
   const process_script& script_of(std::uint32_t rank) const;
   /// Sets one rank's script (keeps `scripts` sorted).
   void set_script(std::uint32_t rank, process_script s);
