@@ -68,7 +68,7 @@ TEST(agent, refuses_another_protocol_version_and_clears) {
   harness h;
   const auto a = h.msg(ch::hello{7, 0});
   EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::agent_error{
-                         "launcher speaks protocol version 7, this agent speaks 1"}}));
+                         "launcher speaks protocol version 7, this agent speaks 2"}}));
   // Nothing runs, so it goes straight to the sweep, and exits once nothing is left.
   EXPECT_EQ(all<sweep>(a).size(), 1u);
   const auto b = h.feed(swept{0});
@@ -228,6 +228,77 @@ TEST(agent, launcher_signals_are_ignored_once_the_agent_kills_on_its_own) {
   h.start(1);
   h.feed(terminate_requested{SIGTERM});
   EXPECT_TRUE(signals(h.msg(ch::signal_request{{0}, SIGCONT})).empty());
+}
+
+// ---- heartbeats (remote transports) ----
+
+struct heartbeat_harness {
+  agent a{options{4242, 1000ms, 20ms, 1000ms, 3000ms}};
+  std::vector<action> out;
+  std::vector<action> at(agent_time t, const event& e) {
+    out.clear();
+    a.handle(t, e, out);
+    return out;
+  }
+  // The heartbeat timer the last actions started (0 if none).
+  static std::uint64_t heartbeat_timer(const std::vector<action>& v) {
+    std::uint64_t id = 0;
+    for (const auto& t : all<start_timer>(v)) {
+      if ((t.timer >> 63) != 0) id = t.timer;  // heartbeat timers carry the top bit
+    }
+    return id;
+  }
+};
+
+TEST(agent, sends_a_heartbeat_each_interval_once_greeted) {
+  heartbeat_harness h;
+  const auto hello = h.at(0ms, received{ch::hello{}});
+  auto timer = heartbeat_harness::heartbeat_timer(hello);
+  ASSERT_NE(timer, 0u);
+  for (int beat = 1; beat <= 5; ++beat) {
+    // The launcher talks now and then (its own heartbeats), so the agent never gives up.
+    h.at(std::chrono::milliseconds(beat * 1000 - 500), received{ch::heartbeat{}});
+    const auto a = h.at(std::chrono::milliseconds(beat * 1000), timer_fired{timer});
+    EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::heartbeat{}})) << beat;
+    EXPECT_TRUE(signals(a).empty());
+    timer = heartbeat_harness::heartbeat_timer(a);
+    ASSERT_NE(timer, 0u);
+  }
+}
+
+TEST(agent, a_silent_launcher_is_lost_after_the_heartbeat_timeout) {
+  heartbeat_harness h;
+  auto timer = heartbeat_harness::heartbeat_timer(h.at(0ms, received{ch::hello{}}));
+  ch::spawn_request s;
+  s.ranks.push_back(harness::spec(0));
+  s.ranks.push_back(harness::spec(1));
+  h.at(10ms, received{s});
+  h.at(20ms, rank_spawned{0, 100});
+  h.at(21ms, rank_spawned{1, 101});
+  // Nothing more from the launcher: beats at 1 s and 2 s still go out...
+  for (int beat = 1; beat <= 2; ++beat) {
+    const auto a = h.at(std::chrono::milliseconds(beat * 1000), timer_fired{timer});
+    EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::heartbeat{}}));
+    timer = heartbeat_harness::heartbeat_timer(a);
+  }
+  // ...at 3.01 s (3 s after the last message, at 10 ms) the launcher counts as lost: SIGTERM to
+  // every rank group and the grace timer, as when the channel closes; nothing is sent.
+  const auto lost = h.at(3010ms, timer_fired{timer});
+  EXPECT_TRUE(sent(lost).empty());
+  EXPECT_EQ(signals(lost),
+            (std::vector<std::pair<std::int64_t, int>>{{100, SIGTERM}, {101, SIGTERM}}));
+  EXPECT_EQ(heartbeat_harness::heartbeat_timer(lost), 0u);  // no more beats
+  EXPECT_EQ(all<start_timer>(lost).size(), 1u);             // the grace
+}
+
+TEST(agent, heartbeats_are_off_by_default_and_a_heartbeat_from_the_launcher_is_accepted) {
+  harness h;
+  const auto hello = h.msg(ch::hello{});
+  EXPECT_TRUE(all<start_timer>(hello).empty());
+  const auto beat = h.msg(ch::heartbeat{});
+  EXPECT_TRUE(beat.empty());
+  // A stale heartbeat timer id (not the latest) does nothing.
+  EXPECT_TRUE(h.feed(timer_fired{(std::uint64_t{1} << 63) | 5}).empty());
 }
 
 }  // namespace

@@ -56,7 +56,8 @@ std::vector<message> samples() {
           exited{5, exit_status::exited(7)},
           exited{6, exit_status::signaled(9)},
           shutdown_done{},
-          agent_error{"bad message"}};
+          agent_error{"bad message"},
+          heartbeat{}};
 }
 
 TEST(channel_frame, round_trips_every_message_fed_byte_by_byte) {

@@ -89,7 +89,10 @@ struct agent::state {
   bool channel_open = true;
   bool shutdown_asked = false;
   int exit_code = exit_after_launcher_lost;
-  std::uint64_t timer = 0;  // the latest timer started; older ones are ignored
+  std::uint64_t timer = 0;            // the latest timer started; older ones are ignored
+  std::uint64_t heartbeat_timer = 0;  // the heartbeat's own timer (ids with heartbeat_bit)
+  agent_time now{0};                  // of the event being handled
+  agent_time last_heard{0};           // when the launcher's last message arrived
   rank_table ranks;
   std::vector<action>* out = nullptr;
 
@@ -97,6 +100,23 @@ struct agent::state {
     if (channel_open) out->push_back(send{std::move(m)});
   }
   void arm(std::chrono::milliseconds after) { out->push_back(start_timer{++timer, after}); }
+
+  static constexpr std::uint64_t heartbeat_bit = std::uint64_t{1} << 63;
+  void arm_heartbeat() {
+    if (opts.heartbeat_interval.count() <= 0) return;
+    heartbeat_timer = heartbeat_bit | (heartbeat_timer + 1);
+    out->push_back(start_timer{heartbeat_timer, opts.heartbeat_interval});
+  }
+  void on_heartbeat_timer() {
+    if (ph != phase::running || !channel_open) return;  // the end has begun: no more beats
+    if (opts.heartbeat_timeout.count() > 0 && now - last_heard >= opts.heartbeat_timeout) {
+      channel_open = false;  // silent, not closed: nothing sent to it can be trusted to arrive
+      lose_launcher();
+      return;
+    }
+    send_msg(channel::heartbeat{});
+    arm_heartbeat();
+  }
 
   bool all_exited() const { return ranks.all_exited(); }
 
@@ -146,6 +166,7 @@ struct agent::state {
               } else {
                 greeted = true;
                 send_msg(channel::hello{channel::protocol_version, opts.pid});
+                arm_heartbeat();
               }
             },
             [&](const channel::spawn_request& s) {
@@ -176,6 +197,7 @@ struct agent::state {
               exit_code = exit_after_shutdown;
               clear();
             },
+            [&](const channel::heartbeat&) {},  // its arrival is what counts (last_heard)
             [&](const auto& other) {
               protocol_error("unexpected '" + std::string(channel::type_name(other)) +
                              "' message from the launcher");
@@ -186,7 +208,10 @@ struct agent::state {
 
   void on(const event& e) {
     std::visit(overloaded{
-                   [&](const received& r) { on_message(r.msg); },
+                   [&](const received& r) {
+                     last_heard = now;
+                     on_message(r.msg);
+                   },
                    [&](const rank_spawned& s) {
                      auto* r = ranks.find(s.rank);
                      if (r == nullptr) return;  // not asked for: the driver's mistake
@@ -218,6 +243,10 @@ struct agent::state {
                      lose_launcher();
                    },
                    [&](const timer_fired& t) {
+                     if ((t.timer & heartbeat_bit) != 0) {
+                       if (t.timer == heartbeat_timer) on_heartbeat_timer();
+                       return;
+                     }
                      if (t.timer != timer) return;
                      if (ph == phase::terminating) {
                        clear();
@@ -254,8 +283,9 @@ agent::~agent() = default;
 agent::agent(agent&&) noexcept = default;
 agent& agent::operator=(agent&&) noexcept = default;
 
-void agent::handle(agent_time /*now*/, const event& e, std::vector<action>& out) {
+void agent::handle(agent_time now, const event& e, std::vector<action>& out) {
   if (state_->ph == phase::done) return;
+  state_->now = now;
   state_->out = &out;
   state_->on(e);
   state_->out = nullptr;

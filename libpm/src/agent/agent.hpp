@@ -41,6 +41,13 @@ struct options {
   std::chrono::milliseconds lost_grace{1000};
   /// While clearing: sweep again this often even if no SIGCHLD arrives.
   std::chrono::milliseconds sweep_interval{20};
+  /// Remote transports: after the launcher's hello, send a heartbeat this often (0: never; a
+  /// local pmd needs none, its socket closes when the launcher dies).
+  std::chrono::milliseconds heartbeat_interval{0};
+  /// Remote transports: silence from the launcher (no message of any kind) for this long counts
+  /// as losing it, like a closed channel (0: never). Checked at each heartbeat, so it is noticed
+  /// at most one interval late.
+  std::chrono::milliseconds heartbeat_timeout{0};
 };
 
 // ---- events ----

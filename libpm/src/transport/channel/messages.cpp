@@ -220,6 +220,7 @@ struct encoder {
   }
   void operator()(const shutdown_done&) const {}
   void operator()(const agent_error& m) const { j["text"] = m.text; }
+  void operator()(const heartbeat&) const {}
 };
 
 std::uint32_t max_fds(const message& m) {
@@ -231,9 +232,9 @@ std::uint32_t max_fds(const message& m) {
 }  // namespace
 
 std::string_view type_name(const message& m) noexcept {
-  static constexpr std::string_view names[] = {"hello",    "spawn",         "signal",
-                                               "shutdown", "started",       "spawn_failed",
-                                               "exited",   "shutdown_done", "error"};
+  static constexpr std::string_view names[] = {"hello",   "spawn",        "signal", "shutdown",
+                                               "started", "spawn_failed", "exited", "shutdown_done",
+                                               "error",   "heartbeat"};
   return names[m.index()];
 }
 
@@ -297,6 +298,8 @@ envelope decode(std::span<const std::uint8_t> body) {
     e.msg = shutdown_done{};
   } else if (type == "error") {
     e.msg = agent_error{r.str("text")};
+  } else if (type == "heartbeat") {
+    e.msg = heartbeat{};
   } else {
     std::string shown = type.substr(0, 40);
     for (char& c : shown) {

@@ -28,7 +28,7 @@
 namespace pm::channel {
 
 /// Bumped on any incompatible change; both sides refuse a peer with another version.
-inline constexpr std::uint32_t protocol_version = 1;
+inline constexpr std::uint32_t protocol_version = 2;  // 2: heartbeat
 
 /// One rank to start.
 struct rank_spec {
@@ -91,8 +91,15 @@ struct agent_error {
   friend bool operator==(const agent_error&, const agent_error&) = default;
 };
 
+// ---- both ways ----
+/// "Still here": sent when nothing else was, so that a silent peer (a dead host, a cut link,
+/// which close no socket) is noticed after the heartbeat timeout. Used by remote transports.
+struct heartbeat {
+  friend bool operator==(const heartbeat&, const heartbeat&) = default;
+};
+
 using message = std::variant<hello, spawn_request, signal_request, shutdown_request, started,
-                             spawn_failed, exited, shutdown_done, agent_error>;
+                             spawn_failed, exited, shutdown_done, agent_error, heartbeat>;
 
 /// A decoded message and the number of descriptors that travel with it.
 struct envelope {

@@ -172,6 +172,8 @@ struct local_transport::impl : std::enable_shared_from_this<impl> {
             post_event(rank_exited{m.rank, m.status});
           } else if constexpr (std::is_same_v<T, ch::shutdown_done>) {
             // pmd exits next; the pidfd says when.
+          } else if constexpr (std::is_same_v<T, ch::heartbeat>) {
+            // A local pmd is watched by its pidfd and socket; a heartbeat only says it lives.
           } else if constexpr (std::is_same_v<T, ch::agent_error>) {
             lose("agent: " + m.text);
           } else {
