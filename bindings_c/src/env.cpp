@@ -1,0 +1,62 @@
+// One rank's environment: the env contract's variables, decided once per map.
+#include <algorithm>
+
+#include "guard.hpp"
+#include "handles.hpp"
+#include "pm/launch_facts.hpp"
+
+namespace pm::c {
+
+pm::env_map to_env_map(const char* const* envp) {
+  pm::env_map env;
+  for (const auto& entry : to_strings(envp)) {
+    const auto eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    env.insert_or_assign(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
+}
+
+const pm::job_env& decided_env(const pm_map& map) {
+  // MASTER_ADDR/PORT are decided once (a free port is bound and released), so that every rank's
+  // env, asked for or launched, names the same ones. call_once retries after an exception.
+  std::call_once(map.facts_once,
+                 [&] { map.env.facts = pm::decide_launch_facts(map.map, me(), map.master_port); });
+  return map.env;
+}
+
+std::vector<std::string> rank_env(const pm_map& map, std::uint32_t rank) {
+  auto env = pm::rank_environment(decided_env(map), map.map, rank);
+  // The app's own variables win over everything: replace a same-named entry, else append.
+  for (const auto& v : map.app_env[map.map.at(rank).app]) {
+    const auto prefix = v.name + "=";
+    auto it = std::find_if(env.begin(), env.end(),
+                           [&](const std::string& e) { return e.starts_with(prefix); });
+    if (it != env.end())
+      *it = prefix + v.value;
+    else
+      env.push_back(prefix + v.value);
+  }
+  return env;
+}
+
+}  // namespace pm::c
+
+using namespace pm::c;
+
+extern "C" {
+
+int pm_rank_env(char*** out, const pm_map* map, uint32_t rank) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "out", out);
+    require(fn, "map", map);
+    if (rank >= map->map.size()) {
+      invalid(fn, "rank " + std::to_string(rank) + " is outside the job (" +
+                      std::to_string(map->map.size()) + " ranks)");
+    }
+    *out = copy_strings(rank_env(*map, rank));
+    return PM_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,70 @@
+// The one guard around every extern "C" body, and the helpers the bodies share.
+//
+// guard(function, body): clears this thread's last error, runs body(function) — the function's
+// name, for messages, since __func__ in a lambda is "operator()" — which returns PM_OK or throws,
+// and turns whatever it throws into a pm_status plus a message in a fixed thread-local
+// buffer. Nothing escapes: pm::error keeps its code and its one-line message, std::bad_alloc
+// becomes PM_E_NOMEM (with a message copied from a literal: no allocation on that path), anything
+// else PM_E_INTERNAL. Bodies report bad arguments by throwing c_error.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "pm/error.hpp"
+#include "pm/pm.h"
+
+namespace pm::c {
+
+/// A failure the C layer itself detects (a NULL argument, an unknown options version, ...).
+struct c_error {
+  int status;
+  std::string message;
+};
+
+/// Stores `status` and "prefix: message" (or `message`) as this thread's last error, truncated to
+/// the buffer; never allocates. Returns `status`.
+int set_error(int status, const char* message, const char* prefix = nullptr) noexcept;
+void clear_error() noexcept;
+int status_of(pm::errc code) noexcept;
+
+template <class Body>
+int guard(const char* function, Body&& body) noexcept {
+  clear_error();
+  try {
+    return body(function);
+  } catch (const c_error& e) {
+    return set_error(e.status, e.message.c_str());
+  } catch (const pm::error& e) {
+    return set_error(status_of(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return set_error(PM_E_NOMEM, "out of memory");
+  } catch (const std::exception& e) {
+    return set_error(PM_E_INTERNAL, e.what(), function);
+  } catch (...) {
+    return set_error(PM_E_INTERNAL, "internal error: an unknown exception", function);
+  }
+}
+
+/// Throws c_error(PM_E_INVALID) "function: 'name' is NULL" when `p` is NULL.
+template <class T>
+void require(const char* function, const char* name, const T* p) {
+  if (p == nullptr) throw c_error{PM_E_INVALID, std::string(function) + ": '" + name + "' is NULL"};
+}
+
+[[noreturn]] void invalid(const char* function, const std::string& what);
+
+/// Checks an options or output struct's version: 1 .. `current`, else PM_E_VERSION naming both.
+void check_version(const char* function, const char* type, unsigned version, unsigned current);
+
+/// A malloc'd copy (pm_free frees it); throws std::bad_alloc.
+char* copy_string(const std::string& s);
+/// A malloc'd NULL-terminated array of malloc'd copies (pm_strings_free frees it).
+char** copy_strings(const std::vector<std::string>& v);
+/// A NULL-terminated C array as strings (NULL: empty).
+std::vector<std::string> to_strings(const char* const* array);
+
+}  // namespace pm::c

@@ -1,0 +1,66 @@
+// The C handles: each is a struct that holds the C++ value it stands for.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pm/allocation.hpp"
+#include "pm/env.hpp"
+#include "pm/job.hpp"
+#include "pm/rank_map.hpp"
+#include "pm/report.hpp"
+
+struct pm_allocation {
+  pm::allocation value;
+};
+
+/// The job-wide env settings as given (checked by pm_map_job, as pmrun checks them after mapping).
+struct pm_env_settings {
+  pm::env_profile profiles = pm::default_env_profiles;
+  pm::env_exports exports;
+  std::optional<pm::env_map> inherited;  ///< nullopt: the process's environment at map time
+  std::optional<std::uint16_t> master_port;
+};
+
+struct pm_job {
+  pm::job_spec spec;
+  /// Per app: its own "NAME=value" variables (not part of pm::app_context; see launch.cpp).
+  std::vector<std::vector<pm::env_var>> app_env;
+  pm_env_settings env;
+};
+
+struct pm_map {
+  pm::rank_map map;
+  std::vector<pm::app_context> apps;
+  std::vector<std::vector<pm::env_var>> app_env;
+  /// Its launch facts (MASTER_ADDR/PORT) are decided once, by decided_env(), hence mutable.
+  mutable pm::job_env env;
+  std::optional<std::uint16_t> master_port;
+  mutable std::once_flag facts_once;
+};
+
+struct pm_report {
+  pm::job_report value;
+};
+
+namespace pm::c {
+
+/// The map's job env with its launch facts (MASTER_ADDR/PORT), decided at the first call.
+const pm::job_env& decided_env(const pm_map& map);
+
+/// The complete environment of one rank: pm::rank_environment plus its app's own variables.
+std::vector<std::string> rank_env(const pm_map& map, std::uint32_t rank);
+
+/// "NAME=value" entries as an env_map (entries without '=' are skipped, as getenv skips them).
+pm::env_map to_env_map(const char* const* envp);
+
+/// This machine, probed once per process.
+const pm::local_host& me();
+
+/// Fills a pm_rank_info from a rank_report (strings point into `r`).
+void fill_rank_info(const pm::rank_report& r, pm_rank_info& out);
+
+}  // namespace pm::c

@@ -1,0 +1,292 @@
+// Running a job on this machine: pm::job_runner on an io_context the run owns, driven inside
+// pm_run_poll / pm_run_wait on the caller's thread, with C callbacks for output, messages, rank
+// state changes and the end.
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "guard.hpp"
+#include "handles.hpp"
+#include "pm/launcher.hpp"
+
+struct pm_run {
+  // The io_context outlives the runner (members are destroyed in reverse order).
+  boost::asio::io_context io{1};
+  pm_run_options options{};
+  std::unique_ptr<pm::job_runner> runner;
+  std::unique_ptr<pm_report> final_report;  // set by the runner's on_finish
+  std::vector<pm::rank_state> seen;         // per rank: the state on_rank_state last reported
+  std::string line;                         // the NUL-terminated copy an output line is passed in
+  std::uint32_t size = 0;
+  bool in_loop = false;
+};
+
+namespace pm::c {
+namespace {
+
+// pm::app_context has no env of its own, and pm::job_runner builds every rank's env from the
+// job's; an app with its own variables therefore runs as `/usr/bin/env -- NAME=value... argv`,
+// which sets them and execs the program (same pid, same argv). Its program is checked before
+// (run_start), so a missing one still starts no rank.
+constexpr const char* env_program = "/usr/bin/env";
+
+std::vector<pm::app_context> launched_apps(const pm_map& map) {
+  auto apps = map.apps;
+  for (std::size_t i = 0; i < apps.size(); ++i) {
+    const auto& vars = map.app_env[i];
+    if (vars.empty()) continue;
+    std::vector<std::string> argv{env_program, "--"};
+    for (const auto& v : vars) argv.push_back(v.name + "=" + v.value);
+    argv.insert(argv.end(), apps[i].argv.begin(), apps[i].argv.end());
+    apps[i].argv = std::move(argv);
+  }
+  return apps;
+}
+
+// Resolves the programs of the apps that run through env, each in its rank's PATH, by
+// constructing (not starting) a runner for them: it throws pm::error as the real one would.
+void check_wrapped_programs(pm_run& run, const pm_map& map, const pm::job_env& env) {
+  for (std::size_t i = 0; i < map.apps.size(); ++i) {
+    if (map.app_env[i].empty()) continue;
+    pm::job_request probe;
+    probe.apps = {map.apps[i]};
+    probe.env.base = env.base;
+    probe.env.overrides = env.overrides;
+    for (const auto& v : map.app_env[i]) probe.env.overrides.push_back(v);
+    pm::job_runner check(run.io, std::move(probe), {});
+  }
+}
+
+// The local transport starts ranks on this machine, as host 0 of the allocation.
+void check_local(const pm_map& m) {
+  const auto& map = m.map;
+  const auto& hosts = map.allocation().hosts;
+  for (std::uint32_t node = 0; node < map.num_nodes(); ++node) {
+    const auto h = map.host_of_node(node);
+    const auto& host = hosts[h];
+    if (h != 0 || !(host.local || me().is_me(host.name))) {
+      const auto rank = map.ranks_on_host(h).front();
+      throw pm::error(pm::errc::launch,
+                      "rank " + std::to_string(rank) + " is mapped to host '" + host.name +
+                          "': the local transport runs a job whose ranks are all on this machine, "
+                          "the allocation's first host (" +
+                          (hosts.empty() ? std::string("none") : "'" + hosts[0].name + "'") + ")");
+    }
+  }
+}
+
+// Calls on_rank_state for every rank whose state differs from the last one reported.
+void report_state_changes(pm_run& run, const pm::job_report& report) {
+  if (run.options.on_rank_state == nullptr) return;
+  for (const auto& r : report.ranks) {
+    if (r.rank >= run.seen.size() || run.seen[r.rank] == r.state) continue;
+    run.seen[r.rank] = r.state;
+    pm_rank_info info = PM_RANK_INFO_INIT;
+    fill_rank_info(r, info);
+    run.options.on_rank_state(&info, run.options.user_data);
+  }
+}
+
+pm::job_callbacks callbacks(pm_run& run) {
+  pm::job_callbacks cb;
+  cb.on_message = [&run](std::string_view line) {
+    if (run.options.on_message == nullptr) return;
+    run.line.assign(line);
+    run.options.on_message(run.line.c_str(), run.options.user_data);
+  };
+  cb.on_finish = [&run](const pm::job_report& report) {
+    run.final_report = std::make_unique<pm_report>(pm_report{report});
+    report_state_changes(run, run.final_report->value);
+    if (run.options.on_finish != nullptr)
+      run.options.on_finish(run.final_report.get(), run.options.user_data);
+  };
+  return cb;
+}
+
+pm::output_sink sink(pm_run& run) {
+  return [&run](std::uint32_t rank, pm::output_stream stream, std::string_view line,
+                pm::line_flags flags) {
+    run.line.assign(line);
+    const unsigned f =
+        (flags.partial ? PM_LINE_PARTIAL : 0u) | (flags.continued ? PM_LINE_CONTINUED : 0u);
+    run.options.on_output(rank, stream == pm::output_stream::out ? PM_STDOUT : PM_STDERR,
+                          run.line.c_str(), line.size(), f, run.options.user_data);
+  };
+}
+
+bool finished(const pm_run& run) {
+  return run.final_report != nullptr;
+}
+
+// One step of the event loop: at most one handler, until `deadline` (nullopt: no limit; a time in
+// the past: only a ready one). Returns false when nothing ran.
+bool step(pm_run& run, std::optional<std::chrono::steady_clock::time_point> deadline) {
+  std::size_t ran = 0;
+  if (!deadline)
+    ran = run.io.run_one();
+  else if (*deadline <= std::chrono::steady_clock::now())
+    ran = run.io.poll_one();
+  else
+    ran = run.io.run_one_until(*deadline);
+  if (ran == 0 && run.io.stopped()) {
+    run.io.restart();
+    if (!finished(run)) {
+      throw pm::error(pm::errc::internal,
+                      "the job's event loop ran out of work before the job ended");
+    }
+    return false;
+  }
+  if (ran != 0 && !finished(run) && run.options.on_rank_state != nullptr)
+    report_state_changes(run, run.runner->report());
+  return ran != 0;
+}
+
+// Runs until the job ended or the deadline passed.
+void run_loop(const char* function, pm_run& run,
+              std::optional<std::chrono::steady_clock::time_point> deadline) {
+  if (run.in_loop) invalid(function, "called from inside one of the run's own callbacks");
+  run.in_loop = true;
+  struct leave {
+    pm_run& r;
+    ~leave() { r.in_loop = false; }
+  } on_exit{run};
+  while (!finished(run)) {
+    if (!step(run, deadline) && deadline && std::chrono::steady_clock::now() >= *deadline) break;
+  }
+}
+
+}  // namespace
+}  // namespace pm::c
+
+using namespace pm::c;
+
+extern "C" {
+
+int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "out", out);
+    require(fn, "map", map);
+    const pm_run_options defaults = PM_RUN_OPTIONS_INIT;
+    if (options == nullptr) options = &defaults;
+    check_version(fn, "pm_run_options", options->version, PM_RUN_OPTIONS_VERSION);
+    check_local(*map);
+
+    auto run = std::make_unique<pm_run>();
+    run->options = *options;
+    run->size = map->map.size();
+    run->seen.assign(run->size, pm::rank_state::pending);
+
+    pm::job_request request;
+    request.map = map->map;
+    request.apps = launched_apps(*map);
+    request.env = decided_env(*map);
+    check_wrapped_programs(*run, *map, request.env);
+    request.control.abort_on_failure = options->no_abort_on_failure == 0;
+    request.control.timeout = std::chrono::milliseconds(options->timeout_ms);
+    if (options->kill_grace_ms != 0)
+      request.control.kill_grace = std::chrono::milliseconds(options->kill_grace_ms);
+    request.output.tag = options->tag_output != 0;
+    request.output.merge_stderr = options->merge_stderr != 0;
+    request.output.stdout_fd = options->stdout_fd;
+    request.output.stderr_fd = options->stderr_fd;
+    if (options->on_output != nullptr) request.output.sink = sink(*run);
+    if (options->agent_path != nullptr) request.agent_path = options->agent_path;
+
+    run->runner = std::make_unique<pm::job_runner>(run->io, std::move(request), callbacks(*run));
+    run->runner->start();
+    *out = run.release();
+    return PM_OK;
+  });
+}
+
+int pm_run_poll(pm_run* run, int timeout_ms, int* finished) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "run", run);
+    require(fn, "finished", finished);
+    if (timeout_ms < -1) invalid(fn, "timeout_ms must be -1, 0 or positive");
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    if (timeout_ms >= 0)
+      deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    run_loop(fn, *run, deadline);
+    *finished = pm::c::finished(*run) ? 1 : 0;
+    return PM_OK;
+  });
+}
+
+int pm_run_wait(pm_run* run, int* exit_code) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "run", run);
+    run_loop(fn, *run, std::nullopt);
+    if (exit_code != nullptr) *exit_code = run->final_report->value.exit_code;
+    return PM_OK;
+  });
+}
+
+int pm_run_signal(pm_run* run, int signo) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "run", run);
+    if (signo <= 0 || signo >= 65)
+      invalid(fn, "signal " + std::to_string(signo) + " is not a signal");
+    // Posted: the runner is touched only on the loop's thread, so any thread may call this.
+    boost::asio::post(run->io, [run, signo] { run->runner->signal(signo); });
+    return PM_OK;
+  });
+}
+
+int pm_run_cancel(pm_run* run) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "run", run);
+    boost::asio::post(run->io, [run] { run->runner->cancel(); });
+    return PM_OK;
+  });
+}
+
+int pm_run_finished(const pm_run* run, int* out) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "run", run);
+    require(fn, "out", out);
+    *out = finished(*run) ? 1 : 0;
+    return PM_OK;
+  });
+}
+
+int pm_run_report(pm_report** out, const pm_run* run) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "out", out);
+    require(fn, "run", run);
+    *out = new pm_report{finished(*run) ? run->final_report->value : run->runner->report()};
+    return PM_OK;
+  });
+}
+
+void pm_run_destroy(pm_run* run) {
+  if (run == nullptr) return;
+  // A job still running is cancelled and run to its end, so that nothing it started outlives it.
+  // Anything that fails here is swallowed: the transport's destructor still kills what is left.
+  if (!run->in_loop && !finished(*run)) {
+    try {
+      run->runner->cancel();
+      run_loop(__func__, *run, std::chrono::steady_clock::now() + std::chrono::seconds(60));
+    } catch (...) {
+    }
+  }
+  delete run;
+}
+
+int pm_launch(pm_report** out, const pm_map* map, const pm_run_options* options) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "out", out);
+    pm_run* raw = nullptr;
+    if (const int rc = pm_run_start(&raw, map, options); rc != PM_OK) {
+      throw c_error{rc, pm_last_error()};
+    }
+    std::unique_ptr<pm_run, decltype(&pm_run_destroy)> run(raw, &pm_run_destroy);
+    run_loop(fn, *run, std::nullopt);
+    *out = new pm_report{run->final_report->value};
+    return PM_OK;
+  });
+}
+
+}  // extern "C"
