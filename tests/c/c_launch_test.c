@@ -1,0 +1,471 @@
+/* Launching real processes on this machine through the C API: output through the callback and
+ * to descriptors, rank state changes, the report of a failing rank, missing and non-executable
+ * programs, signals, cancel, timeout, per-app env, and that nothing outlives a destroyed run.
+ * argv[1] is the payload program (tests/payload/pm_payload.c); pmd comes from $PM_AGENT. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static const char* payload;
+
+enum { max_lines = 64, max_ranks = 8 };
+
+typedef struct capture {
+  pm_run* run;
+  char lines[max_lines][160];
+  uint32_t line_rank[max_lines];
+  pm_stream line_stream[max_lines];
+  unsigned line_flags[max_lines];
+  int line_count;
+  int state_seen[max_ranks][PM_RANK_LOST + 1]; /* how often each rank entered each state */
+  int64_t pid[max_ranks];
+  int ended_code[max_ranks];
+  int messages;
+  char last_message[512];
+  int finish_calls;
+  int finish_exit_code;
+  int reentry_rc;
+} capture;
+
+static void on_output(uint32_t rank, pm_stream stream, const char* line, size_t length,
+                      unsigned flags, void* user_data) {
+  capture* c = user_data;
+  CHECK(strlen(line) == length); /* NUL-terminated, no newline */
+  CHECK(strchr(line, '\n') == NULL);
+  if (c->line_count < max_lines) {
+    snprintf(c->lines[c->line_count], sizeof c->lines[0], "%s", line);
+    c->line_rank[c->line_count] = rank;
+    c->line_stream[c->line_count] = stream;
+    c->line_flags[c->line_count] = flags;
+    c->line_count++;
+  }
+  if (c->run != NULL) {
+    int finished = 0;
+    c->reentry_rc = pm_run_poll(c->run, 0, &finished); /* not allowed from a callback */
+  }
+}
+
+static void on_message(const char* line, void* user_data) {
+  capture* c = user_data;
+  c->messages++;
+  snprintf(c->last_message, sizeof c->last_message, "%s", line);
+}
+
+static void on_rank_state(const pm_rank_info* rank, void* user_data) {
+  capture* c = user_data;
+  CHECK(rank->version == PM_RANK_INFO_VERSION);
+  CHECK(rank->rank < max_ranks);
+  CHECK(rank->state >= PM_RANK_PENDING && rank->state <= PM_RANK_LOST);
+  c->state_seen[rank->rank][rank->state]++;
+  if (rank->pid != 0) c->pid[rank->rank] = rank->pid;
+  if (rank->ended) c->ended_code[rank->rank] = rank->exit_code;
+}
+
+static void on_finish(const pm_report* report, void* user_data) {
+  capture* c = user_data;
+  pm_report_info info = PM_REPORT_INFO_INIT;
+  CHECK_OK(pm_report_read(report, &info));
+  c->finish_calls++;
+  c->finish_exit_code = info.exit_code;
+}
+
+static pm_run_options options_for(capture* c) {
+  pm_run_options o = PM_RUN_OPTIONS_INIT;
+  o.on_output = on_output;
+  o.on_message = on_message;
+  o.on_rank_state = on_rank_state;
+  o.on_finish = on_finish;
+  o.user_data = c;
+  o.kill_grace_ms = 500;
+  return o;
+}
+
+/* A map of `np` ranks of argv on this machine. */
+static pm_map* local_map(int64_t np, const char* const* argv, const char* const* app_env) {
+  pm_allocation* a = NULL;
+  CHECK_OK(pm_allocation_from_hosts(&a, "localhost:8"));
+  pm_job* job = NULL;
+  CHECK_OK(pm_job_new(&job));
+  pm_app_options app = PM_APP_OPTIONS_INIT;
+  app.argv = argv;
+  app.np = np;
+  app.env = app_env;
+  CHECK_OK(pm_job_add_app(job, &app));
+  pm_map* map = NULL;
+  CHECK_OK(pm_map_job(&map, job, a));
+  pm_job_destroy(job);
+  pm_allocation_destroy(a);
+  return map;
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int find_line(const capture* c, uint32_t rank, const char* text) {
+  for (int i = 0; i < c->line_count; ++i) {
+    if (c->line_rank[i] == rank && strcmp(c->lines[i], text) == 0) return i;
+  }
+  return -1;
+}
+
+/* Three ranks echo; every line comes through the callback with its rank and stream. */
+static void output_and_states(void) {
+  const char* argv[] = {payload, "echo", "hello", "echo-err", "oops", "partial", "tail", NULL};
+  pm_map* map = local_map(3, argv, NULL);
+  capture c;
+  memset(&c, 0, sizeof c);
+  pm_run_options o = options_for(&c);
+  pm_run* run = NULL;
+  CHECK_OK(pm_run_start(&run, map, &o));
+  c.run = run;
+  int finished = 1;
+  CHECK_OK(pm_run_finished(run, &finished));
+  CHECK(finished == 0);
+  pm_report* early = NULL;
+  CHECK_OK(pm_run_report(&early, run));
+  pm_report_info info = PM_REPORT_INFO_INIT;
+  CHECK_OK(pm_report_read(early, &info));
+  CHECK(info.ranks == 3);
+  pm_report_destroy(early);
+
+  int exit_code = -1;
+  CHECK_OK(pm_run_wait(run, &exit_code));
+  CHECK(exit_code == 0);
+  CHECK(c.reentry_rc == PM_E_INVALID);
+  CHECK_OK(pm_run_finished(run, &finished));
+  CHECK(finished == 1);
+  CHECK(c.finish_calls == 1);
+  CHECK(c.finish_exit_code == 0);
+  CHECK(c.line_count == 9);
+  for (uint32_t r = 0; r < 3; ++r) {
+    int i = find_line(&c, r, "hello");
+    CHECK(i >= 0 && c.line_stream[i] == PM_STDOUT && c.line_flags[i] == 0);
+    i = find_line(&c, r, "oops");
+    CHECK(i >= 0 && c.line_stream[i] == PM_STDERR);
+    i = find_line(&c, r, "tail");
+    CHECK(i >= 0 && c.line_stream[i] == PM_STDOUT && c.line_flags[i] == PM_LINE_PARTIAL);
+    CHECK(c.state_seen[r][PM_RANK_EXITED] == 1);
+    CHECK(c.state_seen[r][PM_RANK_KILLED] == 0);
+    CHECK(c.pid[r] > 0);
+    /* It ended: nothing is left of it. */
+    CHECK(kill((pid_t)c.pid[r], 0) == -1 && errno == ESRCH);
+  }
+
+  pm_report* report = NULL;
+  CHECK_OK(pm_run_report(&report, run));
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.exit_code == 0);
+  CHECK(info.cause == PM_CAUSE_NONE);
+  CHECK(info.failed_rank == -1 && info.failed_host == -1 && info.failed_host_name == NULL);
+  CHECK_STR(info.summary, "");
+  CHECK(info.ranks == 3 && info.ranks_failed == 0 && info.ranks_killed == 0);
+  pm_rank_info rank = PM_RANK_INFO_INIT;
+  CHECK_OK(pm_report_rank(report, 1, &rank));
+  CHECK(rank.rank == 1 && rank.state == PM_RANK_EXITED && rank.ended == 1);
+  CHECK(rank.exit_code == 0 && rank.signal == 0 && rank.pid == c.pid[1]);
+  CHECK_FAILS(pm_report_rank(report, 3, &rank), PM_E_INVALID, "rank 3 is outside the job");
+  char* json = NULL;
+  CHECK_OK(pm_report_json(&json, report));
+  CHECK_CONTAINS(json, "\"exit_code\"");
+  pm_free(json);
+  pm_report_destroy(report);
+  pm_run_destroy(run);
+  pm_map_destroy(map);
+}
+
+/* Rank 2 exits 7: the job aborts, its exit code is 7 and the report names rank 2. */
+static void failing_rank(void) {
+  const char* argv[] = {payload, "if-rank", "2", "exit", "7", "sleep", "30", NULL};
+  pm_map* map = local_map(4, argv, NULL);
+  capture c;
+  memset(&c, 0, sizeof c);
+  pm_run_options o = options_for(&c);
+  const double start = now_seconds();
+  pm_report* report = NULL;
+  CHECK_OK(pm_launch(&report, map, &o));
+  CHECK(now_seconds() - start < 20.0); /* the others were killed, not waited for */
+  pm_report_info info = PM_REPORT_INFO_INIT;
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.exit_code == 7);
+  CHECK(info.cause == PM_CAUSE_RANK_FAILED);
+  CHECK(info.failed_rank == 2);
+  CHECK(info.failed_host == 0);
+  CHECK(info.failed_code == 7 && info.failed_signal == 0);
+  CHECK(info.ranks_failed == 1 && info.ranks_killed == 3);
+  char hostname[256];
+  CHECK(gethostname(hostname, sizeof hostname) == 0);
+  CHECK_STR(info.failed_host_name, hostname);
+  char expected[400];
+  snprintf(expected, sizeof expected, "rank 2 on %s exited with code 7", hostname);
+  CHECK_STR(info.summary, expected);
+  CHECK(c.messages >= 1);
+  CHECK_CONTAINS(c.last_message, "");
+  CHECK(c.finish_calls == 1 && c.finish_exit_code == 7);
+  CHECK(c.state_seen[2][PM_RANK_EXITED] == 1 && c.ended_code[2] == 7);
+  for (uint32_t r = 0; r < 4; ++r) {
+    if (r == 2) continue;
+    CHECK(c.state_seen[r][PM_RANK_KILLED] == 1);
+    pm_rank_info rank = PM_RANK_INFO_INIT;
+    CHECK_OK(pm_report_rank(report, r, &rank));
+    CHECK(rank.state == PM_RANK_KILLED && rank.signal == SIGTERM);
+  }
+  char* json = NULL;
+  CHECK_OK(pm_report_json(&json, report));
+  CHECK_CONTAINS(json, "\"rank_failed\"");
+  CHECK_CONTAINS(json, expected);
+  pm_free(json);
+  pm_report_destroy(report);
+
+  /* Without abort-on-failure the others run to their end. */
+  const char* argv2[] = {payload, "if-rank", "0", "exit", "3", "sleep", "0.3", NULL};
+  pm_map* map2 = local_map(2, argv2, NULL);
+  memset(&c, 0, sizeof c);
+  o = options_for(&c);
+  o.no_abort_on_failure = 1;
+  CHECK_OK(pm_launch(&report, map2, &o));
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.exit_code == 3 && info.failed_rank == 0 && info.ranks_killed == 0);
+  pm_rank_info rank = PM_RANK_INFO_INIT;
+  CHECK_OK(pm_report_rank(report, 1, &rank));
+  CHECK(rank.state == PM_RANK_EXITED && rank.exit_code == 0);
+  pm_report_destroy(report);
+  pm_map_destroy(map2);
+  pm_map_destroy(map);
+}
+
+/* A program that does not exist, or cannot be executed, starts nothing. */
+static void bad_programs(void) {
+  const char* missing[] = {"/nonexistent/pm_no_such_program", NULL};
+  pm_map* map = local_map(2, missing, NULL);
+  pm_run* run = NULL;
+  CHECK_FAILS(pm_run_start(&run, map, NULL), PM_E_NOT_FOUND, "pm_no_such_program");
+  CHECK(run == NULL);
+  pm_report* report = NULL;
+  CHECK_FAILS(pm_launch(&report, map, NULL), PM_E_NOT_FOUND, "pm_no_such_program");
+  CHECK(report == NULL);
+  pm_map_destroy(map);
+
+  const char* in_path[] = {"pm_no_such_program_in_path", NULL};
+  map = local_map(1, in_path, NULL);
+  CHECK_FAILS(pm_run_start(&run, map, NULL), PM_E_NOT_FOUND, "pm_no_such_program_in_path");
+  pm_map_destroy(map);
+
+  /* The same when the app has its own env (it runs through env(1), checked first). */
+  const char* app_env[] = {"A=1", NULL};
+  map = local_map(1, missing, app_env);
+  CHECK_FAILS(pm_run_start(&run, map, NULL), PM_E_NOT_FOUND, "pm_no_such_program");
+  pm_map_destroy(map);
+
+  char path[] = "/tmp/pm_c_noexec_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  CHECK(write(fd, "#!/bin/sh\n", 10) == 10);
+  close(fd);
+  CHECK(chmod(path, 0644) == 0);
+  const char* noexec[] = {path, NULL};
+  map = local_map(1, noexec, NULL);
+  if (geteuid() != 0) { /* root may execute anything with an x bit; this one has none */
+    CHECK_FAILS(pm_run_start(&run, map, NULL), PM_E_NOT_EXECUTABLE, path);
+  } else {
+    int rc = pm_run_start(&run, map, NULL);
+    CHECK(rc == PM_E_NOT_EXECUTABLE);
+  }
+  pm_map_destroy(map);
+  unlink(path);
+
+  /* The local transport runs ranks on this machine only. */
+  pm_allocation* a = NULL;
+  CHECK_OK(pm_allocation_from_hosts(&a, "pm-remote-a:2"));
+  pm_job* job = NULL;
+  CHECK_OK(pm_job_new(&job));
+  const char* echo[] = {"/bin/echo", NULL};
+  pm_app_options app = PM_APP_OPTIONS_INIT;
+  app.argv = echo;
+  CHECK_OK(pm_job_add_app(job, &app));
+  CHECK_OK(pm_map_job(&map, job, a));
+  CHECK_FAILS(pm_run_start(&run, map, NULL), PM_E_LAUNCH, "'pm-remote-a'");
+  pm_map_destroy(map);
+  pm_job_destroy(job);
+  pm_allocation_destroy(a);
+
+  const char* sleeper[] = {"/bin/sleep", "1", NULL};
+  map = local_map(1, sleeper, NULL);
+  pm_run_options o = PM_RUN_OPTIONS_INIT;
+  o.agent_path = "/nonexistent/pmd";
+  CHECK(pm_run_start(&run, map, &o) < 0); /* the agent cannot start: an error, no crash */
+  CHECK(run == NULL);
+  CHECK(pm_last_error()[0] != '\0');
+  pm_map_destroy(map);
+}
+
+/* Waits (polling) until `n` ranks run. */
+static void wait_running(pm_run* run, capture* c, uint32_t n) {
+  const double deadline = now_seconds() + 30.0;
+  for (;;) {
+    uint32_t running = 0;
+    for (uint32_t r = 0; r < n; ++r) running += c->state_seen[r][PM_RANK_RUNNING] > 0;
+    if (running == n) return;
+    int finished = 0;
+    CHECK_OK(pm_run_poll(run, 50, &finished));
+    CHECK(finished == 0);
+    CHECK(now_seconds() < deadline);
+  }
+}
+
+static void signals_cancel_timeout(void) {
+  const char* argv[] = {payload, "sleep", "30", NULL};
+  pm_map* map = local_map(2, argv, NULL);
+  capture c;
+
+  /* SIGTERM to the launcher: every rank gets it, the job ends with cause "signal". */
+  memset(&c, 0, sizeof c);
+  pm_run_options o = options_for(&c);
+  pm_run* run = NULL;
+  CHECK_OK(pm_run_start(&run, map, &o));
+  wait_running(run, &c, 2);
+  CHECK_FAILS(pm_run_signal(run, 0), PM_E_INVALID, "not a signal");
+  CHECK_OK(pm_run_signal(run, SIGTERM));
+  int exit_code = -1;
+  CHECK_OK(pm_run_wait(run, &exit_code));
+  pm_report* report = NULL;
+  CHECK_OK(pm_run_report(&report, run));
+  pm_report_info info = PM_REPORT_INFO_INIT;
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.cause == PM_CAUSE_SIGNAL);
+  CHECK(info.signal == SIGTERM);
+  CHECK(exit_code == 128 + SIGTERM && info.exit_code == exit_code);
+  pm_report_destroy(report);
+  pm_run_destroy(run);
+
+  /* Cancel. */
+  memset(&c, 0, sizeof c);
+  o = options_for(&c);
+  CHECK_OK(pm_run_start(&run, map, &o));
+  wait_running(run, &c, 2);
+  CHECK_OK(pm_run_cancel(run));
+  CHECK_OK(pm_run_wait(run, &exit_code));
+  CHECK_OK(pm_run_report(&report, run));
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.cause == PM_CAUSE_ABORT_REQUESTED);
+  CHECK(exit_code != 0);
+  pm_report_destroy(report);
+  pm_run_destroy(run);
+
+  /* Timeout: 124, as coreutils' timeout. */
+  memset(&c, 0, sizeof c);
+  o = options_for(&c);
+  o.timeout_ms = 300;
+  const double start = now_seconds();
+  CHECK_OK(pm_launch(&report, map, &o));
+  CHECK(now_seconds() - start < 20.0);
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.cause == PM_CAUSE_TIMEOUT && info.exit_code == 124);
+  pm_report_destroy(report);
+
+  /* Polling with a timeout returns while the job runs. */
+  memset(&c, 0, sizeof c);
+  o = options_for(&c);
+  CHECK_OK(pm_run_start(&run, map, &o));
+  int finished = 1;
+  CHECK_OK(pm_run_poll(run, 0, &finished));
+  CHECK(finished == 0);
+  CHECK_OK(pm_run_poll(run, 100, &finished));
+  CHECK(finished == 0);
+  CHECK_FAILS(pm_run_poll(run, -2, &finished), PM_E_INVALID, "timeout_ms");
+  wait_running(run, &c, 2);
+
+  /* Destroying a running job kills it: nothing outlives the run. */
+  int64_t pids[2] = {c.pid[0], c.pid[1]};
+  CHECK(pids[0] > 0 && pids[1] > 0);
+  CHECK(kill((pid_t)pids[0], 0) == 0);
+  const double before = now_seconds();
+  pm_run_destroy(run);
+  CHECK(now_seconds() - before < 10.0);
+  CHECK(kill((pid_t)pids[0], 0) == -1 && errno == ESRCH);
+  CHECK(kill((pid_t)pids[1], 0) == -1 && errno == ESRCH);
+  pm_map_destroy(map);
+}
+
+static char* read_file(const char* path) {
+  static char buf[8192];
+  int fd = open(path, O_RDONLY);
+  CHECK(fd >= 0);
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  CHECK(n >= 0);
+  buf[n] = '\0';
+  close(fd);
+  return buf;
+}
+
+/* Without on_output, lines go to the descriptors given, tagged if asked. */
+static void output_to_descriptors(void) {
+  const char* argv[] = {payload, "echo", "to-a-file", NULL};
+  pm_map* map = local_map(2, argv, NULL);
+  char path[] = "/tmp/pm_c_out_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  pm_run_options o = PM_RUN_OPTIONS_INIT;
+  o.stdout_fd = fd;
+  o.tag_output = 1;
+  pm_report* report = NULL;
+  CHECK_OK(pm_launch(&report, map, &o));
+  close(fd);
+  const char* text = read_file(path);
+  CHECK_CONTAINS(text, "[1,0]<stdout>:to-a-file\n");
+  CHECK_CONTAINS(text, "[1,1]<stdout>:to-a-file\n");
+  unlink(path);
+  pm_report_destroy(report);
+  pm_map_destroy(map);
+}
+
+/* The ranks get exactly the environment pm_rank_env shows, plus their app's own variables. */
+static void launched_environment(void) {
+  const char* argv[] = {payload, "env",         "GREETING", "env", "OMPI_COMM_WORLD_RANK",
+                        "env",   "MASTER_PORT", NULL};
+  const char* app_env[] = {"GREETING=hello from C", NULL};
+  pm_map* map = local_map(2, argv, app_env);
+  char** env = NULL;
+  CHECK_OK(pm_rank_env(&env, map, 1));
+  char expected_port[64];
+  snprintf(expected_port, sizeof expected_port, "MASTER_PORT=%s", env_value(env, "MASTER_PORT"));
+  CHECK_STR(env_value(env, "GREETING"), "hello from C");
+  pm_strings_free(env);
+
+  capture c;
+  memset(&c, 0, sizeof c);
+  pm_run_options o = options_for(&c);
+  pm_report* report = NULL;
+  CHECK_OK(pm_launch(&report, map, &o));
+  pm_report_info info = PM_REPORT_INFO_INIT;
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.exit_code == 0);
+  CHECK(find_line(&c, 0, "GREETING=hello from C") >= 0);
+  CHECK(find_line(&c, 1, "GREETING=hello from C") >= 0);
+  CHECK(find_line(&c, 1, "OMPI_COMM_WORLD_RANK=1") >= 0);
+  CHECK(find_line(&c, 0, expected_port) >= 0);
+  CHECK(find_line(&c, 1, expected_port) >= 0);
+  pm_report_destroy(report);
+  pm_map_destroy(map);
+}
+
+int main(int argc, char** argv) {
+  CHECK(argc == 2);
+  payload = argv[1];
+  output_and_states();
+  failing_rank();
+  bad_programs();
+  signals_cancel_timeout();
+  output_to_descriptors();
+  launched_environment();
+  printf("c_launch_test: ok\n");
+  return 0;
+}
