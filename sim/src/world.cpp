@@ -80,7 +80,6 @@ enum class ek : std::uint8_t {
   proc_end,          // a: rank, b: encoded exit status
   ctl_timer,         // a, b: timer id (low, high)
   agent_timer,       // a: host, b: timer id
-  agent_sweep,       // a: host
   host_crash,        // a: host
   partition_begin,   // a: host
   launcher_detects,  // a: host, b: reason
@@ -300,6 +299,7 @@ class world {
         now_ = e.t();
         ++result_.stats.events;
         dispatch(e);
+        run_sweeps();
         flush_up();
         // Settled: what is left in the queue is stale (natural ends of processes that were
         // killed, timers of a finished controller); nothing can change any more.
@@ -663,9 +663,9 @@ class world {
       if ((p.flags & spawn_seen) != 0)
         correctness("rank " + std::to_string(rank) + " was spawned twice");
       p.flags |= spawn_seen;
-      if (map_.at(rank).host != x.host)
+      if (p.host != x.host)
         correctness("rank " + std::to_string(rank) + " was spawned on " + host_name(x.host) +
-                    ", the map put it on " + host_name(map_.at(rank).host));
+                    ", the map put it on " + host_name(p.host));
       ranks.push_back(rank);
     }
     auto& h = hosts_[x.host];
@@ -728,11 +728,11 @@ class world {
   }
 
   // ---- the agents ----
-  void feed_agent(std::uint32_t host, const agent::event& e) {
+  void feed_agent(std::uint32_t host, agent::event e) {
     auto& h = hosts_[host];
     if (!h.agent || h.agent_done || h.crashed) return;
     agent_out_.clear();
-    h.agent->handle(agent::agent_time(now_), e, agent_out_);
+    h.agent->handle(agent::agent_time(now_), std::move(e), agent_out_);
     std::vector<agent::action> actions;
     actions.swap(agent_out_);
     for (auto& a : actions) {
@@ -757,7 +757,9 @@ class world {
                           ek::agent_timer, host, static_cast<std::uint32_t>(x.timer));
                      },
                      [&](agent::reap_orphans&) {},
-                     [&](agent::sweep&) { at(now_ + 10'000, ek::agent_sweep, host, 0); },
+                     // pmd sweeps in the same turn of its loop; the result comes back as the
+                     // next event (after this step, never nested).
+                     [&](agent::sweep&) { sweeps_due_.push_back(host); },
                      [&](agent::exit_agent&) {
                        h.agent_done = true;
                        --agents_pending_;
@@ -973,6 +975,27 @@ class world {
       --leftovers_alive_;
       close_streams(rank);
     }
+  }
+
+  // An agent's sweep: SIGKILL to everything of the job left on its host (leftovers too), then
+  // swept{0} — as pmd's sweep, which kills and reaps every child, in one turn.
+  void run_sweeps() {
+    for (std::size_t i = 0; i < sweeps_due_.size(); ++i) {
+      const auto host = sweeps_due_[i];
+      auto& h = hosts_[host];
+      if (h.crashed || !h.agent || h.agent_done) continue;
+      for (auto rank : map_.ranks_on_host(host)) {
+        die(rank, exit_status::signaled(SIGKILL));
+        auto& p = procs_[rank];
+        if ((p.flags & leftover_alive) != 0) {
+          p.flags = static_cast<std::uint8_t>(p.flags & ~leftover_alive);
+          --leftovers_alive_;
+          close_streams(rank);
+        }
+      }
+      feed_agent(host, agent::swept{0});  // may ask for another sweep: appended, run below
+    }
+    sweeps_due_.clear();
   }
 
   // ---- faults and detection ----
@@ -1238,21 +1261,6 @@ class world {
       case ek::agent_timer:
         feed_agent(e.a, agent::timer_fired{e.b});
         return;
-      case ek::agent_sweep: {
-        auto& h = hosts_[e.a];
-        if (h.crashed || !h.agent || h.agent_done) return;
-        for (auto rank : map_.ranks_on_host(e.a)) {
-          die(rank, exit_status::signaled(SIGKILL));
-          auto& p = procs_[rank];
-          if ((p.flags & leftover_alive) != 0) {
-            p.flags = static_cast<std::uint8_t>(p.flags & ~leftover_alive);
-            --leftovers_alive_;
-            close_streams(rank);
-          }
-        }
-        feed_agent(e.a, agent::swept{0});
-        return;
-      }
       case ek::host_crash:
         on_crash(e.a);
         return;
@@ -1393,6 +1401,7 @@ class world {
   batch_pool<up_msg> up_pool_;
   batch_pool<batch_entry> batch_pool_;                              // spawns and reactions
   std::vector<batch_entry> spawn_batch_, kill_batch_, term_batch_;  // of one agent step
+  std::vector<std::uint32_t> sweeps_due_;  // hosts whose agent asked for a sweep in this event
   std::vector<up_msg> up_batch_;
   std::uint32_t up_host_ = 0;
   std::unordered_map<std::uint64_t, std::uint8_t> timers_;  // 0 armed, 1 cancelled, 2 racing

@@ -150,7 +150,7 @@ struct agent::state {
     lose_launcher();
   }
 
-  void on_message(const channel::message& m) {
+  void on_message(channel::message& m) {
     if (!greeted && !std::holds_alternative<channel::hello>(m)) {
       protocol_error("'" + std::string(channel::type_name(m)) + "' message before 'hello'");
       return;
@@ -169,8 +169,8 @@ struct agent::state {
                 arm_heartbeat();
               }
             },
-            [&](const channel::spawn_request& s) {
-              for (const auto& spec : s.ranks) {
+            [&](channel::spawn_request& s) {
+              for (auto& spec : s.ranks) {
                 if (ph != phase::running) {
                   send_msg(channel::spawn_failed{spec.rank, 127, "the agent is shutting down"});
                 } else if (ranks.contains(spec.rank)) {
@@ -179,7 +179,7 @@ struct agent::state {
                       "rank " + std::to_string(spec.rank) + " was already started by this agent"});
                 } else {
                   ranks.add(spec.rank);
-                  out->push_back(spawn_rank{spec});
+                  out->push_back(spawn_rank{std::move(spec)});
                 }
               }
             },
@@ -206,9 +206,9 @@ struct agent::state {
         m);
   }
 
-  void on(const event& e) {
+  void on(event& e) {
     std::visit(overloaded{
-                   [&](const received& r) {
+                   [&](received& r) {
                      last_heard = now;
                      on_message(r.msg);
                    },
@@ -283,7 +283,7 @@ agent::~agent() = default;
 agent::agent(agent&&) noexcept = default;
 agent& agent::operator=(agent&&) noexcept = default;
 
-void agent::handle(agent_time now, const event& e, std::vector<action>& out) {
+void agent::handle(agent_time now, event e, std::vector<action>& out) {
   if (state_->ph == phase::done) return;
   state_->now = now;
   state_->out = &out;

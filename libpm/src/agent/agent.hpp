@@ -139,7 +139,8 @@ class agent {
   agent(agent&&) noexcept;
   agent& operator=(agent&&) noexcept;
 
-  void handle(agent_time now, const event& e, std::vector<action>& out);
+  /// Takes the event by value: a spawn request's rank specs move into the spawn actions.
+  void handle(agent_time now, event e, std::vector<action>& out);
   /// True once exit_agent was emitted.
   bool done() const noexcept;
 

@@ -127,10 +127,10 @@ void driver::feed(const ag::event& e) {
   if (draining_) return;
   draining_ = true;
   while (!pending_.empty()) {
-    const ag::event next = std::move(pending_.front());
+    ag::event next = std::move(pending_.front());
     pending_.pop_front();
     actions_.clear();
-    machine_.handle(clock_type::now().time_since_epoch(), next, actions_);
+    machine_.handle(clock_type::now().time_since_epoch(), std::move(next), actions_);
     std::vector<ag::action> batch = std::move(actions_);
     for (auto& a : batch) execute(a);
   }
