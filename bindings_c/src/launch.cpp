@@ -143,7 +143,8 @@ bool step(pm_run& run, std::optional<std::chrono::steady_clock::time_point> dead
   return ran != 0;
 }
 
-// Runs until the job ended or the deadline passed.
+// Runs until the job ended, or (with a deadline) until nothing is ready before it: a deadline
+// already past runs every handler that is ready, a later one stops once it has passed.
 void run_loop(const char* function, pm_run& run,
               std::optional<std::chrono::steady_clock::time_point> deadline) {
   if (run.in_loop) invalid(function, "called from inside one of the run's own callbacks");
@@ -152,8 +153,12 @@ void run_loop(const char* function, pm_run& run,
     pm_run& r;
     ~leave() { r.in_loop = false; }
   } on_exit{run};
+  const bool ready_only = deadline && *deadline <= std::chrono::steady_clock::now();
   while (!finished(run)) {
-    if (!step(run, deadline) && deadline && std::chrono::steady_clock::now() >= *deadline) break;
+    const bool ran = step(run, deadline);
+    if (!deadline) continue;
+    if (!ran) break;
+    if (!ready_only && std::chrono::steady_clock::now() >= *deadline) break;
   }
 }
 
