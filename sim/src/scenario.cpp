@@ -8,6 +8,7 @@
 #include <charconv>
 
 #include "pm/error.hpp"
+#include "pm/sim/random.hpp"
 
 namespace pm::sim {
 
@@ -384,6 +385,62 @@ std::string scenario::replay_command() const {
   std::string out = "build/bin/pmsim";
   for (const auto& arg : to_args()) out += " " + arg;
   return out;
+}
+
+std::vector<fault> generate_faults(const scenario& s, std::uint64_t seed, std::uint32_t count,
+                                   sim_time within) {
+  const auto hosts =
+      s.host_slots.empty() ? s.hosts : static_cast<std::uint32_t>(s.host_slots.size());
+  std::uint64_t ranks = 0;
+  if (!s.apps.empty()) {
+    for (const auto& app : s.apps) ranks += app.np;
+  } else if (s.np) {
+    ranks = *s.np;
+  } else {
+    for (std::uint32_t h = 0; h < hosts; ++h)
+      ranks += s.host_slots.empty() ? s.slots : s.host_slots[h];
+  }
+  if (hosts == 0 || ranks == 0) usage("--random-faults: the scenario has no hosts or ranks");
+  prng rng(seed ^ 0x6661756c7473ull);  // "faults": not the world's stream for the same seed
+  const std::int64_t span = std::max<std::int64_t>(1, within.count());
+  std::vector<fault> plan;
+  std::vector<bool> partitioned(hosts, false);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    fault f;
+    switch (rng.below(5)) {
+      case 0:
+        f.kind = fault_kind::host_crash;
+        f.target = static_cast<std::uint32_t>(rng.below(hosts));
+        f.at = sim_time(rng.between(0, span));
+        break;
+      case 1:
+        f.kind = fault_kind::partition;
+        f.target = static_cast<std::uint32_t>(rng.below(hosts));
+        if (partitioned[f.target]) continue;  // one partition per host
+        partitioned[f.target] = true;
+        f.at = sim_time(rng.between(0, span));
+        f.until = f.at + sim_time(rng.between(std::chrono::nanoseconds(100ms).count(),
+                                              std::chrono::nanoseconds(8s).count()));
+        break;
+      case 2:
+        f.kind = fault_kind::spawn_failure;
+        f.target = static_cast<std::uint32_t>(rng.below(ranks));
+        break;
+      case 3:
+        f.kind = fault_kind::agent_failure;
+        f.target = static_cast<std::uint32_t>(rng.below(hosts));
+        break;
+      default: {
+        f.kind = fault_kind::launcher_signal;
+        static constexpr int signals[] = {SIGINT, SIGTERM, SIGUSR1};
+        f.target = static_cast<std::uint32_t>(signals[rng.below(3)]);
+        f.at = sim_time(rng.between(1, span));
+        break;
+      }
+    }
+    plan.push_back(f);
+  }
+  return plan;
 }
 
 allocation make_allocation(const scenario& s) {

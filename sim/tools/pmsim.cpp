@@ -27,6 +27,7 @@ struct flags {
       heartbeat_timeout, run_time, run_jitter;
   std::uint32_t hosts = 4, slots = 2, np = 0, fanout = 0, streams = 2;
   std::uint64_t seed = 1;
+  std::uint32_t random_faults = 0;
   bool no_abort = false, oversubscribe = false, json = false, twice = false;
 };
 
@@ -119,6 +120,10 @@ pm::sim::scenario build(const flags& f) {
   for (const auto& text : f.signals)
     s.faults.push_back(pm::sim::parse_fault("launcher-signal:" + text));
   s.seed = f.seed;
+  if (f.random_faults != 0) {
+    const auto plan = pm::sim::generate_faults(s, f.seed, f.random_faults, l.run_time / 2);
+    s.faults.insert(s.faults.end(), plan.begin(), plan.end());
+  }
   return s;
 }
 
@@ -165,6 +170,8 @@ int main(int argc, char** argv) {
   app.add_option("--signal", f.signals,
                  "SIG@T: the launcher receives SIG (INT, TERM, USR1..) at T");
   app.add_option("--app", f.apps, "NP[=SCRIPT]: an MPMD app context (repeat: app 0, 1, ..)");
+  app.add_option("--random-faults", f.random_faults,
+                 "N faults drawn from the seed (the replay command lists them)");
   app.add_option("--seed", f.seed, "the PRNG seed")->capture_default_str();
   app.add_option("--trace", f.trace_file, "write the readable trace to FILE ('-': stdout)");
   app.add_flag("--json", f.json, "print the report as JSON");

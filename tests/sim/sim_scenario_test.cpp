@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 
 #include "pm/error.hpp"
@@ -372,6 +373,33 @@ TEST(SimScenario, MpmdAppsNumberRanksAcrossAppsAndRunTheirScripts) {
   EXPECT_EQ(r.report.ranks_failed, 5u);
   EXPECT_NE(r.replay.find("--app 2 --app 6=exit:3@1s --app 8"), std::string::npos) << r.replay;
   EXPECT_EQ(r.replay.find("--np"), std::string::npos);
+}
+
+TEST(SimScenario, GeneratedFaultPlansAreValuesThatReplay) {
+  auto s = cluster(8, 4);
+  const auto plan = pm::sim::generate_faults(s, 5, 6);
+  EXPECT_EQ(plan, pm::sim::generate_faults(s, 5, 6));  // the same seed, the same plan
+  EXPECT_NE(plan, pm::sim::generate_faults(s, 6, 6));
+  std::array<int, pm::sim::fault_kind_count> kinds{};
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    auto t = cluster(8, 4, seed);
+    t.faults = pm::sim::generate_faults(t, seed, 3);
+    for (const auto& f : t.faults) {
+      ++kinds[static_cast<int>(f.kind)];
+      EXPECT_EQ(parse_fault(to_string(f)), f);  // printable
+    }
+    const auto r = pm::sim::run(t);
+    EXPECT_EQ(r.outcome, verdict::ok) << r.explain();
+    EXPECT_TRUE(r.finished);
+    // The replay command names every generated fault, so it replays without the generator.
+    for (const auto& f : t.faults)
+      EXPECT_NE(r.replay.find("--fault " + to_string(f)), std::string::npos) << r.replay;
+  }
+  EXPECT_EQ(kinds[static_cast<int>(pm::sim::fault_kind::lost_exit)], 0);
+  for (auto k : {pm::sim::fault_kind::host_crash, pm::sim::fault_kind::partition,
+                 pm::sim::fault_kind::spawn_failure, pm::sim::fault_kind::agent_failure,
+                 pm::sim::fault_kind::launcher_signal})
+    EXPECT_GT(kinds[static_cast<int>(k)], 5) << to_string(k);
 }
 
 TEST(SimScenario, PrngIsPinned) {

@@ -140,6 +140,15 @@ struct scenario {
   std::string replay_command() const;
 };
 
+/// A random fault plan of `count` faults for the scenario's hosts and ranks, drawn from `seed`
+/// (the same seed, the same plan): crashes and partitions (at most one per host) within the
+/// first `within` of the run, spawn failures, agent failures and launcher signals (SIGINT,
+/// SIGTERM, SIGUSR1). Lost exits are left out: they can only end in a liveness failure.
+/// The plan is a plain value: print it (to_string) or append it to scenario::faults, whose
+/// replay command then lists every fault explicitly.
+std::vector<fault> generate_faults(const scenario& s, std::uint64_t seed, std::uint32_t count,
+                                   sim_time within = std::chrono::seconds(5));
+
 /// The allocation, job and rank map the scenario describes (hosts "node0", "node1", ...).
 /// Throws pm::error(errc::mapping) when the job does not fit.
 allocation make_allocation(const scenario& s);
