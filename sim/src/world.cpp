@@ -1347,7 +1347,7 @@ class world {
       }
       std::string text =
           "no events left, but the job is not finished: " + std::to_string(not_ended) +
-          " ranks not ended";
+          (not_ended == 1 ? " rank not ended" : " ranks not ended");
       if (example)
         text += " (e.g. rank " + std::to_string(*example) + ", " +
                 pm::to_string(report.ranks[*example].state) + " as the controller sees it)";

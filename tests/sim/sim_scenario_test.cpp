@@ -172,7 +172,7 @@ TEST(SimScenario, LostExitNotificationIsALoudLivenessFailure) {
   EXPECT_EQ(r.outcome, verdict::liveness);
   EXPECT_FALSE(r.finished);
   ASSERT_FALSE(r.problems.empty());
-  EXPECT_NE(r.problems[0].find("no events left, but the job is not finished: 1 ranks not ended "
+  EXPECT_NE(r.problems[0].find("no events left, but the job is not finished: 1 rank not ended "
                                "(e.g. rank 1, running as the controller sees it)"),
             std::string::npos)
       << r.problems[0];
