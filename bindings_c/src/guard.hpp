@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "pm/error.hpp"
@@ -59,6 +61,16 @@ void require(const char* function, const char* name, const T* p) {
 
 /// Checks an options or output struct's version: 1 .. `current`, else PM_E_VERSION naming both.
 void check_version(const char* function, const char* type, unsigned version, unsigned current);
+
+/// The integer a C caller stored in an enum-typed field or parameter. C allows any int there; in
+/// C++ loading a value outside the enumerators' range is undefined (UBSan's -fsanitize=enum), so
+/// the bits are copied instead of loaded as the enum.
+template <class E>
+std::underlying_type_t<E> raw_value(const E& e) noexcept {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
 
 /// A malloc'd copy (pm_free frees it); throws std::bad_alloc.
 char* copy_string(const std::string& s);

@@ -92,7 +92,8 @@ int pm_job_set_mapping(pm_job* job, const pm_mapping_options* mapping) {
     if (mapping == nullptr) mapping = &defaults;
     check_version(fn, "pm_mapping_options", mapping->version, PM_MAPPING_OPTIONS_VERSION);
     pm::mapping_policy policy;
-    switch (mapping->by) {
+    const auto by = raw_value(mapping->by);
+    switch (by) {
       case PM_MAP_BY_SLOT:
         policy.by = pm::map_by::slot;
         break;
@@ -106,7 +107,7 @@ int pm_job_set_mapping(pm_job* job, const pm_mapping_options* mapping) {
         }
         break;
       default:
-        invalid(fn, "unknown pm_map_by value " + std::to_string(mapping->by));
+        invalid(fn, "unknown pm_map_by value " + std::to_string(by));
     }
     policy.ppr = mapping->ppr;
     if (mapping->oversubscribe == 0 || mapping->oversubscribe == 1) {

@@ -1,4 +1,6 @@
 // Reports: how a job ended, read field by field or as JSON.
+#include <utility>
+
 #include "guard.hpp"
 #include "handles.hpp"
 
@@ -84,13 +86,15 @@ int pm_report_json(char** out, const pm_report* report) {
 }
 
 const char* pm_cause_name(pm_cause cause) {
-  if (cause < PM_CAUSE_NONE || cause > PM_CAUSE_TIMEOUT) return "unknown";
-  return pm::to_string(static_cast<pm::cause_kind>(cause));
+  const auto v = raw_value(cause);
+  if (std::cmp_less(v, 0) || std::cmp_greater(v, int{PM_CAUSE_TIMEOUT})) return "unknown";
+  return pm::to_string(static_cast<pm::cause_kind>(v));
 }
 
 const char* pm_rank_state_name(pm_rank_state state) {
-  if (state < PM_RANK_PENDING || state > PM_RANK_LOST) return "unknown";
-  return pm::to_string(static_cast<pm::rank_state>(state));
+  const auto v = raw_value(state);
+  if (std::cmp_less(v, 0) || std::cmp_greater(v, int{PM_RANK_LOST})) return "unknown";
+  return pm::to_string(static_cast<pm::rank_state>(v));
 }
 
 }  // extern "C"

@@ -2,6 +2,8 @@
 // report, the trace hash and the replay command.
 #include <memory>
 
+#include <utility>
+
 #include "guard.hpp"
 #include "handles.hpp"
 #include "pm/sim/world.hpp"
@@ -40,7 +42,8 @@ int pm_sim_new(pm_sim** out, const pm_sim_options* options) {
       }
       s.np = static_cast<std::uint32_t>(options->np);
     }
-    switch (options->map_by) {
+    const auto by = raw_value(options->map_by);
+    switch (by) {
       case PM_MAP_BY_SLOT:
         s.mapping.by = pm::map_by::slot;
         break;
@@ -54,7 +57,7 @@ int pm_sim_new(pm_sim** out, const pm_sim_options* options) {
         }
         break;
       default:
-        invalid(fn, "unknown pm_map_by value " + std::to_string(options->map_by));
+        invalid(fn, "unknown pm_map_by value " + std::to_string(by));
     }
     s.mapping.ppr = options->ppr;
     s.mapping.oversubscribe = options->oversubscribe != 0;
@@ -196,8 +199,9 @@ int pm_sim_result_explain(char** out, const pm_sim_result* result) {
 }
 
 const char* pm_sim_verdict_name(pm_sim_verdict verdict) {
-  if (verdict < PM_SIM_OK || verdict > PM_SIM_CRASH) return "unknown";
-  return pm::sim::to_string(static_cast<pm::sim::verdict>(verdict));
+  const auto v = raw_value(verdict);
+  if (std::cmp_less(v, 0) || std::cmp_greater(v, int{PM_SIM_CRASH})) return "unknown";
+  return pm::sim::to_string(static_cast<pm::sim::verdict>(v));
 }
 
 }  // extern "C"
