@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -395,6 +396,36 @@ static void signals_cancel_timeout(void) {
   pm_map_destroy(map);
 }
 
+/* pm_run_signal from another thread while this one runs the loop. */
+static void* send_term(void* run) {
+  struct timespec pause = {0, 100 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  CHECK_OK(pm_run_signal(run, SIGTERM));
+  return NULL;
+}
+
+static void signal_from_another_thread(void) {
+  const char* argv[] = {payload, "sleep", "30", NULL};
+  pm_map* map = local_map(2, argv, NULL);
+  capture c;
+  memset(&c, 0, sizeof c);
+  pm_run_options o = options_for(&c);
+  pm_run* run = NULL;
+  CHECK_OK(pm_run_start(&run, map, &o));
+  wait_running(run, &c, 2);
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, send_term, run) == 0);
+  const double start = now_seconds();
+  int exit_code = -1;
+  CHECK_OK(pm_run_wait(run, &exit_code));
+  CHECK(pthread_join(thread, NULL) == 0);
+  CHECK(now_seconds() - start < 20.0);
+  CHECK(exit_code == 128 + SIGTERM);
+  CHECK(c.state_seen[0][PM_RANK_KILLED] == 1 && c.state_seen[1][PM_RANK_KILLED] == 1);
+  pm_run_destroy(run);
+  pm_map_destroy(map);
+}
+
 static char* read_file(const char* path) {
   static char buf[8192];
   int fd = open(path, O_RDONLY);
@@ -464,6 +495,7 @@ int main(int argc, char** argv) {
   failing_rank();
   bad_programs();
   signals_cancel_timeout();
+  signal_from_another_thread();
   output_to_descriptors();
   launched_environment();
   printf("c_launch_test: ok\n");

@@ -108,7 +108,7 @@ PM_C_API int pm_allocation_local(pm_allocation** out);
  * PM_E_PARSE with a message naming the token for a malformed list. */
 PM_C_API int pm_allocation_from_hosts(pm_allocation** out, const char* hosts);
 /* From an Open MPI hostfile ("name slots=N max_slots=M", '#' comments). PM_E_PARSE names the
- * file, line and token; PM_E_SYSTEM (or PM_E_PARSE) when the file cannot be read. */
+ * file, line and token, also when the file cannot be read ("cannot read 'f': No such file"). */
 PM_C_API int pm_allocation_from_hostfile(pm_allocation** out, const char* path);
 /* The same from the text of a hostfile; `name` names it in messages (NULL: "hostfile"). */
 PM_C_API int pm_allocation_from_hostfile_text(pm_allocation** out, const char* text,
