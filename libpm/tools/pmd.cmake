@@ -7,5 +7,5 @@ pm_target_warnings(pmd)
 # pmd is on every launch path: without libstdc++'s dynamic relocations it starts about as fast
 # as /bin/true (measured 0.45 ms against 0.9-1.6 ms with the shared libstdc++), and it maps less.
 target_link_options(pmd PRIVATE -static-libstdc++ -static-libgcc)
-# Next to pmrun, where pm::local::default_agent_path() looks first.
-install(TARGETS pmd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# Installed next to pmrun (bin/), where pm::local::default_agent_path() looks first: the install
+# rules of every target are in cmake/pm_install.cmake.
