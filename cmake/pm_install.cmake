@@ -15,11 +15,14 @@ if(NOT PM_INSTALL)
   return()
 endif()
 
-set(PM_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/libpm
-    CACHE STRING "Where libpmConfig.cmake goes, relative to the prefix")
-set(PM_INSTALL_PKGCONFIGDIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig
-    CACHE STRING "Where the .pc files go, relative to the prefix")
-mark_as_advanced(PM_INSTALL_CMAKEDIR PM_INSTALL_PKGCONFIGDIR)
+# Where libpmConfig.cmake and the .pc files go, relative to the prefix (-D to override; derived
+# from CMAKE_INSTALL_LIBDIR otherwise, also when that changes later).
+if(NOT DEFINED PM_INSTALL_CMAKEDIR)
+  set(PM_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/libpm)
+endif()
+if(NOT DEFINED PM_INSTALL_PKGCONFIGDIR)
+  set(PM_INSTALL_PKGCONFIGDIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
 
 # Names in the package: libpm::libpm, libpm::sim, libpm::c (bindings_c sets EXPORT_NAME c), and
 # the programs as imported executables (libpm::pmrun, libpm::pmd, libpm::pmsim), so that a
