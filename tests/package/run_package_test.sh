@@ -147,6 +147,10 @@ step_pkgconfig_c() {
   [ "$(pkg_config --modversion libpm-c)" = "$version" ] || fail "libpm-c.pc's version"
   local pc
   read -r -a pc <<<"$(pkg_config --cflags --libs libpm-c)"
+  # <pm/pm.h> is also a C++ header (extern "C").
+  printf '#include <pm/pm.h>\nint main() { return pm_version() == 0; }\n' >"$tmp/pm_h.cpp"
+  "$CXX" -std=c++20 -Wall -Wextra -Wpedantic -Werror "${cxxflags[@]}" -fsyntax-only \
+    "$tmp/pm_h.cpp" "${pc[@]}" || fail "<pm/pm.h> does not compile as C++"
   echo "$CC -std=c11 main.c ${pc[*]}"
   "$CC" -std=c11 -Wall -Wextra -Wpedantic -Werror "${cflags[@]}" "$here/c_consumer/main.c" \
     -o "$tmp/c_consumer" "${pc[@]}" "${ldflags[@]}"
@@ -161,6 +165,14 @@ step_pkgconfig_cxx() {
   [ "$(pkg_config --modversion libpm-sim)" = "$version" ] || fail "libpm-sim.pc's version"
   local pc
   read -r -a pc <<<"$(pkg_config --cflags --libs libpm-sim)"
+  # Every installed header compiles on its own (includes only what is installed, warns nothing).
+  local h
+  while IFS= read -r h; do
+    printf '#include <%s>\n' "${h#"$prefix/include/"}" >"$tmp/header.cpp"
+    "$CXX" -std=c++20 -Wall -Wextra -Wpedantic -Werror "${cxxflags[@]}" "${pc[@]}" -fsyntax-only \
+      "$tmp/header.cpp" || fail "<${h#"$prefix/include/"}> does not compile on its own"
+  done < <(find "$prefix/include/pm" -name '*.hpp' | sort)
+  echo "every installed <pm/*.hpp> compiles on its own"
   echo "$CXX -std=c++20 main.cpp ${pc[*]}"
   "$CXX" -std=c++20 -Wall -Wextra -Wpedantic -Werror "${cxxflags[@]}" \
     "$here/cxx_consumer/main.cpp" -o "$tmp/cxx_consumer" "${pc[@]}" "${ldflags[@]}"
