@@ -92,8 +92,13 @@ step_layout() {
   fi
   # Relocatable: no path of the build, the sources or the staging prefix in a text file, and no
   # RPATH/RUNPATH pointing into them.
-  local hits
-  hits=$(grep -rIl -e "$build" -e "$src" -e "$tmp/stage" "$prefix" || true)
+  # A path counts where it begins a word, so that a short source path such as /src does not match
+  # "libpm/src/" in the installed docs.
+  local hits path re=""
+  for path in "$build" "$src" "$tmp/stage"; do
+    re+="${re:+|}$(sed 's/[][\\.*^$+?(){}|]/\\&/g' <<<"$path")"
+  done
+  hits=$(grep -rIlE "(^|[^[:alnum:]_./-])($re)(/|[^[:alnum:]_.-]|$)" "$prefix" || true)
   [ -z "$hits" ] || fail "absolute build paths in: $hits"
   local elf
   while IFS= read -r elf; do
