@@ -1,19 +1,54 @@
 // Running a job on this machine: pm::job_runner on an io_context the run owns, driven inside
 // pm_run_poll / pm_run_wait on the caller's thread, with C callbacks for output, messages, rank
 // state changes and the end.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "guard.hpp"
 #include "handles.hpp"
 #include "pm/launcher.hpp"
 
+// Requests from any thread (pm_run_signal, pm_run_cancel) reach the loop's thread through a
+// mutex-guarded list and an eventfd the loop watches: no Asio object is touched from another
+// thread (posting across threads raced with the loop's run_one under TSan).
+struct cross_thread_requests {
+  static constexpr int cancel = 0;  // a request: a signal number, or this
+  std::mutex mutex;
+  std::vector<int> pending;
+  int fd = -1;  // eventfd
+
+  void add(int request) {
+    {
+      std::lock_guard lock(mutex);
+      pending.push_back(request);
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(fd, &one, sizeof one);  // only fails if it overflows
+  }
+  std::vector<int> take() {
+    std::uint64_t count = 0;
+    [[maybe_unused]] const auto n = ::read(fd, &count, sizeof count);
+    std::lock_guard lock(mutex);
+    return std::exchange(pending, {});
+  }
+};
+
 struct pm_run {
   // The io_context outlives the runner (members are destroyed in reverse order).
   boost::asio::io_context io{1};
+  cross_thread_requests requests;
+  std::unique_ptr<boost::asio::posix::stream_descriptor> wake;  // watches requests.fd
   pm_run_options options{};
   std::unique_ptr<pm::job_runner> runner;
   std::unique_ptr<pm_report> final_report;  // set by the runner's on_finish
@@ -87,6 +122,23 @@ void report_state_changes(pm_run& run, const pm::job_report& report) {
     fill_rank_info(r, info);
     run.options.on_rank_state(&info, run.options.user_data);
   }
+}
+
+bool finished(const pm_run& run);
+
+// Keeps a wait on the eventfd armed; each wake-up hands the requests to the runner.
+void watch_requests(pm_run& run) {
+  run.wake->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                       [&run](const boost::system::error_code& ec) {
+                         if (ec) return;  // cancelled: the run is being destroyed
+                         for (const int request : run.requests.take()) {
+                           if (request == cross_thread_requests::cancel)
+                             run.runner->cancel();
+                           else
+                             run.runner->signal(request);
+                         }
+                         if (!finished(run)) watch_requests(run);
+                       });
 }
 
 pm::job_callbacks callbacks(pm_run& run) {
@@ -199,8 +251,13 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
     if (options->on_output != nullptr) request.output.sink = sink(*run);
     if (options->agent_path != nullptr) request.agent_path = options->agent_path;
 
+    run->requests.fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (run->requests.fd < 0)
+      throw pm::error(pm::errc::system, std::string("eventfd: ") + std::strerror(errno));
+    run->wake = std::make_unique<boost::asio::posix::stream_descriptor>(run->io, run->requests.fd);
     run->runner = std::make_unique<pm::job_runner>(run->io, std::move(request), callbacks(*run));
     run->runner->start();
+    watch_requests(*run);
     *out = run.release();
     return PM_OK;
   });
@@ -234,8 +291,8 @@ int pm_run_signal(pm_run* run, int signo) {
     require(fn, "run", run);
     if (signo <= 0 || signo >= 65)
       invalid(fn, "signal " + std::to_string(signo) + " is not a signal");
-    // Posted: the runner is touched only on the loop's thread, so any thread may call this.
-    boost::asio::post(run->io, [run, signo] { run->runner->signal(signo); });
+    // The runner is touched only on the loop's thread, so any thread may call this.
+    run->requests.add(signo);
     return PM_OK;
   });
 }
@@ -243,7 +300,7 @@ int pm_run_signal(pm_run* run, int signo) {
 int pm_run_cancel(pm_run* run) {
   return guard(__func__, [&](const char* fn) {
     require(fn, "run", run);
-    boost::asio::post(run->io, [run] { run->runner->cancel(); });
+    run->requests.add(cross_thread_requests::cancel);
     return PM_OK;
   });
 }
