@@ -8,6 +8,7 @@
 #include <charconv>
 
 #include "pm/error.hpp"
+#include "pm/rank_map.hpp"
 #include "pm/sim/random.hpp"
 
 namespace pm::sim {
@@ -457,6 +458,36 @@ allocation make_allocation(const scenario& s) {
     a.hosts.push_back(std::move(entry));
   }
   return a;
+}
+
+void check_targets(const scenario& s, std::uint32_t hosts, std::uint32_t ranks) {
+  for (const auto& [rank, script] : s.scripts)
+    if (rank >= ranks)
+      usage("--rank " + std::to_string(rank) + ": no such rank (the job has " +
+            std::to_string(ranks) + " ranks)");
+  std::vector<bool> partitioned;
+  for (const auto& f : s.faults) {
+    if (f.kind == fault_kind::launcher_signal) continue;
+    const bool on_host = f.kind == fault_kind::host_crash || f.kind == fault_kind::partition ||
+                         f.kind == fault_kind::agent_failure;
+    if (on_host && f.target >= hosts)
+      usage("fault '" + to_string(f) + "': no host " + std::to_string(f.target) +
+            " (the cluster has " + std::to_string(hosts) + " hosts)");
+    if (!on_host && f.target >= ranks)
+      usage("fault '" + to_string(f) + "': no rank " + std::to_string(f.target) + " (the job has " +
+            std::to_string(ranks) + " ranks)");
+    if (f.kind != fault_kind::partition) continue;
+    if (partitioned.empty()) partitioned.resize(hosts);
+    if (partitioned[f.target])
+      usage("fault '" + to_string(f) + "': node" + std::to_string(f.target) +
+            " has a partition already (one per host)");
+    partitioned[f.target] = true;
+  }
+}
+
+void check(const scenario& s) {
+  const auto map = map_job(make_job(s), make_allocation(s));
+  check_targets(s, static_cast<std::uint32_t>(map.allocation().hosts.size()), map.size());
 }
 
 job_spec make_job(const scenario& s) {

@@ -267,10 +267,8 @@ class world {
       for (std::uint32_t rank = 0; rank < n; ++rank)
         procs_[rank].script = app_script[map_.at(rank).app];
     }
+    check_targets(s, static_cast<std::uint32_t>(hosts_.size()), n);
     for (const auto& [rank, script] : s.scripts) {
-      if (rank >= n)
-        throw error(errc::usage, "--rank " + std::to_string(rank) + ": no such rank (the job has " +
-                                     std::to_string(n) + " ranks)");
       procs_[rank].script = static_cast<std::uint32_t>(scripts_.size());
       scripts_.push_back(script);
     }
@@ -347,21 +345,12 @@ class world {
   const process_script& script(std::uint32_t rank) const { return scripts_[procs_[rank].script]; }
 
   void plan(const fault& f) {
-    const auto hosts = static_cast<std::uint32_t>(hosts_.size());
-    const auto ranks = map_.size();
-    const bool on_host = f.kind == fault_kind::host_crash || f.kind == fault_kind::partition ||
-                         f.kind == fault_kind::agent_failure;
+    // check_targets() has checked every target and partition.
     if (f.kind == fault_kind::launcher_signal) {
       // Never before job_start (events before it are ignored, by the controller's rules).
       at(std::max<std::int64_t>(f.at.count(), 1), ek::launcher_signal, f.target, 0);
       return;
     }
-    if (on_host && f.target >= hosts)
-      throw error(errc::usage, "fault '" + to_string(f) + "': no host " + std::to_string(f.target) +
-                                   " (the cluster has " + std::to_string(hosts) + " hosts)");
-    if (!on_host && f.target >= ranks)
-      throw error(errc::usage, "fault '" + to_string(f) + "': no rank " + std::to_string(f.target) +
-                                   " (the job has " + std::to_string(ranks) + " ranks)");
     switch (f.kind) {
       case fault_kind::host_crash: {
         auto& h = hosts_[f.target];
@@ -371,9 +360,6 @@ class world {
       }
       case fault_kind::partition: {
         auto& h = hosts_[f.target];
-        if (h.part_from >= 0)
-          throw error(errc::usage, "fault '" + to_string(f) + "': " + host_name(f.target) +
-                                       " has a partition already (one per host)");
         h.part_from = f.at.count();
         h.part_until = f.until.count();
         at(f.at.count(), ek::partition_begin, f.target, 0);

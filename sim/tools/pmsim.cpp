@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,8 @@ struct flags {
   std::string host_slots, map_by = "slot", kill_grace, timeout, trace_file, default_script;
   std::string link, link_jitter, agent_hop, spawn, spawn_jitter, reaction, heartbeat,
       heartbeat_timeout, run_time, run_jitter;
-  std::uint32_t hosts = 4, slots = 2, np = 0, fanout = 0, streams = 2;
+  std::uint32_t hosts = 4, slots = 2, fanout = 0, streams = 2;
+  std::optional<std::uint32_t> np;  // unset: one rank per slot
   std::uint64_t seed = 1;
   std::uint32_t random_faults = 0;
   bool no_abort = false, oversubscribe = false, json = false, twice = false;
@@ -55,9 +57,10 @@ pm::sim::scenario build(const flags& f) {
       from = end + 1;
     }
   }
-  if (f.np != 0) s.np = f.np;
+  if (f.np == 0u) throw pm::error(pm::errc::usage, "--np 0: a job needs at least one rank");
+  if (f.np) s.np = *f.np;
   for (const auto& text : f.apps) s.apps.push_back(pm::sim::parse_app(text));
-  if (!s.apps.empty() && f.np != 0)
+  if (!s.apps.empty() && f.np)
     throw pm::error(pm::errc::usage, "--np and --app exclude each other (each app has its np)");
   if (f.map_by == "slot" || f.map_by == "core") {
     s.mapping.by = pm::map_by::slot;
@@ -190,17 +193,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    // --help prints the help; every other parse error is one line, as pmrun's are.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "pmsim: %s (pmsim --help lists the options)\n", e.what());
+    return 2;
   }
 
   pm::sim::scenario s;
   try {
     s = build(f);
-    std::printf("seed %llu\n", static_cast<unsigned long long>(s.seed));
-    std::printf("replay: %s\n", s.replay_command().c_str());
-    std::fflush(stdout);
-
+    pm::sim::check(s);
     std::ofstream trace_out;
     pm::sim::run_options opts;
     if (f.trace_file == "-") {
@@ -214,6 +216,10 @@ int main(int argc, char** argv) {
         throw pm::error(pm::errc::usage, "--trace: cannot write '" + f.trace_file + "'");
       opts.trace = [&](std::string_view line) { trace_out << line << '\n'; };
     }
+
+    std::printf("seed %llu\n", static_cast<unsigned long long>(s.seed));
+    std::printf("replay: %s\n", s.replay_command().c_str());
+    std::fflush(stdout);
 
     const auto wall_start = std::chrono::steady_clock::now();
     auto r = pm::sim::run(s, opts);
