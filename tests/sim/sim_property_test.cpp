@@ -93,7 +93,8 @@ process_script gen_script(const gen_options& o) {
 // A fault plan over the scenario's hosts and ranks (one partition per host at most).
 std::vector<fault> gen_faults(const scenario& s, const gen_options& o, bool lost_exit) {
   std::vector<fault> plan;
-  const auto hosts = static_cast<std::uint32_t>(s.host_slots.size());
+  const auto hosts =
+      s.host_slots.empty() ? s.hosts : static_cast<std::uint32_t>(s.host_slots.size());
   const auto ranks = *s.np;
   std::vector<fault_kind> kinds{fault_kind::spawn_failure};
   if (o.host_faults) {
@@ -277,6 +278,42 @@ RC_GTEST_PROP(SimProperty, LostHostsFailTheirRanksAndLeaveNothingBehind, ()) {
     RC_ASSERT(r.report.exit_code == pm::exit_codes::host_lost);
     RC_ASSERT(r.report.failed_host.has_value());
   }
+}
+
+// The same rules at a scheduler's scale: hundreds to thousands of hosts (up to 24,000 ranks),
+// abort on or off, a few failing ranks and a generated fault plan. The small clusters above
+// explore orderings; this one checks that nothing in the controller, the agents or the world
+// depends on the cluster being small (per-host batches, rank tables, sweeps).
+RC_GTEST_PROP(SimProperty, LargeClustersKeepTheContract, ()) {
+  const bool abort_on = *rc::gen::arbitrary<bool>();
+  gen_options o;
+  if (!abort_on) {
+    o.abort_scripts = false;
+    o.hang = false;
+    o.launcher_signals = false;
+  }
+  scenario s;
+  s.hosts = *rc::gen::inRange<std::uint32_t>(200, 3001);
+  s.slots = *rc::gen::inRange<std::uint32_t>(1, 9);
+  s.np = s.hosts * s.slots - *rc::gen::inRange<std::uint32_t>(0, s.slots);
+  s.mapping.by = *rc::gen::element(pm::map_by::slot, pm::map_by::node);
+  s.seed = *rc::gen::arbitrary<std::uint64_t>();
+  s.latency.run_time = 2s;
+  s.latency.run_jitter = 500ms;
+  s.control.abort_on_failure = abort_on;
+  if (abort_on) s.control.timeout = 20s;  // a hung rank alone ends by the timeout
+  const auto changed = *rc::gen::inRange(0, 5);
+  for (int i = 0; i < changed; ++i)
+    s.set_script(*rc::gen::inRange<std::uint32_t>(0, *s.np), gen_script(o));
+  s.faults = gen_faults(s, o, false);
+  const auto r = run_checked(s);
+  classify(r);
+  RC_CLASSIFY(s.hosts >= 1000, "1000+ hosts");
+  RC_ASSERT(r.finished);
+  RC_ASSERT(r.report.ranks.size() == std::size_t{*s.np});
+  for (const auto& rr : r.report.ranks) RC_ASSERT(terminal(rr.state));
+  if (!abort_on) RC_ASSERT(r.report.ranks_killed == 0u);
+  if (r.report.cause == pm::cause_kind::none) RC_ASSERT(r.report.exit_code == 0);
 }
 
 // A lost exit notification can only be a loud liveness failure (never a silent success), with
