@@ -26,18 +26,7 @@ const pm::job_env& decided_env(const pm_map& map) {
 }
 
 std::vector<std::string> rank_env(const pm_map& map, std::uint32_t rank) {
-  auto env = pm::rank_environment(decided_env(map), map.map, rank);
-  // The app's own variables win over everything: replace a same-named entry, else append.
-  for (const auto& v : map.app_env[map.map.at(rank).app]) {
-    const auto prefix = v.name + "=";
-    auto it = std::find_if(env.begin(), env.end(),
-                           [&](const std::string& e) { return e.starts_with(prefix); });
-    if (it != env.end())
-      *it = prefix + v.value;
-    else
-      env.push_back(prefix + v.value);
-  }
-  return env;
+  return pm::rank_environment(decided_env(map), map.map, rank);
 }
 
 }  // namespace pm::c

@@ -27,7 +27,7 @@ struct pm_env_settings {
 
 struct pm_job {
   pm::job_spec spec;
-  /// Per app: its own "NAME=value" variables (not part of pm::app_context; see launch.cpp).
+  /// Per app: its own variables (they become the map's job_env::app_overrides).
   std::vector<std::vector<pm::env_var>> app_env;
   pm_env_settings env;
 };
@@ -35,7 +35,6 @@ struct pm_job {
 struct pm_map {
   pm::rank_map map;
   std::vector<pm::app_context> apps;
-  std::vector<std::vector<pm::env_var>> app_env;
   /// Its launch facts (MASTER_ADDR/PORT) are decided once, by decided_env(), hence mutable.
   mutable pm::job_env env;
   std::optional<std::uint16_t> master_port;

@@ -66,9 +66,6 @@ int pm_job_add_app(pm_job* job, const pm_app_options* app) {
     }
     if (app->wdir != nullptr) ctx.wdir = app->wdir;
     auto env = app_variables(fn, app->env);
-    if (!env.empty() && ctx.argv[0].find('=') != std::string::npos) {
-      invalid(fn, "a program whose name contains '=' cannot have its own env");
-    }
     job->app_env.reserve(job->spec.apps.size() + 1);
     job->spec.apps.push_back(std::move(ctx));
     job->app_env.push_back(std::move(env));

@@ -61,39 +61,6 @@ struct pm_run {
 namespace pm::c {
 namespace {
 
-// pm::app_context has no env of its own, and pm::job_runner builds every rank's env from the
-// job's; an app with its own variables therefore runs as `/usr/bin/env -- NAME=value... argv`,
-// which sets them and execs the program (same pid, same argv). Its program is checked before
-// (run_start), so a missing one still starts no rank.
-constexpr const char* env_program = "/usr/bin/env";
-
-std::vector<pm::app_context> launched_apps(const pm_map& map) {
-  auto apps = map.apps;
-  for (std::size_t i = 0; i < apps.size(); ++i) {
-    const auto& vars = map.app_env[i];
-    if (vars.empty()) continue;
-    std::vector<std::string> argv{env_program, "--"};
-    for (const auto& v : vars) argv.push_back(v.name + "=" + v.value);
-    argv.insert(argv.end(), apps[i].argv.begin(), apps[i].argv.end());
-    apps[i].argv = std::move(argv);
-  }
-  return apps;
-}
-
-// Resolves the programs of the apps that run through env, each in its rank's PATH, by
-// constructing (not starting) a runner for them: it throws pm::error as the real one would.
-void check_wrapped_programs(pm_run& run, const pm_map& map, const pm::job_env& env) {
-  for (std::size_t i = 0; i < map.apps.size(); ++i) {
-    if (map.app_env[i].empty()) continue;
-    pm::job_request probe;
-    probe.apps = {map.apps[i]};
-    probe.env.base = env.base;
-    probe.env.overrides = env.overrides;
-    for (const auto& v : map.app_env[i]) probe.env.overrides.push_back(v);
-    pm::job_runner check(run.io, std::move(probe), {});
-  }
-}
-
 // The local transport starts ranks on this machine, as host 0 of the allocation.
 void check_local(const pm_map& m) {
   const auto& map = m.map;
@@ -237,9 +204,8 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
 
     pm::job_request request;
     request.map = map->map;
-    request.apps = launched_apps(*map);
-    request.env = decided_env(*map);
-    check_wrapped_programs(*run, *map, request.env);
+    request.apps = map->apps;
+    request.env = decided_env(*map);  // with each app's own variables (job_env::app_overrides)
     request.control.abort_on_failure = options->no_abort_on_failure == 0;
     request.control.timeout = std::chrono::milliseconds(options->timeout_ms);
     if (options->kill_grace_ms != 0)

@@ -45,8 +45,8 @@ int pm_map_job(pm_map** out, const pm_job* job, const pm_allocation* allocation)
     m->env = pm::make_job_env(s.inherited ? *s.inherited : pm::current_environment(), s.exports,
                               s.profiles, {});
     m->master_port = s.master_port;
+    m->env.app_overrides = job->app_env;
     m->apps = std::move(spec.apps);
-    m->app_env = job->app_env;
     *out = m.release();
     return PM_OK;
   });

@@ -260,10 +260,16 @@ static void bad_programs(void) {
   CHECK_FAILS(pm_run_start(&run, map, NULL), PM_E_NOT_FOUND, "pm_no_such_program_in_path");
   pm_map_destroy(map);
 
-  /* The same when the app has its own env (it runs through env(1), checked first). */
+  /* The same when the app has its own env; and its own PATH is where its program is looked up. */
   const char* app_env[] = {"A=1", NULL};
   map = local_map(1, missing, app_env);
   CHECK_FAILS(pm_run_start(&run, map, NULL), PM_E_NOT_FOUND, "pm_no_such_program");
+  pm_map_destroy(map);
+  const char* sh[] = {"sh", "-c", "true", NULL};
+  const char* empty_path[] = {"PATH=/pm-no-such-dir", NULL};
+  map = local_map(1, sh, empty_path);
+  CHECK_FAILS(pm_run_start(&run, map, NULL), PM_E_NOT_FOUND, "'sh'");
+  CHECK(run == NULL);
   pm_map_destroy(map);
 
   char path[] = "/tmp/pm_c_noexec_XXXXXX";

@@ -200,6 +200,40 @@ TEST(RankEnvironment, EveryNameOnceAndTheLastSpellingWins) {
             1);
 }
 
+TEST(RankEnvironment, AnAppsOwnVariablesWinForItsRanksOnly) {
+  // MPMD -np 1 ./a : -np 3 ./b on -H a:2,b:2; app 1 has its own RANK, PATH and GREETING.
+  pm::allocation a;
+  a.source = pm::allocation_source::host_list;
+  a.hosts = {pm::host{"a", 2}, pm::host{"b", 2}};
+  pm::job_spec j;
+  j.apps.push_back(pm::app_context{{"a"}, 1, {}, {}});
+  j.apps.push_back(pm::app_context{{"b"}, 3, {}, {}});
+  const auto map = pm::map_job(j, a);
+  pm::job_env env;
+  env.base = {{"GREETING", "base"}, {"PATH", "/usr/bin"}};
+  env.overrides = {{"RANK", "x-override"}, {"GREETING", "x"}};
+  env.profiles = pm::env_profile::torch;
+  env.app_overrides = {{}, {{"GREETING", "app1"}, {"PATH", "/opt/b"}, {"GREETING", "app1-last"}}};
+  auto app0 = as_map(pm::rank_environment(env, map, 0));
+  EXPECT_EQ(app0["GREETING"], "x");
+  EXPECT_EQ(app0["PATH"], "/usr/bin");
+  EXPECT_EQ(app0["RANK"], "x-override");
+  const auto out = pm::rank_environment(env, map, 2);
+  auto app1 = as_map(out);
+  EXPECT_EQ(app1["GREETING"], "app1-last");
+  EXPECT_EQ(app1["PATH"], "/opt/b");
+  EXPECT_EQ(app1["RANK"], "x-override");
+  EXPECT_EQ(app1["WORLD_SIZE"], "4");
+  for (const char* name : {"GREETING=", "PATH=", "RANK="})
+    EXPECT_EQ(std::count_if(out.begin(), out.end(),
+                            [&](const std::string& s) { return s.starts_with(name); }),
+              1)
+        << name;
+  // An app past the end of app_overrides has none.
+  env.app_overrides.resize(1);
+  EXPECT_EQ(as_map(pm::rank_environment(env, map, 2))["GREETING"], "x");
+}
+
 TEST(RankEnvironment, ValuesPassUntouched) {
   auto env =
       pm::make_job_env({{"W", "a=b c\td\n"}}, {{"Q=\"'$(x)`"}, {}}, pm::env_profile::none, {});

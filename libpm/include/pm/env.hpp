@@ -82,8 +82,17 @@ struct env_exports {
 struct job_env {
   std::vector<env_var> base;       ///< inherited minus outer identity, plus -mca exports
   std::vector<env_var> overrides;  ///< -x exports: they win over the profiles (the user asked)
+  /// Each app context's own variables (index = app; an app past the end has none), as hydra's
+  /// per-segment -env: they win over everything above, for that app's ranks only.
+  std::vector<std::vector<env_var>> app_overrides;
   env_profile profiles = default_env_profiles;
   launch_facts facts;
+
+  /// The variables only app `app` adds (empty when it has none).
+  const std::vector<env_var>& app_variables(std::uint32_t app) const noexcept {
+    static const std::vector<env_var> none;
+    return app < app_overrides.size() ? app_overrides[app] : none;
+  }
 };
 
 /// Builds the job's env from the launcher's own environment: drops outer-job identity, keeps
@@ -94,7 +103,8 @@ PM_API job_env make_job_env(const env_map& inherited, const env_exports& exports
                             env_profile profiles, launch_facts facts);
 
 /// The complete environment of one rank ("NAME=value" strings, ready for execve): base, then
-/// profile variables, then overrides; a later entry replaces an earlier one of the same name.
+/// profile variables, then overrides, then its app's own variables; a later entry replaces an
+/// earlier one of the same name.
 PM_API std::vector<std::string> rank_environment(const job_env& env, const rank_map& map,
                                                  std::uint32_t rank);
 

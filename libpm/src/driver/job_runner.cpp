@@ -42,9 +42,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 
   job_time now() const { return std::chrono::steady_clock::now() - epoch; }
 
-  // The PATH a rank of this job sees: an -x PATH wins over the inherited one.
-  std::string rank_path_variable() const {
-    for (const auto* list : {&req.env.overrides, &req.env.base}) {
+  // The PATH the ranks of app `app` see: the app's own PATH wins over an -x PATH, which wins
+  // over the inherited one.
+  std::string rank_path_variable(std::uint32_t app) const {
+    for (const auto* list : {&req.env.app_variables(app), &req.env.overrides, &req.env.base}) {
       for (auto it = list->rbegin(); it != list->rend(); ++it) {
         if (it->name == "PATH") return it->value;
       }
@@ -53,10 +54,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   }
 
   void resolve_programs() {
-    const auto path = rank_path_variable();
-    for (const auto& app : req.apps) {
+    for (std::uint32_t i = 0; i < req.apps.size(); ++i) {
+      const auto& app = req.apps[i];
       if (app.argv.empty()) throw error(errc::launch, "an app context has no program");
-      paths.push_back(local::resolve_executable(app.argv[0], path, app.wdir));
+      paths.push_back(local::resolve_executable(app.argv[0], rank_path_variable(i), app.wdir));
     }
   }
 

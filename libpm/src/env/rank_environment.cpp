@@ -1,4 +1,5 @@
-// One rank's complete environment: base, then profile variables, then -x overrides.
+// One rank's complete environment: base, then profile variables, then -x overrides, then the
+// variables of the rank's app context.
 //
 // Built for every rank at spawn, so it must stay cheap (~60 inherited variables: a few µs). The
 // later entries (profiles + overrides, ~30) go into a small flat table with a 64-bit filter on
@@ -32,11 +33,14 @@ std::string join(const env_var& v) {
 std::vector<std::string> rank_environment(const job_env& env, const rank_map& map,
                                           std::uint32_t rank) {
   const auto profile = profile_env(map, rank, env.profiles, env.facts);
-  // The later entries in order: profile variables, then overrides.
+  const auto& app = env.app_overrides.empty() ? env.app_variables(0)  // none: skip the lookup
+                                              : env.app_variables(map.at(rank).app);
+  // The later entries in order: profile variables, then overrides, then the app's variables.
   std::vector<const env_var*> later;
-  later.reserve(profile.size() + env.overrides.size());
+  later.reserve(profile.size() + env.overrides.size() + app.size());
   for (const auto& v : profile) later.push_back(&v);
   for (const auto& v : env.overrides) later.push_back(&v);
+  for (const auto& v : app) later.push_back(&v);
 
   std::uint64_t filter = 0;
   for (const auto* v : later) filter |= filter_bit(v->name);
@@ -69,10 +73,11 @@ std::vector<std::string> rank_environment(const job_env& env, const rank_map& ma
     if ((filter & filter_bit(v.name)) != 0 && named_in(v.name, 0)) continue;  // replaced later
     out.push_back(join(v));
   }
-  // A later entry of the same name wins (an -x override over a profile variable). Overrides are
-  // few and already unique, so only a profile entry can be shadowed.
+  // A later entry of the same name wins (an -x override over a profile variable, an app's own
+  // variable over both). Overrides and app variables are few, so the filter is cheap.
   std::uint64_t override_filter = 0;
   for (const auto& v : env.overrides) override_filter |= filter_bit(v.name);
+  for (const auto& v : app) override_filter |= filter_bit(v.name);
   for (std::size_t i = 0; i < later.size(); ++i) {
     const auto& name = later[i]->name;
     if ((override_filter & filter_bit(name)) != 0 && named_in(name, i + 1)) continue;
