@@ -188,6 +188,7 @@ enum pflag : std::uint8_t {
   leftover_alive = 4,  // it ended, a child of it still holds its streams
   f_spawn_fail = 8,    // fault: it cannot be executed
   f_lost_exit = 16,    // fault: its exit is never noticed
+  signalled = 32,      // the controller sent it a signal
 };
 
 // Per rank: 12 bytes, so that 800,000 ranks stay small.
@@ -301,16 +302,18 @@ class world {
         flush_up();
         // Settled: what is left in the queue is stale (natural ends of processes that were
         // killed, timers of a finished controller); nothing can change any more.
-        if (ctl_.finished() && live_procs_ == 0 && leftovers_alive_ == 0 && agents_pending_ == 0)
+        if (finish_seen_ && live_procs_ == 0 && leftovers_alive_ == 0 && agents_pending_ == 0)
           break;
       }
       result_.end_time = sim_time(now_);
-      if (queue_.empty() || ctl_.finished()) final_checks();
+      if (queue_.empty() || finish_seen_) final_checks();
     } catch (const std::exception& ex) {
       result_.outcome = verdict::crash;
       result_.problems.push_back("at " + format_duration(sim_time(now_)) + ": " + ex.what());
     }
-    result_.finished = ctl_.finished();
+    // Finished is what a driver sees: the finish action (the controller's own flag alone would
+    // leave a real driver waiting).
+    result_.finished = finish_seen_;
     if (!result_.finished) result_.report = ctl_.report();
     result_.trace_hash = hash_.value();
     return std::move(result_);
@@ -555,9 +558,16 @@ class world {
     const bool was_finished = ctl_.finished();
     ctl_out_.clear();
     ctl_.handle(job_time(now_), e, ctl_out_);
+    if (o_.tamper_actions) o_.tamper_actions(ctl_out_);
     if (was_finished && !ctl_out_.empty())
       correctness("the controller acted after it finished (" + std::to_string(ctl_out_.size()) +
                   " actions)");
+    for (std::size_t i = 0; i + 1 < ctl_out_.size(); ++i) {
+      if (!std::holds_alternative<finish>(ctl_out_[i])) continue;
+      correctness("the controller acted after it finished (" +
+                  std::to_string(ctl_out_.size() - i - 1) + " actions after its finish)");
+      break;
+    }
     // Actions may refer to ctl_out_ while executing; keep them in a local buffer.
     std::vector<action> actions;
     actions.swap(ctl_out_);
@@ -694,6 +704,7 @@ class world {
                     " before the kill grace (" + format_duration(sim_time(grace)) + ") expired");
     }
     for (auto rank : x.ranks) {
+      if (rank < procs_.size()) procs_[rank].flags |= signalled;
       if (rank < procs_.size() && (procs_[rank].flags & end_known) != 0 && !finish_seen_)
         correctness(signal_name(x.signo) + " to rank " + std::to_string(rank) +
                     ", whose end the controller knew");
@@ -1306,6 +1317,27 @@ class world {
                     std::to_string(f.code) + "), but the report says " + pm::to_string(r.cause) +
                     " with code " + std::to_string(r.exit_code) + ": " + r.summary);
     }
+    // An abort signals every rank that is still running: a rank whose end the controller learned
+    // after the abort began must have been sent a signal (SIGTERM, or SIGKILL after the grace).
+    const bool aborted = r.cause != cause_kind::none &&
+                         (s_.control.abort_on_failure || r.cause == cause_kind::signal ||
+                          r.cause == cause_kind::timeout);
+    if (aborted) {
+      const std::int64_t began =
+          r.cause == cause_kind::timeout
+              ? std::chrono::duration_cast<sim_time>(s_.control.timeout).count()
+              : f.t;
+      for (const auto& rr : r.ranks) {
+        if (rr.state != rank_state::exited && rr.state != rank_state::killed) continue;
+        if (f.kind != cause_kind::none && rr.rank == f.rank) continue;
+        if (!rr.ended_at || rr.ended_at->count() <= began) continue;
+        if ((procs_[rr.rank].flags & signalled) != 0) continue;
+        correctness("rank " + std::to_string(rr.rank) + " ended at " +
+                    format_duration(*rr.ended_at) + ", after the abort began at " +
+                    format_duration(sim_time(began)) + ", and was never signalled");
+        break;
+      }
+    }
     // Without abort, every rank that no fault touched runs to completion and succeeds.
     if (!s_.control.abort_on_failure && !saw_abort_ && !saw_launcher_signal_ && !timeout_set) {
       for (const auto& rr : r.ranks) {
@@ -1321,7 +1353,13 @@ class world {
   }
 
   void final_checks() {
-    if (!ctl_.finished()) {
+    if (!finish_seen_ && ctl_.finished()) {
+      liveness(
+          "the controller considers the job finished but never told the driver (no finish "
+          "action): a real launcher would wait forever");
+      return;
+    }
+    if (!finish_seen_) {
       std::uint32_t not_ended = 0;
       std::optional<std::uint32_t> example;
       const auto report = ctl_.report();

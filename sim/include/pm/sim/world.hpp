@@ -49,6 +49,10 @@ struct run_options {
   /// unless `env` is set).
   std::function<void(std::uint32_t rank, std::uint32_t host, const std::vector<std::string>& env)>
       on_spawn;
+  /// For testing the checks themselves: edits the controller's actions (after it handled an
+  /// event, before the world carries them out), i.e. a controller bug on purpose. A check that
+  /// never fails proves nothing; tests/sim/sim_checks_test.cpp shows each one catching a bug.
+  std::function<void(std::vector<action>& actions)> tamper_actions;
   /// Limits: a run that needs more is a liveness failure. 0: 64 events per rank + 1,000,000.
   std::uint64_t max_events = 0;
   sim_time max_time{std::chrono::hours(24)};
