@@ -79,16 +79,14 @@ void check_local(const pm_map& m) {
   }
 }
 
-// Calls on_rank_state for every rank whose state differs from the last one reported.
-void report_state_changes(pm_run& run, const pm::job_report& report) {
+// Calls on_rank_state for a rank whose state differs from the last one reported.
+void report_state_change(pm_run& run, const pm::rank_report& r) {
   if (run.options.on_rank_state == nullptr) return;
-  for (const auto& r : report.ranks) {
-    if (r.rank >= run.seen.size() || run.seen[r.rank] == r.state) continue;
-    run.seen[r.rank] = r.state;
-    pm_rank_info info = PM_RANK_INFO_INIT;
-    fill_rank_info(r, info);
-    run.options.on_rank_state(&info, run.options.user_data);
-  }
+  if (r.rank >= run.seen.size() || run.seen[r.rank] == r.state) return;
+  run.seen[r.rank] = r.state;
+  pm_rank_info info = PM_RANK_INFO_INIT;
+  fill_rank_info(r, info);
+  run.options.on_rank_state(&info, run.options.user_data);
 }
 
 bool finished(const pm_run& run);
@@ -115,9 +113,13 @@ pm::job_callbacks callbacks(pm_run& run) {
     run.line.assign(line);
     run.options.on_message(run.line.c_str(), run.options.user_data);
   };
+  if (run.options.on_rank_state != nullptr)
+    cb.on_rank_state = [&run](const pm::rank_report& rank) { report_state_change(run, rank); };
   cb.on_finish = [&run](const pm::job_report& report) {
     run.final_report = std::make_unique<pm_report>(pm_report{report});
-    report_state_changes(run, run.final_report->value);
+    // Every change was reported as it happened; this only catches what the runner does not
+    // report (nothing today), so that the C contract does not depend on it.
+    for (const auto& r : run.final_report->value.ranks) report_state_change(run, r);
     if (run.options.on_finish != nullptr)
       run.options.on_finish(run.final_report.get(), run.options.user_data);
   };
@@ -157,8 +159,6 @@ bool step(pm_run& run, std::optional<std::chrono::steady_clock::time_point> dead
     }
     return false;
   }
-  if (ran != 0 && !finished(run) && run.options.on_rank_state != nullptr)
-    report_state_changes(run, run.runner->report());
   return ran != 0;
 }
 

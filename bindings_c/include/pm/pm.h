@@ -345,7 +345,7 @@ typedef struct pm_run_options {
   int stderr_fd;
   pm_output_fn on_output; /* if set, lines go here instead of stdout_fd/stderr_fd */
   pm_message_fn on_message;
-  /* Called for every change of a rank's state. Costs O(ranks) per event-loop step. */
+  /* Called for every change of a rank's state (O(1) each), in the order the job learned them. */
   pm_rank_state_fn on_rank_state;
   pm_finish_fn on_finish;
   void* user_data;        /* passed to every callback */

@@ -154,6 +154,10 @@ class PM_API controller {
   bool finished() const noexcept;
   /// The report as of now (final once finished()).
   job_report report() const;
+  /// One rank's entry of report(), in O(1): a driver that reports state changes asks for the
+  /// ranks an event touched instead of building the whole report. Throws pm::error(internal)
+  /// for a rank outside the job.
+  rank_report rank_report_of(std::uint32_t rank) const;
 
  private:
   struct state;

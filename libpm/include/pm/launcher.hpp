@@ -49,6 +49,13 @@ struct job_callbacks {
   std::function<void(std::string_view line)> on_message;
   /// The job ended; the report is final. Called once, last.
   std::function<void(const job_report& report)> on_finish;
+  /// A rank changed state: it started (running) or ended (exited, killed, spawn_failed, lost).
+  /// Called once per change, in the order the job learned them, with that rank's entry of the
+  /// report; O(1) per change (a lost host calls it for each of its ranks). A rank whose exit
+  /// overtook its start goes from pending to its end in one call. Ranks still pending at the
+  /// finish (never started) are not reported here; the final report lists them. (Last in the
+  /// struct, so that {on_message, on_finish} initialisation keeps its meaning.)
+  std::function<void(const rank_report& rank)> on_rank_state = {};
 };
 
 class PM_API job_runner {

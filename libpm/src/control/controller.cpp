@@ -8,6 +8,8 @@
 // Counters (ranks not ended, streams open) decide the finish without a scan.
 #include "pm/controller.hpp"
 
+#include "pm/error.hpp"
+
 #include <signal.h>
 
 #include <bit>
@@ -439,6 +441,31 @@ bool controller::finished() const noexcept {
   return state_->ph == phase::finished;
 }
 
+rank_report controller::rank_report_of(std::uint32_t rank) const {
+  const auto& s = *state_;
+  if (rank >= s.ranks.size())
+    throw error(errc::internal, "rank_report_of: rank " + std::to_string(rank) +
+                                    " is outside the job (" + std::to_string(s.ranks.size()) +
+                                    " ranks)");
+  const auto& slot = s.ranks[rank];
+  rank_report rr;
+  rr.rank = rank;
+  rr.host = s.host_of(rank);
+  rr.state = slot.state;
+  rr.pid = slot.pid;
+  if (slot.started_at.count() >= 0) rr.started_at = slot.started_at;
+  if (slot.ended_at.count() >= 0) rr.ended_at = slot.ended_at;
+  if (slot.state != rank_state::pending && slot.state != rank_state::running &&
+      slot.state != rank_state::lost)
+    rr.status = slot.status();
+  if (slot.state == rank_state::lost) {
+    if (auto it = s.host_reasons.find(rr.host); it != s.host_reasons.end()) rr.reason = it->second;
+  } else if (auto it = s.rank_reasons.find(rank); it != s.rank_reasons.end()) {
+    rr.reason = it->second;
+  }
+  return rr;
+}
+
 job_report controller::report() const {
   const auto& s = *state_;
   job_report r;
@@ -454,36 +481,23 @@ job_report controller::report() const {
   r.ranks.reserve(s.ranks.size());
   for (std::uint32_t i = 0; i < s.ranks.size(); ++i) {
     const auto& slot = s.ranks[i];
-    rank_report rr;
-    rr.rank = i;
-    rr.host = s.host_of(i);
-    rr.state = slot.state;
-    rr.pid = slot.pid;
-    if (slot.started_at.count() >= 0) rr.started_at = slot.started_at;
-    if (slot.ended_at.count() >= 0) rr.ended_at = slot.ended_at;
+    auto rr = rank_report_of(i);
     switch (slot.state) {
       case rank_state::pending:
       case rank_state::running:
         break;
       case rank_state::lost:
-        if (auto it = s.host_reasons.find(rr.host); it != s.host_reasons.end())
-          rr.reason = it->second;
         ++r.ranks_failed;
         break;
       case rank_state::killed:
-        rr.status = slot.status();
         ++r.ranks_killed;
         break;
       case rank_state::spawn_failed:
       case rank_state::exited:
-        rr.status = slot.status();
         if (slot.state == rank_state::spawn_failed || (slot.flags & called_abort) != 0 ||
             !rr.status->success())
           ++r.ranks_failed;
         break;
-    }
-    if (slot.state != rank_state::lost) {
-      if (auto it = s.rank_reasons.find(i); it != s.rank_reasons.end()) rr.reason = it->second;
     }
     r.ranks.push_back(std::move(rr));
   }

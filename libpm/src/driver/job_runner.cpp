@@ -39,6 +39,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   std::vector<action> actions;
   bool done = false;
   std::optional<job_report> final_report;
+  std::vector<rank_state> told;  // per rank: the state on_rank_state last reported
 
   job_time now() const { return std::chrono::steady_clock::now() - epoch; }
 
@@ -75,7 +76,29 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       queue.pop_front();
       actions.clear();
       ctl.handle(now(), e, actions);
+      tell_state_changes(e);
       for (auto& a : actions) std::visit([this](auto& act) { execute(act); }, a);
+    }
+  }
+
+  // on_rank_state for the ranks the event may have moved: only rank events and a lost host
+  // change a rank's state (the controller's rules), so this is O(1) per event.
+  void tell_state_changes(const event& e) {
+    if (!cb.on_rank_state) return;
+    if (told.empty()) told.assign(req.map.size(), rank_state::pending);
+    const auto tell = [&](std::uint32_t rank) {
+      if (rank >= told.size()) return;
+      auto rr = ctl.rank_report_of(rank);
+      if (rr.state == told[rank]) return;
+      told[rank] = rr.state;
+      cb.on_rank_state(rr);
+    };
+    if (const auto* x = std::get_if<rank_started>(&e)) tell(x->rank);
+    if (const auto* x = std::get_if<rank_exited>(&e)) tell(x->rank);
+    if (const auto* x = std::get_if<rank_spawn_failed>(&e)) tell(x->rank);
+    if (const auto* x = std::get_if<host_lost>(&e)) {
+      if (x->host < req.map.allocation().hosts.size())
+        for (auto rank : req.map.ranks_on_host(x->host)) tell(rank);
     }
   }
 

@@ -1,0 +1,125 @@
+// pm::job_runner on this machine: on_rank_state reports every change once, in order, matching
+// the final report; controller::rank_report_of agrees with report() rank by rank.
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <map>
+
+#include "pm/env.hpp"
+#include "pm/error.hpp"
+#include "pm/launch_facts.hpp"
+#include "pm/launcher.hpp"
+#include "pm/rank_map.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+pm::job_request local_job(std::uint32_t np, std::vector<std::string> argv) {
+  pm::allocation alloc;
+  alloc.source = pm::allocation_source::api;
+  const auto me = pm::local_host_info();
+  alloc.hosts.push_back(pm::host{me.hostname, np, 0, true, true});
+  pm::job_spec spec;
+  spec.apps.push_back(pm::app_context{std::move(argv), np, {}, {}});
+  pm::job_request request;
+  request.map = pm::map_job(spec, alloc);
+  request.apps = spec.apps;
+  request.env = pm::make_job_env(pm::current_environment(), {}, pm::default_env_profiles,
+                                 pm::decide_launch_facts(request.map, me, std::nullopt));
+  request.agent_path = std::string(PM_BINARY_DIR) + "/bin/pmd";
+  // The ranks' output is not this test's business.
+  request.output.sink = [](std::uint32_t, pm::output_stream, std::string_view, pm::line_flags) {};
+  return request;
+}
+
+bool is_end(pm::rank_state s) {
+  return s != pm::rank_state::pending && s != pm::rank_state::running;
+}
+
+TEST(JobRunner, OnRankStateReportsEveryChangeOnceInOrder) {
+  const std::string payload = std::string(PM_BINARY_DIR) + "/tests/pm_payload";
+  boost::asio::io_context io;
+  std::map<std::uint32_t, std::vector<pm::rank_report>> seen;
+  std::optional<pm::job_report> final_report;
+  pm::job_callbacks cb;
+  cb.on_rank_state = [&](const pm::rank_report& r) {
+    EXPECT_FALSE(final_report.has_value()) << "a change after on_finish";
+    seen[r.rank].push_back(r);
+  };
+  cb.on_finish = [&](const pm::job_report& r) { final_report = r; };
+  // Rank 2 exits 3; the abort kills the others, which would sleep 30 s.
+  pm::job_runner runner(io, local_job(4, {payload, "if-rank", "2", "exit", "3", "sleep", "30"}),
+                        cb);
+  runner.start();
+  io.run_for(20s);
+  ASSERT_TRUE(final_report.has_value()) << "the job did not end";
+  EXPECT_EQ(final_report->exit_code, 3);
+  ASSERT_EQ(seen.size(), 4u);
+  for (const auto& [rank, changes] : seen) {
+    ASSERT_FALSE(changes.empty());
+    // pending -> running -> end, or pending -> end when the exit overtook the start.
+    ASSERT_LE(changes.size(), 2u) << "rank " << rank;
+    if (changes.size() == 2) {
+      EXPECT_EQ(changes[0].state, pm::rank_state::running) << "rank " << rank;
+      EXPECT_GT(changes[0].pid, 0);
+    }
+    const auto& last = changes.back();
+    EXPECT_TRUE(is_end(last.state)) << "rank " << rank;
+    EXPECT_TRUE(last.status.has_value());
+    const auto& in_report = final_report->ranks[rank];
+    EXPECT_EQ(last.state, in_report.state) << "rank " << rank;
+    EXPECT_EQ(last.status, in_report.status) << "rank " << rank;
+    EXPECT_EQ(last.ended_at, in_report.ended_at) << "rank " << rank;
+  }
+  EXPECT_EQ(seen[2].back().state, pm::rank_state::exited);
+  EXPECT_EQ(seen[2].back().status, pm::exit_status::exited(3));
+  for (std::uint32_t r : {0u, 1u, 3u}) EXPECT_EQ(seen[r].back().state, pm::rank_state::killed);
+}
+
+TEST(JobRunner, WithoutOnRankStateTheJobRunsAsBefore) {
+  boost::asio::io_context io;
+  std::optional<int> code;
+  pm::job_runner runner(io, local_job(2, {"/bin/true"}),
+                        {nullptr, [&](const pm::job_report& r) { code = r.exit_code; }});
+  runner.start();
+  io.run_for(20s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0);
+}
+
+TEST(Controller, RankReportOfAgreesWithTheReport) {
+  pm::allocation alloc;
+  alloc.source = pm::allocation_source::host_list;
+  alloc.hosts = {pm::host{"a", 2}, pm::host{"b", 2}};
+  pm::job_spec spec;
+  spec.apps.push_back(pm::app_context{{"app"}, 4, {}, {}});
+  const auto map = pm::map_job(spec, alloc);
+  pm::controller ctl(map, {});
+  std::vector<pm::action> out;
+  const auto same = [&] {
+    const auto report = ctl.report();
+    for (std::uint32_t r = 0; r < 4; ++r) {
+      const auto one = ctl.rank_report_of(r);
+      EXPECT_EQ(one.state, report.ranks[r].state) << r;
+      EXPECT_EQ(one.status, report.ranks[r].status) << r;
+      EXPECT_EQ(one.pid, report.ranks[r].pid) << r;
+      EXPECT_EQ(one.host, report.ranks[r].host) << r;
+      EXPECT_EQ(one.reason, report.ranks[r].reason) << r;
+      EXPECT_EQ(one.ended_at, report.ranks[r].ended_at) << r;
+    }
+  };
+  ctl.handle(0ms, pm::job_start{}, out);
+  same();
+  ctl.handle(1ms, pm::rank_started{0, 100}, out);
+  ctl.handle(1ms, pm::rank_spawn_failed{1, 127, "no such file"}, out);
+  same();
+  ctl.handle(2ms, pm::host_lost{1, "agent gone"}, out);
+  same();
+  EXPECT_EQ(ctl.rank_report_of(2).state, pm::rank_state::lost);
+  EXPECT_EQ(ctl.rank_report_of(2).reason, "agent gone");
+  EXPECT_EQ(ctl.rank_report_of(1).reason, "no such file");
+  EXPECT_THROW(ctl.rank_report_of(4), pm::error);
+}
+
+}  // namespace
