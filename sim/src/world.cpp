@@ -302,7 +302,8 @@ class world {
         flush_up();
         // Settled: what is left in the queue is stale (natural ends of processes that were
         // killed, timers of a finished controller); nothing can change any more.
-        if (finish_seen_ && live_procs_ == 0 && leftovers_alive_ == 0 && agents_pending_ == 0)
+        if (finish_seen_ && live_procs_ == 0 && leftovers_alive_ == 0 && agents_pending_ == 0 &&
+            racing_timers_ == 0)
           break;
       }
       result_.end_time = sim_time(now_);
@@ -596,8 +597,16 @@ class world {
             [&](cancel_timer& x) {
               auto it = timers_.find(x.timer);
               if (it == timers_.end()) return;
-              // The driver's race: a timer already on its way fires after the cancel.
-              it->second = rng_.chance(1, 4) ? 2 : 1;
+              // The driver's race: the timer already expired and its handler is queued, so it
+              // fires right after the cancel; the controller must ignore it.
+              if (it->second != 0 || !rng_.chance(1, 4)) {
+                it->second = 1;
+                return;
+              }
+              it->second = 2;
+              ++racing_timers_;
+              at(now_, ek::ctl_timer, static_cast<std::uint32_t>(x.timer),
+                 static_cast<std::uint32_t>(x.timer >> 32));
             },
             [&](emit& x) { result_.lines.push_back(x.line); },
             [&](clear_leftovers&) {
@@ -1251,7 +1260,10 @@ class world {
         const auto state = it->second;
         timers_.erase(it);
         if (state == 1) return;  // cancelled in time
-        if (state == 2) ++result_.stats.timers_after_cancel;
+        if (state == 2) {
+          --racing_timers_;
+          ++result_.stats.timers_after_cancel;
+        }
         feed_ctl(timer_fired{id});
         return;
       }
@@ -1433,6 +1445,7 @@ class world {
   std::uint64_t live_procs_ = 0;       // spawning or running
   std::uint64_t leftovers_alive_ = 0;  // ended ranks whose child holds their streams
   std::uint64_t agents_pending_ = 0;   // launched agents that have not exited (or crashed)
+  std::uint64_t racing_timers_ = 0;    // cancelled timers whose handler is still to run
   failure_seen first_failure_;
   bool saw_abort_ = false;
   bool saw_launcher_signal_ = false;       // one that ends or signals ranks

@@ -105,6 +105,39 @@ TEST(SimScenario, RankThatIgnoresSigtermGetsSigkillAfterTheGrace) {
   EXPECT_GE(r.finish_time, 4s);
 }
 
+// The driver's race: the grace timer is cancelled when the last rank ends, but its handler was
+// already queued, so timer_fired reaches the controller after cancel_timer (and after finish).
+// Some seeds must take that path, and the controller must ignore the stale timer.
+TEST(SimScenario, CancelledTimerThatStillFiresIsIgnored) {
+  int raced = 0;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    auto s = cluster(4, 2, seed);
+    s.set_script(3, parse_script("exit:7@1s"));
+    std::vector<std::string> lines;
+    pm::sim::run_options o;
+    o.trace = [&](std::string_view l) { lines.emplace_back(l); };
+    const auto r = pm::sim::run(s, o);
+    ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+    EXPECT_EQ(r.report.exit_code, 7);
+    EXPECT_EQ(r.stats.sigkills, 0u);
+    if (r.stats.timers_after_cancel == 0) continue;
+    ++raced;
+    std::size_t cancel = lines.size(), fired = lines.size();
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      if (cancel == lines.size() && lines[i].find("-> cancel_timer") != std::string::npos)
+        cancel = i;
+      if (lines[i].find("<- timer_fired") != std::string::npos) fired = i;
+    }
+    ASSERT_LT(cancel, lines.size()) << "seed " << seed;
+    ASSERT_LT(fired, lines.size()) << "seed " << seed;
+    EXPECT_GT(fired, cancel) << "seed " << seed;
+    // Nothing follows the stale timer: the controller does not act on it.
+    EXPECT_EQ(fired, lines.size() - 1) << "seed " << seed << ": " << lines.back();
+  }
+  // One in four cancels races; 40 seeds without one would be a broken model (p < 1e-4).
+  EXPECT_GT(raced, 0);
+  EXPECT_LT(raced, 40);
+}
 TEST(SimScenario, CrashedHostIsLostWithinTheDetectionTime) {
   auto s = cluster(4, 2);
   s.faults.push_back(parse_fault("crash:1@2s"));
