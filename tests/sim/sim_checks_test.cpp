@@ -169,4 +169,76 @@ TEST(SimChecks, ATimeoutAbortThatSignalsNobodyIsCaught) {
   EXPECT_TRUE(has_problem(r, "after the abort began at 2s")) << r.explain();
 }
 
+TEST(SimChecks, ASignalToARankWhoseEndWasKnownIsCaught) {
+  // Rank 3 failed; the abort's SIGTERM to node1 also names rank 3, already ended.
+  const auto r = run_with(failing_job(), [](std::vector<pm::action>& actions) {
+    for (auto& a : actions)
+      if (auto* s = std::get_if<pm::signal_ranks>(&a); s != nullptr && s->host == 1)
+        s->ranks.push_back(3);
+  });
+  EXPECT_EQ(r.outcome, verdict::correctness) << r.explain();
+  EXPECT_TRUE(has_problem(r, "SIGTERM to rank 3, whose end the controller knew")) << r.explain();
+}
+
+TEST(SimChecks, WithAbortOffASignalToAnUntouchedRankIsCaught) {
+  // Abort off: rank 3's failure must leave the others alone; the planted bug SIGTERMs rank 0.
+  scenario s = failing_job();
+  s.control.abort_on_failure = false;
+  bool done = false;
+  const auto r = run_with(s, [&](std::vector<pm::action>& actions) {
+    if (done || first_of<pm::emit>(actions) == nullptr) return;
+    actions.push_back(pm::signal_ranks{0, {0}, SIGTERM});
+    done = true;
+  });
+  ASSERT_TRUE(done) << "no emit action to plant the bug at";
+  EXPECT_EQ(r.outcome, verdict::correctness) << r.explain();
+  EXPECT_TRUE(has_problem(r,
+                          "with abort off, rank 0, untouched by any fault, ended exited (was "
+                          "killed by SIGTERM)"))
+      << r.explain();
+}
+
+TEST(SimChecks, ATimeoutWithoutATimeoutSetIsCaught) {
+  scenario s = failing_job();
+  s.scripts.clear();
+  const auto r = run_with(s, [](std::vector<pm::action>& actions) {
+    if (auto* f = first_of<pm::finish>(actions)) {
+      f->report.cause = pm::cause_kind::timeout;
+      f->report.exit_code = pm::exit_codes::timeout;
+    }
+  });
+  EXPECT_EQ(r.outcome, verdict::correctness) << r.explain();
+  EXPECT_TRUE(has_problem(r, "the job timed out without a timeout set")) << r.explain();
+}
+
+TEST(SimChecks, ATimeoutReportedAfterAnEarlierFailureIsCaught) {
+  scenario s = failing_job();
+  s.control.timeout = std::chrono::seconds(5);
+  const auto r = run_with(s, [](std::vector<pm::action>& actions) {
+    if (auto* f = first_of<pm::finish>(actions)) {
+      f->report.cause = pm::cause_kind::timeout;
+      f->report.exit_code = pm::exit_codes::timeout;
+    }
+  });
+  EXPECT_EQ(r.outcome, verdict::correctness) << r.explain();
+  EXPECT_TRUE(has_problem(r, "the job reported a timeout, but rank_failed (rank 3) came first"))
+      << r.explain();
+}
+
+TEST(SimChecks, ALauncherSignalThatIsNotTheCauseIsCaught) {
+  // SIGINT to the launcher at 1 s, nothing else fails; the report blames a rank instead.
+  scenario s = failing_job();
+  s.scripts.clear();
+  s.faults.push_back(pm::sim::parse_fault("launcher-signal:INT@1s"));
+  const auto r = run_with(s, [](std::vector<pm::action>& actions) {
+    if (auto* f = first_of<pm::finish>(actions)) {
+      f->report.cause = pm::cause_kind::rank_failed;
+      f->report.exit_code = 1;
+    }
+  });
+  EXPECT_EQ(r.outcome, verdict::correctness) << r.explain();
+  EXPECT_TRUE(has_problem(r, "the launcher's SIGINT came first, but the report says rank_failed"))
+      << r.explain();
+}
+
 }  // namespace
