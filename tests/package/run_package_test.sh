@@ -85,8 +85,10 @@ step_layout() {
     so=$(readlink "$libdir/libpm-c.so") || fail "libpm-c.so is not a link to the versioned library"
     case "$so" in libpm-c.so.[0-9]*) ;; *) fail "libpm-c.so points to '$so'" ;; esac
     [ -e "$libdir/$so" ] || fail "libpm-c.so points to a missing $so"
-    objdump -p "$libdir/libpm-c.so" | grep -q 'SONAME *libpm-c\.so\.[0-9]' ||
-      fail "libpm-c.so has no versioned SONAME"
+    # Into a variable first: with pipefail, grep -q leaving early can SIGPIPE objdump.
+    local headers
+    headers=$(objdump -p "$libdir/libpm-c.so")
+    grep -q 'SONAME *libpm-c\.so\.[0-9]' <<<"$headers" || fail "libpm-c.so has no versioned SONAME"
   else
     echo "(libpm-c is not installed)"
   fi
@@ -102,7 +104,9 @@ step_layout() {
   [ -z "$hits" ] || fail "absolute build paths in: $hits"
   local elf
   while IFS= read -r elf; do
-    if objdump -p "$elf" 2>/dev/null | grep -E 'R(UN)?PATH' | grep -q -e "$build" -e "$src"; then
+    local paths
+    paths=$(objdump -p "$elf" 2>/dev/null | grep -E 'R(UN)?PATH' || true)
+    if grep -q -e "$build" -e "$src" <<<"$paths"; then
       fail "$elf has an RPATH into the build tree"
     fi
   done < <(find "$prefix/bin" "$libdir" -maxdepth 1 -type f)
