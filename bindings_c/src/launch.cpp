@@ -1,6 +1,7 @@
 // Running a job on this machine: pm::job_runner on an io_context the run owns, driven inside
 // pm_run_poll / pm_run_wait on the caller's thread, with C callbacks for output, messages, rank
 // state changes and the end.
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -257,6 +258,21 @@ int pm_run_signal(pm_run* run, int signo) {
     require(fn, "run", run);
     if (signo <= 0 || signo >= 65)
       invalid(fn, "signal " + std::to_string(signo) + " is not a signal");
+    // Only what the controller acts on: any other signal would be accepted and do nothing.
+    switch (signo) {
+      case SIGINT:
+      case SIGTERM:
+      case SIGHUP:
+      case SIGUSR1:
+      case SIGUSR2:
+      case SIGTSTP:
+      case SIGCONT:
+        break;
+      default:
+        invalid(fn, "signal " + std::to_string(signo) +
+                        " is not one a job takes (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, "
+                        "SIGTSTP, SIGCONT)");
+    }
     // The runner is touched only on the loop's thread, so any thread may call this.
     run->requests.add(signo);
     return PM_OK;
@@ -291,9 +307,12 @@ int pm_run_report(pm_report** out, const pm_run* run) {
 
 void pm_run_destroy(pm_run* run) {
   if (run == nullptr) return;
+  // From inside one of its own callbacks the loop below still uses the run: freeing it there
+  // would pull it from under the loop, so the call does nothing (documented in pm.h).
+  if (run->in_loop) return;
   // A job still running is cancelled and run to its end, so that nothing it started outlives it.
   // Anything that fails here is swallowed: the transport's destructor still kills what is left.
-  if (!run->in_loop && !finished(*run)) {
+  if (!finished(*run)) {
     try {
       run->runner->cancel();
       run_loop(__func__, *run, std::chrono::steady_clock::now() + std::chrono::seconds(60));

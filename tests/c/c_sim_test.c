@@ -1,5 +1,6 @@
 /* The simulator through the C API: 64 hosts x 8 slots with a failing rank and a crashing host,
- * determinism (the trace hash), the replay command, callbacks, and bad scripts and faults. */
+ * determinism (the trace hash), the replay command, callbacks, a liveness failure, and bad
+ * scripts and faults. */
 #include "check.h"
 
 typedef struct counts {
@@ -159,6 +160,47 @@ static void defaults(void) {
   pm_sim_destroy(sim);
 }
 
+/* A lost exit notification: the job never finishes, and the result says so (liveness), with the
+ * problem line, the verdict's name and the replay command in the explanation. */
+static void liveness_failure(void) {
+  pm_sim_options o = PM_SIM_OPTIONS_INIT;
+  o.hosts = 2;
+  o.slots = 2;
+  o.seed = 5;
+  pm_sim* sim = NULL;
+  CHECK_OK(pm_sim_new(&sim, &o));
+  CHECK_OK(pm_sim_add_fault(sim, "lost-exit:1"));
+  pm_sim_result* result = NULL;
+  CHECK_OK(pm_sim_run(&result, sim, NULL));
+  pm_sim_result_info info = PM_SIM_RESULT_INFO_INIT;
+  CHECK_OK(pm_sim_result_read(result, &info));
+  CHECK(info.verdict == PM_SIM_LIVENESS);
+  CHECK(info.finished == 0);
+  CHECK(info.problems >= 1);
+  CHECK_STR(pm_sim_verdict_name(info.verdict), "liveness failure");
+  const char* problem = NULL;
+  CHECK_OK(pm_sim_result_problem(result, 0, &problem));
+  CHECK_CONTAINS(problem, "no events left, but the job is not finished");
+  CHECK_CONTAINS(problem, "rank 1");
+  CHECK_FAILS(pm_sim_result_problem(result, info.problems, &problem), PM_E_INVALID,
+              "does not exist");
+  char* explain = NULL;
+  CHECK_OK(pm_sim_result_explain(&explain, result));
+  CHECK_CONTAINS(explain, "no events left, but the job is not finished");
+  CHECK_CONTAINS(explain,
+                 "replay: build/bin/pmsim --hosts 2 --slots 2 --fault lost-exit:1 --seed 5");
+  pm_free(explain);
+  /* The report is the state so far: rank 1 still running as the controller sees it. */
+  pm_report* report = NULL;
+  CHECK_OK(pm_sim_result_report(&report, result));
+  pm_rank_info rank = PM_RANK_INFO_INIT;
+  CHECK_OK(pm_report_rank(report, 1, &rank));
+  CHECK(rank.state == PM_RANK_RUNNING);
+  pm_report_destroy(report);
+  pm_sim_result_destroy(result);
+  pm_sim_destroy(sim);
+}
+
 static void errors(void) {
   pm_sim* sim = NULL;
   pm_sim_options o = PM_SIM_OPTIONS_INIT;
@@ -202,6 +244,7 @@ int main(void) {
   failing_rank_and_crash();
   host_crash();
   defaults();
+  liveness_failure();
   errors();
   printf("c_sim_test: ok\n");
   return 0;

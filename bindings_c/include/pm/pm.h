@@ -365,7 +365,8 @@ PM_C_API int pm_run_poll(pm_run* run, int timeout_ms, int* finished);
 /* Runs the job to its end; *exit_code (may be NULL) = the report's exit code. */
 PM_C_API int pm_run_wait(pm_run* run, int* exit_code);
 /* Tells the job its launcher received `signo`: SIGINT/SIGTERM/SIGHUP abort it (a second one
- * escalates to SIGKILL), SIGUSR1/SIGUSR2/SIGTSTP/SIGCONT are forwarded to every rank. May be
+ * escalates to SIGKILL), SIGUSR1/SIGUSR2/SIGTSTP/SIGCONT are forwarded to every rank; any other
+ * signal is PM_E_INVALID (to kill the job use pm_run_cancel, or send SIGINT twice). May be
  * called from any thread (not from a signal handler); takes effect in the next poll/wait. */
 PM_C_API int pm_run_signal(pm_run* run, int signo);
 /* Aborts the job as cancelled (SIGTERM, SIGKILL after the grace). Any thread, like pm_run_signal.
@@ -374,8 +375,10 @@ PM_C_API int pm_run_cancel(pm_run* run);
 PM_C_API int pm_run_finished(const pm_run* run, int* out);
 /* A copy of the report: final once finished, the state so far before. */
 PM_C_API int pm_run_report(pm_report** out, const pm_run* run);
-/* Frees the run. A job still running is killed first (every rank and what it left behind),
- * which blocks for a few milliseconds. */
+/* Frees the run. A job still running is cancelled first and run to its end (every rank and what
+ * it left behind): this blocks until the ranks are gone, at most about the kill grace when a rank
+ * ignores SIGTERM (milliseconds otherwise). From inside one of the run's own callbacks it does
+ * nothing (the run stays valid): destroy it after pm_run_poll/pm_run_wait returned. */
 PM_C_API void pm_run_destroy(pm_run* run);
 /* pm_run_start + pm_run_wait + pm_run_report + pm_run_destroy. */
 PM_C_API int pm_launch(pm_report** out, const pm_map* map, const pm_run_options* options);
