@@ -2,7 +2,7 @@
 // (schema: docs/failure-semantics.md, "The report").
 #include "pm/report.hpp"
 
-#include <nlohmann/json.hpp>
+#include "io/json_writer.hpp"
 
 namespace pm {
 
@@ -46,17 +46,18 @@ const char* to_string(cause_kind k) noexcept {
 
 namespace {
 
-// Keys in the documented order, so that a human reading the file finds the cause first.
-using json = nlohmann::ordered_json;
-
-json optional_number(const auto& v) {
-  return v ? json(*v) : json();
-}
-
 // "exit_code" and "signal" (by name), null when absent, as the schema promises.
-void put_status(json& j, const std::optional<exit_status>& status) {
-  j["exit_code"] = status && !status->is_signal() ? json(status->code()) : json();
-  j["signal"] = status && status->is_signal() ? json(signal_name(status->signal())) : json();
+void put_status(json_writer& w, const std::optional<exit_status>& status) {
+  w.key("exit_code");
+  if (status && !status->is_signal())
+    w.value(status->code());
+  else
+    w.null();
+  w.key("signal");
+  if (status && status->is_signal())
+    w.value(signal_name(status->signal()));
+  else
+    w.null();
 }
 
 std::string host_name(const job_report& r, std::uint32_t host) {
@@ -65,47 +66,74 @@ std::string host_name(const job_report& r, std::uint32_t host) {
 
 }  // namespace
 
+// Keys in the documented order, so that a human reading the file finds the cause first. Written
+// by json_writer: no DOM to destroy, so running out of memory here is a plain std::bad_alloc.
 std::string to_json(const job_report& report) {
-  json doc;
-  doc["exit_code"] = report.exit_code;
-  doc["cause"] = to_string(report.cause);
-  doc["signal"] = report.signal != 0 ? json(signal_name(report.signal)) : json();
-  doc["summary"] = report.summary;
+  json_writer w(2);
+  w.begin_object();
+  w.member("exit_code", report.exit_code);
+  w.member("cause", to_string(report.cause));
+  w.key("signal");
+  if (report.signal != 0)
+    w.value(signal_name(report.signal));
+  else
+    w.null();
+  w.member("summary", report.summary);
+  w.key("failed");
   if (report.cause != cause_kind::none) {
-    json failed;
-    failed["rank"] = optional_number(report.failed_rank);
-    failed["host"] = report.failed_host ? json(host_name(report, *report.failed_host)) : json();
-    put_status(failed, report.failed_status);
+    w.begin_object();
+    w.key("rank");
+    if (report.failed_rank)
+      w.value(*report.failed_rank);
+    else
+      w.null();
+    w.key("host");
+    if (report.failed_host)
+      w.value(host_name(report, *report.failed_host));
+    else
+      w.null();
+    put_status(w, report.failed_status);
     // The reason the failed rank carries: why it could not start, its abort message, why its
     // host was lost.
-    json reason;
+    w.key("reason");
     if (report.failed_rank && *report.failed_rank < report.ranks.size() &&
         !report.ranks[*report.failed_rank].reason.empty())
-      reason = report.ranks[*report.failed_rank].reason;
-    failed["reason"] = std::move(reason);
-    doc["failed"] = std::move(failed);
+      w.value(report.ranks[*report.failed_rank].reason);
+    else
+      w.null();
+    w.end_object();
   } else {
-    doc["failed"] = nullptr;
+    w.null();
   }
-  doc["ranks_failed"] = report.ranks_failed;
-  doc["ranks_killed"] = report.ranks_killed;
-  json ranks = json::array();
+  w.member("ranks_failed", report.ranks_failed);
+  w.member("ranks_killed", report.ranks_killed);
+  w.key("ranks").begin_array();
   for (const auto& r : report.ranks) {
-    json j;
-    j["rank"] = r.rank;
-    j["host"] = host_name(report, r.host);
-    j["state"] = to_string(r.state);
-    put_status(j, r.status);
-    j["pid"] = r.pid != 0 ? json(r.pid) : json();
-    j["duration_ms"] =
-        r.started_at && r.ended_at
-            ? json(std::chrono::duration<double, std::milli>(*r.ended_at - *r.started_at).count())
-            : json();
-    j["reason"] = r.reason.empty() ? json() : json(r.reason);
-    ranks.push_back(std::move(j));
+    w.begin_object();
+    w.member("rank", r.rank);
+    w.member("host", host_name(report, r.host));
+    w.member("state", to_string(r.state));
+    put_status(w, r.status);
+    w.key("pid");
+    if (r.pid != 0)
+      w.value(r.pid);
+    else
+      w.null();
+    w.key("duration_ms");
+    if (r.started_at && r.ended_at)
+      w.value(std::chrono::duration<double, std::milli>(*r.ended_at - *r.started_at).count());
+    else
+      w.null();
+    w.key("reason");
+    if (!r.reason.empty())
+      w.value(r.reason);
+    else
+      w.null();
+    w.end_object();
   }
-  doc["ranks"] = std::move(ranks);
-  return doc.dump(2);
+  w.end_array();
+  w.end_object();
+  return w.take();
 }
 
 }  // namespace pm

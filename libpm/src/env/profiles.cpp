@@ -3,9 +3,9 @@
 // profile_env answers from one placement (map.at) and a few O(1) counts, so the cost of a rank's
 // variables does not grow with the job — except TF_CONFIG, which lists every rank by design.
 #include <charconv>
-#include <nlohmann/json.hpp>
 #include <string>
 
+#include "io/json_writer.hpp"
 #include "pm/env.hpp"
 #include "pm/error.hpp"
 
@@ -130,7 +130,8 @@ std::vector<env_var> profile_env(const rank_map& map, std::uint32_t rank, env_pr
   if (has(profiles, env_profile::tf)) {
     // One worker per rank: its node's address, and port MASTER_PORT + 1 + its local rank, so the
     // workers of one host never collide with each other or with MASTER_PORT.
-    nlohmann::json workers = nlohmann::json::array();
+    json_writer tf;  // compact, keys in alphabetical order (as nlohmann::json wrote them)
+    tf.begin_object().key("cluster").begin_object().key("worker").begin_array();
     for (std::uint32_t i = 0; i < map.size(); ++i) {
       const auto q = map.at(i);
       const auto& addr =
@@ -142,11 +143,12 @@ std::vector<env_var> profile_env(const rank_map& map, std::uint32_t rank, env_pr
                                    " + 1 + local rank " + number(q.local_rank) +
                                    "); choose a lower --master-port");
       }
-      workers.push_back(endpoint(addr, worker_port));
+      tf.value(endpoint(addr, worker_port));
     }
-    nlohmann::json tf = {{"cluster", {{"worker", std::move(workers)}}},
-                         {"task", {{"type", "worker"}, {"index", rank}}}};
-    vars.push_back({"TF_CONFIG", tf.dump()});
+    tf.end_array().end_object();
+    tf.key("task").begin_object().member("index", rank).member("type", "worker").end_object();
+    tf.end_object();
+    vars.push_back({"TF_CONFIG", tf.take()});
   }
   return vars;
 }

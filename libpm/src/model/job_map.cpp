@@ -1,6 +1,6 @@
 #include "pm/job_map.hpp"
 
-#include <nlohmann/json.hpp>
+#include "io/json_writer.hpp"
 
 namespace pm {
 
@@ -28,35 +28,51 @@ std::string format_job_map(const rank_map& map, std::uint32_t jobid) {
 }
 
 std::string job_map_json(const rank_map& map, std::uint32_t jobid) {
-  nlohmann::json nodes = nlohmann::json::array();
+  // json_writer, not a DOM: see io/json_writer.hpp (out of memory is a plain std::bad_alloc).
+  json_writer w(2);
+  // Keys in alphabetical order, as the documented output has always had them.
+  w.begin_object();
+  w.member("allocation_source", to_string(map.allocation().source));
+  w.key("apps").begin_array();
+  for (std::uint32_t a = 0; a < map.num_apps(); ++a) {
+    w.begin_object();
+    w.member("app", a);
+    w.member("first_rank", map.app_first_rank(a));
+    w.member("size", map.app_size(a));
+    w.end_object();
+  }
+  w.end_array();
+  w.member("jobid", jobid);
+  w.key("nodes").begin_array();
   for (std::uint32_t node = 0; node < map.num_nodes(); ++node) {
     const auto h = map.host_of_node(node);
     const auto& host = map.allocation().hosts[h];
-    nlohmann::json ranks = nlohmann::json::array();
-    for (auto r : map.ranks_on_host(h)) {
+    const auto ranks = map.ranks_on_host(h);
+    w.begin_object();
+    w.member("local", host.local);
+    w.member("max_slots", host.max_slots);
+    w.member("name", host.name);
+    w.member("node", node);
+    w.member("num_procs", ranks.size());
+    w.key("ranks").begin_array();
+    for (auto r : ranks) {
       const auto p = map.at(r);
-      ranks.push_back({{"rank", r}, {"app", p.app}, {"local_rank", p.local_rank}});
+      w.begin_object();
+      w.member("app", p.app);
+      w.member("local_rank", p.local_rank);
+      w.member("rank", r);
+      w.end_object();
     }
-    nodes.push_back({{"name", host.name},
-                     {"node", node},
-                     {"slots", host.slots},
-                     {"max_slots", host.max_slots},
-                     {"slots_known", host.slots_given || host.local},
-                     {"local", host.local},
-                     {"num_procs", ranks.size()},
-                     {"ranks", std::move(ranks)}});
+    w.end_array();
+    w.member("slots", host.slots);
+    w.member("slots_known", host.slots_given || host.local);
+    w.end_object();
   }
-  nlohmann::json apps = nlohmann::json::array();
-  for (std::uint32_t a = 0; a < map.num_apps(); ++a) {
-    apps.push_back({{"app", a}, {"first_rank", map.app_first_rank(a)}, {"size", map.app_size(a)}});
-  }
-  nlohmann::json doc = {{"jobid", jobid},
-                        {"size", map.size()},
-                        {"total_slots", map.total_slots()},
-                        {"allocation_source", to_string(map.allocation().source)},
-                        {"apps", std::move(apps)},
-                        {"nodes", std::move(nodes)}};
-  return doc.dump(2) + "\n";
+  w.end_array();
+  w.member("size", map.size());
+  w.member("total_slots", map.total_slots());
+  w.end_object();
+  return w.take() + "\n";
 }
 
 }  // namespace pm
