@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <new>
 #include <optional>
 #include <unordered_map>
 
@@ -308,6 +309,8 @@ class world {
       }
       result_.end_time = sim_time(now_);
       if (queue_.empty() || finish_seen_) final_checks();
+    } catch (const std::bad_alloc&) {
+      throw;  // the machine's limit, not a crash of what is simulated: the caller's to handle
     } catch (const std::exception& ex) {
       result_.outcome = verdict::crash;
       result_.problems.push_back("at " + format_duration(sim_time(now_)) + ": " + ex.what());
