@@ -1,7 +1,6 @@
 // Running a job on this machine: pm::job_runner on an io_context the run owns, driven inside
 // pm_run_poll / pm_run_wait on the caller's thread, with C callbacks for output, messages, rank
 // state changes and the end.
-#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -258,21 +257,9 @@ int pm_run_signal(pm_run* run, int signo) {
     require(fn, "run", run);
     if (signo <= 0 || signo >= 65)
       invalid(fn, "signal " + std::to_string(signo) + " is not a signal");
-    // Only what the controller acts on: any other signal would be accepted and do nothing.
-    switch (signo) {
-      case SIGINT:
-      case SIGTERM:
-      case SIGHUP:
-      case SIGUSR1:
-      case SIGUSR2:
-      case SIGTSTP:
-      case SIGCONT:
-        break;
-      default:
-        invalid(fn, "signal " + std::to_string(signo) +
-                        " is not one a job takes (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, "
-                        "SIGTSTP, SIGCONT)");
-    }
+    // Checked now, on the caller's thread: job_runner::signal, which refuses it as well, runs
+    // later on the loop's, where its error could only be swallowed.
+    pm::check_job_signal(signo);
     // The runner is touched only on the loop's thread, so any thread may call this.
     run->requests.add(signo);
     return PM_OK;

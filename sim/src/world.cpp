@@ -304,7 +304,7 @@ class world {
         // Settled: what is left in the queue is stale (natural ends of processes that were
         // killed, timers of a finished controller); nothing can change any more.
         if (finish_seen_ && live_procs_ == 0 && leftovers_alive_ == 0 && agents_pending_ == 0 &&
-            racing_timers_ == 0)
+            !a_timer_is_racing())
           break;
       }
       result_.end_time = sim_time(now_);
@@ -593,21 +593,20 @@ class world {
             [&](start_timer& x) {
               if (x.after == s_.control.kill_grace && grace_started_at_ < 0)
                 grace_started_at_ = now_;
-              timers_[x.timer] = 0;
+              timers_[x.timer] = timer_state::armed;
               at(now_ + std::chrono::duration_cast<sim_time>(x.after).count(), ek::ctl_timer,
                  static_cast<std::uint32_t>(x.timer), static_cast<std::uint32_t>(x.timer >> 32));
             },
             [&](cancel_timer& x) {
               auto it = timers_.find(x.timer);
-              if (it == timers_.end()) return;
+              if (it == timers_.end() || it->second != timer_state::armed) return;
               // The driver's race: the timer already expired and its handler is queued, so it
               // fires right after the cancel; the controller must ignore it.
-              if (it->second != 0 || !rng_.chance(1, 4)) {
-                it->second = 1;
+              if (!rng_.chance(1, 4)) {
+                it->second = timer_state::cancelled;
                 return;
               }
-              it->second = 2;
-              ++racing_timers_;
+              it->second = timer_state::racing;
               at(now_, ek::ctl_timer, static_cast<std::uint32_t>(x.timer),
                  static_cast<std::uint32_t>(x.timer >> 32));
             },
@@ -1262,11 +1261,8 @@ class world {
         if (it == timers_.end()) return;
         const auto state = it->second;
         timers_.erase(it);
-        if (state == 1) return;  // cancelled in time
-        if (state == 2) {
-          --racing_timers_;
-          ++result_.stats.timers_after_cancel;
-        }
+        if (state == timer_state::cancelled) return;  // cancelled in time
+        if (state == timer_state::racing) ++result_.stats.timers_after_cancel;
         feed_ctl(timer_fired{id});
         return;
       }
@@ -1443,12 +1439,18 @@ class world {
   std::vector<std::uint32_t> sweeps_due_;  // hosts whose agent asked for a sweep in this event
   std::vector<up_msg> up_batch_;
   std::uint32_t up_host_ = 0;
-  std::unordered_map<std::uint64_t, std::uint8_t> timers_;  // 0 armed, 1 cancelled, 2 racing
+  // The controller's timers, until they fire. `racing`: cancelled, but its handler was already
+  // queued and runs anyway (the Asio race).
+  enum class timer_state : std::uint8_t { armed, cancelled, racing };
+  std::unordered_map<std::uint64_t, timer_state> timers_;
+  bool a_timer_is_racing() const {
+    return std::any_of(timers_.begin(), timers_.end(),
+                       [](const auto& t) { return t.second == timer_state::racing; });
+  }
 
   std::uint64_t live_procs_ = 0;       // spawning or running
   std::uint64_t leftovers_alive_ = 0;  // ended ranks whose child holds their streams
   std::uint64_t agents_pending_ = 0;   // launched agents that have not exited (or crashed)
-  std::uint64_t racing_timers_ = 0;    // cancelled timers whose handler is still to run
   failure_seen first_failure_;
   bool saw_abort_ = false;
   bool saw_launcher_signal_ = false;       // one that ends or signals ranks

@@ -341,8 +341,8 @@ static void signals_cancel_timeout(void) {
   CHECK_OK(pm_run_start(&run, map, &o));
   wait_running(run, &c, 2);
   CHECK_FAILS(pm_run_signal(run, 0), PM_E_INVALID, "not a signal");
-  CHECK_FAILS(pm_run_signal(run, SIGKILL), PM_E_INVALID, "signal 9 is not one a job takes");
-  CHECK_FAILS(pm_run_signal(run, SIGQUIT), PM_E_INVALID, "not one a job takes");
+  CHECK_FAILS(pm_run_signal(run, SIGKILL), PM_E_USAGE, "signal 9 is not one a job takes");
+  CHECK_FAILS(pm_run_signal(run, SIGQUIT), PM_E_USAGE, "not one a job takes");
   CHECK_OK(pm_run_signal(run, SIGTERM));
   int exit_code = -1;
   CHECK_OK(pm_run_wait(run, &exit_code));

@@ -22,10 +22,10 @@ static void on_trace(const char* line, size_t length, void* user_data) {
   c->trace_lines++;
 }
 
-static pm_sim* cluster(uint64_t seed) {
+static pm_sim* cluster(uint32_t hosts, uint32_t slots, uint64_t seed) {
   pm_sim_options o = PM_SIM_OPTIONS_INIT;
-  o.hosts = 64;
-  o.slots = 8;
+  o.hosts = hosts;
+  o.slots = slots;
   o.seed = seed;
   pm_sim* sim = NULL;
   CHECK_OK(pm_sim_new(&sim, &o));
@@ -33,7 +33,7 @@ static pm_sim* cluster(uint64_t seed) {
 }
 
 static void failing_rank_and_crash(void) {
-  pm_sim* sim = cluster(42);
+  pm_sim* sim = cluster(64, 8, 42);
   CHECK_OK(pm_sim_set_script(sim, 17, "exit:7@1s"));
   CHECK_OK(pm_sim_add_fault(sim, "crash:3@2s"));
   counts c;
@@ -116,7 +116,7 @@ static void failing_rank_and_crash(void) {
 
 /* A host that crashes before anything fails: the job ends as host lost (213). */
 static void host_crash(void) {
-  pm_sim* sim = cluster(7);
+  pm_sim* sim = cluster(64, 8, 7);
   CHECK_OK(pm_sim_add_fault(sim, "crash:5@2s"));
   pm_sim_result* result = NULL;
   CHECK_OK(pm_sim_run(&result, sim, NULL));
@@ -163,12 +163,7 @@ static void defaults(void) {
 /* A lost exit notification: the job never finishes, and the result says so (liveness), with the
  * problem line, the verdict's name and the replay command in the explanation. */
 static void liveness_failure(void) {
-  pm_sim_options o = PM_SIM_OPTIONS_INIT;
-  o.hosts = 2;
-  o.slots = 2;
-  o.seed = 5;
-  pm_sim* sim = NULL;
-  CHECK_OK(pm_sim_new(&sim, &o));
+  pm_sim* sim = cluster(2, 2, 5);
   CHECK_OK(pm_sim_add_fault(sim, "lost-exit:1"));
   pm_sim_result* result = NULL;
   CHECK_OK(pm_sim_run(&result, sim, NULL));

@@ -91,8 +91,9 @@ process_script gen_script(const gen_options& o) {
   return p;
 }
 
-// A fault plan over the scenario's hosts and ranks (one partition per host at most).
-std::vector<fault> gen_faults(const scenario& s, const gen_options& o, bool lost_exit) {
+// A fault plan over the scenario's hosts and ranks (one partition per host at most). No lost
+// exits: they end as liveness failures by design (LostExitIsReportedAsLiveness).
+std::vector<fault> gen_faults(const scenario& s, const gen_options& o) {
   std::vector<fault> plan;
   const auto hosts =
       s.host_slots.empty() ? s.hosts : static_cast<std::uint32_t>(s.host_slots.size());
@@ -103,7 +104,6 @@ std::vector<fault> gen_faults(const scenario& s, const gen_options& o, bool lost
     kinds.push_back(fault_kind::partition);
     kinds.push_back(fault_kind::agent_failure);
   }
-  if (lost_exit) kinds.push_back(fault_kind::lost_exit);
   if (o.launcher_signals) kinds.push_back(fault_kind::launcher_signal);
   const auto count = *rc::gen::inRange(0, 4);
   std::set<std::uint32_t> partitioned;
@@ -130,14 +130,14 @@ std::vector<fault> gen_faults(const scenario& s, const gen_options& o, bool lost
   return plan;
 }
 
-scenario gen_scenario(const gen_options& o, bool abort_on, bool lost_exit = false) {
+scenario gen_scenario(const gen_options& o, bool abort_on) {
   auto s = gen_cluster();
   s.control.abort_on_failure = abort_on;
   s.control.kill_grace = std::chrono::milliseconds(*rc::gen::element(100, 1000, 3000));
   const auto changed = *rc::gen::inRange<std::uint32_t>(0, std::min<std::uint32_t>(*s.np, 4) + 1);
   for (std::uint32_t i = 0; i < changed; ++i)
     s.set_script(*rc::gen::inRange<std::uint32_t>(0, *s.np), gen_script(o));
-  if (o.faults) s.faults = gen_faults(s, o, lost_exit);
+  if (o.faults) s.faults = gen_faults(s, o);
   return s;
 }
 
@@ -151,6 +151,14 @@ std::map<std::string, int>& coverage() {
 void classify_as(bool condition, const char* name) {
   RC_CLASSIFY(condition, std::string(name));
   if (condition) ++coverage()[name];
+}
+
+// Every fault kind and script, abort on; a job whose only trouble is a hung rank ends by the
+// timeout.
+scenario gen_abort_on_scenario() {
+  auto s = gen_scenario({}, true);
+  s.control.timeout = 20s;
+  return s;
 }
 
 void classify(const pm::sim::run_result& r) {
@@ -223,8 +231,8 @@ RC_GTEST_PROP(SimProperty, EveryRankStartsOnceWhereTheMapSaysWithTheContractEnv,
     expect("LOCAL_WORLD_SIZE=" + std::to_string(p.local_size));
     expect("NODE_RANK=" + std::to_string(p.node));
     expect("PMI_RANK=" + std::to_string(rank));
-    // Exactly the contract's environment arrives: nothing lost, added or changed on the way
-    // through the controller, the channel and the agent; and no variable twice.
+    // The agent hands its spawner exactly the environment the launch built for the rank (the
+    // variables above are checked against values computed here), and no variable twice.
     if (env != pm::rank_environment(*o.env, map, rank))
       problems.push_back("rank " + std::to_string(rank) +
                          " got another environment than the "
@@ -245,8 +253,7 @@ RC_GTEST_PROP(SimProperty, EveryRankStartsOnceWhereTheMapSaysWithTheContractEnv,
 // rule against the order the controller was fed), every rank ends, SIGKILL only after the grace,
 // nothing after the finish, nothing of the job left running.
 RC_GTEST_PROP(SimProperty, AbortOnFailurePropagates, ()) {
-  auto s = gen_scenario({}, true);
-  s.control.timeout = 20s;  // a job whose only trouble is a hung rank ends by the timeout
+  const auto s = gen_abort_on_scenario();
   const auto r = run_checked(s);
   classify(r);
   SIM_ASSERT(r, r.finished);
@@ -293,7 +300,7 @@ RC_GTEST_PROP(SimProperty, WithoutAbortUntouchedRanksSucceed, ()) {
 RC_GTEST_PROP(SimProperty, LostHostsFailTheirRanksAndLeaveNothingBehind, ()) {
   auto s = gen_cluster();
   s.control.abort_on_failure = *rc::gen::arbitrary<bool>();
-  s.faults = gen_faults(s, {}, false);
+  s.faults = gen_faults(s, {});
   const auto r = run_checked(s);
   classify(r);
   SIM_ASSERT(r, r.finished);
@@ -334,7 +341,7 @@ RC_GTEST_PROP(SimProperty, LargeClustersKeepTheContract, ()) {
   const auto changed = *rc::gen::inRange(0, 5);
   for (int i = 0; i < changed; ++i)
     s.set_script(*rc::gen::inRange<std::uint32_t>(0, *s.np), gen_script(o));
-  s.faults = gen_faults(s, o, false);
+  s.faults = gen_faults(s, o);
   const auto r = run_checked(s);
   classify(r);
   RC_CLASSIFY(s.hosts >= 1000, "1000+ hosts");
@@ -379,11 +386,8 @@ TEST(SimProperty, GeneratedCasesExerciseEveryFaultKind) {
   };
   coverage().clear();
   for (int round = 0; round < 20 && !all_seen(); ++round) {
-    const bool ok = rc::check("generated abort-on scenarios", [] {
-      auto s = gen_scenario({}, true);
-      s.control.timeout = 20s;
-      classify(run_checked(s));
-    });
+    const bool ok = rc::check("generated abort-on scenarios",
+                              [] { classify(run_checked(gen_abort_on_scenario())); });
     ASSERT_TRUE(ok);
   }
   for (const auto& [name, count] : coverage()) std::cout << "  " << count << "\t" << name << "\n";

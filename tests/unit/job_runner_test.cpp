@@ -1,5 +1,7 @@
 // pm::job_runner on this machine: on_rank_state reports every change once, in order, matching
 // the final report; controller::rank_report_of agrees with report() rank by rank.
+#include <signal.h>
+
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>
@@ -83,6 +85,29 @@ TEST(JobRunner, WithoutOnRankStateTheJobRunsAsBefore) {
   pm::job_runner runner(io, local_job(2, {"/bin/true"}),
                         {nullptr, [&](const pm::job_report& r) { code = r.exit_code; }});
   runner.start();
+  io.run_for(20s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0);
+}
+
+// A signal the controller would ignore is refused, not accepted and dropped; the job goes on.
+TEST(JobRunner, RefusesASignalAJobDoesNotTake) {
+  boost::asio::io_context io;
+  std::optional<int> code;
+  pm::job_runner runner(io, local_job(2, {"/bin/true"}),
+                        {nullptr, [&](const pm::job_report& r) { code = r.exit_code; }});
+  runner.start();
+  for (const int signo : {SIGKILL, SIGQUIT, SIGSEGV, 0, 99}) {
+    try {
+      runner.signal(signo);
+      ADD_FAILURE() << "signal " << signo << " was accepted";
+    } catch (const pm::error& e) {
+      EXPECT_EQ(e.code(), pm::errc::usage);
+      EXPECT_NE(std::string(e.what()).find("is not one a job takes"), std::string::npos);
+    }
+  }
+  for (const int signo : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT})
+    EXPECT_TRUE(pm::job_takes_signal(signo)) << signo;
   io.run_for(20s);
   ASSERT_TRUE(code.has_value());
   EXPECT_EQ(*code, 0);

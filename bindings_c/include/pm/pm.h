@@ -366,7 +366,7 @@ PM_C_API int pm_run_poll(pm_run* run, int timeout_ms, int* finished);
 PM_C_API int pm_run_wait(pm_run* run, int* exit_code);
 /* Tells the job its launcher received `signo`: SIGINT/SIGTERM/SIGHUP abort it (a second one
  * escalates to SIGKILL), SIGUSR1/SIGUSR2/SIGTSTP/SIGCONT are forwarded to every rank; any other
- * signal is PM_E_INVALID (to kill the job use pm_run_cancel, or send SIGINT twice). May be
+ * signal is PM_E_USAGE (to kill the job use pm_run_cancel, or send SIGINT twice). May be
  * called from any thread (not from a signal handler); takes effect in the next poll/wait. */
 PM_C_API int pm_run_signal(pm_run* run, int signo);
 /* Aborts the job as cancelled (SIGTERM, SIGKILL after the grace). Any thread, like pm_run_signal.

@@ -87,6 +87,11 @@ struct timer_fired {
 struct signal_received {
   int signo;
 };
+/// Whether the controller acts on `signo` as a signal_received: SIGINT, SIGTERM and SIGHUP end the
+/// job, SIGUSR1, SIGUSR2, SIGTSTP and SIGCONT are forwarded to the ranks; any other it ignores.
+PM_API bool job_takes_signal(int signo) noexcept;
+/// Throws pm::error (errc::usage), naming the signals a job takes, unless job_takes_signal(signo).
+PM_API void check_job_signal(int signo);
 /// A rank asked the job to abort (PMIx_Abort / MPI_Abort), or an embedder cancels (rank = none).
 struct abort_requested {
   std::optional<std::uint32_t> rank;

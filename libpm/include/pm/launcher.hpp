@@ -70,7 +70,8 @@ class PM_API job_runner {
   /// Starts the job; returns at once (the io_context runs it).
   void start();
   /// Tells the job that its launcher received `signo` (SIGINT/TERM/HUP abort it, a second one
-  /// escalates to SIGKILL; USR1/USR2/TSTP/CONT are forwarded to every rank).
+  /// escalates to SIGKILL; USR1/USR2/TSTP/CONT are forwarded to every rank). Any other signal
+  /// throws pm::error (errc::usage) instead of doing nothing (pm::check_job_signal).
   void signal(int signo);
   /// Aborts the job (SIGTERM, then SIGKILL after the grace period), as a cancelled job.
   void cancel();

@@ -69,7 +69,23 @@ bool is_interrupt(int signo) {
   return signo == SIGINT || signo == SIGTERM || signo == SIGHUP;
 }
 
+// Launcher signals the ranks get as they are.
+bool is_forwarded(int signo) {
+  return signo == SIGUSR1 || signo == SIGUSR2 || signo == SIGTSTP || signo == SIGCONT;
+}
+
 }  // namespace
+
+bool job_takes_signal(int signo) noexcept {
+  return is_interrupt(signo) || is_forwarded(signo);
+}
+
+void check_job_signal(int signo) {
+  if (!job_takes_signal(signo))
+    throw error(errc::usage, "signal " + std::to_string(signo) +
+                                 " is not one a job takes (SIGINT, SIGTERM, SIGHUP, SIGUSR1, "
+                                 "SIGUSR2, SIGTSTP, SIGCONT)");
+}
 
 struct controller::state {
   const rank_map* map;
@@ -362,16 +378,7 @@ struct controller::state {
       out.push_back(emit{line + abort_tail(n)});
       return;
     }
-    switch (e.signo) {
-      case SIGUSR1:
-      case SIGUSR2:
-      case SIGTSTP:
-      case SIGCONT:
-        signal_running({e.signo}, out);
-        return;
-      default:
-        return;  // not ours to forward
-    }
+    if (is_forwarded(e.signo)) signal_running({e.signo}, out);  // others are not ours to forward
   }
 
   void on(job_time, const abort_requested& e, std::vector<action>& out) {

@@ -48,20 +48,19 @@ namespace {
 
 // "exit_code" and "signal" (by name), null when absent, as the schema promises.
 void put_status(json_writer& w, const std::optional<exit_status>& status) {
-  w.key("exit_code");
-  if (status && !status->is_signal())
-    w.value(status->code());
-  else
-    w.null();
-  w.key("signal");
-  if (status && status->is_signal())
-    w.value(signal_name(status->signal()));
-  else
-    w.null();
+  w.member("exit_code",
+           status && !status->is_signal() ? std::optional(status->code()) : std::nullopt);
+  w.member("signal", status && status->is_signal() ? std::optional(signal_name(status->signal()))
+                                                   : std::nullopt);
 }
 
 std::string host_name(const job_report& r, std::uint32_t host) {
   return host < r.host_names.size() ? r.host_names[host] : std::to_string(host);
+}
+
+// A text, or null when empty.
+std::optional<std::string_view> text_or_null(const std::string& s) {
+  return s.empty() ? std::nullopt : std::optional<std::string_view>(s);
 }
 
 }  // namespace
@@ -73,34 +72,20 @@ std::string to_json(const job_report& report) {
   w.begin_object();
   w.member("exit_code", report.exit_code);
   w.member("cause", to_string(report.cause));
-  w.key("signal");
-  if (report.signal != 0)
-    w.value(signal_name(report.signal));
-  else
-    w.null();
+  w.member("signal", report.signal != 0 ? std::optional(signal_name(report.signal)) : std::nullopt);
   w.member("summary", report.summary);
   w.key("failed");
   if (report.cause != cause_kind::none) {
     w.begin_object();
-    w.key("rank");
-    if (report.failed_rank)
-      w.value(*report.failed_rank);
-    else
-      w.null();
-    w.key("host");
-    if (report.failed_host)
-      w.value(host_name(report, *report.failed_host));
-    else
-      w.null();
+    w.member("rank", report.failed_rank);
+    w.member("host", report.failed_host ? std::optional(host_name(report, *report.failed_host))
+                                        : std::nullopt);
     put_status(w, report.failed_status);
     // The reason the failed rank carries: why it could not start, its abort message, why its
     // host was lost.
-    w.key("reason");
-    if (report.failed_rank && *report.failed_rank < report.ranks.size() &&
-        !report.ranks[*report.failed_rank].reason.empty())
-      w.value(report.ranks[*report.failed_rank].reason);
-    else
-      w.null();
+    const bool known = report.failed_rank && *report.failed_rank < report.ranks.size();
+    w.member("reason",
+             known ? text_or_null(report.ranks[*report.failed_rank].reason) : std::nullopt);
     w.end_object();
   } else {
     w.null();
@@ -114,21 +99,14 @@ std::string to_json(const job_report& report) {
     w.member("host", host_name(report, r.host));
     w.member("state", to_string(r.state));
     put_status(w, r.status);
-    w.key("pid");
-    if (r.pid != 0)
-      w.value(r.pid);
-    else
-      w.null();
-    w.key("duration_ms");
-    if (r.started_at && r.ended_at)
-      w.value(std::chrono::duration<double, std::milli>(*r.ended_at - *r.started_at).count());
-    else
-      w.null();
-    w.key("reason");
-    if (!r.reason.empty())
-      w.value(r.reason);
-    else
-      w.null();
+    w.member("pid", r.pid != 0 ? std::optional(r.pid) : std::nullopt);
+    w.member(
+        "duration_ms",
+        r.started_at && r.ended_at
+            ? std::optional(
+                  std::chrono::duration<double, std::milli>(*r.ended_at - *r.started_at).count())
+            : std::nullopt);
+    w.member("reason", text_or_null(r.reason));
     w.end_object();
   }
   w.end_array();

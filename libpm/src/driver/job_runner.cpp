@@ -204,6 +204,7 @@ void job_runner::start() {
   impl_->start();
 }
 void job_runner::signal(int signo) {
+  check_job_signal(signo);
   impl_->post(signal_received{signo});
 }
 void job_runner::cancel() {

@@ -120,15 +120,6 @@ json_writer& json_writer::value(double d) {
   return *this;
 }
 
-json_writer& json_writer::integer(std::int64_t n, bool is_unsigned) {
-  before_value();
-  char buf[32];
-  const auto r = is_unsigned ? std::to_chars(buf, buf + sizeof buf, static_cast<std::uint64_t>(n))
-                             : std::to_chars(buf, buf + sizeof buf, n);
-  out_.append(buf, r.ptr);
-  return *this;
-}
-
 json_writer& json_writer::null() {
   before_value();
   out_ += "null";

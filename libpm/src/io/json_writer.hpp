@@ -6,8 +6,10 @@
 // UTF-8 in a string becomes U+FFFD instead of an exception.
 #pragma once
 
+#include <charconv>
 #include <concepts>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,17 +30,21 @@ class json_writer {
 
   json_writer& value(std::string_view s);
   json_writer& value(const char* s) { return value(std::string_view(s)); }
-  json_writer& value(const std::string& s) { return value(std::string_view(s)); }
   json_writer& value(bool b);
   json_writer& value(double d);
   template <std::integral T>
   requires(!std::same_as<T, bool>) json_writer& value(T n) {
-    if constexpr (std::is_signed_v<T>)
-      return integer(static_cast<std::int64_t>(n), false);
-    else
-      return integer(static_cast<std::int64_t>(static_cast<std::uint64_t>(n)), true);
+    before_value();
+    char buf[24];
+    out_.append(buf, std::to_chars(buf, buf + sizeof buf, n).ptr);
+    return *this;
   }
   json_writer& null();
+  /// Its value, or null when empty.
+  template <class T>
+  json_writer& value(const std::optional<T>& v) {
+    return v ? value(*v) : null();
+  }
 
   /// key(k).value(v) in one call.
   template <class V>
@@ -53,7 +59,6 @@ class json_writer {
  private:
   json_writer& open(char c);
   json_writer& close(char c);
-  json_writer& integer(std::int64_t n, bool is_unsigned);
   void before_value();
   void newline(std::size_t depth);
   void string(std::string_view s);
