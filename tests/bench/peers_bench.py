@@ -9,6 +9,7 @@ import argparse
 import os
 import random
 import re
+import select
 import shutil
 import signal
 import statistics
@@ -27,16 +28,27 @@ def find(build, rel):
     return path
 
 
+def wait_exact(proc, timeout):
+    """Waits for proc to exit, waking the moment it does (a pidfd); True if it did in time, else
+    kills its process group and returns False. Popen.wait(timeout=...) would not do: it polls
+    with sleeps growing to 50 ms, which rounds every time it measures up to its next poll."""
+    fd = os.pidfd_open(proc.pid)  # proc is not reaped yet: the pid is still ours
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+    if not ready:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return bool(ready)
+
+
 def timed(argv, stdout=subprocess.DEVNULL, env=None, timeout=HANG_S):
     """Wall time of one command in seconds, or None when it hangs past the limit."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL, env=env,
                             start_new_session=True)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    if not wait_exact(proc, timeout):
         return None, None
     return time.perf_counter() - start, proc.returncode
 
@@ -102,15 +114,12 @@ def bench_abort(build, rounds):
                     os.unlink(stamp)
                 proc = subprocess.Popen(cs[name], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, start_new_session=True)
-                try:
-                    proc.wait(timeout=5 if name == "hydra" else HANG_S)
+                if wait_exact(proc, 5 if name == "hydra" else HANG_S):
                     end = time.monotonic_ns()
                     codes[name].add(proc.returncode)
                     with open(stamp) as f:
                         results[name].append((end - int(f.read())) / 1e6)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                else:
                     codes[name].add("no exit within 5 s")
         for name in cs:
             v = results[name]
@@ -170,7 +179,10 @@ def bench_output(build, rounds, mib):
                         for p in procs:
                             p.wait()
                     else:
-                        subprocess.run(runs[name], stdout=f, stderr=subprocess.DEVNULL, timeout=120)
+                        proc = subprocess.Popen(runs[name], stdout=f, stderr=subprocess.DEVNULL,
+                                                start_new_session=True)
+                        if not wait_exact(proc, 120):
+                            sys.exit(f"peers_bench: {name} did not finish the output run in 120 s")
                     elapsed = time.perf_counter() - start
                 this_round[name] = 4 * size / elapsed / 1e6
                 speeds[name].append(this_round[name])
