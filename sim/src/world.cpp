@@ -179,7 +179,7 @@ struct up_msg {
   std::uint8_t stream = 0;
   std::uint32_t rank = 0;
   std::uint64_t value = 0;  // bytes (stream), status (abort)
-  channel::message msg;
+  link::message msg;
 };
 
 enum class pstate : std::uint8_t { none, spawning, running, dead, gone, failed };
@@ -401,7 +401,7 @@ class world {
 
   // Launcher -> host: messages are collected while one controller step runs, then sent as one
   // batch per host (the controller's actions for a host are adjacent).
-  void send_down(std::uint32_t host, channel::message m) {
+  void send_down(std::uint32_t host, link::message m) {
     auto& h = hosts_[host];
     if (h.launcher_closed) return;  // the launcher closed that channel
     if (!pending_down_.empty() && pending_down_.back().first == host) {
@@ -616,7 +616,7 @@ class world {
                 const auto host = map_.host_of_node(node);
                 const auto ranks = map_.ranks_on_host(host);
                 send_down(host,
-                          channel::signal_request{
+                          link::signal_request{
                               std::vector<std::uint32_t>(ranks.begin(), ranks.end()), SIGKILL});
               }
             },
@@ -678,27 +678,30 @@ class world {
     auto& h = hosts_[x.host];
     if (!h.launched) {
       launch(x.host);
-      send_down(x.host, channel::hello{channel::protocol_version, 0});
+      send_down(x.host, setup_for(x.host));
     }
     if (h.launcher_closed) return;  // send_down drops what goes to a closed channel
     h.spawns_in_flight.push_back(std::move(ranks));
-    send_down(x.host, channel::spawn_request{});
+    send_down(x.host, link::spawn_request{});
   }
 
   // The spawn request that arrives at a host, with its rank_specs (and environments, when the
   // run asked for them) built now.
-  channel::spawn_request arriving_spawn(host_rec& h) {
-    channel::spawn_request req;
+  link::spawn_request arriving_spawn(host_rec& h) {
+    link::spawn_request req;
     if (h.spawns_in_flight.empty()) return req;
     const std::vector<std::uint32_t> ranks = std::move(h.spawns_in_flight.front());
     h.spawns_in_flight.erase(h.spawns_in_flight.begin());
     req.ranks.reserve(ranks.size());
     for (auto rank : ranks) {
-      channel::rank_spec spec;
+      link::rank_spec spec;
       spec.rank = rank;
-      spec.path = "app";
-      spec.streams = s_.control.streams_per_rank;
-      if (o_.env) spec.env = rank_environment(*o_.env, map_, rank);
+      spec.app = map_.at(rank).app;
+      if (o_.env) {
+        for (auto& v : profile_env(map_, rank, o_.env->profiles, o_.env->facts)) {
+          spec.env.push_back(v.name + "=" + v.value);
+        }
+      }
       req.ranks.push_back(std::move(spec));
     }
     return req;
@@ -720,7 +723,7 @@ class world {
         correctness(signal_name(x.signo) + " to rank " + std::to_string(rank) +
                     ", whose end the controller knew");
     }
-    send_down(x.host, channel::signal_request{std::move(x.ranks), x.signo});
+    send_down(x.host, link::signal_request{std::move(x.ranks), x.signo});
   }
 
   void do_finish(finish&& x) {
@@ -731,7 +734,7 @@ class world {
     // The driver's part of the end: shut every agent down (they clear what is left).
     for (std::uint32_t node = 0; node < map_.num_nodes(); ++node) {
       const auto host = map_.host_of_node(node);
-      if (hosts_[host].launched) send_down(host, channel::shutdown_request{});
+      if (hosts_[host].launched) send_down(host, link::shutdown_request{});
     }
   }
 
@@ -804,7 +807,35 @@ class world {
   }
 
   // ---- processes ----
-  void start_process(std::uint32_t host, const channel::rank_spec& spec) {
+  // The job's setup, as the launcher sends it to every agent before its first spawn: with
+  // run_options::env, the environment the agents compose must be the contract's.
+  link::job_setup setup_for(std::uint32_t host) const {
+    link::job_setup j;
+    j.host = host;
+    j.grace_ms = static_cast<std::uint32_t>(s_.control.kill_grace.count());
+    j.forward_output = false;
+    j.streams = s_.control.streams_per_rank;
+    const auto joined = [](const std::vector<env_var>& vars) {
+      std::vector<std::string> out;
+      out.reserve(vars.size());
+      for (const auto& v : vars) out.push_back(v.name + "=" + v.value);
+      return out;
+    };
+    const auto apps = std::max<std::size_t>(1, s_.apps.size());
+    for (std::size_t a = 0; a < apps; ++a) {
+      link::app_spec app;
+      app.argv = {"app"};
+      if (o_.env) app.env = joined(o_.env->app_variables(static_cast<std::uint32_t>(a)));
+      j.apps.push_back(std::move(app));
+    }
+    if (o_.env) {
+      j.base = joined(o_.env->base);
+      j.overrides = joined(o_.env->overrides);
+    }
+    return j;
+  }
+
+  void start_process(std::uint32_t host, const agent::process_spec& spec) {
     const auto rank = spec.rank;
     if (rank >= procs_.size() || procs_[rank].host != host) {
       correctness("the agent on " + host_name(host) + " started rank " + std::to_string(rank) +
@@ -1146,12 +1177,10 @@ class world {
     auto& batch = down_pool_[slot];
     const bool alive = !h.crashed && !h.agent_fails && !h.agent_closed && !h.agent_done;
     if (alive && !h.agent) {
-      agent::options ao;
-      ao.pid = 900'000'000 + host;
-      h.agent.emplace(ao);
+      h.agent.emplace(agent::options{});
     }
     for (auto& m : batch) {
-      if (std::holds_alternative<channel::spawn_request>(m)) {
+      if (std::holds_alternative<link::spawn_request>(m)) {
         if (!alive) {
           if (!h.spawns_in_flight.empty()) h.spawns_in_flight.erase(h.spawns_in_flight.begin());
           continue;
@@ -1193,10 +1222,10 @@ class world {
         break;
     }
     std::visit(overloaded{
-                   [&](channel::started& x) {
+                   [&](link::started& x) {
                      feed_ctl(rank_started{x.rank, x.pid});
                    },
-                   [&](channel::spawn_failed& x) {
+                   [&](link::spawn_failed& x) {
                      if (x.rank < procs_.size()) {
                        if ((procs_[x.rank].flags & end_known) == 0 && !ctl_.finished())
                          note_failure(cause_kind::spawn_failed, x.rank, host, x.code);
@@ -1204,7 +1233,7 @@ class world {
                      }
                      feed_ctl(rank_spawn_failed{x.rank, x.code, x.reason});
                    },
-                   [&](channel::exited& x) {
+                   [&](link::exited& x) {
                      if (x.rank < procs_.size()) {
                        if ((procs_[x.rank].flags & end_known) == 0 && !x.status.success() &&
                            !ctl_.finished())
@@ -1213,7 +1242,7 @@ class world {
                      }
                      feed_ctl(rank_exited{x.rank, x.status});
                    },
-                   [&](channel::agent_error& x) {
+                   [&](link::agent_error& x) {
                      line("   the agent on " + host_name(host) + " reports: " + x.text);
                    },
                    [&](auto&) {},  // hello, shutdown_done
@@ -1404,9 +1433,9 @@ class world {
       if (h.agent && !h.agent_done && !h.crashed)
         liveness("the agent on " + host_name(host) + " never exited");
       if (h.agent_detect_at >= 0 && h.last_death >= 0) {
-        const auto bound =
-            h.agent_detect_at +
-            std::chrono::duration_cast<sim_time>(agent::options{}.lost_grace).count() + 1'000'000;
+        const auto bound = h.agent_detect_at +
+                           std::chrono::duration_cast<sim_time>(s_.control.kill_grace).count() +
+                           1'000'000;
         if (h.last_death > bound)
           correctness("a process of the old job ran on " + host_name(host) + " until " +
                       format_duration(sim_time(h.last_death)) +
@@ -1431,7 +1460,7 @@ class world {
 
   std::vector<action> ctl_out_;
   std::vector<agent::action> agent_out_;
-  batch_pool<channel::message> down_pool_;
+  batch_pool<link::message> down_pool_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> pending_down_;
   batch_pool<up_msg> up_pool_;
   batch_pool<batch_entry> batch_pool_;                              // spawns and reactions

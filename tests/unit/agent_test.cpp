@@ -9,10 +9,10 @@ namespace pm::agent {
 namespace {
 
 using namespace std::chrono_literals;
-namespace ch = pm::channel;
+namespace ch = pm::link;
 
 struct harness {
-  agent a{options{4242, 1000ms, 20ms}};
+  agent a{options{{"PATH=/usr/bin:/bin", "HOME=/root", "OMPI_COMM_WORLD_RANK=5"}, 5000ms, 20ms}};
   std::vector<action> out;
   agent_time now{0};
 
@@ -24,17 +24,22 @@ struct harness {
   }
   std::vector<action> msg(ch::message m) { return feed(received{std::move(m)}); }
 
-  // hello + spawn of `n` ranks with pids 100+rank; returns nothing.
+  // The job's setup: a grace of 1 s, one app.
+  static ch::job_setup setup() {
+    ch::job_setup j;
+    j.grace_ms = 1000;
+    j.apps.push_back(ch::app_spec{{"true"}, "", {}});
+    return j;
+  }
+  // setup + spawn of `n` ranks with pids 100+rank; returns nothing.
   void start(std::uint32_t n) {
-    msg(ch::hello{});
+    msg(setup());
     ch::spawn_request s;
     for (std::uint32_t r = 0; r < n; ++r) s.ranks.push_back(spec(r));
     msg(s);
     for (std::uint32_t r = 0; r < n; ++r) feed(rank_spawned{r, 100 + r});
   }
-  static ch::rank_spec spec(std::uint32_t r) {
-    return ch::rank_spec{r, "/bin/true", {"true"}, {}, "", false, 2};
-  }
+  static ch::rank_spec spec(std::uint32_t r) { return ch::rank_spec{r, 0, {}, false}; }
 };
 
 template <class T>
@@ -57,18 +62,11 @@ std::vector<std::pair<std::int64_t, int>> signals(const std::vector<action>& v) 
   return r;
 }
 
-TEST(agent, answers_hello_with_its_pid_and_version) {
+TEST(agent, requires_the_job_setup_first) {
   harness h;
-  const auto a = h.msg(ch::hello{ch::protocol_version, 0});
-  ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::hello{ch::protocol_version, 4242}}));
-}
-
-TEST(agent, refuses_another_protocol_version_and_clears) {
-  harness h;
-  const auto a = h.msg(ch::hello{7, 0});
-  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::agent_error{
-                         "launcher speaks protocol version 7, this agent speaks 2"}}));
+  const auto a = h.msg(ch::spawn_request{{harness::spec(0)}});
+  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::agent_error{"'spawn' message before 'job'"}}));
+  EXPECT_TRUE(all<spawn_rank>(a).empty());
   // Nothing runs, so it goes straight to the sweep, and exits once nothing is left.
   EXPECT_EQ(all<sweep>(a).size(), 1u);
   const auto b = h.feed(swept{0});
@@ -77,28 +75,71 @@ TEST(agent, refuses_another_protocol_version_and_clears) {
   EXPECT_TRUE(h.a.done());
 }
 
-TEST(agent, requires_hello_first) {
+TEST(agent, refuses_a_second_setup) {
   harness h;
-  const auto a = h.msg(ch::spawn_request{{harness::spec(0)}});
-  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::agent_error{"'spawn' message before 'hello'"}}));
-  EXPECT_TRUE(all<spawn_rank>(a).empty());
+  EXPECT_TRUE(h.msg(harness::setup()).empty());
+  EXPECT_EQ(sent(h.msg(harness::setup())),
+            (std::vector<ch::message>{ch::agent_error{"second 'job' message"}}));
 }
 
 TEST(agent, refuses_messages_meant_for_the_launcher) {
   harness h;
-  h.msg(ch::hello{});
+  h.msg(harness::setup());
   const auto a = h.msg(ch::exited{0, exit_status::exited(0)});
   EXPECT_EQ(
       sent(a),
       (std::vector<ch::message>{ch::agent_error{"unexpected 'exited' message from the launcher"}}));
 }
 
+TEST(agent, composes_each_rank_environment_on_its_own_host) {
+  harness h;
+  auto j = harness::setup();
+  j.base = {"OMPI_MCA_btl=self,tcp"};
+  j.overrides = {"RANK_X=override", "HOME=/x"};
+  j.apps[0].env = {"APP_ONLY=1", "HOME=/app"};
+  j.apps[0].wdir = "/tmp";
+  j.streams = 1;
+  j.forward_output = true;
+  h.msg(j);
+  const auto a =
+      h.msg(ch::spawn_request{{ch::rank_spec{0, 0, {"RANK=0", "RANK_X=profile"}, true}}});
+  ASSERT_EQ(all<spawn_rank>(a).size(), 1u);
+  const auto p = all<spawn_rank>(a)[0].spec;
+  // Its own environment without an outer job's identity, the job's base, the profile, the -x
+  // overrides, the app's own variables; a later one wins.
+  EXPECT_EQ(p.env,
+            (std::vector<std::string>{"OMPI_MCA_btl=self,tcp", "PATH=/usr/bin:/bin", "RANK=0",
+                                      "RANK_X=override", "HOME=/app", "APP_ONLY=1"}));
+  EXPECT_EQ(p.argv, (std::vector<std::string>{"true"}));
+  EXPECT_EQ(p.wdir, "/tmp");
+  EXPECT_EQ(p.streams, 1);
+  EXPECT_TRUE(p.forward_output);
+  EXPECT_TRUE(p.stdin_from_launcher);
+}
+
+TEST(agent, a_rank_of_an_app_the_job_does_not_have_fails) {
+  harness h;
+  h.msg(harness::setup());
+  const auto a = h.msg(ch::spawn_request{{ch::rank_spec{3, 2, {}, false}}});
+  EXPECT_TRUE(all<spawn_rank>(a).empty());
+  EXPECT_EQ(
+      sent(a),
+      (std::vector<ch::message>{ch::spawn_failed{3, 127, "rank 3 names app 2, the job has 1"}}));
+}
+
+TEST(agent, a_forwarded_stream_that_ends_is_reported) {
+  harness h;
+  h.start(1);
+  EXPECT_EQ(sent(h.feed(output_ended{0, output_stream::err, 42})),
+            (std::vector<ch::message>{ch::stream_closed{0, output_stream::err, 42}}));
+}
+
 TEST(agent, spawns_reports_started_and_exits_without_reaping) {
   harness h;
-  h.msg(ch::hello{});
+  h.msg(harness::setup());
   const auto a = h.msg(ch::spawn_request{{harness::spec(0), harness::spec(1)}});
   ASSERT_EQ(all<spawn_rank>(a).size(), 2u);
-  EXPECT_EQ(all<spawn_rank>(a)[1].spec, harness::spec(1));
+  EXPECT_EQ(all<spawn_rank>(a)[1].spec.rank, 1u);
   EXPECT_EQ(sent(h.feed(rank_spawned{0, 100})), (std::vector<ch::message>{ch::started{0, 100}}));
   EXPECT_EQ(sent(h.feed(rank_spawn_failed{1, 126, "cannot execute"})),
             (std::vector<ch::message>{ch::spawn_failed{1, 126, "cannot execute"}}));
@@ -167,7 +208,7 @@ TEST(agent, launcher_loss_terms_then_kills_after_the_grace) {
   EXPECT_EQ(signals(a),
             (std::vector<std::pair<std::int64_t, int>>{{100, SIGTERM}, {101, SIGTERM}}));
   ASSERT_EQ(all<start_timer>(a).size(), 1u);
-  EXPECT_EQ(all<start_timer>(a)[0].after, 1000ms);
+  EXPECT_EQ(all<start_timer>(a)[0].after, 1000ms);  // the job's grace, not the agent's 5 s
   // Nothing is sent any more, and launcher-side requests are gone with the channel.
   EXPECT_TRUE(sent(h.feed(rank_exited{0, exit_status::signaled(SIGTERM)})).empty());
   const auto b = h.feed(timer_fired{all<start_timer>(a)[0].timer});
@@ -195,7 +236,7 @@ TEST(agent, launcher_loss_does_not_wait_the_grace_once_every_rank_ended) {
 
 TEST(agent, a_rank_spawned_after_the_end_began_is_killed_too) {
   harness h;
-  h.msg(ch::hello{});
+  h.msg(harness::setup());
   h.msg(ch::spawn_request{{harness::spec(0)}});
   h.msg(ch::shutdown_request{});
   const auto a = h.feed(rank_spawned{0, 100});
@@ -218,8 +259,8 @@ TEST(agent, its_own_sigterm_is_reported_and_treated_as_launcher_loss) {
 TEST(agent, garbage_from_the_launcher_is_answered_and_ends_the_job) {
   harness h;
   h.start(1);
-  const auto a = h.feed(bad_message{"agent channel: empty frame"});
-  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::agent_error{"agent channel: empty frame"}}));
+  const auto a = h.feed(bad_message{"agent link: empty frame"});
+  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::agent_error{"agent link: empty frame"}}));
   EXPECT_EQ(signals(a), (std::vector<std::pair<std::int64_t, int>>{{100, SIGTERM}}));
 }
 
@@ -228,77 +269,6 @@ TEST(agent, launcher_signals_are_ignored_once_the_agent_kills_on_its_own) {
   h.start(1);
   h.feed(terminate_requested{SIGTERM});
   EXPECT_TRUE(signals(h.msg(ch::signal_request{{0}, SIGCONT})).empty());
-}
-
-// ---- heartbeats (remote transports) ----
-
-struct heartbeat_harness {
-  agent a{options{4242, 1000ms, 20ms, 1000ms, 3000ms}};
-  std::vector<action> out;
-  std::vector<action> at(agent_time t, const event& e) {
-    out.clear();
-    a.handle(t, e, out);
-    return out;
-  }
-  // The heartbeat timer the last actions started (0 if none).
-  static std::uint64_t heartbeat_timer(const std::vector<action>& v) {
-    std::uint64_t id = 0;
-    for (const auto& t : all<start_timer>(v)) {
-      if ((t.timer >> 63) != 0) id = t.timer;  // heartbeat timers carry the top bit
-    }
-    return id;
-  }
-};
-
-TEST(agent, sends_a_heartbeat_each_interval_once_greeted) {
-  heartbeat_harness h;
-  const auto hello = h.at(0ms, received{ch::hello{}});
-  auto timer = heartbeat_harness::heartbeat_timer(hello);
-  ASSERT_NE(timer, 0u);
-  for (int beat = 1; beat <= 5; ++beat) {
-    // The launcher talks now and then (its own heartbeats), so the agent never gives up.
-    h.at(std::chrono::milliseconds(beat * 1000 - 500), received{ch::heartbeat{}});
-    const auto a = h.at(std::chrono::milliseconds(beat * 1000), timer_fired{timer});
-    EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::heartbeat{}})) << beat;
-    EXPECT_TRUE(signals(a).empty());
-    timer = heartbeat_harness::heartbeat_timer(a);
-    ASSERT_NE(timer, 0u);
-  }
-}
-
-TEST(agent, a_silent_launcher_is_lost_after_the_heartbeat_timeout) {
-  heartbeat_harness h;
-  auto timer = heartbeat_harness::heartbeat_timer(h.at(0ms, received{ch::hello{}}));
-  ch::spawn_request s;
-  s.ranks.push_back(harness::spec(0));
-  s.ranks.push_back(harness::spec(1));
-  h.at(10ms, received{s});
-  h.at(20ms, rank_spawned{0, 100});
-  h.at(21ms, rank_spawned{1, 101});
-  // Nothing more from the launcher: beats at 1 s and 2 s still go out...
-  for (int beat = 1; beat <= 2; ++beat) {
-    const auto a = h.at(std::chrono::milliseconds(beat * 1000), timer_fired{timer});
-    EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::heartbeat{}}));
-    timer = heartbeat_harness::heartbeat_timer(a);
-  }
-  // ...at 3.01 s (3 s after the last message, at 10 ms) the launcher counts as lost: SIGTERM to
-  // every rank group and the grace timer, as when the channel closes; nothing is sent.
-  const auto lost = h.at(3010ms, timer_fired{timer});
-  EXPECT_TRUE(sent(lost).empty());
-  EXPECT_EQ(signals(lost),
-            (std::vector<std::pair<std::int64_t, int>>{{100, SIGTERM}, {101, SIGTERM}}));
-  EXPECT_EQ(heartbeat_harness::heartbeat_timer(lost), 0u);  // no more beats
-  EXPECT_EQ(all<start_timer>(lost).size(), 1u);             // the grace
-}
-
-TEST(agent, heartbeats_are_off_by_default_and_a_heartbeat_from_the_launcher_is_accepted) {
-  harness h;
-  const auto hello = h.msg(ch::hello{});
-  EXPECT_TRUE(all<start_timer>(hello).empty());
-  const auto beat = h.msg(ch::heartbeat{});
-  EXPECT_TRUE(beat.empty());
-  // A stale heartbeat timer id (not the latest) does nothing.
-  EXPECT_TRUE(h.feed(timer_fired{(std::uint64_t{1} << 63) | 5}).empty());
 }
 
 }  // namespace

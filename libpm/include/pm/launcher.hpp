@@ -1,7 +1,10 @@
 // pm::job_runner: run a job on the caller's Asio io_context — the API a scheduler embeds, and
 // what pmrun uses.
 //
-// The runner drives a pm::controller with a transport (the local one today) and the output layer.
+// The runner drives a pm::controller with one agent link per host (docs/agent-link.md) and the
+// output layer. A routing layer picks each host's transport: this machine's pmd locally, ssh (or
+// the embedder's own transport) for every other host; a host that is not this machine never runs
+// its ranks here.
 // It installs no signal handler and no SIGCHLD handler: the embedding program owns its process's
 // signals and children, and forwards the signals it wants the job to see with signal().
 // Thread safety: every member function must be called from the io_context's thread (or strand);
@@ -22,12 +25,36 @@
 #include "pm/output.hpp"
 #include "pm/rank_map.hpp"
 #include "pm/report.hpp"
+#include "pm/transport.hpp"
 
 namespace boost::asio {
 class io_context;
 }
 
 namespace pm {
+
+/// How hosts other than this machine are reached (docs/multihost.md).
+struct remote_options {
+  /// The remote shell command, as words ("ssh -F cfg"): plm_rsh_agent, --launch-agent's peer.
+  std::vector<std::string> rsh_agent = {"ssh"};
+  /// More arguments for it (plm_rsh_args).
+  std::vector<std::string> rsh_args;
+  /// pmd on the other hosts; empty: the same path as this machine's pmd.
+  std::string agent_path;
+  /// Heartbeats both ways; a host silent for interval x misses is lost (0: no heartbeats).
+  std::chrono::milliseconds heartbeat_interval{500};
+  std::uint32_t heartbeat_misses = 4;
+  /// An agent that has not said hello this long after its start is lost.
+  std::chrono::milliseconds hello_timeout{20000};
+  /// At most this many agent start-ups (ssh connections being set up) at once.
+  std::uint32_t max_concurrent = 32;
+  /// ssh's exit 255 before the agent answered (a refused or dropped connection) is retried this
+  /// many times, with jittered backoff.
+  std::uint32_t connect_retries = 3;
+  /// Where MASTER_ADDR and node addresses may come from: interface names or CIDR blocks
+  /// (--iface, oob_tcp_if_include). Empty: any non-loopback address.
+  std::vector<std::string> iface;
+};
 
 /// Everything a job needs, decided before any rank starts.
 struct job_request {
@@ -42,6 +69,11 @@ struct job_request {
   /// --stdin all: one descriptor per rank (index = rank), each rank's own copy. Not owned.
   std::vector<int> per_rank_stdin;
   std::string agent_path;  ///< pmd; empty: next to the program, or $PM_AGENT
+  /// MASTER_PORT given by the user (--master-port): kept for a job whose rank 0 is elsewhere too.
+  bool master_port_fixed = false;
+  remote_options remote;
+  /// Reaches hosts other than this machine; null: the system ssh (remote.rsh_agent).
+  std::shared_ptr<transport> remote_transport;
 };
 
 struct job_callbacks {
@@ -60,8 +92,9 @@ struct job_callbacks {
 
 class PM_API job_runner {
  public:
-  /// Checks the request (every app's program resolved in its rank's PATH and wdir) and throws
-  /// pm::error before anything starts: a missing program starts no rank.
+  /// Checks the request and throws pm::error before anything starts. For a job on this machine
+  /// only, every app's program is resolved in its ranks' PATH and wdir first, so that a missing
+  /// program starts no rank; on other hosts their agents resolve it.
   job_runner(boost::asio::io_context& io, job_request request, job_callbacks callbacks);
   ~job_runner();
   job_runner(const job_runner&) = delete;

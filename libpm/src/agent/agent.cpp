@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <csignal>
 #include <cstring>
+#include <optional>
 #include <string>
+
+#include "agent/rank_env.hpp"
 
 // GCC 12 warns "may be used uninitialized" inside std::variant's move constructor when a vector
 // of nested variants grows: a false positive (the moved-from alternative is always engaged).
@@ -85,37 +88,22 @@ struct overloaded : F... {
 struct agent::state {
   options opts;
   phase ph = phase::running;
-  bool greeted = false;
   bool channel_open = true;
   bool shutdown_asked = false;
   int exit_code = exit_after_launcher_lost;
-  std::uint64_t timer = 0;            // the latest timer started; older ones are ignored
-  std::uint64_t heartbeat_timer = 0;  // the heartbeat's own timer (ids with heartbeat_bit)
-  agent_time now{0};                  // of the event being handled
-  agent_time last_heard{0};           // when the launcher's last message arrived
+  std::uint64_t timer = 0;               // the latest timer started; older ones are ignored
+  agent_time now{0};                     // of the event being handled
+  std::optional<link::job_setup> setup;  // from the launcher's job message
+  std::vector<std::string> base_env;     // the job's shared environment on this host
   rank_table ranks;
   std::vector<action>* out = nullptr;
 
-  void send_msg(channel::message m) {
+  void send_msg(link::message m) {
     if (channel_open) out->push_back(send{std::move(m)});
   }
   void arm(std::chrono::milliseconds after) { out->push_back(start_timer{++timer, after}); }
-
-  static constexpr std::uint64_t heartbeat_bit = std::uint64_t{1} << 63;
-  void arm_heartbeat() {
-    if (opts.heartbeat_interval.count() <= 0) return;
-    heartbeat_timer = heartbeat_bit | (heartbeat_timer + 1);
-    out->push_back(start_timer{heartbeat_timer, opts.heartbeat_interval});
-  }
-  void on_heartbeat_timer() {
-    if (ph != phase::running || !channel_open) return;  // the end has begun: no more beats
-    if (opts.heartbeat_timeout.count() > 0 && now - last_heard >= opts.heartbeat_timeout) {
-      channel_open = false;  // silent, not closed: nothing sent to it can be trusted to arrive
-      lose_launcher();
-      return;
-    }
-    send_msg(channel::heartbeat{});
-    arm_heartbeat();
+  std::chrono::milliseconds grace() const {
+    return setup ? std::chrono::milliseconds(setup->grace_ms) : opts.lost_grace;
   }
 
   bool all_exited() const { return ranks.all_exited(); }
@@ -130,7 +118,7 @@ struct agent::state {
     if (all_exited()) {
       clear();
     } else {
-      arm(opts.lost_grace);
+      arm(grace());
     }
   }
 
@@ -146,91 +134,107 @@ struct agent::state {
   }
 
   void protocol_error(const std::string& text) {
-    send_msg(channel::agent_error{text});
+    send_msg(link::agent_error{text});
     lose_launcher();
   }
 
-  void on_message(channel::message& m) {
-    if (!greeted && !std::holds_alternative<channel::hello>(m)) {
-      protocol_error("'" + std::string(channel::type_name(m)) + "' message before 'hello'");
+  void start_rank(link::rank_spec& spec) {
+    if (spec.app >= setup->apps.size()) {
+      send_msg(link::spawn_failed{spec.rank, 127,
+                                  "rank " + std::to_string(spec.rank) + " names app " +
+                                      std::to_string(spec.app) + ", the job has " +
+                                      std::to_string(setup->apps.size())});
       return;
     }
-    std::visit(
-        overloaded{
-            [&](const channel::hello& h) {
-              if (greeted) {
-                protocol_error("second 'hello' message");
-              } else if (h.version != channel::protocol_version) {
-                protocol_error("launcher speaks protocol version " + std::to_string(h.version) +
-                               ", this agent speaks " + std::to_string(channel::protocol_version));
-              } else {
-                greeted = true;
-                send_msg(channel::hello{channel::protocol_version, opts.pid});
-                arm_heartbeat();
-              }
-            },
-            [&](channel::spawn_request& s) {
-              for (auto& spec : s.ranks) {
-                if (ph != phase::running) {
-                  send_msg(channel::spawn_failed{spec.rank, 127, "the agent is shutting down"});
-                } else if (ranks.contains(spec.rank)) {
-                  send_msg(channel::spawn_failed{
-                      spec.rank, 127,
-                      "rank " + std::to_string(spec.rank) + " was already started by this agent"});
-                } else {
-                  ranks.add(spec.rank);
-                  out->push_back(spawn_rank{std::move(spec)});
-                }
-              }
-            },
-            [&](const channel::signal_request& s) {
-              if (ph != phase::running) return;  // the agent's own kill sequence rules now
-              for (std::uint32_t rank : s.ranks) {
-                const auto* r = ranks.find(rank);
-                if (r != nullptr && r->pid > 0) {
-                  out->push_back(signal_group{r->pid, s.signo});
-                }
-              }
-            },
-            [&](const channel::shutdown_request&) {
-              shutdown_asked = true;
-              exit_code = exit_after_shutdown;
-              clear();
-            },
-            [&](const channel::heartbeat&) {},  // its arrival is what counts (last_heard)
-            [&](const auto& other) {
-              protocol_error("unexpected '" + std::string(channel::type_name(other)) +
-                             "' message from the launcher");
-            },
-        },
-        m);
+    const auto& app = setup->apps[spec.app];
+    process_spec p;
+    p.rank = spec.rank;
+    p.argv = app.argv;
+    p.env = compose_rank_environment(base_env, spec.env, setup->overrides, app.env);
+    p.wdir = app.wdir;
+    p.stdin_from_launcher = spec.stdin_from_launcher;
+    p.streams = setup->streams;
+    p.forward_output = setup->forward_output;
+    ranks.add(spec.rank);
+    out->push_back(spawn_rank{std::move(p)});
+  }
+
+  void on_message(link::message& m) {
+    if (!setup && !std::holds_alternative<link::job_setup>(m) &&
+        !std::holds_alternative<link::shutdown_request>(m)) {
+      protocol_error("'" + std::string(link::type_name(m)) + "' message before 'job'");
+      return;
+    }
+    std::visit(overloaded{
+                   [&](link::job_setup& j) {
+                     if (setup) {
+                       protocol_error("second 'job' message");
+                       return;
+                     }
+                     base_env = base_environment(opts.environment, j.base);
+                     setup = std::move(j);
+                   },
+                   [&](link::spawn_request& s) {
+                     for (auto& spec : s.ranks) {
+                       if (ph != phase::running) {
+                         send_msg(link::spawn_failed{spec.rank, 127, "the agent is shutting down"});
+                       } else if (ranks.contains(spec.rank)) {
+                         send_msg(link::spawn_failed{spec.rank, 127,
+                                                     "rank " + std::to_string(spec.rank) +
+                                                         " was already started by this agent"});
+                       } else {
+                         start_rank(spec);
+                       }
+                     }
+                   },
+                   [&](const link::signal_request& s) {
+                     if (ph != phase::running) return;  // the agent's own kill sequence rules now
+                     for (std::uint32_t rank : s.ranks) {
+                       const auto* r = ranks.find(rank);
+                       if (r != nullptr && r->pid > 0) {
+                         out->push_back(signal_group{r->pid, s.signo});
+                       }
+                     }
+                   },
+                   [&](const link::shutdown_request&) {
+                     shutdown_asked = true;
+                     exit_code = exit_after_shutdown;
+                     clear();
+                   },
+                   [&](const link::input_closed&) {},  // the driver closes the rank's stdin pipe
+                   [&](const auto& other) {
+                     protocol_error("unexpected '" + std::string(link::type_name(other)) +
+                                    "' message from the launcher");
+                   },
+               },
+               m);
   }
 
   void on(event& e) {
     std::visit(overloaded{
-                   [&](received& r) {
-                     last_heard = now;
-                     on_message(r.msg);
-                   },
+                   [&](received& r) { on_message(r.msg); },
                    [&](const rank_spawned& s) {
                      auto* r = ranks.find(s.rank);
                      if (r == nullptr) return;  // not asked for: the driver's mistake
                      r->pid = s.pid;
-                     send_msg(channel::started{s.rank, s.pid});
+                     send_msg(link::started{s.rank, s.pid});
                      // Spawned while the end had begun: it gets what the others got.
                      if (ph == phase::terminating) out->push_back(signal_group{s.pid, SIGTERM});
                      if (ph == phase::clearing) out->push_back(signal_group{s.pid, SIGKILL});
                    },
                    [&](const rank_spawn_failed& f) {
                      ranks.erase(f.rank);
-                     send_msg(channel::spawn_failed{f.rank, f.code, f.reason});
+                     send_msg(link::spawn_failed{f.rank, f.code, f.reason});
                      if (ph == phase::terminating && all_exited()) clear();
+                   },
+                   [&](const output_ended& x) {
+                     send_msg(link::stream_closed{x.rank, x.stream, x.bytes});
                    },
                    [&](const rank_exited& x) {
                      auto* r = ranks.find(x.rank);
                      if (r == nullptr || r->exited) return;
                      ranks.mark_exited(*r);
-                     send_msg(channel::exited{x.rank, x.status});
+                     send_msg(link::exited{x.rank, x.status});
                      if (ph == phase::terminating && all_exited()) clear();
                    },
                    [&](const channel_lost&) {
@@ -239,14 +243,10 @@ struct agent::state {
                    },
                    [&](const bad_message& b) { protocol_error(b.reason); },
                    [&](const terminate_requested& t) {
-                     send_msg(channel::agent_error{"the agent received " + signal_text(t.signo)});
+                     send_msg(link::agent_error{"the agent received " + signal_text(t.signo)});
                      lose_launcher();
                    },
                    [&](const timer_fired& t) {
-                     if ((t.timer & heartbeat_bit) != 0) {
-                       if (t.timer == heartbeat_timer) on_heartbeat_timer();
-                       return;
-                     }
                      if (t.timer != timer) return;
                      if (ph == phase::terminating) {
                        clear();
@@ -268,7 +268,7 @@ struct agent::state {
                        return;
                      }
                      ph = phase::done;
-                     if (shutdown_asked) send_msg(channel::shutdown_done{});
+                     if (shutdown_asked) send_msg(link::shutdown_done{});
                      out->push_back(exit_agent{exit_code});
                    },
                },

@@ -26,34 +26,47 @@
 #include <variant>
 #include <vector>
 
+#include "link/messages.hpp"
 #include "pm/exit_status.hpp"
-#include "transport/channel/messages.hpp"
 
 namespace pm::agent {
 
 using agent_time = std::chrono::nanoseconds;
 
 struct options {
-  /// The agent's own pid, for its hello.
-  std::int64_t pid = 0;
-  /// When the launcher is lost: SIGTERM to every rank group, SIGKILL after this grace (or as
-  /// soon as every rank leader has exited).
+  /// The agent's own environment ("NAME=value"): what ranks start from (rank_env.hpp).
+  std::vector<std::string> environment;
+  /// When the launcher is lost before the job's setup said otherwise: SIGTERM to every rank
+  /// group, SIGKILL after this grace (or as soon as every rank leader has exited). The job's
+  /// setup (its stop sequence, --kill-grace) replaces it.
   std::chrono::milliseconds lost_grace{1000};
   /// While clearing: sweep again this often even if no SIGCHLD arrives.
   std::chrono::milliseconds sweep_interval{20};
-  /// Remote transports: after the launcher's hello, send a heartbeat this often (0: never; a
-  /// local pmd needs none, its socket closes when the launcher dies).
-  std::chrono::milliseconds heartbeat_interval{0};
-  /// Remote transports: silence from the launcher (no message of any kind) for this long counts
-  /// as losing it, like a closed channel (0: never). Checked at each heartbeat, so it is noticed
-  /// at most one interval late.
-  std::chrono::milliseconds heartbeat_timeout{0};
+};
+
+/// One process to start, with everything decided: the driver resolves argv[0] (in the PATH of
+/// `env`, relative to `wdir`) and starts it.
+struct process_spec {
+  std::uint32_t rank = 0;
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  ///< complete, "NAME=value"
+  std::string wdir;              ///< empty: the agent's working directory
+  bool stdin_from_launcher = false;
+  std::uint8_t streams = 2;    ///< 2: stdout and stderr pipes; 1: one pipe for both; 0: /dev/null
+  bool forward_output = true;  ///< output travels as data frames (false: pipes passed as fds)
 };
 
 // ---- events ----
-/// A message from the launcher.
+/// A message from the launcher (the link's own messages, hello and heartbeats, stay in the
+/// link endpoint).
 struct received {
-  channel::message msg;
+  link::message msg;
+};
+/// A forwarded output stream of a rank reached end-of-stream after `bytes` bytes, all sent.
+struct output_ended {
+  std::uint32_t rank;
+  output_stream stream;
+  std::uint64_t bytes = 0;
 };
 /// A spawn_rank action succeeded: the rank runs with this pid (= its process group id).
 struct rank_spawned {
@@ -93,23 +106,25 @@ struct swept {
   std::size_t children_left;
 };
 
-using event = std::variant<received, rank_spawned, rank_spawn_failed, rank_exited, channel_lost,
-                           bad_message, terminate_requested, timer_fired, child_changed, swept>;
+using event =
+    std::variant<received, rank_spawned, rank_spawn_failed, rank_exited, output_ended, channel_lost,
+                 bad_message, terminate_requested, timer_fired, child_changed, swept>;
 
 // ---- actions ----
 /// Start a rank in its own process group (output pipes per spec.streams); report rank_spawned
 /// or rank_spawn_failed.
 struct spawn_rank {
-  channel::rank_spec spec;
+  process_spec spec;
 };
 /// killpg(pgid, signo); ESRCH (group empty) is not an error.
 struct signal_group {
   std::int64_t pgid;
   int signo;
 };
-/// Send a message to the launcher. A `started` message carries the rank's output read ends.
+/// Send a message to the launcher. A `started` message carries the rank's output read ends when
+/// output is not forwarded.
 struct send {
-  channel::message msg;
+  link::message msg;
 };
 struct start_timer {
   std::uint64_t timer;

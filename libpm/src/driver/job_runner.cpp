@@ -1,21 +1,61 @@
 // job_runner: the Asio driver of the controller. It stamps events with the steady clock, queues
 // them (an action's failure comes back as a later event, never as a nested call), carries out the
-// controller's actions with the transport, timers and the output layer, and reports the end.
+// controller's actions through one agent link per host, timers and the output layer, and reports
+// the end. docs/architecture.md, docs/agent-link.md.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
+#include <random>
 #include <unordered_map>
 
+#include "driver/host_link.hpp"
+#include "driver/master_address.hpp"
 #include "io/output_forwarder.hpp"
 #include "pm/error.hpp"
 #include "pm/launcher.hpp"
 #include "transport/local/executable.hpp"
 #include "transport/local/local_transport.hpp"
+#include "transport/routing.hpp"
 
 namespace pm {
 
 namespace asio = boost::asio;
+
+namespace {
+
+std::string joined(const env_var& v) {
+  std::string s;
+  s.reserve(v.name.size() + 1 + v.value.size());
+  s.append(v.name).push_back('=');
+  s.append(v.value);
+  return s;
+}
+
+std::vector<std::string> joined(const std::vector<env_var>& vars) {
+  std::vector<std::string> out;
+  out.reserve(vars.size());
+  for (const auto& v : vars) out.push_back(joined(v));
+  return out;
+}
+
+std::uint64_t fresh_nonce() {
+  std::random_device rd;
+  return (std::uint64_t{rd()} << 32) ^ rd();
+}
+
+std::string hex(std::uint64_t v) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = digits[v & 15];
+  return s;
+}
+
+}  // namespace
 
 struct job_runner::impl : std::enable_shared_from_this<impl> {
   impl(asio::io_context& io_, job_request request_, job_callbacks callbacks_)
@@ -23,28 +63,57 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
         req(std::move(request_)),
         cb(std::move(callbacks_)),
         ctl(req.map, req.control),
-        epoch(std::chrono::steady_clock::now()) {}
+        epoch(std::chrono::steady_clock::now()),
+        nonce(fresh_nonce()) {}
+
+  // One host's agent link and what the job waits for on it.
+  struct host_state {
+    std::shared_ptr<driver::host_link> link;
+    std::vector<std::uint32_t> pending_spawns;  // ranks waiting for the launch facts
+    std::optional<link::hello> agent;           // its hello
+    std::string agent_error;                    // what the agent said before it closed
+    std::uint32_t attempts = 0;
+    bool shutdown_sent = false;
+    bool closed = false;         // the link is over and its transport was told
+    bool lost_told = false;      // host_lost went to the controller
+    std::uint64_t held_ack = 0;  // output consumed while the destination was congested
+  };
 
   asio::io_context& io;
   job_request req;
   job_callbacks cb;
   controller ctl;
   std::chrono::steady_clock::time_point epoch;
-  std::vector<std::string> paths;  // resolved program per app
-  std::unique_ptr<transport> tp;
+  std::uint64_t nonce;
+  std::unique_ptr<transport_router> router;
   std::unique_ptr<io::output_forwarder> out;
   std::deque<event> queue;
   bool drain_posted = false;
   std::unordered_map<std::uint64_t, std::unique_ptr<asio::steady_timer>> timers;
   std::vector<action> actions;
   bool done = false;
+  bool finishing = false;
+  bool facts_ready = false;
   std::optional<job_report> final_report;
   std::vector<rank_state> told;  // per rank: the state on_rank_state last reported
+  std::unordered_map<std::uint32_t, host_state> hosts;
+  std::string local_agent_path;
+  std::vector<std::string> base_env;     // the local agent's environment
+  std::vector<std::string> mca_exports;  // what every agent adds to its own environment
+  std::function<void()> after_shutdown;  // on_finish, once every link is closed
 
   job_time now() const { return std::chrono::steady_clock::now() - epoch; }
 
-  // The PATH the ranks of app `app` see: the app's own PATH wins over an -x PATH, which wins
-  // over the inherited one.
+  const host& host_info(std::uint32_t h) const { return req.map.allocation().hosts.at(h); }
+  bool all_local() const {
+    for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
+      if (!host_info(req.map.host_of_node(n)).local) return false;
+    }
+    return true;
+  }
+
+  // The PATH the ranks of app `app` see on this machine: the app's own PATH wins over an -x PATH,
+  // which wins over the inherited one.
   std::string rank_path_variable(std::uint32_t app) const {
     for (const auto* list : {&req.env.app_variables(app), &req.env.overrides, &req.env.base}) {
       for (auto it = list->rbegin(); it != list->rend(); ++it) {
@@ -54,11 +123,12 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     return "/usr/local/bin:/usr/bin:/bin";
   }
 
-  void resolve_programs() {
+  // A job on this machine only: every program is checked before anything starts.
+  void check_programs() {
     for (std::uint32_t i = 0; i < req.apps.size(); ++i) {
       const auto& app = req.apps[i];
       if (app.argv.empty()) throw error(errc::launch, "an app context has no program");
-      paths.push_back(local::resolve_executable(app.argv[0], rank_path_variable(i), app.wdir));
+      if (all_local()) local::resolve_executable(app.argv[0], rank_path_variable(i), app.wdir);
     }
   }
 
@@ -102,43 +172,351 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     }
   }
 
-  // Spawn requests go to the transport in small batches: each rank's environment is built just
-  // before it is sent, so the launcher never holds every rank's environment at once.
-  static constexpr std::size_t spawn_batch = 16;
+  // ---- links ----
 
-  rank_launch launch_of(std::uint32_t r) const {
-    const auto p = req.map.at(r);
-    rank_launch l;
-    l.rank = r;
-    l.path = paths[p.app];
-    l.argv = req.apps[p.app].argv;
-    l.env = rank_environment(req.env, req.map, r);
-    l.wdir = req.apps[p.app].wdir;
-    l.streams = req.output.merge_stderr ? 1 : 2;
-    l.stdin_from_launcher = req.stdin_fd >= 0 && static_cast<std::int64_t>(r) == req.stdin_rank;
-    return l;
+  link::job_setup setup_for(std::uint32_t h) const {
+    link::job_setup s;
+    s.host = h;
+    s.grace_ms = static_cast<std::uint32_t>(req.control.kill_grace.count());
+    const bool local = host_info(h).local;
+    if (!local && req.remote.heartbeat_interval.count() > 0) {
+      s.heartbeat_ms = static_cast<std::uint32_t>(req.remote.heartbeat_interval.count());
+      s.silence_ms = s.heartbeat_ms * std::max<std::uint32_t>(1, req.remote.heartbeat_misses);
+    }
+    s.forward_output = !local;
+    s.streams = req.output.merge_stderr ? 1 : 2;
+    s.base = mca_exports;
+    s.overrides = joined(req.env.overrides);
+    for (std::uint32_t i = 0; i < req.apps.size(); ++i) {
+      s.apps.push_back(
+          link::app_spec{req.apps[i].argv, req.apps[i].wdir, joined(req.env.app_variables(i))});
+    }
+    return s;
   }
 
-  void execute(spawn& s) {
-    if (!req.per_rank_stdin.empty()) {
-      // --stdin all: every rank reads its own pipe, so each is started with its own descriptor.
-      for (auto r : s.ranks) {
-        auto l = launch_of(r);
-        const int fd = req.per_rank_stdin[r];
-        l.stdin_from_launcher = fd >= 0;
-        tp->spawn(s.host, {std::move(l)}, fd);
+  link::endpoint_options link_options(std::uint32_t h) const {
+    link::endpoint_options o;
+    o.self = link::role::launcher;
+    o.nonce = nonce;
+    if (!host_info(h).local) {
+      o.hello_timeout = req.remote.hello_timeout;
+      if (req.remote.heartbeat_interval.count() > 0) {
+        o.heartbeat_interval = req.remote.heartbeat_interval;
+        o.silence_timeout =
+            req.remote.heartbeat_interval * std::max<std::uint32_t>(1, req.remote.heartbeat_misses);
+      }
+    }
+    return o;
+  }
+
+  agent_target target_for(std::uint32_t h) const {
+    agent_target t;
+    t.host = h;
+    t.info = host_info(h);
+    const std::string path =
+        t.info.local || req.remote.agent_path.empty() ? local_agent_path : req.remote.agent_path;
+    t.agent_argv = {path, "--stdio", "--nonce", hex(nonce)};
+    if (t.info.local) t.environment = base_env;
+    return t;
+  }
+
+  host_state& link_to(std::uint32_t h) {
+    auto& hs = hosts[h];
+    if (!hs.link) open_link(h);
+    return hs;
+  }
+
+  void open_link(std::uint32_t h) {
+    auto& hs = hosts[h];
+    ++hs.attempts;
+    hs.agent.reset();
+    hs.closed = false;
+    driver::host_link_callbacks lc;
+    std::weak_ptr<impl> weak = weak_from_this();
+    lc.on_greeted = [weak, h](const link::hello& agent) {
+      if (auto self = weak.lock()) self->on_greeted(h, agent);
+    };
+    lc.on_message = [weak, h](link::message& m, std::vector<link::owned_fd> fds) {
+      if (auto self = weak.lock()) self->on_message(h, m, std::move(fds));
+    };
+    lc.on_output = [weak, h](std::uint32_t rank, output_stream stream,
+                             std::span<const std::uint8_t> bytes) {
+      if (auto self = weak.lock()) self->on_output(h, rank, stream, bytes);
+    };
+    lc.on_down = [weak, h](std::string reason) {
+      if (auto self = weak.lock()) self->on_down(h, std::move(reason));
+    };
+    hs.link = driver::host_link::create(io, link_options(h), std::move(lc), epoch);
+    hs.link->send(setup_for(h));
+    auto link = hs.link;
+    router->open(
+        target_for(h), [link](agent_stream s) { link->attach(s); },
+        [weak, h, link](std::string reason) {
+          auto self = weak.lock();
+          if (!self || self->hosts[h].link != link) return;
+          link->close();
+          self->hosts[h].closed = true;
+          self->lose(h, reason);
+        });
+  }
+
+  void on_greeted(std::uint32_t h, const link::hello& agent) {
+    auto& hs = hosts[h];
+    hs.agent = agent;
+    router->established(h);
+    if (!facts_ready) decide_facts();
+    if (facts_ready) flush_spawns(h);
+  }
+
+  // Multi-host: MASTER_ADDR and MASTER_PORT come from rank 0's agent (an address of its host the
+  // others reach, a port free there); TF_CONFIG needs every node's address.
+  void decide_facts() {
+    const std::uint32_t h0 = req.map.host_of_node(req.map.at(0).node);
+    const auto& rank0 = hosts[h0];
+    if (!rank0.agent) return;
+    std::vector<const link::hello*> others;
+    for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
+      const auto h = req.map.host_of_node(n);
+      if (h == h0) continue;
+      const auto it = hosts.find(h);
+      if (it != hosts.end() && it->second.agent) others.push_back(&*it->second.agent);
+    }
+    const bool need_all = has(req.env.profiles, env_profile::tf);
+    if (need_all && others.size() + 1 < req.map.num_nodes()) return;
+    // This machine holds rank 0: its address must be one the other hosts reach, so wait for one.
+    if (host_info(h0).local && others.empty() && req.map.num_nodes() > 1) return;
+    auto& facts = req.env.facts;
+    facts.master_addr = driver::pick_address(*rank0.agent, req.remote.iface, others);
+    if (!req.master_port_fixed && rank0.agent->port != 0) facts.master_port = rank0.agent->port;
+    facts.node_addrs.assign(req.map.num_nodes(), facts.master_addr);
+    for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
+      const auto it = hosts.find(req.map.host_of_node(n));
+      if (it != hosts.end() && it->second.agent) {
+        facts.node_addrs[n] = driver::pick_address(*it->second.agent, req.remote.iface, others);
+      }
+    }
+    facts_ready = true;
+    for (auto& [h, hs] : hosts) flush_spawns(h);
+  }
+
+  // Spawn requests go out in small batches: each rank's profile variables are built just before
+  // they are sent, so the launcher never holds every rank's environment at once.
+  static constexpr std::size_t spawn_batch = 16;
+
+  link::rank_spec spec_of(std::uint32_t r) const {
+    link::rank_spec s;
+    s.rank = r;
+    s.app = req.map.at(r).app;
+    s.env = joined(profile_env(req.map, r, req.env.profiles, req.env.facts));
+    s.stdin_from_launcher =
+        req.per_rank_stdin.empty()
+            ? req.stdin_fd >= 0 && static_cast<std::int64_t>(r) == req.stdin_rank
+            : r < req.per_rank_stdin.size() && req.per_rank_stdin[r] >= 0;
+    return s;
+  }
+
+  std::vector<link::owned_fd> stdin_for(const link::spawn_request& m) const {
+    std::vector<link::owned_fd> fds;
+    bool wants = false;
+    for (const auto& r : m.ranks) wants = wants || r.stdin_from_launcher;
+    if (!wants) return fds;
+    const int fd = req.per_rank_stdin.empty() ? req.stdin_fd : req.per_rank_stdin[m.ranks[0].rank];
+    fds.emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 3));
+    return fds;
+  }
+
+  void flush_spawns(std::uint32_t h) {
+    auto& hs = hosts[h];
+    if (hs.pending_spawns.empty() || !hs.link || hs.link->down()) return;
+    auto ranks = std::move(hs.pending_spawns);
+    hs.pending_spawns.clear();
+    const bool local = host_info(h).local;
+    if (local && !req.per_rank_stdin.empty()) {
+      // --stdin all: every rank reads its own pipe, so each spawn carries its own descriptor.
+      for (auto r : ranks) {
+        link::spawn_request m;
+        m.ranks.push_back(spec_of(r));
+        auto fds = stdin_for(m);
+        if (fds.empty() || !fds.front()) m.ranks.front().stdin_from_launcher = false;
+        hs.link->send(m, std::move(fds));
       }
       return;
     }
-    for (std::size_t first = 0; first < s.ranks.size(); first += spawn_batch) {
-      std::vector<rank_launch> batch;
-      const auto end = std::min(s.ranks.size(), first + spawn_batch);
-      batch.reserve(end - first);
-      for (auto i = first; i < end; ++i) batch.push_back(launch_of(s.ranks[i]));
-      tp->spawn(s.host, std::move(batch), req.stdin_fd);
+    for (std::size_t first = 0; first < ranks.size(); first += spawn_batch) {
+      link::spawn_request m;
+      const auto end = std::min(ranks.size(), first + spawn_batch);
+      m.ranks.reserve(end - first);
+      for (auto i = first; i < end; ++i) m.ranks.push_back(spec_of(ranks[i]));
+      std::vector<link::owned_fd> fds;
+      if (local) {
+        fds = stdin_for(m);
+        if (!fds.empty() && !fds.front()) fds.clear();
+      }
+      if (fds.empty()) {
+        // No descriptor to give (or a remote host, where stdin is not forwarded yet): /dev/null.
+        for (auto& r : m.ranks) r.stdin_from_launcher = false;
+      }
+      hs.link->send(m, std::move(fds));
     }
   }
-  void execute(signal_ranks& s) { tp->signal(s.host, s.ranks, s.signo); }
+
+  void on_message(std::uint32_t h, link::message& m, std::vector<link::owned_fd> fds) {
+    std::visit(
+        [&](auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, link::started>) {
+            // Output first, so that the output layer owns the pipes before the rank counts.
+            for (std::size_t i = 0; i < fds.size(); ++i) {
+              const stream_kind k = i == 0 ? stream_kind::out : stream_kind::err;
+              attach_pipe(x.rank, k, fds[i].release());
+            }
+            post(rank_started{x.rank, x.pid});
+          } else if constexpr (std::is_same_v<T, link::spawn_failed>) {
+            post(rank_spawn_failed{x.rank, x.code, x.reason});
+          } else if constexpr (std::is_same_v<T, link::exited>) {
+            post(rank_exited{x.rank, x.status});
+          } else if constexpr (std::is_same_v<T, link::stream_closed>) {
+            pushed_stream(x.rank, x.stream);
+            out->close_stream(x.rank, x.stream);
+          } else if constexpr (std::is_same_v<T, link::shutdown_done>) {
+            // The agent exits next; its end-of-file closes the link.
+          } else if constexpr (std::is_same_v<T, link::agent_error>) {
+            hosts[h].agent_error = x.text;
+          }
+        },
+        m);
+  }
+
+  void attach_pipe(std::uint32_t rank, stream_kind stream, int fd) {
+    out->attach(rank, stream, fd, [weak = weak_from_this(), rank, stream](std::uint64_t bytes) {
+      if (auto s = weak.lock()) s->post(stream_closed{rank, stream, bytes});
+    });
+  }
+
+  // A forwarded stream is opened at its first bytes (or its end, for a rank that wrote nothing).
+  std::vector<std::uint8_t> pushed_open;  // per rank: bit 1 stdout, bit 2 stderr
+  void pushed_stream(std::uint32_t rank, stream_kind stream) {
+    if (pushed_open.empty()) pushed_open.assign(req.map.size(), 0);
+    if (rank >= pushed_open.size()) return;
+    const std::uint8_t bit = stream == stream_kind::out ? 1 : 2;
+    if ((pushed_open[rank] & bit) != 0) return;
+    pushed_open[rank] |= bit;
+    out->open_stream(rank, stream, [weak = weak_from_this(), rank, stream](std::uint64_t bytes) {
+      if (auto s = weak.lock()) s->post(stream_closed{rank, stream, bytes});
+    });
+  }
+
+  void on_output(std::uint32_t h, std::uint32_t rank, output_stream stream,
+                 std::span<const std::uint8_t> bytes) {
+    if (rank >= req.map.size()) return;
+    pushed_stream(rank, stream);
+    out->push(rank, stream,
+              std::span<const char>(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    auto& hs = hosts[h];
+    if (out->congested(rank, stream)) {
+      hs.held_ack += bytes.size();  // the agent stops once its window is used up
+    } else if (hs.link) {
+      hs.link->acknowledge(bytes.size());
+    }
+  }
+
+  // The output layer drained a congested destination: the agents may send again.
+  void on_output_ready() {
+    for (auto& [h, hs] : hosts) {
+      if (hs.held_ack > 0 && hs.link) hs.link->acknowledge(hs.held_ack);
+      hs.held_ack = 0;
+    }
+  }
+
+  // The link is over. Expected after a shutdown; otherwise the host is lost. How its carrier
+  // ended (ssh's last words, pmd killed by a signal) makes the best line, so the loss waits for
+  // it — briefly, for a link that was up (a cut network may leave ssh running), or for as long as
+  // it takes before the hello, when that is all there is to say and ssh's 255 may be retried.
+  void on_down(std::uint32_t h, std::string reason) {
+    auto& hs = hosts[h];
+    if (!hs.agent_error.empty()) reason = "the agent said: " + hs.agent_error;
+    const bool expected = hs.shutdown_sent;
+    const bool greeted = hs.agent.has_value();
+    auto link = hs.link;
+    auto reported = std::make_shared<bool>(false);
+    if (!expected && greeted) {
+      auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(300));
+      timer->async_wait([weak = weak_from_this(), h, reason, reported,
+                         timer](const boost::system::error_code& ec) {
+        auto self = weak.lock();
+        if (ec || !self || *reported) return;
+        *reported = true;
+        self->lose(h, reason);
+      });
+    }
+    router->close(
+        h, [weak = weak_from_this(), h, reason, expected, greeted, link, reported](agent_end end) {
+          auto self = weak.lock();
+          if (!self) return;
+          auto& st = self->hosts[h];
+          if (st.link != link) return;
+          st.closed = true;
+          if (expected || *reported) {
+            self->maybe_all_closed();
+            return;
+          }
+          *reported = true;
+          if (!greeted && end.retryable && st.attempts <= self->req.remote.connect_retries &&
+              !self->finishing) {
+            self->retry_later(h);
+            return;
+          }
+          self->lose(h, end.how.empty() ? reason : reason + " (" + end.how + ")");
+        });
+  }
+
+  void retry_later(std::uint32_t h) {
+    auto& hs = hosts[h];
+    // Jittered exponential backoff: 100 ms, 200 ms, 400 ms, ... plus up to half of it again.
+    std::random_device rd;
+    const auto base = std::chrono::milliseconds(100) * (1u << std::min(hs.attempts - 1, 6u));
+    const auto wait = base + std::chrono::milliseconds(rd() % (base.count() / 2 + 1));
+    auto timer = std::make_shared<asio::steady_timer>(io, wait);
+    hs.link.reset();
+    timer->async_wait([weak = weak_from_this(), h, timer](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->finishing) return;
+      self->open_link(h);
+      if (self->facts_ready) self->requeue_spawns(h);
+    });
+  }
+
+  // A retried link starts from nothing: every rank of the host is asked for again.
+  void requeue_spawns(std::uint32_t h) {
+    auto& hs = hosts[h];
+    const auto ranks = req.map.ranks_on_host(h);
+    hs.pending_spawns.assign(ranks.begin(), ranks.end());
+    flush_spawns(h);
+  }
+
+  void lose(std::uint32_t h, const std::string& reason) {
+    auto& hs = hosts[h];
+    if (finishing) {
+      maybe_all_closed();
+      return;
+    }
+    if (hs.lost_told) return;
+    hs.lost_told = true;
+    post(host_lost{h, host_info(h).name + ": " + reason});
+  }
+
+  // ---- actions ----
+
+  void execute(spawn& s) {
+    auto& hs = link_to(s.host);
+    hs.pending_spawns.insert(hs.pending_spawns.end(), s.ranks.begin(), s.ranks.end());
+    if (facts_ready) flush_spawns(s.host);
+  }
+  void execute(signal_ranks& s) {
+    auto it = hosts.find(s.host);
+    if (it == hosts.end() || !it->second.link) return;
+    it->second.link->send(link::signal_request{s.ranks, s.signo});
+  }
   void execute(start_timer& t) {
     auto timer = std::make_unique<asio::steady_timer>(io, t.after);
     timer->async_wait([weak = weak_from_this(), id = t.timer](const boost::system::error_code& ec) {
@@ -151,42 +529,60 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   void execute(emit& e) {
     if (cb.on_message) cb.on_message(e.line);
   }
-  // The ranks are gone but something they left holds their output open: the transport clears it
-  // (it does the same, idempotently, at the finish).
-  void execute(clear_leftovers&) { tp->shutdown(nullptr); }
+  // The ranks are gone but something they left holds their output open: the agents clear it.
+  void execute(clear_leftovers&) { shutdown_agents(); }
   void execute(finish& f) {
     final_report = std::move(f.report);
+    finishing = true;
     timers.clear();
     // Every stream reached end-of-stream; let the output layer write what it holds, then let the
-    // transport clear what the ranks left behind, then report.
+    // agents clear what the ranks left behind, then report.
     out->async_drain([self = shared_from_this()] {
-      self->tp->shutdown([self] {
+      self->after_shutdown = [self] {
         self->done = true;
         if (self->cb.on_finish) self->cb.on_finish(*self->final_report);
-      });
+      };
+      self->shutdown_agents();
+      self->maybe_all_closed();
     });
   }
 
+  void shutdown_agents() {
+    for (auto& [h, hs] : hosts) {
+      if (hs.shutdown_sent || !hs.link || hs.closed) continue;
+      hs.shutdown_sent = true;
+      hs.pending_spawns.clear();
+      if (hs.link->down()) continue;  // its on_down is on its way
+      hs.link->send(link::shutdown_request{});
+    }
+  }
+
+  void maybe_all_closed() {
+    if (!after_shutdown) return;
+    for (auto& [h, hs] : hosts) {
+      if (hs.link && !hs.closed) return;
+    }
+    auto f = std::move(after_shutdown);
+    after_shutdown = nullptr;
+    f();
+  }
+
   void start() {
-    transport_callbacks tcb;
-    tcb.on_event = [weak = weak_from_this()](event e) {
-      if (auto self = weak.lock()) self->post(std::move(e));
-    };
-    tcb.on_output_fd = [weak = weak_from_this()](std::uint32_t rank, stream_kind stream, int fd) {
-      auto self = weak.lock();
-      if (!self) {
-        ::close(fd);
-        return;
-      }
-      self->out->attach(rank, stream == stream_kind::out ? output_stream::out : output_stream::err,
-                        fd, [weak, rank, stream](std::uint64_t bytes) {
-                          if (auto s = weak.lock()) s->post(stream_closed{rank, stream, bytes});
-                        });
-    };
     out = std::make_unique<io::output_forwarder>(io, req.output, req.map.size());
-    local::local_transport_options topts;
-    topts.agent_path = req.agent_path;
-    tp = std::make_unique<local::local_transport>(io, std::move(tcb), topts);
+    out->set_resume_callback([weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->on_output_ready();
+    });
+    local_agent_path = req.agent_path.empty() ? local::default_agent_path() : req.agent_path;
+    if (::access(local_agent_path.c_str(), X_OK) != 0) {
+      throw error(errc::launch,
+                  "cannot start the agent: '" + local_agent_path + "' is not an executable file");
+    }
+    base_env = joined(req.env.base);
+    for (const auto& v : req.env.base) {
+      if (v.name.starts_with("OMPI_MCA_")) mca_exports.push_back(joined(v));
+    }
+    router = std::make_unique<transport_router>(io, req.remote, req.remote_transport);
+    facts_ready = req.map.num_nodes() <= 1 && all_local();
     post(job_start{});
   }
 };
@@ -195,7 +591,7 @@ job_runner::job_runner(asio::io_context& io, job_request request, job_callbacks 
     : impl_(std::make_shared<impl>(io, std::move(request), std::move(callbacks))) {
   impl_->req.control.streams_per_rank = impl_->req.output.merge_stderr ? 1 : 2;
   impl_->ctl = controller(impl_->req.map, impl_->req.control);
-  impl_->resolve_programs();
+  impl_->check_programs();
 }
 
 job_runner::~job_runner() = default;
@@ -205,6 +601,16 @@ void job_runner::start() {
 }
 void job_runner::signal(int signo) {
   check_job_signal(signo);
+  // A stopped launcher reads nothing: the agents must not take its silence for a loss.
+  if (signo == SIGTSTP) {
+    for (auto& [h, hs] : impl_->hosts) {
+      if (hs.link) hs.link->suspend();
+    }
+  } else if (signo == SIGCONT) {
+    for (auto& [h, hs] : impl_->hosts) {
+      if (hs.link) hs.link->resume();
+    }
+  }
   impl_->post(signal_received{signo});
 }
 void job_runner::cancel() {

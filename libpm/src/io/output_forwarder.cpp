@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_map>
 #include <vector>
 
 #include "io/line_assembler.hpp"
@@ -140,6 +141,9 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   std::string fmt;   // formatting buffer
   std::string line;  // a sink's line when it straddles the kept tail and the new chunk
   std::function<void()> drain_handler;
+  std::function<void()> resume_handler;  // pushed streams: a congested destination drained
+  bool pushed_congested = false;         // a producer was told to pause
+  std::unordered_map<std::uint64_t, stream_state*> pushed;  // key: rank << 1 | stream
   statistics st;
   // The time of the chunk being processed, formatted at most once per chunk.
   std::optional<std::chrono::system_clock::time_point> chunk_time;
@@ -479,6 +483,12 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   }
 
   void resume_parked(destination& d) {
+    if (pushed_congested && resume_handler) {
+      pushed_congested = false;
+      asio::post(io, [weak = weak_from_this()] {
+        if (auto self = weak.lock(); self && self->resume_handler) self->resume_handler();
+      });
+    }
     auto parked = std::move(d.parked);
     d.parked.clear();
     for (stream_state* s : parked) {
@@ -599,6 +609,51 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     });
   }
 
+  static std::uint64_t key(std::uint32_t rank, output_stream which) {
+    return (std::uint64_t{rank} << 1) | (which == output_stream::err ? 1 : 0);
+  }
+
+  void open_stream(std::uint32_t rank, output_stream which,
+                   std::function<void(std::uint64_t)> on_eof) {
+    auto s = std::make_unique<stream_state>(max_line);
+    s->rank = rank;
+    s->which = which;
+    s->on_eof = std::move(on_eof);
+    s->terminal = which == output_stream::out ? out_dest : err_dest;
+    append_line_prefix(s->tag_line, opt.tag, false, {}, rank, which, line_flags{});
+    append_line_prefix(s->tag_piece, opt.tag, false, {}, rank, which, line_flags{false, true});
+    if (!opt.output_dir.empty()) s->file = open_rank_file(rank, which);
+    ++st.streams_open;
+    pushed[key(rank, which)] = s.get();
+    streams.push_back(std::move(s));
+  }
+
+  stream_state* pushed_stream(std::uint32_t rank, output_stream which) const {
+    const auto it = pushed.find(key(rank, which));
+    return it == pushed.end() || it->second->eof ? nullptr : it->second;
+  }
+
+  void push(std::uint32_t rank, output_stream which, std::string_view bytes) {
+    stream_state* s = pushed_stream(rank, which);
+    if (s == nullptr || bytes.empty()) return;
+    s->bytes += bytes.size();
+    st.bytes_read += bytes.size();
+    chunk_time.reset();
+    consumer c{*this, *s};
+    s->assembler.feed(bytes, c);
+  }
+
+  void close_stream(std::uint32_t rank, output_stream which) {
+    if (stream_state* s = pushed_stream(rank, which)) end_of_stream(*s);
+  }
+
+  bool pushed_is_congested(std::uint32_t rank, output_stream which) {
+    const stream_state* s = pushed_stream(rank, which);
+    if (s == nullptr || congested(*s) == nullptr) return false;
+    pushed_congested = true;
+    return true;
+  }
+
   std::unique_ptr<destination> open_rank_file(std::uint32_t rank, output_stream which) {
     auto d = std::make_unique<destination>();
     const std::string dir = rank_directory(opt.output_dir, rank, job_size);
@@ -633,6 +688,27 @@ void output_forwarder::attach(std::uint32_t rank, output_stream stream, int read
 void output_forwarder::async_drain(std::function<void()> handler) {
   impl_->drain_handler = std::move(handler);
   impl_->check_drain();
+}
+
+void output_forwarder::open_stream(std::uint32_t rank, output_stream stream,
+                                   std::function<void(std::uint64_t bytes)> on_eof) {
+  impl_->open_stream(rank, stream, std::move(on_eof));
+}
+
+void output_forwarder::push(std::uint32_t rank, output_stream stream, std::span<const char> bytes) {
+  impl_->push(rank, stream, std::string_view(bytes.data(), bytes.size()));
+}
+
+void output_forwarder::close_stream(std::uint32_t rank, output_stream stream) {
+  impl_->close_stream(rank, stream);
+}
+
+bool output_forwarder::congested(std::uint32_t rank, output_stream stream) {
+  return impl_->pushed_is_congested(rank, stream);
+}
+
+void output_forwarder::set_resume_callback(std::function<void()> callback) {
+  impl_->resume_handler = std::move(callback);
 }
 
 output_forwarder::statistics output_forwarder::stats() const {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 
 #include "pm/output.hpp"
 
@@ -55,6 +56,21 @@ class output_forwarder {
   /// async_drain waits for those).
   void attach(std::uint32_t rank, output_stream stream, int read_fd,
               std::function<void(std::uint64_t bytes)> on_eof);
+
+  /// A stream whose bytes are pushed (a rank on another host: its agent forwards them over the
+  /// agent link) instead of read from a pipe. Same guarantees as attach(). on_eof as for attach.
+  void open_stream(std::uint32_t rank, output_stream stream,
+                   std::function<void(std::uint64_t bytes)> on_eof);
+  /// Processes the bytes at once, as a chunk read from a pipe (never blocks, never drops: a
+  /// destination's queue may grow past its limit by what the producer sends while congested,
+  /// which the agent link's window bounds). Bytes for a stream not opened, or closed, are ignored.
+  void push(std::uint32_t rank, output_stream stream, std::span<const char> bytes);
+  /// End-of-stream of a pushed stream: its partial last line is kept, on_eof(bytes) follows.
+  void close_stream(std::uint32_t rank, output_stream stream);
+  /// True when the destination of this pushed stream is over its queue limit: its producer should
+  /// pause (the agent link withholds credit). The resume callback fires (posted) once it drained.
+  bool congested(std::uint32_t rank, output_stream stream);
+  void set_resume_callback(std::function<void()> callback);
 
   /// Calls `handler` (posted, never nested) once every attached stream reached end-of-stream and
   /// everything read was written (or discarded by a failed destination).

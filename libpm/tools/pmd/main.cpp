@@ -1,8 +1,11 @@
-// pmd: the node agent. `pmd --local FD` serves one launcher over the Unix socket FD it inherited.
+// pmd: the node agent. `pmd --stdio --nonce N` serves one launcher over its stdin and stdout: a
+// Unix socket from a launcher on the same machine (output pipes then travel as descriptors), or
+// the pipes of an ssh session (output then travels as data frames of the link).
 //
-// The logic lives in pm::agent::agent (libpm/src/agent); this is its driver: one thread, one
-// epoll loop over the channel socket, a signalfd (SIGCHLD, SIGTERM, SIGINT, SIGHUP) and one pidfd
-// per running rank. pmd is a child subreaper, so every descendant of a rank that loses its parent
+// The logic lives in pm::agent::agent (libpm/src/agent) and the link's in pm::link::endpoint; this
+// is their driver: one thread, one epoll loop over the link's descriptors, a signalfd (SIGCHLD,
+// SIGTERM, SIGINT, SIGHUP), one pidfd per running rank and, when output is forwarded, the ranks'
+// output pipes. pmd is a child subreaper, so every descendant of a rank that loses its parent
 // becomes pmd's child, and the final sweep kills and reaps all of them. docs/agent.md.
 //
 // No PR_SET_PDEATHSIG: the closed channel is the launcher's death notice (it also works when the
@@ -15,6 +18,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,9 +36,13 @@
 
 #include "agent/agent.hpp"
 #include "agent/children.hpp"
+#include "agent/host_facts.hpp"
+#include "agent/rank_env.hpp"
+#include "link/endpoint.hpp"
+#include "link/socket.hpp"
 #include "pm/error.hpp"
 #include "pm/version.hpp"
-#include "transport/channel/socket.hpp"
+#include "transport/local/executable.hpp"
 #include "transport/local/spawner.hpp"
 
 #ifndef P_PIDFD
@@ -44,12 +52,12 @@
 namespace {
 
 namespace ag = pm::agent;
-namespace ch = pm::channel;
-using ch::owned_fd;
+namespace ln = pm::link;
+using ln::owned_fd;
 using clock_type = std::chrono::steady_clock;
 
 constexpr const char* usage =
-    "usage: pmd --local FD [--grace-ms MS]\n"
+    "usage: pmd --stdio --nonce HEX [--grace-ms MS]\n"
     "  the libpm node agent; started by the launcher, not by hand (docs/agent.md)\n";
 
 struct rank_process {
@@ -57,59 +65,93 @@ struct rank_process {
   owned_fd pidfd;  // closed once the exit was seen (the leader stays a zombie)
 };
 
+// A forwarded output pipe of a rank (remote agents: output travels as data frames).
+struct output_pipe {
+  owned_fd fd;
+  std::uint64_t bytes = 0;
+  bool watched = false;
+};
+
 class driver {
  public:
-  driver(int sock, ag::options opts, std::optional<rlimit> nofile)
-      : sock_(sock), machine_(opts), nofile_(nofile) {}
+  driver(ln::stream_fds link, ag::options opts, std::uint64_t nonce, std::optional<rlimit> nofile)
+      : link_(link), machine_(std::move(opts)), ep_(endpoint_options(nonce)), nofile_(nofile) {}
 
   int run();
 
  private:
+  static ln::endpoint_options endpoint_options(std::uint64_t nonce) {
+    ln::endpoint_options o;
+    o.self = ln::role::agent;
+    o.nonce = nonce;
+    return o;
+  }
+  ln::link_time now() const { return clock_type::now().time_since_epoch(); }
   void watch(int fd, std::uint32_t events, std::uint64_t tag);
-  void feed(const ag::event& e);
+  void unwatch(int fd) { ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr); }
+  void feed(ag::event e);
   void execute(ag::action& a);
-  void do_spawn(const ch::rank_spec& spec);
-  void on_channel_readable();
-  void on_channel_writable();
+  void do_spawn(const ag::process_spec& spec);
+  void on_link_readable();
+  void on_link_events(std::vector<ln::link_event>& events);
   void on_signals();
   void on_pidfd(std::uint32_t rank);
+  void on_output(std::uint32_t rank, pm::output_stream stream);
+  void resume_output();
   void flush();
-  void lose_channel(const std::string& reason);
+  void lose_link(const std::string& reason);
   int next_timeout_ms() const;
 
-  static constexpr std::uint64_t tag_socket = ~std::uint64_t{0};
-  static constexpr std::uint64_t tag_signals = ~std::uint64_t{0} - 1;
+  // epoll tags: the kind in the top byte, the rank below.
+  static constexpr std::uint64_t tag_link_in = 1ull << 56;
+  static constexpr std::uint64_t tag_link_out = 2ull << 56;
+  static constexpr std::uint64_t tag_signals = 3ull << 56;
+  static constexpr std::uint64_t tag_pidfd = 4ull << 56;
+  static constexpr std::uint64_t tag_stdout = 5ull << 56;
+  static constexpr std::uint64_t tag_stderr = 6ull << 56;
 
-  owned_fd sock_;
+  ln::stream_fds link_;
   owned_fd epoll_;
   owned_fd sigfd_;
   ag::agent machine_;
-  ch::inbox inbox_;
-  ch::outbox outbox_;
-  bool channel_open_ = true;
+  ln::endpoint ep_;
+  ln::stream_reader reader_;
+  ln::stream_writer writer_;
+  bool link_open_ = true;
   bool want_write_ = false;
-  bool reading_ = true;  // false after garbage: the stream cannot be resynchronised
   bool draining_ = false;
   owned_fd stdin_;  // attached to the spawn message being carried out
   std::unordered_map<std::uint32_t, rank_process> ranks_;
-  std::unordered_map<std::uint32_t, std::vector<owned_fd>> output_;  // read ends, until `started`
+  std::unordered_map<std::uint32_t, std::vector<owned_fd>> pipes_to_pass_;  // until `started`
+  std::unordered_map<std::uint64_t, output_pipe> forwarded_;  // key: rank << 1 | (stream == err)
+  std::vector<std::uint64_t> paused_;                         // forwarded pipes waiting for credit
   std::vector<std::pair<clock_type::time_point, std::uint64_t>> timers_;
   std::deque<ag::event> pending_;  // events that actions produced, fed after the current batch
   std::vector<ag::action> actions_;
   std::optional<int> exit_code_;
   std::optional<rlimit> nofile_;
+  std::vector<char> buffer_ = std::vector<char>(std::size_t{256} << 10);
 };
 
 // A shell's code for a program that cannot run: 127 not found, 126 otherwise.
 int failure_code(const pm::error& e) {
   if (e.code() == pm::errc::not_found) return 127;
   if (e.code() == pm::errc::not_executable) return 126;
-  return std::string_view(e.what()).ends_with(std::strerror(ENOENT)) ? 127 : 126;
+  const std::string_view what = e.what();
+  return what.ends_with(std::strerror(ENOENT)) ||
+                 what.find("not found") != std::string_view::npos ||
+                 what.find("does not exist") != std::string_view::npos
+             ? 127
+             : 126;
 }
 
 pm::exit_status status_of(const siginfo_t& info) {
   if (info.si_code == CLD_EXITED) return pm::exit_status::exited(info.si_status);
   return pm::exit_status::signaled(info.si_status);
+}
+
+std::uint64_t pipe_key(std::uint32_t rank, pm::output_stream s) {
+  return (std::uint64_t{rank} << 1) | (s == pm::output_stream::err ? 1 : 0);
 }
 
 void driver::watch(int fd, std::uint32_t events, std::uint64_t tag) {
@@ -121,8 +163,8 @@ void driver::watch(int fd, std::uint32_t events, std::uint64_t tag) {
   }
 }
 
-void driver::feed(const ag::event& e) {
-  pending_.push_back(e);
+void driver::feed(ag::event e) {
+  pending_.push_back(std::move(e));
   // Only the outermost call drains: an action's result event is fed after the batch it came from.
   if (draining_) return;
   draining_ = true;
@@ -130,7 +172,7 @@ void driver::feed(const ag::event& e) {
     ag::event next = std::move(pending_.front());
     pending_.pop_front();
     actions_.clear();
-    machine_.handle(clock_type::now().time_since_epoch(), std::move(next), actions_);
+    machine_.handle(now(), std::move(next), actions_);
     std::vector<ag::action> batch = std::move(actions_);
     for (auto& a : batch) execute(a);
   }
@@ -144,15 +186,16 @@ void driver::execute(ag::action& a) {
   } else if (auto* g = std::get_if<ag::signal_group>(&a)) {
     ::kill(-static_cast<pid_t>(g->pgid), g->signo);  // ESRCH: the group is empty already
   } else if (auto* m = std::get_if<ag::send>(&a)) {
-    if (!channel_open_) return;
+    if (!link_open_) return;
     std::vector<owned_fd> fds;
-    if (const auto* st = std::get_if<ch::started>(&m->msg)) {
-      if (auto it = output_.find(st->rank); it != output_.end()) {
+    if (const auto* st = std::get_if<ln::started>(&m->msg)) {
+      if (auto it = pipes_to_pass_.find(st->rank); it != pipes_to_pass_.end()) {
         fds = std::move(it->second);
-        output_.erase(it);
+        pipes_to_pass_.erase(it);
       }
     }
-    outbox_.push(m->msg, std::move(fds));
+    const auto at = ep_.send(m->msg, static_cast<std::uint32_t>(fds.size()));
+    writer_.attach(at, std::move(fds));
   } else if (auto* t = std::get_if<ag::start_timer>(&a)) {
     timers_.emplace_back(clock_type::now() + t->after, t->timer);
   } else if (std::holds_alternative<ag::reap_orphans>(a)) {
@@ -180,7 +223,7 @@ void driver::execute(ag::action& a) {
   }
 }
 
-void driver::do_spawn(const ch::rank_spec& spec) {
+void driver::do_spawn(const ag::process_spec& spec) {
   // Output pipes: pmd keeps the write ends only until the rank has them.
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   std::string failure;
@@ -194,7 +237,16 @@ void driver::do_spawn(const ch::rank_spec& spec) {
     return;
   }
   pm::local::spawn_request req;
-  req.path = spec.path;
+  try {
+    // The program is found on this host, in the rank's own PATH and working directory.
+    const auto path = ag::find_variable(spec.env, "PATH");
+    req.path = pm::local::resolve_executable(
+        spec.argv.front(), path.empty() ? std::string_view("/usr/local/bin:/usr/bin:/bin") : path,
+        spec.wdir);
+  } catch (const pm::error& e) {
+    pending_.push_back(ag::rank_spawn_failed{spec.rank, failure_code(e), e.what()});
+    return;
+  }
   req.argv = spec.argv;
   req.env = spec.env;
   req.wdir = spec.wdir;
@@ -212,54 +264,148 @@ void driver::do_spawn(const ch::rank_spec& spec) {
   rank_process& r = ranks_[spec.rank];
   r.pid = res.pid;
   r.pidfd.reset(res.pidfd);
-  watch(r.pidfd.get(), EPOLLIN, spec.rank);
-  std::vector<owned_fd> ends;
-  if (out_r) ends.push_back(std::move(out_r));
-  if (err_r) ends.push_back(std::move(err_r));
-  output_[spec.rank] = std::move(ends);
+  watch(r.pidfd.get(), EPOLLIN, tag_pidfd | spec.rank);
+  if (spec.forward_output) {
+    const auto keep = [&](owned_fd fd, pm::output_stream s) {
+      if (!fd) return;
+      ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
+      auto& p = forwarded_[pipe_key(spec.rank, s)];
+      p.fd = std::move(fd);
+      p.watched = true;
+      watch(p.fd.get(), EPOLLIN,
+            (s == pm::output_stream::out ? tag_stdout : tag_stderr) | spec.rank);
+    };
+    keep(std::move(out_r), pm::output_stream::out);
+    keep(std::move(err_r), pm::output_stream::err);
+  } else {
+    std::vector<owned_fd> ends;
+    if (out_r) ends.push_back(std::move(out_r));
+    if (err_r) ends.push_back(std::move(err_r));
+    pipes_to_pass_[spec.rank] = std::move(ends);
+  }
   pending_.push_back(ag::rank_spawned{spec.rank, res.pid});
 }
 
-void driver::flush() {
-  if (!channel_open_) return;
-  std::string error;
-  if (!outbox_.flush(sock_.get(), error)) {
-    lose_channel(error);
+// A forwarded pipe is readable: send what the link's credit allows; at end-of-stream, say so.
+void driver::on_output(std::uint32_t rank, pm::output_stream stream) {
+  const auto key = pipe_key(rank, stream);
+  auto it = forwarded_.find(key);
+  if (it == forwarded_.end() || !it->second.fd) return;
+  auto& p = it->second;
+  for (int round = 0; round < 4; ++round) {
+    if (!link_open_) return;
+    const auto credit = ep_.credit();
+    if (credit == 0) {
+      // Back-pressure: the rank blocks in write() until the launcher consumed its output.
+      if (p.watched) {
+        unwatch(p.fd.get());
+        p.watched = false;
+        paused_.push_back(key);
+      }
+      return;
+    }
+    const auto want = std::min<std::size_t>(buffer_.size(), credit);
+    const ssize_t n = ::read(p.fd.get(), buffer_.data(), want);
+    if (n > 0) {
+      p.bytes += static_cast<std::uint64_t>(n);
+      ep_.send_output(
+          rank, stream,
+          {reinterpret_cast<const std::uint8_t*>(buffer_.data()), static_cast<std::size_t>(n)});
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    // End of stream (or a read error: nothing more will come).
+    unwatch(p.fd.get());
+    const auto bytes = p.bytes;
+    forwarded_.erase(it);
+    feed(ag::output_ended{rank, stream, bytes});
     return;
-  }
-  const bool need = !outbox_.empty();
-  if (need != want_write_) {
-    want_write_ = need;
-    watch(sock_.get(), (reading_ ? EPOLLIN : 0u) | (need ? EPOLLOUT : 0u), tag_socket);
   }
 }
 
-void driver::lose_channel(const std::string& reason) {
-  if (!channel_open_) return;
-  channel_open_ = false;
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, sock_.get(), nullptr);
-  output_.clear();  // read ends nobody will receive
+void driver::resume_output() {
+  auto keys = std::move(paused_);
+  paused_.clear();
+  for (const auto key : keys) {
+    auto it = forwarded_.find(key);
+    if (it == forwarded_.end() || !it->second.fd || it->second.watched) continue;
+    it->second.watched = true;
+    const auto rank = static_cast<std::uint32_t>(key >> 1);
+    const bool err = (key & 1) != 0;
+    watch(it->second.fd.get(), EPOLLIN, (err ? tag_stderr : tag_stdout) | rank);
+  }
+}
+
+void driver::flush() {
+  if (!link_open_) return;
+  std::string error;
+  if (!writer_.flush(link_, ep_, error)) {
+    lose_link("the link broke: " + error);
+    return;
+  }
+  const bool need = !ep_.output().empty();
+  if (need != want_write_) {
+    want_write_ = need;
+    if (link_.write_fd == link_.read_fd) {
+      watch(link_.read_fd, EPOLLIN | (need ? EPOLLOUT : 0u), tag_link_in);
+    } else if (need) {
+      watch(link_.write_fd, EPOLLOUT, tag_link_out);
+    } else {
+      unwatch(link_.write_fd);
+    }
+  }
+}
+
+void driver::lose_link(const std::string& reason) {
+  if (!link_open_) return;
+  link_open_ = false;
+  unwatch(link_.read_fd);
+  if (link_.write_fd != link_.read_fd) unwatch(link_.write_fd);
+  pipes_to_pass_.clear();  // read ends nobody will receive
   feed(ag::channel_lost{reason});
 }
 
-void driver::on_channel_readable() {
-  ch::inbox::status st = ch::inbox::status::open;
-  try {
-    st = inbox_.receive(sock_.get());
-    while (auto in = inbox_.next()) {
-      if (std::holds_alternative<ch::spawn_request>(in->msg)) {
-        stdin_ = in->fds.empty() ? owned_fd() : std::move(in->fds.front());
+void driver::on_link_events(std::vector<ln::link_event>& events) {
+  for (auto& e : events) {
+    if (!link_open_) return;
+    if (auto* m = std::get_if<ln::message_in>(&e)) {
+      std::vector<owned_fd> fds;
+      try {
+        fds = reader_.take_fds(m->fds, ln::type_name(m->msg));
+      } catch (const pm::error& err) {
+        feed(ag::bad_message{err.what()});
+        lose_link(err.what());
+        return;
       }
-      feed(ag::received{std::move(in->msg)});
+      if (const auto* j = std::get_if<ln::job_setup>(&m->msg)) {
+        // The launcher's heartbeats and silence timeout, from now on (remote hosts).
+        ep_.set_heartbeats(now(), std::chrono::milliseconds(j->heartbeat_ms),
+                           std::chrono::milliseconds(j->silence_ms));
+      }
+      if (std::holds_alternative<ln::spawn_request>(m->msg)) {
+        stdin_ = fds.empty() ? owned_fd() : std::move(fds.front());
+      }
+      feed(ag::received{std::move(m->msg)});
       stdin_.reset();  // the ranks have their copies now
+    } else if (std::holds_alternative<ln::credit_granted>(e)) {
+      resume_output();
+    } else if (auto* d = std::get_if<ln::link_down>(&e)) {
+      // Garbage gets an error message back first (if the link still carries anything).
+      lose_link(d->reason);
+      return;
     }
-  } catch (const pm::error& e) {
-    // Say why, stop listening, and let the machine end the job.
-    reading_ = false;
-    feed(ag::bad_message{e.what()});
-    return;
+    // peer_greeted: nothing to do; input_in: stdin over the link is not forwarded yet.
   }
-  if (st == ch::inbox::status::closed) lose_channel("agent channel closed");
+}
+
+void driver::on_link_readable() {
+  for (int round = 0; round < 16 && link_open_; ++round) {
+    std::vector<ln::link_event> events;
+    const auto st = reader_.read_once(link_, now(), ep_, events);
+    on_link_events(events);
+    if (st != ln::stream_reader::status::data) return;
+  }
 }
 
 void driver::on_signals() {
@@ -284,21 +430,27 @@ void driver::on_pidfd(std::uint32_t rank) {
                           &info, WEXITED | WNOHANG | WNOWAIT);
   if (rc != 0 || info.si_pid == 0) {
     if (rc != 0) {  // reaped already (by the sweep): stop watching
-      ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->second.pidfd.get(), nullptr);
+      unwatch(it->second.pidfd.get());
       it->second.pidfd.reset();
     }
     return;
   }
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->second.pidfd.get(), nullptr);
+  unwatch(it->second.pidfd.get());
   it->second.pidfd.reset();
   feed(ag::rank_exited{rank, status_of(info)});
 }
 
 int driver::next_timeout_ms() const {
-  if (timers_.empty()) return -1;
-  auto first = timers_.front().first;
-  for (const auto& t : timers_) first = std::min(first, t.first);
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(first - clock_type::now());
+  std::optional<clock_type::time_point> first;
+  for (const auto& t : timers_) {
+    if (!first || t.first < *first) first = t.first;
+  }
+  if (const auto d = ep_.deadline(); d && link_open_) {
+    const clock_type::time_point at{std::chrono::duration_cast<clock_type::duration>(*d)};
+    if (!first || at < *first) first = at;
+  }
+  if (!first) return -1;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(*first - clock_type::now());
   return static_cast<int>(std::max<std::int64_t>(0, left.count()));
 }
 
@@ -313,10 +465,20 @@ int driver::run() {
     std::fprintf(stderr, "pmd: cannot set up its event loop: %s\n", std::strerror(errno));
     return 2;
   }
-  ::fcntl(sock_.get(), F_SETFL, ::fcntl(sock_.get(), F_GETFL) | O_NONBLOCK);
-  ::fcntl(sock_.get(), F_SETFD, FD_CLOEXEC);
-  watch(sock_.get(), EPOLLIN, tag_socket);
+  for (const int fd : {link_.read_fd, link_.write_fd}) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  watch(link_.read_fd, EPOLLIN, tag_link_in);
   watch(sigfd_.get(), EPOLLIN, tag_signals);
+
+  ln::hello mine;
+  mine.pid = ::getpid();
+  mine.hostname = ag::host_name();
+  mine.addrs = ag::reachable_addresses();
+  mine.port = ag::free_port(mine.addrs);
+  ep_.start(now(), mine);
+  flush();
 
   epoll_event events[64];
   while (!exit_code_) {
@@ -327,53 +489,74 @@ int driver::run() {
     }
     for (int i = 0; i < n && !exit_code_; ++i) {
       const std::uint64_t tag = events[i].data.u64;
-      if (tag == tag_socket) {
+      const std::uint64_t kind = tag & (0xffull << 56);
+      const auto rank = static_cast<std::uint32_t>(tag & 0xffffffffull);
+      if (kind == tag_link_in) {
         if ((events[i].events & EPOLLOUT) != 0) flush();
-        if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && channel_open_ &&
-            reading_) {
-          on_channel_readable();
+        if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && link_open_) {
+          on_link_readable();
         }
-      } else if (tag == tag_signals) {
+      } else if (kind == tag_link_out) {
+        flush();
+      } else if (kind == tag_signals) {
         on_signals();
-      } else {
-        on_pidfd(static_cast<std::uint32_t>(tag));
+      } else if (kind == tag_pidfd) {
+        on_pidfd(rank);
+      } else if (kind == tag_stdout) {
+        on_output(rank, pm::output_stream::out);
+      } else if (kind == tag_stderr) {
+        on_output(rank, pm::output_stream::err);
       }
     }
-    const auto now = clock_type::now();
+    if (link_open_) {
+      std::vector<ln::link_event> link_events;
+      ep_.tick(now(), link_events);
+      on_link_events(link_events);
+    }
+    const auto t = clock_type::now();
     std::vector<std::uint64_t> due;
-    std::erase_if(timers_, [&](const auto& t) {
-      if (t.first > now) return false;
-      due.push_back(t.second);
+    std::erase_if(timers_, [&](const auto& x) {
+      if (x.first > t) return false;
+      due.push_back(x.second);
       return true;
     });
     for (const auto id : due) feed(ag::timer_fired{id});
+    flush();
   }
   // Last words (shutdown_done or an error) before exiting; bounded, the launcher may be gone.
   const auto deadline = clock_type::now() + std::chrono::seconds(2);
-  while (channel_open_ && !outbox_.empty() && clock_type::now() < deadline) {
+  while (link_open_ && !ep_.output().empty() && clock_type::now() < deadline) {
     std::string error;
-    if (!outbox_.flush(sock_.get(), error)) break;
-    if (!outbox_.empty()) ::usleep(1000);
+    if (!writer_.flush(link_, ep_, error)) break;
+    if (!ep_.output().empty()) ::usleep(1000);
   }
   return *exit_code_;
+}
+
+bool parse_hex(const char* text, std::uint64_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtoull(text, &end, 16);
+  return errno == 0 && end != text && *end == '\0';
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int fd = -1;
+  bool stdio = false;
+  std::optional<std::uint64_t> nonce;
   ag::options opts;
-  opts.pid = ::getpid();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--local" && i + 1 < argc) {
-      char* end = nullptr;
-      const long v = std::strtol(argv[++i], &end, 10);
-      if (*end != '\0' || v < 0 || v > 65535) {
-        std::fprintf(stderr, "pmd: --local needs a descriptor number, not '%s'\n", argv[i]);
+    if (a == "--stdio") {
+      stdio = true;
+    } else if (a == "--nonce" && i + 1 < argc) {
+      std::uint64_t v = 0;
+      if (!parse_hex(argv[++i], v)) {
+        std::fprintf(stderr, "pmd: --nonce needs a hexadecimal number, not '%s'\n", argv[i]);
         return 2;
       }
-      fd = static_cast<int>(v);
+      nonce = v;
     } else if (a == "--grace-ms" && i + 1 < argc) {
       char* end = nullptr;
       const long v = std::strtol(argv[++i], &end, 10);
@@ -383,7 +566,8 @@ int main(int argc, char** argv) {
       }
       opts.lost_grace = std::chrono::milliseconds(v);
     } else if (a == "--version") {
-      std::printf("pmd %s (agent protocol %u)\n", PM_VERSION_STRING, pm::channel::protocol_version);
+      std::printf("pmd %s (agent link version %u)\n", PM_VERSION_STRING,
+                  pm::link::protocol_version);
       return 0;
     } else if (a == "--help" || a == "-h") {
       std::fputs(usage, stdout);
@@ -393,22 +577,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (fd < 0) {
-    std::fprintf(stderr, "pmd: --local FD is required\n%s", usage);
+  if (!stdio || !nonce) {
+    std::fprintf(stderr, "pmd: --stdio and --nonce are required\n%s", usage);
     return 2;
   }
-  int type = 0;
-  socklen_t len = sizeof type;
-  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) {
-    std::fprintf(stderr, "pmd: descriptor %d is not a stream socket\n", fd);
-    return 2;
-  }
+  struct stat st {};
+  ln::stream_fds link{0, 1, false};
+  if (::fstat(0, &st) == 0 && S_ISSOCK(st.st_mode)) link.socket = true;
   // Orphaned descendants of the ranks reparent to pmd, not to init: nothing escapes the sweep.
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     std::fprintf(stderr, "pmd: cannot become a child subreaper: %s\n", std::strerror(errno));
     return 2;
   }
-  // Its own process group: the terminal's ^C / ^Z go to the launcher, which decides.
+  // Its own process group: the terminal's ^C / ^Z go to the launcher, which decides. (Under sshd
+  // pmd leads its own session already, and this fails harmlessly.)
   ::setpgid(0, 0);
   ::signal(SIGPIPE, SIG_IGN);
   // One pidfd per running rank: take the hard limit of descriptors for pmd, and give the ranks
@@ -420,8 +602,10 @@ int main(int argc, char** argv) {
     raised.rlim_cur = lim.rlim_max;
     if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) nofile.reset();
   }
+  extern char** environ;
+  for (char** e = environ; *e != nullptr; ++e) opts.environment.emplace_back(*e);
   try {
-    driver d(fd, opts, nofile);
+    driver d(link, std::move(opts), *nonce, nofile);
     return d.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pmd: %s\n", e.what());

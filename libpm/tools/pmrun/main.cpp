@@ -162,6 +162,7 @@ int run(int argc, char** argv) {
   };
   prepared_stdin input;
   prepare_stdin(options.input, map.size(), input);
+  request.master_port_fixed = options.master_port.has_value();
   request.stdin_fd = input.fd_for_ranks;
   request.stdin_rank = input.rank;
   request.per_rank_stdin = input.per_rank;

@@ -1,14 +1,12 @@
-// local_transport: ranks on this host, started and watched by a local pmd (docs/agent.md).
+// local_transport: the agent of this machine, a pmd started over a Unix socket pair
+// (docs/agent.md, docs/agent-link.md).
 //
-// The transport starts `pmd --local 0` with one end of a Unix socket pair as its stdin and talks
-// the agent channel over the other end. pmd is a child subreaper that spawns the ranks, passes
-// their output pipe read ends back (SCM_RIGHTS), reports starts and exits, and kills every rank
-// and every descendant when the job ends or when this process dies (the channel closes).
-// The launcher process therefore installs no SIGCHLD handler and has no rank as a child: the only
-// child it gets is pmd, reaped through a pidfd.
-//
-// Everything runs on the caller's io_context (one thread). Reports are posted to it, never
-// called from inside spawn/signal/shutdown. Not thread-safe.
+// open() starts pmd with one end of a socket pair as its stdin and stdout and hands the other end
+// to the link; pmd is a child subreaper that spawns the ranks, passes their output pipes back as
+// descriptors, reports starts and exits, and kills every rank and every descendant when the job
+// ends or when this process dies (the socket closes). The launcher process therefore installs no
+// SIGCHLD handler and has no rank as a child: its only children are pmds, reaped through pidfds.
+// Not thread-safe; callbacks are posted to the io_context.
 #pragma once
 
 #include <chrono>
@@ -16,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "transport/transport.hpp"
+#include "pm/transport.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -30,29 +28,26 @@ namespace pm::local {
 std::string default_agent_path();
 
 struct local_transport_options {
-  std::string agent_path;  ///< empty: default_agent_path()
-  /// When this process dies without a shutdown: pmd's SIGTERM-to-SIGKILL grace for the ranks.
-  std::chrono::milliseconds lost_grace{1000};
+  std::string agent_path;  ///< empty: agent_target::agent_argv[0] if absolute, else the default
+  /// After close(), a pmd still running this long is killed (it normally exits within its grace).
+  std::chrono::milliseconds kill_after{10000};
 };
 
 class local_transport final : public transport {
  public:
-  /// Starts pmd. Throws pm::error (errc::launch) if it cannot be started.
-  local_transport(boost::asio::io_context& io, transport_callbacks callbacks,
-                  local_transport_options options = {});
-  /// If shutdown did not finish: asks pmd to clear everything, closes the channel and waits
-  /// (blocking, normally milliseconds) for pmd to exit, so that nothing outlives the transport.
+  explicit local_transport(boost::asio::io_context& io, local_transport_options options = {});
+  /// A pmd still running is given a moment to finish its clean-up, then killed and reaped
+  /// (blocking), so that nothing outlives the transport.
   ~local_transport() override;
   local_transport(const local_transport&) = delete;
   local_transport& operator=(const local_transport&) = delete;
 
-  /// Only host 0 (this host). `stdin_fd` is duplicated; the caller keeps its descriptor.
-  void spawn(std::uint32_t host, std::vector<rank_launch> ranks, int stdin_fd) override;
-  void signal(std::uint32_t host, const std::vector<std::uint32_t>& ranks, int signo) override;
-  void shutdown(std::function<void()> done) override;
+  void open(const agent_target& target, std::function<void(agent_stream)> opened,
+            std::function<void(std::string reason)> failed) override;
+  void close(std::uint32_t host, std::function<void(agent_end)> done) override;
 
-  /// pmd's pid (for tests and diagnostics).
-  std::int64_t agent_pid() const noexcept;
+  /// The pmd serving `host` (0 if none), for tests and diagnostics.
+  std::int64_t agent_pid(std::uint32_t host) const noexcept;
 
  private:
   struct impl;

@@ -1,11 +1,12 @@
-#include "transport/channel/messages.hpp"
+#include "link/messages.hpp"
 
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "link/frame.hpp"
 #include "pm/error.hpp"
 
-namespace pm::channel {
+namespace pm::link {
 
 namespace {
 
@@ -16,7 +17,7 @@ using json = nlohmann::json;
 constexpr int max_depth = 8;
 
 [[noreturn]] void fail(const std::string& what) {
-  throw error(errc::launch, "agent channel: " + what);
+  throw error(errc::launch, "agent link: " + what);
 }
 
 // A DOM builder that stops at max_depth and keeps the reader's error instead of throwing.
@@ -159,15 +160,22 @@ rank_spec decode_rank(const json& v) {
   const reader r{v, "spawn"};
   rank_spec spec;
   spec.rank = r.u32("rank");
-  spec.path = r.str("path");
-  spec.argv = r.strings("argv");
+  spec.app = r.u32("app");
   spec.env = r.strings("env");
-  spec.wdir = r.str("wdir");
   spec.stdin_from_launcher = r.boolean("stdin");
-  spec.streams = static_cast<std::uint8_t>(r.small_int("streams", 0, 2));
-  if (spec.path.empty()) fail("rank " + std::to_string(spec.rank) + " has an empty path");
-  if (spec.argv.empty()) fail("rank " + std::to_string(spec.rank) + " has an empty argv");
   return spec;
+}
+
+app_spec decode_app(const json& v) {
+  if (!v.is_object()) fail("field 'apps' of a 'job' message must be an array of maps");
+  const reader r{v, "job"};
+  app_spec a;
+  a.argv = r.strings("argv");
+  a.wdir = r.str("wdir");
+  a.env = r.strings("env");
+  if (a.argv.empty()) fail("an app of a 'job' message has an empty argv");
+  if (a.argv.front().empty()) fail("an app of a 'job' message has an empty program name");
+  return a;
 }
 
 void check_fds(std::string_view type, std::uint32_t fds, std::uint32_t max) {
@@ -181,18 +189,34 @@ struct encoder {
   json& j;
   void operator()(const hello& m) const {
     j["version"] = m.version;
+    j["nonce"] = m.nonce;
     j["pid"] = m.pid;
+    j["hostname"] = m.hostname;
+    j["addrs"] = m.addrs;
+    j["port"] = m.port;
+  }
+  void operator()(const heartbeat&) const {}
+  void operator()(const ack& m) const { j["bytes"] = m.bytes; }
+  void operator()(const job_setup& m) const {
+    j["host"] = m.host;
+    j["grace_ms"] = m.grace_ms;
+    j["heartbeat_ms"] = m.heartbeat_ms;
+    j["silence_ms"] = m.silence_ms;
+    j["forward_output"] = m.forward_output;
+    j["streams"] = m.streams;
+    j["base"] = m.base;
+    j["overrides"] = m.overrides;
+    json apps = json::array();
+    for (const auto& a : m.apps) {
+      apps.push_back({{"argv", a.argv}, {"wdir", a.wdir}, {"env", a.env}});
+    }
+    j["apps"] = std::move(apps);
   }
   void operator()(const spawn_request& m) const {
     json ranks = json::array();
     for (const auto& s : m.ranks) {
-      ranks.push_back({{"rank", s.rank},
-                       {"path", s.path},
-                       {"argv", s.argv},
-                       {"env", s.env},
-                       {"wdir", s.wdir},
-                       {"stdin", s.stdin_from_launcher},
-                       {"streams", s.streams}});
+      ranks.push_back(
+          {{"rank", s.rank}, {"app", s.app}, {"env", s.env}, {"stdin", s.stdin_from_launcher}});
     }
     j["ranks"] = std::move(ranks);
   }
@@ -200,6 +224,9 @@ struct encoder {
     j["ranks"] = m.ranks;
     j["signo"] = m.signo;
   }
+  void operator()(const input_closed& m) const { j["rank"] = m.rank; }
+  void operator()(const suspend&) const {}
+  void operator()(const resume&) const {}
   void operator()(const shutdown_request&) const {}
   void operator()(const started& m) const {
     j["rank"] = m.rank;
@@ -218,9 +245,13 @@ struct encoder {
       j["code"] = m.status.code();
     }
   }
+  void operator()(const stream_closed& m) const {
+    j["rank"] = m.rank;
+    j["stream"] = m.stream == output_stream::out ? 1 : 2;
+    j["bytes"] = m.bytes;
+  }
   void operator()(const shutdown_done&) const {}
   void operator()(const agent_error& m) const { j["text"] = m.text; }
-  void operator()(const heartbeat&) const {}
 };
 
 std::uint32_t max_fds(const message& m) {
@@ -229,13 +260,34 @@ std::uint32_t max_fds(const message& m) {
   return 0;
 }
 
+constexpr std::string_view names[] = {"hello",  "heartbeat",     "ack",           "job",
+                                      "spawn",  "signal",        "input_closed",  "suspend",
+                                      "resume", "shutdown",      "started",       "spawn_failed",
+                                      "exited", "stream_closed", "shutdown_done", "error"};
+static_assert(std::size(names) == std::variant_size_v<message>);
+
 }  // namespace
 
 std::string_view type_name(const message& m) noexcept {
-  static constexpr std::string_view names[] = {"hello",   "spawn",        "signal", "shutdown",
-                                               "started", "spawn_failed", "exited", "shutdown_done",
-                                               "error",   "heartbeat"};
   return names[m.index()];
+}
+
+sender sent_by(const message& m) noexcept {
+  return std::visit(
+      [](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, hello> || std::is_same_v<T, heartbeat> ||
+                      std::is_same_v<T, ack>) {
+          return sender::either;
+        } else if constexpr (std::is_same_v<T, started> || std::is_same_v<T, spawn_failed> ||
+                             std::is_same_v<T, exited> || std::is_same_v<T, stream_closed> ||
+                             std::is_same_v<T, shutdown_done> || std::is_same_v<T, agent_error>) {
+          return sender::agent;
+        } else {
+          return sender::launcher;
+        }
+      },
+      m);
 }
 
 std::vector<std::uint8_t> encode(const message& m, std::uint32_t fds) {
@@ -248,7 +300,7 @@ std::vector<std::uint8_t> encode(const message& m, std::uint32_t fds) {
 }
 
 void append_message(std::vector<std::uint8_t>& out, const message& m, std::uint32_t fds) {
-  append_frame(out, encode(m, fds));
+  append_control_frame(out, encode(m, fds));
 }
 
 envelope decode(std::span<const std::uint8_t> body) {
@@ -263,23 +315,57 @@ envelope decode(std::span<const std::uint8_t> body) {
   if (r.has("fds")) e.fds = r.u32("fds");
 
   if (type == "hello") {
-    e.msg = hello{r.u32("version"), r.i64("pid")};
+    hello m;
+    m.version = r.u32("version");
+    if (m.version != protocol_version) {
+      // Only the version is read from a hello of another version: its other fields may differ.
+      e.msg = m;
+      return e;
+    }
+    m.nonce = static_cast<std::uint64_t>(r.unsigned_field(r.field("nonce"), "nonce",
+                                                          std::numeric_limits<std::uint64_t>::max(),
+                                                          "an unsigned 64-bit integer"));
+    m.pid = r.i64("pid");
+    m.hostname = r.str("hostname");
+    m.addrs = r.strings("addrs");
+    m.port = static_cast<std::uint16_t>(r.small_int("port", 0, 65535));
+    e.msg = std::move(m);
+  } else if (type == "heartbeat") {
+    e.msg = heartbeat{};
+  } else if (type == "ack") {
+    e.msg =
+        ack{r.unsigned_field(r.field("bytes"), "bytes", std::numeric_limits<std::uint64_t>::max(),
+                             "an unsigned 64-bit integer")};
+  } else if (type == "job") {
+    job_setup m;
+    m.host = r.u32("host");
+    m.grace_ms = r.u32("grace_ms");
+    m.heartbeat_ms = r.u32("heartbeat_ms");
+    m.silence_ms = r.u32("silence_ms");
+    m.forward_output = r.boolean("forward_output");
+    m.streams = static_cast<std::uint8_t>(r.small_int("streams", 0, 2));
+    m.base = r.strings("base");
+    m.overrides = r.strings("overrides");
+    for (const auto& v : r.array("apps")) m.apps.push_back(decode_app(v));
+    if (m.apps.empty()) fail("'job' message has no app");
+    e.msg = std::move(m);
   } else if (type == "spawn") {
     spawn_request m;
     const json& ranks = r.array("ranks");
     m.ranks.reserve(ranks.size());
-    bool wants_stdin = false;
-    for (const auto& v : ranks) {
-      m.ranks.push_back(decode_rank(v));
-      wants_stdin = wants_stdin || m.ranks.back().stdin_from_launcher;
-    }
-    if (wants_stdin && e.fds == 0) fail("'spawn' message gives a rank stdin but no descriptor");
+    for (const auto& v : ranks) m.ranks.push_back(decode_rank(v));
     e.msg = std::move(m);
   } else if (type == "signal") {
     signal_request m;
     for (const auto& v : r.array("ranks")) m.ranks.push_back(r.u32(v, "ranks"));
     m.signo = r.small_int("signo", 0, max_signal);
     e.msg = std::move(m);
+  } else if (type == "input_closed") {
+    e.msg = input_closed{r.u32("rank")};
+  } else if (type == "suspend") {
+    e.msg = suspend{};
+  } else if (type == "resume") {
+    e.msg = resume{};
   } else if (type == "shutdown") {
     e.msg = shutdown_request{};
   } else if (type == "started") {
@@ -294,12 +380,17 @@ envelope decode(std::span<const std::uint8_t> body) {
     m.status = has_code ? exit_status::exited(r.small_int("code", 0, 255))
                         : exit_status::signaled(r.small_int("signal", 1, max_signal));
     e.msg = m;
+  } else if (type == "stream_closed") {
+    stream_closed m;
+    m.rank = r.u32("rank");
+    m.stream = r.small_int("stream", 1, 2) == 1 ? output_stream::out : output_stream::err;
+    m.bytes = r.unsigned_field(r.field("bytes"), "bytes", std::numeric_limits<std::uint64_t>::max(),
+                               "an unsigned 64-bit integer");
+    e.msg = m;
   } else if (type == "shutdown_done") {
     e.msg = shutdown_done{};
   } else if (type == "error") {
     e.msg = agent_error{r.str("text")};
-  } else if (type == "heartbeat") {
-    e.msg = heartbeat{};
   } else {
     std::string shown = type.substr(0, 40);
     for (char& c : shown) {
@@ -311,10 +402,4 @@ envelope decode(std::span<const std::uint8_t> body) {
   return e;
 }
 
-std::optional<envelope> message_decoder::next() {
-  auto body = frames_.next();
-  if (!body) return std::nullopt;
-  return decode(*body);
-}
-
-}  // namespace pm::channel
+}  // namespace pm::link

@@ -1,0 +1,72 @@
+#include "agent/host_facts.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace pm::agent {
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+std::vector<std::string> reachable_addresses() {
+  std::vector<std::string> out;
+  std::string via_ssh;
+  if (const char* conn = std::getenv("SSH_CONNECTION"); conn != nullptr) {
+    std::istringstream in(conn);
+    std::string client, client_port, server;
+    if (in >> client >> client_port >> server) via_ssh = server;
+  }
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (auto* it = list; it != nullptr; it = it->ifa_next) {
+      if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
+      if ((it->ifa_flags & IFF_UP) == 0 || (it->ifa_flags & IFF_LOOPBACK) != 0) continue;
+      sockaddr_in in{};
+      std::memcpy(&in, it->ifa_addr, sizeof in);
+      if ((ntohl(in.sin_addr.s_addr) >> 24) == 127) continue;
+      char text[INET_ADDRSTRLEN] = {};
+      if (::inet_ntop(AF_INET, &in.sin_addr, text, sizeof text) == nullptr) continue;
+      std::string entry = std::string(text) + "%" + it->ifa_name;
+      if (text == via_ssh) {
+        out.insert(out.begin(), std::move(entry));
+      } else {
+        out.push_back(std::move(entry));
+      }
+    }
+    ::freeifaddrs(list);
+  }
+  return out;
+}
+
+std::uint16_t free_port(const std::vector<std::string>& addrs) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (!addrs.empty()) {
+    const std::string addr = addrs.front().substr(0, addrs.front().find('%'));
+    ::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  std::uint16_t port = 0;
+  socklen_t len = sizeof sa;
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0) {
+    port = ntohs(sa.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+}  // namespace pm::agent

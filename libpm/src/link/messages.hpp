@@ -1,0 +1,177 @@
+// Control messages of the agent link (launcher <-> pmd), docs/agent-link.md.
+//
+// A control frame's body is a MessagePack map with a "type" string and the message's fields.
+// Unknown extra fields are ignored (a newer peer may add some); a missing or mistyped field, an
+// unknown type, nesting deeper than any message needs, or trailing bytes are a pm::error with one
+// line. Output and stdin bytes do not travel as messages but as data frames (frame.hpp).
+//
+// Descriptors: over a link to an agent on this host (a Unix socket), a message may say that `fds`
+// descriptors travel with it (SCM_RIGHTS, socket.hpp). Which message may carry how many:
+//   spawn    0 or 1: the stdin the ranks with `stdin` read (required if any rank has it)
+//   started  0..2 : the rank's output pipe read ends, stdout then stderr (1: merged; 0: none)
+//   others   0
+// Over any other link (ssh, TCP, the simulator) fds is always 0: output comes as data frames.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "pm/exit_status.hpp"
+#include "pm/output.hpp"
+
+namespace pm::link {
+
+/// Bumped on any incompatible change; both sides refuse a peer with another version.
+inline constexpr std::uint32_t protocol_version = 3;  // 3: magic, nonce, job setup, data frames
+
+// ---- both ways ----
+/// First message each way, right after the magic. The nonce is the job's: the launcher hands it
+/// to the agent when it starts it (its command line), and each side refuses a hello with another
+/// nonce (a stray process, a stale agent). The agent adds what the launcher needs to know of its
+/// host: its pid and name, addresses other hosts reach, and a TCP port free there (MASTER_PORT
+/// when rank 0 runs there).
+struct hello {
+  std::uint32_t version = protocol_version;
+  std::uint64_t nonce = 0;
+  std::int64_t pid = 0;
+  std::string hostname;            ///< the agent's: its gethostname()
+  std::vector<std::string> addrs;  ///< the agent's: non-loopback addresses, the best first
+  std::uint16_t port = 0;          ///< the agent's: a port free on addrs.front() (0: none)
+  friend bool operator==(const hello&, const hello&) = default;
+};
+/// "Still here": lets a silent peer (a dead host, a cut link, which close no socket) be noticed.
+struct heartbeat {
+  friend bool operator==(const heartbeat&, const heartbeat&) = default;
+};
+/// Credit: the receiver consumed `bytes` of data frames (output toward the launcher, input toward
+/// the agent), so the sender may send that much more (docs/agent-link.md, flow control).
+struct ack {
+  std::uint64_t bytes = 0;
+  friend bool operator==(const ack&, const ack&) = default;
+};
+
+// ---- launcher -> agent ----
+/// One app context as the agent needs it to start that app's ranks.
+struct app_spec {
+  std::vector<std::string> argv;  ///< argv[0] as the user gave it; the agent resolves it
+  std::string wdir;               ///< empty: the agent's working directory
+  std::vector<std::string> env;   ///< "NAME=value" the app's ranks get on top of everything
+  friend bool operator==(const app_spec&, const app_spec&) = default;
+};
+/// Everything about the job the agent needs before the first spawn; sent once, after hello.
+/// The agent composes each rank's environment on its own host: its own environment minus an outer
+/// job's identity, plus `base` (the -mca exports), the rank's profile variables, `overrides` (-x),
+/// its app's variables. The launcher's environment itself never crosses the link.
+struct job_setup {
+  std::uint32_t host = 0;              ///< this agent's host index in the allocation
+  std::uint32_t grace_ms = 3000;       ///< the stop sequence: SIGTERM, this grace, SIGKILL
+  std::uint32_t heartbeat_ms = 0;      ///< send a heartbeat this often (0: never)
+  std::uint32_t silence_ms = 0;        ///< the launcher silent this long is lost (0: never)
+  bool forward_output = true;          ///< false: output pipes travel as descriptors (local socket)
+  std::uint8_t streams = 2;            ///< per rank: 2 stdout+stderr, 1 merged, 0 /dev/null
+  std::vector<std::string> base;       ///< "NAME=value" added to the agent's own environment
+  std::vector<std::string> overrides;  ///< "NAME=value" that win over the profile variables
+  std::vector<app_spec> apps;
+  friend bool operator==(const job_setup&, const job_setup&) = default;
+};
+/// One rank to start.
+struct rank_spec {
+  std::uint32_t rank = 0;
+  std::uint32_t app = 0;
+  std::vector<std::string> env;      ///< the rank's profile variables ("NAME=value")
+  bool stdin_from_launcher = false;  ///< local: the spawn's descriptor; remote: input frames
+  friend bool operator==(const rank_spec&, const rank_spec&) = default;
+};
+struct spawn_request {
+  std::vector<rank_spec> ranks;
+  friend bool operator==(const spawn_request&, const spawn_request&) = default;
+};
+/// Signal each listed rank's process group.
+struct signal_request {
+  std::vector<std::uint32_t> ranks;
+  int signo = 0;
+  friend bool operator==(const signal_request&, const signal_request&) = default;
+};
+/// No more stdin for this rank (its pipe is closed).
+struct input_closed {
+  std::uint32_t rank = 0;
+  friend bool operator==(const input_closed&, const input_closed&) = default;
+};
+/// The launcher is being stopped (^Z) or continues: silence while suspended is not a loss.
+struct suspend {
+  friend bool operator==(const suspend&, const suspend&) = default;
+};
+struct resume {
+  friend bool operator==(const resume&, const resume&) = default;
+};
+/// The job is over: kill whatever is left of the ranks and their descendants, then exit.
+struct shutdown_request {
+  friend bool operator==(const shutdown_request&, const shutdown_request&) = default;
+};
+
+// ---- agent -> launcher ----
+struct started {
+  std::uint32_t rank = 0;
+  std::int64_t pid = 0;
+  friend bool operator==(const started&, const started&) = default;
+};
+struct spawn_failed {
+  std::uint32_t rank = 0;
+  int code = 127;      ///< shell-style: 127 not found, 126 not executable
+  std::string reason;  ///< one line
+  friend bool operator==(const spawn_failed&, const spawn_failed&) = default;
+};
+struct exited {
+  std::uint32_t rank = 0;
+  exit_status status;
+  friend bool operator==(const exited&, const exited&) = default;
+};
+/// A forwarded output stream reached end-of-stream after `bytes` bytes (every output frame of it
+/// was sent before this message).
+struct stream_closed {
+  std::uint32_t rank = 0;
+  output_stream stream = output_stream::out;
+  std::uint64_t bytes = 0;
+  friend bool operator==(const stream_closed&, const stream_closed&) = default;
+};
+/// Everything is cleared; the agent exits right after.
+struct shutdown_done {
+  friend bool operator==(const shutdown_done&, const shutdown_done&) = default;
+};
+/// The agent gives up (bad message, version mismatch); it clears everything and exits.
+struct agent_error {
+  std::string text;
+  friend bool operator==(const agent_error&, const agent_error&) = default;
+};
+
+using message = std::variant<hello, heartbeat, ack, job_setup, spawn_request, signal_request,
+                             input_closed, suspend, resume, shutdown_request, started, spawn_failed,
+                             exited, stream_closed, shutdown_done, agent_error>;
+
+/// Which side may send a message.
+enum class sender : std::uint8_t { launcher, agent, either };
+sender sent_by(const message& m) noexcept;
+
+/// A decoded message and the number of descriptors that travel with it.
+struct envelope {
+  message msg;
+  std::uint32_t fds = 0;
+  friend bool operator==(const envelope&, const envelope&) = default;
+};
+
+/// The wire name of a message type ("spawn", "exited", ...).
+std::string_view type_name(const message& m) noexcept;
+
+/// The MessagePack body of a message. Throws pm::error if `fds` is not allowed for its type.
+std::vector<std::uint8_t> encode(const message& m, std::uint32_t fds = 0);
+/// Appends the framed message to `out`.
+void append_message(std::vector<std::uint8_t>& out, const message& m, std::uint32_t fds = 0);
+/// Decodes one control frame body. Throws pm::error naming the problem.
+envelope decode(std::span<const std::uint8_t> body);
+
+}  // namespace pm::link

@@ -1,0 +1,501 @@
+// The agent link's wire: frames (control, output, input), messages and their strict validation,
+// the preamble scanner, descriptor passing over a socket, random input.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "link/endpoint.hpp"
+#include "link/frame.hpp"
+#include "link/messages.hpp"
+#include "link/socket.hpp"
+#include "pm/error.hpp"
+
+namespace pm::link {
+namespace {
+
+using bytes = std::vector<std::uint8_t>;
+
+bytes frame_of(const bytes& body) {
+  bytes out;
+  append_control_frame(out, body);
+  return out;
+}
+
+// Control frames decoded from a stream, as the endpoint does.
+struct stream_decoder {
+  frame_decoder frames;
+  void feed(std::span<const std::uint8_t> b) { frames.feed(b); }
+  std::optional<envelope> next() {
+    for (;;) {
+      auto f = frames.next();
+      if (!f) return std::nullopt;
+      if (f->kind == frame_kind::control) return decode(f->payload);
+    }
+  }
+  void finish() const { frames.finish(); }
+};
+
+// The error a decoder throws for `stream` (fed in one piece), or "" if none.
+std::string error_of(const bytes& stream, bool at_end = true) {
+  stream_decoder d;
+  try {
+    d.feed(stream);
+    while (d.next()) {
+    }
+    if (at_end) d.finish();
+  } catch (const pm::error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A msgpack body, written by hand, for field-level validation tests.
+bytes body(std::initializer_list<std::uint8_t> b) {
+  return bytes(b);
+}
+
+std::vector<message> samples() {
+  rank_spec a{3, 0, {"A=1", "B="}, true};
+  rank_spec b{4, 1, {}, false};
+  job_setup j;
+  j.host = 2;
+  j.grace_ms = 1500;
+  j.heartbeat_ms = 500;
+  j.silence_ms = 2000;
+  j.forward_output = true;
+  j.streams = 1;
+  j.base = {"OMPI_MCA_btl=self"};
+  j.overrides = {"X=1"};
+  j.apps = {app_spec{{"echo", "hi there", "$(x)"}, "/tmp", {"APP=1"}}, app_spec{{"env"}, "", {}}};
+  return {hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
+          hello{protocol_version, 1, 4242, "node1", {"10.0.0.2%eth0", "10.1.0.2%ib0"}, 40123},
+          heartbeat{},
+          ack{1u << 20},
+          j,
+          spawn_request{{a, b}},
+          signal_request{{0, 1, 7}, 15},
+          input_closed{3},
+          suspend{},
+          resume{},
+          shutdown_request{},
+          started{3, 123456},
+          spawn_failed{4, 126, "cannot execute '/x': Permission denied"},
+          exited{5, exit_status::exited(7)},
+          exited{6, exit_status::signaled(9)},
+          stream_closed{6, output_stream::err, 1ull << 40},
+          shutdown_done{},
+          agent_error{"bad message"}};
+}
+
+TEST(link_frame, round_trips_every_message_and_data_fed_byte_by_byte) {
+  bytes stream;
+  for (const auto& m : samples()) {
+    const std::uint32_t fds = std::holds_alternative<spawn_request>(m) ? 1 : 0;
+    append_message(stream, m, fds);
+  }
+  const bytes out_bytes = {'l', 'i', 'n', 'e', '\n'};
+  append_output_frame(stream, 7, output_stream::err, out_bytes);
+  append_input_frame(stream, 0, out_bytes);
+  frame_decoder d;
+  std::vector<envelope> got;
+  std::vector<std::pair<frame_kind, bytes>> data;
+  for (std::uint8_t b : stream) {
+    d.feed({&b, 1});
+    while (auto f = d.next()) {
+      if (f->kind == frame_kind::control) {
+        got.push_back(decode(f->payload));
+      } else {
+        data.emplace_back(f->kind, bytes(f->payload.begin(), f->payload.end()));
+        EXPECT_EQ(f->rank, f->kind == frame_kind::output ? 7u : 0u);
+        if (f->kind == frame_kind::output) {
+          EXPECT_EQ(f->stream, output_stream::err);
+        }
+      }
+    }
+  }
+  d.finish();
+  const auto want = samples();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].msg, want[i]) << type_name(want[i]);
+    EXPECT_EQ(got[i].fds, std::holds_alternative<spawn_request>(want[i]) ? 1u : 0u);
+  }
+  ASSERT_EQ(data.size(), 2u);
+  EXPECT_EQ(data[0], std::make_pair(frame_kind::output, out_bytes));
+  EXPECT_EQ(data[1], std::make_pair(frame_kind::input, out_bytes));
+}
+
+TEST(link_frame, header_is_big_endian_length_then_the_kind) {
+  const bytes f = frame_of(bytes(300, 0x90));
+  ASSERT_EQ(f.size(), 305u);
+  EXPECT_EQ(f[0], 0);
+  EXPECT_EQ(f[1], 0);
+  EXPECT_EQ(f[2], 1);
+  EXPECT_EQ(f[3], 45);
+  EXPECT_EQ(f[4], 1);  // control
+  bytes o;
+  append_output_frame(o, 0x01020304, output_stream::out, bytes{'x'});
+  EXPECT_EQ(o, (bytes{0, 0, 0, 7, 2, 1, 2, 3, 4, 1, 'x'}));
+}
+
+TEST(link_frame, oversized_length_is_refused_before_the_body_arrives) {
+  EXPECT_EQ(error_of({0xc0, 0, 0, 0}, false),
+            "agent link: frame of 3221225472 bytes exceeds the 64 MiB limit");
+  EXPECT_EQ(error_of({0x04, 0, 0, 1}, false),
+            "agent link: frame of 67108865 bytes exceeds the 64 MiB limit");
+}
+
+TEST(link_frame, empty_and_malformed_frames_are_errors) {
+  EXPECT_EQ(error_of({0, 0, 0, 0}), "agent link: empty frame");
+  EXPECT_EQ(error_of({0, 0, 0, 1, 1}), "agent link: empty message");
+  EXPECT_EQ(error_of({0, 0, 0, 1, 9}), "agent link: unknown frame kind 9");
+  EXPECT_EQ(error_of({0, 0, 0, 6, 2, 0, 0, 0, 1, 1}),
+            "agent link: output frame of 6 bytes carries no output");
+  EXPECT_EQ(error_of({0, 0, 0, 7, 2, 0, 0, 0, 1, 3, 'x'}),
+            "agent link: output frame names stream 3 (1 or 2 expected)");
+  EXPECT_EQ(error_of({0, 0, 0, 5, 3, 0, 0, 0, 1}),
+            "agent link: input frame of 5 bytes carries no input");
+}
+
+TEST(link_frame, truncated_frames_are_errors_at_end_of_stream) {
+  EXPECT_EQ(error_of({0, 0}), "agent link: stream ended inside a frame header (2 of 4 bytes)");
+  EXPECT_EQ(error_of({0, 0, 0, 10, 1, 2, 3}),
+            "agent link: stream ended inside a frame (3 of 10 bytes)");
+  EXPECT_EQ(error_of({0, 0, 0, 10, 1, 2, 3}, false), "");  // more may come
+}
+
+TEST(link_frame, refuses_to_send_an_oversized_body_or_empty_data) {
+  bytes out;
+  const bytes big(max_frame_bytes, 0);
+  try {
+    append_control_frame(out, big);
+    FAIL() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_STREQ(e.what(), "agent link: message of 67108864 bytes exceeds the 64 MiB limit");
+  }
+  EXPECT_TRUE(out.empty());
+  EXPECT_THROW(append_output_frame(out, 0, output_stream::out, {}), pm::error);
+  EXPECT_THROW(append_input_frame(out, 0, bytes(max_data_bytes + 1, 'x')), pm::error);
+}
+
+TEST(link_preamble, skips_noise_before_the_magic_and_keeps_its_start) {
+  preamble_scanner sc(1000);
+  const std::string noise = std::string("Welcome to node1!\n") + '\0' + "pmlin" + '\0' + " more";
+  bytes in(noise.begin(), noise.end());
+  in.insert(in.end(), magic.begin(), magic.end());
+  in.push_back(0x42);
+  // Fed in pieces that cut the magic.
+  std::optional<std::size_t> at;
+  std::size_t pos = 0;
+  for (std::size_t cut :
+       {std::size_t{5}, std::size_t{12}, std::size_t{21}, std::size_t{27}, in.size()}) {
+    at = sc.scan({in.data() + pos, cut - pos});
+    if (at) {
+      EXPECT_EQ(pos + *at, in.size() - 1);  // just past the magic
+      break;
+    }
+    pos = cut;
+  }
+  ASSERT_TRUE(at);
+  EXPECT_TRUE(sc.found());
+  EXPECT_EQ(sc.noise_bytes(), noise.size());
+  EXPECT_EQ(sc.noise_text(), "Welcome to node1!");
+}
+
+TEST(link_preamble, too_much_noise_is_an_error_naming_what_came) {
+  preamble_scanner sc(16);
+  const std::string noise = "bash: line 1: pmd: command not found\n";
+  try {
+    sc.scan({reinterpret_cast<const std::uint8_t*>(noise.data()), noise.size()});
+    FAIL() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_STREQ(e.what(),
+                 "agent link: the peer sent 17 bytes that are not the agent link (it began: "
+                 "'bash: line 1: pmd')");
+  }
+}
+
+TEST(link_messages, garbage_body_is_a_clear_error) {
+  // 0xc1 is never used by MessagePack.
+  EXPECT_EQ(error_of(frame_of({0xc1})),
+            "agent link: malformed message body (parse error at byte 1: syntax error while "
+            "parsing MessagePack value: invalid byte: 0xC1)");
+  // A map header announcing one pair, then nothing.
+  EXPECT_EQ(error_of(frame_of({0x81})).rfind("agent link: malformed message body (", 0), 0u);
+  // Trailing bytes after a whole value.
+  EXPECT_EQ(error_of(frame_of({0x80, 0x80})).rfind("agent link: malformed message body (", 0), 0u);
+}
+
+TEST(link_messages, body_must_be_a_map_with_a_type) {
+  EXPECT_EQ(error_of(frame_of({0x93, 1, 2, 3})), "agent link: message body is not a map");
+  EXPECT_EQ(error_of(frame_of({0x80})), "agent link: message lacks field 'type'");
+  // {"type": 5}
+  EXPECT_EQ(error_of(frame_of({0x81, 0xa4, 't', 'y', 'p', 'e', 0x05})),
+            "agent link: field 'type' of a message must be a string");
+  // {"type": "foo"}
+  EXPECT_EQ(error_of(frame_of({0x81, 0xa4, 't', 'y', 'p', 'e', 0xa3, 'f', 'o', 'o'})),
+            "agent link: unknown message type 'foo'");
+}
+
+TEST(link_messages, missing_and_mistyped_fields_are_named) {
+  // {"type": "started", "rank": 1}
+  const bytes no_pid = body({0x82, 0xa4, 't', 'y', 'p',  'e', 0xa7, 's', 't', 'a',
+                             'r',  't',  'e', 'd', 0xa4, 'r', 'a',  'n', 'k', 0x01});
+  EXPECT_EQ(error_of(frame_of(no_pid)), "agent link: 'started' message lacks field 'pid'");
+  // {"type": "started", "rank": -1, "pid": 1}
+  const bytes negative = body({0x83, 0xa4, 't', 'y', 'p', 'e', 0xa7, 's',  't', 'a', 'r', 't', 'e',
+                               'd',  0xa4, 'r', 'a', 'n', 'k', 0xff, 0xa3, 'p', 'i', 'd', 0x01});
+  EXPECT_EQ(error_of(frame_of(negative)),
+            "agent link: field 'rank' of a 'started' message must be an unsigned 32-bit integer");
+}
+
+TEST(link_messages, semantic_checks) {
+  bytes e;
+  try {
+    append_message(e, exited{1, exit_status::exited(0)}, 1);
+    FAIL() << "no error";
+  } catch (const pm::error& x) {
+    EXPECT_STREQ(x.what(),
+                 "agent link: 'exited' message announces 1 descriptors, more than the 0 it may "
+                 "carry");
+  }
+  job_setup j;
+  j.apps.push_back(app_spec{{}, "", {}});
+  bytes empty_argv;
+  append_message(empty_argv, j);
+  EXPECT_EQ(error_of(empty_argv), "agent link: an app of a 'job' message has an empty argv");
+  bytes no_app;
+  append_message(no_app, job_setup{});
+  EXPECT_EQ(error_of(no_app), "agent link: 'job' message has no app");
+  bytes bad_signal;
+  append_message(bad_signal, signal_request{{1}, 99});
+  EXPECT_EQ(error_of(bad_signal),
+            "agent link: field 'signo' of a 'signal' message must be an integer from 0 to 64");
+  // A hello of another version is decoded only as far as its version.
+  bytes old;
+  append_message(old, hello{2, 0, 0, "", {}, 0});
+  stream_decoder d;
+  d.feed(old);
+  const auto h = d.next();
+  ASSERT_TRUE(h);
+  EXPECT_EQ(std::get<hello>(h->msg).version, 2u);
+}
+
+TEST(link_messages, deep_nesting_is_refused_without_recursing) {
+  // A million nested one-element arrays would overflow a recursive reader's stack.
+  bytes deep(1'000'000, 0x91);
+  deep.push_back(0x01);
+  EXPECT_EQ(error_of(frame_of(deep)), "agent link: message body nested deeper than 8 levels");
+}
+
+TEST(link_messages, unknown_type_names_are_sanitized_and_cut) {
+  bytes b = {0x81, 0xa4, 't', 'y', 'p', 'e', 0xd9, 60};
+  for (int i = 0; i < 60; ++i) b.push_back(i == 0 ? '\n' : 'x');
+  EXPECT_EQ(error_of(frame_of(b)),
+            "agent link: unknown message type '?" + std::string(39, 'x') + "'");
+}
+
+// Random bytes, and valid streams with random bytes flipped, cut or inserted: the decoder either
+// decodes or throws pm::error; anything else (another exception, a crash) fails the test.
+TEST(link_fuzz, random_input_never_crashes) {
+  std::mt19937_64 rng(20240601);  // pinned algorithm and seed: reproducible
+  bytes valid;
+  for (const auto& m : samples()) {
+    append_message(valid, m, std::holds_alternative<spawn_request>(m) ? 1 : 0);
+    append_output_frame(valid, 1, output_stream::out, bytes{'o', 'k'});
+  }
+  int errors = 0, decoded = 0;
+  for (int round = 0; round < 20000; ++round) {
+    bytes input;
+    if (round % 4 == 0) {
+      input.resize(rng() % 64);
+      for (auto& b : input) b = static_cast<std::uint8_t>(rng());
+      if (round % 8 == 0 && input.size() >= 4) {  // a plausible length in front of garbage
+        const auto n = static_cast<std::uint32_t>(input.size() - 4);
+        input[0] = 0, input[1] = 0, input[2] = static_cast<std::uint8_t>(n >> 8),
+        input[3] = static_cast<std::uint8_t>(n);
+      }
+    } else {
+      input = valid;
+      const int edits = 1 + static_cast<int>(rng() % 4);
+      for (int i = 0; i < edits; ++i) {
+        const std::size_t at = rng() % input.size();
+        switch (rng() % 3) {
+          case 0:
+            input[at] = static_cast<std::uint8_t>(rng());
+            break;
+          case 1:
+            input.resize(at + 1);
+            break;
+          default:
+            input.insert(input.begin() + static_cast<std::ptrdiff_t>(at),
+                         static_cast<std::uint8_t>(rng()));
+        }
+      }
+    }
+    stream_decoder d;
+    try {
+      std::size_t at = 0;
+      while (at < input.size()) {  // random chunking
+        const std::size_t n = std::min<std::size_t>(1 + rng() % 32, input.size() - at);
+        d.feed({input.data() + at, n});
+        at += n;
+        while (d.next()) ++decoded;
+      }
+      d.finish();
+    } catch (const pm::error& e) {
+      ++errors;
+      EXPECT_EQ(std::string(e.what()).rfind("agent link: ", 0), 0u) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GT(errors, 10000);   // the mutations really produced bad input
+  EXPECT_GT(decoded, 10000);  // and valid prefixes were still decoded
+}
+
+// ---- over a real socket, with descriptors ----
+
+struct socket_pair {
+  int fd[2] = {-1, -1};
+  socket_pair() {
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fd), 0);
+  }
+  ~socket_pair() {
+    for (int f : fd) {
+      if (f >= 0) ::close(f);
+    }
+  }
+};
+
+endpoint_options opts(role r) {
+  endpoint_options o;
+  o.self = r;
+  o.nonce = 7;
+  return o;
+}
+
+TEST(link_socket, descriptors_travel_with_their_message) {
+  socket_pair sp;
+  int p1[2], p2[2];
+  ASSERT_EQ(::pipe2(p1, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(p2, O_CLOEXEC), 0);
+  endpoint agent(opts(role::agent)), launcher(opts(role::launcher));
+  agent.start(link_time{0}, hello{});
+  launcher.start(link_time{0}, hello{});
+  stream_writer w;
+  std::vector<owned_fd> fds;
+  fds.emplace_back(p1[0]);
+  fds.emplace_back(p2[0]);
+  w.attach(agent.send(started{0, 1234}, 2), std::move(fds));
+  agent.send(exited{0, exit_status::exited(3)});
+  const stream_fds a{sp.fd[0], sp.fd[0], true}, l{sp.fd[1], sp.fd[1], true};
+  std::string err;
+  ASSERT_TRUE(w.flush(a, agent, err)) << err;
+  EXPECT_TRUE(agent.output().empty());
+  // The sender closed its copies of the read ends.
+  EXPECT_EQ(::fcntl(p1[0], F_GETFD), -1);
+
+  stream_reader r;
+  std::vector<link_event> ev;
+  EXPECT_EQ(r.read_once(l, link_time{1}, launcher, ev), stream_reader::status::data);
+  ASSERT_EQ(ev.size(), 3u);
+  EXPECT_TRUE(std::holds_alternative<peer_greeted>(ev[0]));
+  const auto& m2 = std::get<message_in>(ev[1]);
+  EXPECT_EQ(m2.msg, message(started{0, 1234}));
+  auto got = r.take_fds(m2.fds, "started");
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(::fcntl(got[0].get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  ASSERT_EQ(::write(p1[1], "out", 3), 3);
+  ASSERT_EQ(::write(p2[1], "err", 3), 3);
+  char buf[4] = {};
+  ASSERT_EQ(::read(got[0].get(), buf, 3), 3);
+  EXPECT_STREQ(buf, "out");
+  ASSERT_EQ(::read(got[1].get(), buf, 3), 3);
+  EXPECT_STREQ(buf, "err");
+  EXPECT_EQ(std::get<message_in>(ev[2]).msg, message(exited{0, exit_status::exited(3)}));
+  ::close(p1[1]);
+  ::close(p2[1]);
+}
+
+TEST(link_socket, truncated_stream_and_missing_descriptors_are_errors) {
+  {
+    socket_pair sp;
+    bytes b(magic.begin(), magic.end());
+    append_message(b, hello{protocol_version, 7, 1, "h", {}, 0});
+    b.insert(b.end(), {0, 0, 0, 9, 1, 0x81});
+    ASSERT_EQ(::write(sp.fd[0], b.data(), b.size()), static_cast<ssize_t>(b.size()));
+    ::close(sp.fd[0]);
+    sp.fd[0] = -1;
+    endpoint launcher(opts(role::launcher));
+    launcher.start(link_time{0}, hello{});
+    stream_reader r;
+    std::vector<link_event> ev;
+    const stream_fds l{sp.fd[1], sp.fd[1], true};
+    while (r.read_once(l, link_time{1}, launcher, ev) == stream_reader::status::data) {
+    }
+    ASSERT_FALSE(ev.empty());
+    EXPECT_EQ(std::get<link_down>(ev.back()).reason,
+              "agent link: stream ended inside a frame (2 of 9 bytes)");
+  }
+  {
+    stream_reader r;
+    try {
+      r.take_fds(2, "started");
+      FAIL() << "no error";
+    } catch (const pm::error& e) {
+      EXPECT_STREQ(e.what(),
+                   "agent link: a 'started' message announced 2 descriptors but 0 arrived");
+    }
+  }
+}
+
+TEST(link_socket, writing_to_a_closed_peer_is_reported_not_a_signal) {
+  socket_pair sp;
+  ::close(sp.fd[1]);
+  sp.fd[1] = -1;
+  endpoint e(opts(role::launcher));
+  e.start(link_time{0}, hello{});
+  stream_writer w;
+  std::string err;
+  EXPECT_FALSE(w.flush(stream_fds{sp.fd[0], sp.fd[0], true}, e, err));
+  EXPECT_EQ(err, "cannot write: Broken pipe");
+}
+
+TEST(link_socket, pipes_carry_the_link_too) {
+  int to_agent[2], to_launcher[2];
+  ASSERT_EQ(::pipe2(to_agent, O_CLOEXEC | O_NONBLOCK), 0);
+  ASSERT_EQ(::pipe2(to_launcher, O_CLOEXEC | O_NONBLOCK), 0);
+  endpoint agent(opts(role::agent)), launcher(opts(role::launcher));
+  agent.start(link_time{0}, hello{});
+  launcher.start(link_time{0}, hello{});
+  stream_writer wa, wl;
+  std::string err;
+  const stream_fds a{to_agent[0], to_launcher[1], false}, l{to_launcher[0], to_agent[1], false};
+  const bytes payload(100000, 'x');
+  agent.send_output(3, output_stream::out, payload);
+  stream_reader r;
+  std::size_t got = 0;
+  bool greeted = false;
+  // A pipe holds 64 KiB: write and read in turns, as the two processes would.
+  for (int i = 0; i < 100 && got < payload.size(); ++i) {
+    ASSERT_TRUE(wa.flush(a, agent, err)) << err;
+    ASSERT_TRUE(wl.flush(l, launcher, err)) << err;
+    std::vector<link_event> ev;
+    r.read_once(l, link_time{1}, launcher, ev);
+    for (auto& e : ev) {
+      if (std::holds_alternative<peer_greeted>(e)) greeted = true;
+      if (auto* o = std::get_if<output_in>(&e)) got += o->bytes.size();
+    }
+  }
+  EXPECT_TRUE(greeted);
+  EXPECT_EQ(got, payload.size());
+  for (int fd : {to_agent[0], to_agent[1], to_launcher[0], to_launcher[1]}) ::close(fd);
+}
+
+}  // namespace
+}  // namespace pm::link
