@@ -34,7 +34,7 @@ class io_context;
 namespace pm {
 
 /// How hosts other than this machine are reached (docs/multihost.md).
-struct remote_options {
+struct remote_launch {
   /// The remote shell command, as words ("ssh -F cfg"): plm_rsh_agent, --launch-agent's peer.
   std::vector<std::string> rsh_agent = {"ssh"};
   /// More arguments for it (plm_rsh_args).
@@ -71,7 +71,7 @@ struct job_request {
   std::string agent_path;  ///< pmd; empty: next to the program, or $PM_AGENT
   /// MASTER_PORT given by the user (--master-port): kept for a job whose rank 0 is elsewhere too.
   bool master_port_fixed = false;
-  remote_options remote;
+  remote_launch remote;
   /// Reaches hosts other than this machine; null: the system ssh (remote.rsh_agent).
   std::shared_ptr<transport> remote_transport;
 };

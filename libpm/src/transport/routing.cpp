@@ -8,7 +8,7 @@
 
 namespace pm {
 
-transport_router::transport_router(boost::asio::io_context& io, remote_options remote,
+transport_router::transport_router(boost::asio::io_context& io, remote_launch remote,
                                    std::shared_ptr<transport> remote_transport)
     : io_(io), options_(std::move(remote)), remote_(std::move(remote_transport)) {}
 

@@ -18,7 +18,7 @@ namespace pm {
 
 class transport_router final : public transport {
  public:
-  transport_router(boost::asio::io_context& io, remote_options remote,
+  transport_router(boost::asio::io_context& io, remote_launch remote,
                    std::shared_ptr<transport> remote_transport);
   ~transport_router() override;
 
@@ -32,7 +32,7 @@ class transport_router final : public transport {
   transport& remote();
 
   boost::asio::io_context& io_;
-  remote_options options_;
+  remote_launch options_;
   std::unique_ptr<transport> local_;
   std::shared_ptr<transport> remote_;
   std::unordered_map<std::uint32_t, transport*> by_host_;

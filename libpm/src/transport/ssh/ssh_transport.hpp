@@ -6,7 +6,7 @@
 // pipes for stdin and stdout, which carry the agent link, and a pipe for stderr, whose last lines
 // say why a connection failed ("Permission denied (publickey)", "pmd: not found"). Nothing about
 // the job is on that command line: it travels over the link after the hello, so no remote shell
-// ever parses user input. At most remote_options::max_concurrent connections are being set up at
+// ever parses user input. At most remote_launch::max_concurrent connections are being set up at
 // once (a burst would meet sshd's MaxStartups); the next starts when one says hello or fails.
 // ssh is reaped through a pidfd. Not thread-safe; callbacks are posted to the io_context.
 #pragma once
@@ -24,7 +24,7 @@ namespace pm::ssh {
 
 class ssh_transport final : public transport {
  public:
-  ssh_transport(boost::asio::io_context& io, remote_options options);
+  ssh_transport(boost::asio::io_context& io, remote_launch options);
   /// Every ssh still running gets SIGTERM, then SIGKILL, and is reaped (blocking briefly).
   ~ssh_transport() override;
   ssh_transport(const ssh_transport&) = delete;
