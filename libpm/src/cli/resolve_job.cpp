@@ -62,7 +62,8 @@ resolved_job resolve_job(const run_options& options, const env_map& env, const l
     inputs.host_list = std::move(merged);
   }
 
-  resolved_job out{resolve_allocation(inputs, me), options.job};
+  resolved_job out{resolve_allocation(inputs, me), options.job,
+                   resolve_remote_options(options.remote, env)};
   if (out.job.apps.size() == 1) {
     out.job.apps[0].hosts.clear();  // one app: its -H is the allocation itself
     return out;
