@@ -145,6 +145,10 @@ int pm_allocation_host(const pm_allocation* allocation, size_t index, pm_host* o
     out->slots = h.slots;
     out->max_slots = h.max_slots;
     out->local = h.local ? 1 : 0;
+    if (out->version >= 2) {  // a version-1 caller's struct ends before these fields
+      out->user = h.user.empty() ? nullptr : h.user.c_str();
+      out->port = h.port;
+    }
     return PM_OK;
   });
 }

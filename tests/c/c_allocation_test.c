@@ -1,5 +1,6 @@
 /* Allocations: -H strings, hostfiles (text and file), the Slurm/PBS environment, host by host. */
 #define _POSIX_C_SOURCE 200809L
+#include <string.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -202,6 +203,51 @@ static void this_machine(void) {
   pm_allocation_destroy(a);
 }
 
+/* pm_host version 2: user and port; a version-1 caller's shorter struct is left alone past its
+ * end (the library writes only the fields of the version it is given). */
+static void ssh_reach(void) {
+  pm_allocation* a = NULL;
+  CHECK_OK(
+      pm_allocation_from_hostfile_text(&a, "bob@n1 slots=2\nn2 port=2222 username=al\nn3\n", "hf"));
+  pm_host h = PM_HOST_INIT;
+  CHECK_OK(pm_allocation_host(a, 0, &h));
+  CHECK_STR(h.user, "bob");
+  CHECK(h.port == 0);
+  CHECK_OK(pm_allocation_host(a, 1, &h));
+  CHECK_STR(h.user, "al");
+  CHECK(h.port == 2222);
+  CHECK_OK(pm_allocation_host(a, 2, &h));
+  CHECK(h.user == NULL);
+  CHECK(h.port == 0);
+
+  struct {
+    unsigned version;
+    const char* name;
+    uint32_t slots;
+    uint32_t max_slots;
+    int local;
+    char after[sizeof(const char*) + 8]; /* where version 2's fields would be */
+  } v1;
+  memset(&v1, 0x5a, sizeof v1);
+  v1.version = 1;
+  CHECK_OK(pm_allocation_host(a, 1, (pm_host*)(void*)&v1));
+  CHECK_STR(v1.name, "n2");
+  for (size_t i = 0; i < sizeof v1.after; ++i) CHECK(v1.after[i] == 0x5a);
+  pm_allocation_destroy(a);
+  a = NULL;
+
+  CHECK_OK(pm_allocation_from_hosts(&a, "bob@n1:2,n2"));
+  CHECK_OK(pm_allocation_host(a, 0, &h));
+  CHECK_STR(h.user, "bob");
+  CHECK(h.slots == 2);
+  pm_allocation_destroy(a);
+  a = NULL;
+  CHECK_FAILS(pm_allocation_from_hostfile_text(&a, "n1 port=0\n", "hf"), PM_E_PARSE,
+              "hostfile hf:1: invalid port value '0'");
+  CHECK_FAILS(pm_allocation_from_hosts(&a, "@n1"), PM_E_PARSE, "empty user name");
+  CHECK(a == NULL);
+}
+
 int main(void) {
   from_hosts();
   bad_host_lists();
@@ -209,6 +255,7 @@ int main(void) {
   batch_environment();
   host_by_host();
   this_machine();
+  ssh_reach();
   printf("c_allocation_test: ok\n");
   return 0;
 }

@@ -117,6 +117,16 @@ TEST(PmrunMap, BadInputIsOneClearLineAndExit2) {
       {{"--hostfile", "/nonexistent/hosts", "prog"}, "", ""},
       {{"-np", "1", "prog"}, "a slots=two\n", ""},
       {{"-x", "1BAD=x", "prog"}, "", ""},
+      {{"-mca", "plm_rsh_agent", "ssh -F 'cfg", "prog"},
+       "",
+       "-mca plm_rsh_agent 'ssh -F 'cfg': unterminated single quote"},
+      {{"--launch", "star", "prog"}, "", "--launch 'star': expected auto, flat or tree"},
+      {{"--iface", "10.0.0.0/40", "prog"}, "", ""},
+      {{"--heartbeat-interval", "0", "prog"}, "", ""},
+      {{"--prefix", "rel/dir", "prog"}, "", "--prefix 'rel/dir': expected an absolute path"},
+      {{"-H", "@n1", "prog"}, "", "-H '@n1': empty user name in '@n1'"},
+      {{"-np", "1", "prog"}, "a port=0\n", ""},
+      {{"-np", "1", "prog"}, "bob@a\nal@a\n", ""},
   };
   temp_dir tmp;
   for (const auto& c : cases) {
@@ -137,6 +147,31 @@ TEST(PmrunMap, BadInputIsOneClearLineAndExit2) {
       EXPECT_EQ(r.err, "pmrun: " + c.message + "\n");
     }
   }
+}
+
+TEST(PmrunMap, UserAndPortReachTheJsonMap) {
+  temp_dir tmp;
+  auto hf = tmp.file("hosts", "bob@n1 slots=2\nn2 slots=2 port=2222 username=al\nn3 slots=2\n");
+  auto r = run_command(pmrun(
+      {"--hostfile", hf, "-H", "n1,n2,n3", "--display-map-json", "-", "--do-not-launch", "prog"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["nodes"][0]["user"], "bob");
+  EXPECT_FALSE(doc["nodes"][0].contains("port"));
+  EXPECT_EQ(doc["nodes"][1]["user"], "al");
+  EXPECT_EQ(doc["nodes"][1]["port"], 2222);
+  EXPECT_FALSE(doc["nodes"][2].contains("user"));
+}
+
+TEST(PmrunMap, ABadRshAgentInTheEnvironmentIsOneLine) {
+  std::vector<std::string> env = {"PATH=/usr/bin:/bin", "PM_RSH_AGENT=ssh \"x"};
+  auto r = run_command(pmrun({"--do-not-launch", "prog"}), std::chrono::seconds(30), "", &env);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "pmrun: PM_RSH_AGENT 'ssh \"x': unterminated double quote\n");
+  env.back() = "PM_RSH_AGENT=ssh -F '/a b/cfg'";
+  EXPECT_EQ(
+      run_command(pmrun({"--do-not-launch", "prog"}), std::chrono::seconds(30), "", &env).exit_code,
+      0);
 }
 
 TEST(PmrunMap, RootNeedsPermission) {

@@ -44,7 +44,10 @@ TEST(CommandLine, TheCloudDocsLineWithMapAndExports) {
   EXPECT_TRUE(o.tag_output);
   EXPECT_EQ(o.job.mapping.by, pm::map_by::slot);
   EXPECT_EQ(o.exports.x, (std::vector<std::string>{"VAR"}));
-  EXPECT_TRUE(o.exports.mca.empty());
+  // mpirun passes every -mca on, also the keys it reads itself.
+  EXPECT_EQ(
+      o.exports.mca,
+      (std::vector<std::pair<std::string, std::string>>{{"orte_abort_on_non_zero_status", "1"}}));
   EXPECT_TRUE(o.abort_on_failure);
   EXPECT_EQ(o.job.apps[0].argv, (std::vector<std::string>{"prog"}));
 }
@@ -93,14 +96,20 @@ TEST(CommandLine, OpenMpi5Spellings) {
   EXPECT_TRUE(o.output_nocopy);
   EXPECT_EQ(o.launcher_mca, (std::vector<std::pair<std::string, std::string>>{
                                 {"plm_ssh_agent", "ssh -F cfg"}, {"plm_ssh_args", "-q"}}));
+  EXPECT_EQ(o.remote.rsh_agent, (std::vector<std::string>{"ssh", "-F", "cfg"}));
+  EXPECT_EQ(o.remote.rsh_args, (std::vector<std::string>{"-q"}));
+  // ... and the ranks get them as written, as with mpirun.
+  EXPECT_EQ(o.exports.mca, (std::vector<std::pair<std::string, std::string>>{
+                               {"plm_rsh_agent", "ssh -F cfg"}, {"plm_ssh_args", "-q"}}));
 }
 
 TEST(CommandLine, McaKeys) {
   auto o = parse({"-mca", "btl", "self,tcp", "--mca", "orte_abort_on_non_zero_status", "0", "-gmca",
                   "pml", "ob1", "a"});
   EXPECT_FALSE(o.abort_on_failure);
-  EXPECT_EQ(o.exports.mca, (std::vector<std::pair<std::string, std::string>>{{"btl", "self,tcp"},
-                                                                             {"pml", "ob1"}}));
+  EXPECT_EQ(o.exports.mca,
+            (std::vector<std::pair<std::string, std::string>>{
+                {"btl", "self,tcp"}, {"orte_abort_on_non_zero_status", "0"}, {"pml", "ob1"}}));
   EXPECT_FALSE(parse({"--no-abort-on-failure", "a"}).abort_on_failure);
 }
 
@@ -162,6 +171,208 @@ TEST(CommandLine, BadInputGetsOneClearLine) {
   EXPECT_EQ(usage_error({"-H", "", "a"}), "-H: empty value");
   EXPECT_EQ(usage_error({"--hostfile", "a", "--hostfile", "b", "x"}),
             "--hostfile 'b': a hostfile was already given ('a')");
+}
+
+TEST(CommandLine, RemoteDefaults) {
+  const auto o = parse({"a"});
+  EXPECT_TRUE(o.remote.rsh_agent.empty());  // not given: resolve_remote_options decides
+  EXPECT_FALSE(o.remote.rsh_args.has_value());
+  EXPECT_FALSE(o.remote.launch_agent.has_value());
+  EXPECT_FALSE(o.remote.prefix.has_value());
+  EXPECT_TRUE(o.remote.interfaces.empty());
+  EXPECT_EQ(o.remote.heartbeat_interval, std::chrono::milliseconds(500));
+  EXPECT_EQ(o.remote.heartbeat_misses, 4u);
+  // A silent host is noticed within 3 s by default.
+  EXPECT_LE(o.remote.heartbeat_interval * o.remote.heartbeat_misses, std::chrono::seconds(3));
+  EXPECT_EQ(o.remote.launch, pm::launch_shape::automatic);
+  EXPECT_EQ(o.remote.tree_fanout, 32u);
+  EXPECT_EQ(o.remote.max_ssh, 32u);
+}
+
+TEST(CommandLine, RshAgentSpellings) {
+  const std::vector<std::string> words{"ssh", "-F", "/a b/cfg", "-x"};
+  EXPECT_EQ(parse({"-mca", "plm_rsh_agent", "ssh -F '/a b/cfg' -x", "a"}).remote.rsh_agent, words);
+  EXPECT_EQ(parse({"--mca", "plm_ssh_agent", "ssh -F \"/a b/cfg\" -x", "a"}).remote.rsh_agent,
+            words);
+  EXPECT_EQ(parse({"-gmca", "plm_rsh_agent", "ssh -F /a\\ b/cfg -x", "a"}).remote.rsh_agent, words);
+  EXPECT_EQ(parse({"-mca", "orte_rsh_agent", "rsh", "a"}).remote.rsh_agent,
+            (std::vector<std::string>{"rsh"}));
+  // The last one given wins.
+  EXPECT_EQ(parse({"-mca", "plm_rsh_agent", "rsh", "--mca", "plm_ssh_agent", "ssh", "a"})
+                .remote.rsh_agent,
+            (std::vector<std::string>{"ssh"}));
+  const auto args = parse({"-mca", "plm_rsh_args", "-p 2222 -o 'ProxyJump bastion'", "a"});
+  EXPECT_EQ(args.remote.rsh_args,
+            (std::vector<std::string>{"-p", "2222", "-o", "ProxyJump bastion"}));
+  EXPECT_EQ(parse({"-mca", "plm_rsh_args", "", "a"}).remote.rsh_args, std::vector<std::string>{});
+  EXPECT_EQ(args.exports.mca, (std::vector<std::pair<std::string, std::string>>{
+                                  {"plm_rsh_args", "-p 2222 -o 'ProxyJump bastion'"}}));
+}
+
+TEST(CommandLine, RemoteAgentAndNetworkOptions) {
+  const auto o = parse({"--launch-agent", "/opt/pm 1/bin/pmd", "--prefix", "/opt/pm", "--iface",
+                        "eth0,10.0.0.0/24", "-mca", "oob_tcp_if_include", "ib0,fd00::/64", "-iface",
+                        "192.168.1.0/24", "a"});
+  EXPECT_EQ(o.remote.launch_agent, "/opt/pm 1/bin/pmd");
+  EXPECT_EQ(o.remote.prefix, "/opt/pm");
+  EXPECT_EQ(o.remote.interfaces, (std::vector<std::string>{"eth0", "10.0.0.0/24", "ib0",
+                                                           "fd00::/64", "192.168.1.0/24"}));
+  EXPECT_EQ(
+      o.exports.mca,
+      (std::vector<std::pair<std::string, std::string>>{{"oob_tcp_if_include", "ib0,fd00::/64"}}));
+  EXPECT_EQ(parse({"--prefix=/usr/local", "a"}).remote.prefix, "/usr/local");
+}
+
+TEST(CommandLine, LaunchShapeAndHeartbeats) {
+  EXPECT_EQ(parse({"--launch", "tree", "a"}).remote.launch, pm::launch_shape::tree);
+  EXPECT_EQ(parse({"--launch", "flat", "a"}).remote.launch, pm::launch_shape::flat);
+  EXPECT_EQ(parse({"--launch=auto", "a"}).remote.launch, pm::launch_shape::automatic);
+  EXPECT_EQ(parse({"-mca", "plm_rsh_no_tree_spawn", "1", "a"}).remote.launch,
+            pm::launch_shape::flat);
+  EXPECT_EQ(parse({"-mca", "plm_rsh_no_tree_spawn", "0", "a"}).remote.launch,
+            pm::launch_shape::automatic);
+  EXPECT_EQ(parse({"--tree-fanout", "8", "a"}).remote.tree_fanout, 8u);
+  EXPECT_EQ(parse({"--max-ssh", "4", "a"}).remote.max_ssh, 4u);
+  EXPECT_EQ(parse({"-mca", "plm_rsh_num_concurrent", "16", "a"}).remote.max_ssh, 16u);
+  EXPECT_EQ(parse({"--mca", "plm_ssh_num_concurrent", "7", "a"}).remote.max_ssh, 7u);
+  const auto hb = parse({"--heartbeat-interval", "0.25", "--heartbeat-misses", "10", "a"});
+  EXPECT_EQ(hb.remote.heartbeat_interval, std::chrono::milliseconds(250));
+  EXPECT_EQ(hb.remote.heartbeat_misses, 10u);
+}
+
+TEST(CommandLine, ChooseLaunchShape) {
+  pm::remote_options o;
+  EXPECT_EQ(pm::choose_launch_shape(o, 1), pm::launch_shape::flat);
+  EXPECT_EQ(pm::choose_launch_shape(o, 32), pm::launch_shape::flat);
+  EXPECT_EQ(pm::choose_launch_shape(o, 33), pm::launch_shape::tree);
+  o.tree_fanout = 4;
+  EXPECT_EQ(pm::choose_launch_shape(o, 5), pm::launch_shape::tree);
+  o.launch = pm::launch_shape::flat;
+  EXPECT_EQ(pm::choose_launch_shape(o, 1000), pm::launch_shape::flat);
+  o.launch = pm::launch_shape::tree;
+  EXPECT_EQ(pm::choose_launch_shape(o, 2), pm::launch_shape::tree);
+}
+
+TEST(CommandLine, RshAgentPrecedence) {
+  const pm::env_map env{{"PM_RSH_AGENT", "ssh -F pm.cfg"},
+                        {"OMPI_MCA_plm_rsh_agent", "ssh -F ompi.cfg"},
+                        {"PRTE_MCA_plm_ssh_agent", "ssh -F prte.cfg"},
+                        {"OMPI_MCA_plm_rsh_args", "-q"},
+                        {"PRTE_MCA_plm_ssh_args", "-v"}};
+  auto agent = [](const pm::run_options& o, const pm::env_map& e) {
+    return pm::resolve_remote_options(o.remote, e).rsh_agent;
+  };
+  using words = std::vector<std::string>;
+  // The command line wins over the environment ...
+  EXPECT_EQ(agent(parse({"-mca", "plm_rsh_agent", "rsh", "a"}), env), words{"rsh"});
+  // ... then PM_RSH_AGENT, Open MPI 4's variable, PRRTE's, and ssh.
+  EXPECT_EQ(agent(parse({"a"}), env), (words{"ssh", "-F", "pm.cfg"}));
+  auto less = env;
+  less.erase("PM_RSH_AGENT");
+  EXPECT_EQ(agent(parse({"a"}), less), (words{"ssh", "-F", "ompi.cfg"}));
+  less.erase("OMPI_MCA_plm_rsh_agent");
+  EXPECT_EQ(agent(parse({"a"}), less), (words{"ssh", "-F", "prte.cfg"}));
+  less.erase("PRTE_MCA_plm_ssh_agent");
+  EXPECT_EQ(agent(parse({"a"}), less), words{"ssh"});
+  // plm_rsh_args the same way.
+  EXPECT_EQ(pm::resolve_remote_options(parse({"a"}).remote, env).rsh_args, words{"-q"});
+  EXPECT_EQ(
+      pm::resolve_remote_options(parse({"-mca", "plm_rsh_args", "", "a"}).remote, env).rsh_args,
+      words{});
+  less.erase("OMPI_MCA_plm_rsh_args");
+  EXPECT_EQ(pm::resolve_remote_options(parse({"a"}).remote, less).rsh_args, words{"-v"});
+  EXPECT_EQ(pm::resolve_remote_options(parse({"a"}).remote, {}).rsh_args, words{});
+  // A malformed variable is one usage line naming it.
+  try {
+    pm::resolve_remote_options(parse({"a"}).remote, {{"PM_RSH_AGENT", "ssh -F 'x"}});
+    ADD_FAILURE() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_EQ(e.code(), pm::errc::usage);
+    EXPECT_STREQ(e.what(), "PM_RSH_AGENT 'ssh -F 'x': unterminated single quote");
+  }
+}
+
+TEST(CommandLine, ResolveJobCarriesTheRemoteOptions) {
+  pm::local_host me;
+  me.hostname = "here";
+  me.cores = 2;
+  const auto no_files = [](const std::string& path) -> std::string {
+    throw pm::error(pm::errc::parse, "unexpected read of " + path);
+  };
+  const auto r = pm::resolve_job(parse({"-H", "bob@n1:2,n2", "--max-ssh", "3", "a"}),
+                                 {{"PM_RSH_AGENT", "ssh -F '/a b'"}}, me, no_files);
+  EXPECT_EQ(r.remote.rsh_agent, (std::vector<std::string>{"ssh", "-F", "/a b"}));
+  EXPECT_EQ(r.remote.rsh_args, std::vector<std::string>{});
+  EXPECT_EQ(r.remote.max_ssh, 3u);
+  ASSERT_EQ(r.alloc.hosts.size(), 2u);
+  EXPECT_EQ(r.alloc.hosts[0].user, "bob");
+  // Two MPMD segments naming one host with different users is one parse error.
+  try {
+    pm::resolve_job(parse({"-H", "bob@n1", "a", ":", "-H", "al@n1", "b"}), {}, me, no_files);
+    ADD_FAILURE() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_EQ(e.code(), pm::errc::parse);
+    EXPECT_STREQ(e.what(),
+                 "-H 'al@n1': host 'n1' is listed again with user 'al', before with "
+                 "user 'bob'");
+  }
+}
+
+TEST(CommandLine, BadRemoteInputGetsOneClearLine) {
+  EXPECT_EQ(usage_error({"-mca", "plm_rsh_agent", "ssh -F 'cfg", "a"}),
+            "-mca plm_rsh_agent 'ssh -F 'cfg': unterminated single quote");
+  EXPECT_EQ(usage_error({"--mca", "plm_ssh_agent", "ssh \"x", "a"}),
+            "--mca plm_ssh_agent 'ssh \"x': unterminated double quote");
+  EXPECT_EQ(usage_error({"-mca", "plm_rsh_agent", "ssh x\\", "a"}),
+            "-mca plm_rsh_agent 'ssh x\\': ends with a backslash");
+  EXPECT_EQ(usage_error({"-mca", "plm_rsh_agent", "  ", "a"}),
+            "-mca plm_rsh_agent '  ': no agent command");
+  EXPECT_EQ(usage_error({"-mca", "plm_rsh_agent", "ssh : rsh", "a"}),
+            "-mca plm_rsh_agent 'ssh : rsh': alternatives ('ssh : rsh') are not supported; name "
+            "one agent");
+  EXPECT_EQ(usage_error({"-mca", "plm_rsh_args", "-o 'x", "a"}),
+            "-mca plm_rsh_args '-o 'x': unterminated single quote");
+  EXPECT_EQ(usage_error({"-mca", "plm_rsh_agent", "ssh\n'", "a"}),
+            "-mca plm_rsh_agent 'ssh\\n'': unterminated single quote");
+  EXPECT_EQ(usage_error({"--launch-agent", "", "a"}), "--launch-agent: empty value");
+  EXPECT_EQ(usage_error({"--prefix", "opt/pm", "a"}),
+            "--prefix 'opt/pm': expected an absolute path");
+  EXPECT_EQ(usage_error({"--prefix", "", "a"}), "--prefix: empty value");
+  EXPECT_EQ(usage_error({"--iface", "eth0,10.0.0.0/33", "a"}),
+            "--iface 'eth0,10.0.0.0/33': invalid interface or network '10.0.0.0/33' (expected "
+            "names such as eth0 or networks such as 10.0.0.0/24)");
+  EXPECT_EQ(usage_error({"--iface", "eth0,,eth1", "a"}),
+            "--iface 'eth0,,eth1': empty item (expected names such as eth0 or networks such as "
+            "10.0.0.0/24)");
+  EXPECT_EQ(usage_error({"--iface", "", "a"}), "--iface: empty value");
+  EXPECT_EQ(usage_error({"-mca", "oob_tcp_if_include", "a-very-long-interface", "a"}),
+            "-mca oob_tcp_if_include 'a-very-long-interface': invalid interface or network "
+            "'a-very-long-interface' (expected names such as eth0 or networks such as "
+            "10.0.0.0/24)");
+  EXPECT_EQ(usage_error({"--iface", "10.0.0.1/x", "a"}),
+            "--iface '10.0.0.1/x': invalid interface or network '10.0.0.1/x' (expected names "
+            "such as eth0 or networks such as 10.0.0.0/24)");
+  EXPECT_EQ(usage_error({"--iface", "host.example/8", "a"}),
+            "--iface 'host.example/8': invalid interface or network 'host.example/8' (expected "
+            "names such as eth0 or networks such as 10.0.0.0/24)");
+  EXPECT_EQ(usage_error({"--launch", "star", "a"}), "--launch 'star': expected auto, flat or tree");
+  EXPECT_EQ(usage_error({"--tree-fanout", "1", "a"}), "--tree-fanout '1': out of range (2..4096)");
+  EXPECT_EQ(usage_error({"--tree-fanout", "x", "a"}), "--tree-fanout 'x': not a number");
+  EXPECT_EQ(usage_error({"--max-ssh", "0", "a"}), "--max-ssh '0': out of range (1..4096)");
+  EXPECT_EQ(usage_error({"-mca", "plm_rsh_num_concurrent", "-1", "a"}),
+            "-mca plm_rsh_num_concurrent '-1': not a number");
+  EXPECT_EQ(usage_error({"-mca", "plm_rsh_no_tree_spawn", "yes", "a"}),
+            "-mca plm_rsh_no_tree_spawn 'yes': expected 0 or 1");
+  EXPECT_EQ(usage_error({"--heartbeat-interval", "0", "a"}),
+            "--heartbeat-interval '0': expected a positive number of seconds");
+  EXPECT_EQ(usage_error({"--heartbeat-interval", "0.0001", "a"}),
+            "--heartbeat-interval '0.0001': expected a positive number of seconds");
+  EXPECT_EQ(usage_error({"--heartbeat-interval", "500ms", "a"}),
+            "--heartbeat-interval '500ms': expected a positive number of seconds");
+  EXPECT_EQ(usage_error({"--heartbeat-interval", "7200", "a"}),
+            "--heartbeat-interval '7200': out of range (0.001..3600)");
+  EXPECT_EQ(usage_error({"--heartbeat-misses", "0", "a"}),
+            "--heartbeat-misses '0': out of range (1..1000)");
 }
 
 TEST(CommandLine, DocsCliReferenceIsTheHelpText) {

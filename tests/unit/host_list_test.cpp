@@ -75,10 +75,40 @@ TEST(HostListTest, EmptyItemsAndNames) {
 
 TEST(HostListTest, InvalidCharacters) {
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a b"); }), "-H 'a b': invalid host name 'a b'");
-  EXPECT_EQ(parse_error([] { pm::parse_host_list("ok,user@n1:2"); }),
-            "-H 'ok,user@n1:2': invalid host name 'user@n1'");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("ok,us er@n1:2"); }),
+            "-H 'ok,us er@n1:2': invalid user name 'us er'");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("n[1-2]"); }),
             "-H 'n[1-2]': invalid host name 'n[1-2]'");
+}
+
+TEST(HostListTest, UserAtHostAsMpirunTakesIt) {
+  // mpirun 4.1: -H bob@node1:2 runs the agent as "ssh bob@node1".
+  const auto a = pm::parse_host_list("bob@node1:2,node2,al.x_y-z@10.0.0.2");
+  EXPECT_EQ(names(a), "node1:2,node2:1,10.0.0.2:1");
+  EXPECT_EQ(a.hosts[0].user, "bob");
+  EXPECT_EQ(a.hosts[1].user, "");
+  EXPECT_EQ(a.hosts[2].user, "al.x_y-z");
+  for (const auto& h : a.hosts) EXPECT_EQ(h.port, 0);  // -H has no port syntax (mpirun neither)
+  // A repeated host adds up when it is reached the same way.
+  const auto twice = pm::parse_host_list("bob@n1,bob@n1:3");
+  EXPECT_EQ(names(twice), "n1:4");
+  EXPECT_EQ(twice.hosts[0].user, "bob");
+}
+
+TEST(HostListTest, BadUsers) {
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("@n1"); }), "-H '@n1': empty user name in '@n1'");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("bob@"); }), "-H 'bob@': empty host name");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("bob@:2"); }), "-H 'bob@:2': empty host name");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a@b@n1"); }),
+            "-H 'a@b@n1': invalid user name 'a@b'");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("-oProxy@n1"); }),
+            "-H '-oProxy@n1': invalid user name '-oProxy'");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("b$b@n1"); }),
+            "-H 'b$b@n1': invalid user name 'b$b'");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("bob@n1,al@n1"); }),
+            "-H 'bob@n1,al@n1': host 'n1' is listed again with user 'al', before with user 'bob'");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("bob@n1,n1:2"); }),
+            "-H 'bob@n1,n1:2': host 'n1' is listed again with no user, before with user 'bob'");
 }
 
 TEST(HostListTest, ControlCharactersAreSpelledOutToKeepOneLine) {

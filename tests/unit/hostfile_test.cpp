@@ -92,16 +92,95 @@ TEST(HostfileTest, BadValuesNameFileLineAndToken) {
 
 TEST(HostfileTest, UnknownKeysAndStrayTokens) {
   EXPECT_EQ(parse_error([] { parse("# x\na slotz=2"); }),
-            "hostfile hf:2: unknown key 'slotz' (expected slots=N or max_slots=N)");
-  EXPECT_EQ(parse_error([] { parse("a slot=2"); }),  // mpirun: a parse error too
-            "hostfile hf:1: unknown key 'slot' (expected slots=N or max_slots=N)");
-  EXPECT_EQ(parse_error([] { parse("a 4"); }),
-            "hostfile hf:1: unexpected '4' (expected slots=N or max_slots=N)");
+            "hostfile hf:2: unknown key 'slotz' (expected slots=N, max_slots=N, username=NAME or "
+            "port=N)");
+  EXPECT_EQ(
+      parse_error([] { parse("a slot=2"); }),  // mpirun: a parse error too
+      "hostfile hf:1: unknown key 'slot' (expected slots=N, max_slots=N, username=NAME or port=N)");
+  EXPECT_EQ(
+      parse_error([] { parse("a 4"); }),
+      "hostfile hf:1: unexpected '4' (expected slots=N, max_slots=N, username=NAME or port=N)");
   EXPECT_EQ(parse_error([] { parse("a slots=2 slots=3"); }),
             "hostfile hf:1: 'slots' given twice for 'a'");
   EXPECT_EQ(parse_error([] { parse("slots=2"); }),
             "hostfile hf:1: expected a host name before 'slots=2'");
   EXPECT_EQ(parse_error([] { parse("a$b\n"); }), "hostfile hf:1: invalid host name 'a$b'");
+}
+
+TEST(HostfileTest, UserAndPortAsOpenMpiReadsThem) {
+  // mpirun 4.1.4 (a plm_rsh_agent that prints its argv): "bob@n1", and "-p 2222 bob@n2".
+  const auto a = parse(
+      "bob@n1 slots=2\n"
+      "n2 slots=2 port=2222 username=bob\n"
+      "n3 user_name=al port = 22\n"
+      "n4 user-name=x.y_z-1\n"
+      "n5\n"
+      "bob@n1\n"  // the same user: one more slot
+      "n6 username=bob\n"
+      "bob@n6\n");  // the same user spelled the other way
+  EXPECT_EQ(names(a), "n1:3,n2:2,n3:1,n4:1,n5:1,n6:2");
+  EXPECT_EQ(a.hosts[0].user, "bob");
+  EXPECT_EQ(a.hosts[0].port, 0);
+  EXPECT_EQ(a.hosts[1].user, "bob");
+  EXPECT_EQ(a.hosts[1].port, 2222);
+  EXPECT_EQ(a.hosts[2].user, "al");
+  EXPECT_EQ(a.hosts[2].port, 22);
+  EXPECT_EQ(a.hosts[3].user, "x.y_z-1");
+  EXPECT_EQ(a.hosts[4].user, "");
+  EXPECT_EQ(a.hosts[4].port, 0);
+  EXPECT_EQ(a.hosts[5].user, "bob");
+  EXPECT_EQ(parse("bob@n1 username=bob\n").hosts[0].user, "bob");
+}
+
+TEST(HostfileTest, BadUsersAndPorts) {
+  EXPECT_EQ(parse_error([] { parse("a port=0"); }),
+            "hostfile hf:1: invalid port value '0' (expected a port number 1..65535)");
+  EXPECT_EQ(parse_error([] { parse("# c\na port=abc"); }),
+            "hostfile hf:2: invalid port value 'abc' (expected a port number 1..65535)");
+  EXPECT_EQ(parse_error([] { parse("a port=65536"); }),
+            "hostfile hf:1: invalid port value '65536' (expected a port number 1..65535)");
+  EXPECT_EQ(parse_error([] { parse("a port="); }),
+            "hostfile hf:1: invalid port value '' (expected a port number 1..65535)");
+  EXPECT_EQ(parse_error([] { parse("a port=-22"); }),
+            "hostfile hf:1: invalid port value '-22' (expected a port number 1..65535)");
+  EXPECT_EQ(parse_error([] { parse("a port=22 port=23"); }),
+            "hostfile hf:1: 'port' given twice for 'a'");
+  EXPECT_EQ(parse_error([] { parse("@a slots=2"); }), "hostfile hf:1: empty user name in '@a'");
+  EXPECT_EQ(parse_error([] { parse("bob@ slots=2"); }), "hostfile hf:1: empty host name in 'bob@'");
+  EXPECT_EQ(parse_error([] { parse("b$b@a"); }), "hostfile hf:1: invalid user name 'b$b'");
+  EXPECT_EQ(parse_error([] { parse("a username="); }),
+            "hostfile hf:1: invalid username value '' (expected a user name: letters, digits, "
+            "'.', '_', '-')");
+  EXPECT_EQ(parse_error([] { parse("a username=-l"); }),
+            "hostfile hf:1: invalid username value '-l' (expected a user name: letters, digits, "
+            "'.', '_', '-')");
+  EXPECT_EQ(parse_error([] { parse("a user_name=b\"b"); }),
+            "hostfile hf:1: invalid user_name value 'b\"b' (expected a user name: letters, "
+            "digits, '.', '_', '-')");
+  EXPECT_EQ(parse_error([] { parse("a username=bob user-name=al"); }),
+            "hostfile hf:1: 'user-name' given twice for 'a'");
+  // A user name with a space is two fields: the second is not a key.
+  EXPECT_EQ(parse_error([] { parse("a username=b b"); }),
+            "hostfile hf:1: unexpected 'b' (expected slots=N, max_slots=N, username=NAME or "
+            "port=N)");
+  // mpirun 4.1: "user=" is a parse error there too.
+  EXPECT_EQ(parse_error([] { parse("a user=bob"); }),
+            "hostfile hf:1: unknown key 'user' (expected slots=N, max_slots=N, username=NAME or "
+            "port=N)");
+  // mpirun lets username= win over alice@; a contradiction is refused here.
+  EXPECT_EQ(parse_error([] { parse("alice@a username=bob"); }),
+            "hostfile hf:1: user 'alice' and username=bob disagree for 'a'");
+}
+
+TEST(HostfileTest, RepeatedHostReachedAnotherWayIsAnError) {
+  EXPECT_EQ(parse_error([] { parse("a slots=2\nbob@a\n"); }),
+            "hostfile hf:2: host 'a' is listed again with user 'bob', before with no user");
+  EXPECT_EQ(parse_error([] { parse("bob@a\nal@a\n"); }),
+            "hostfile hf:2: host 'a' is listed again with user 'al', before with user 'bob'");
+  EXPECT_EQ(parse_error([] { parse("a port=2222\nb\na\n"); }),
+            "hostfile hf:3: host 'a' is listed again with no port, before with port 2222");
+  EXPECT_EQ(parse_error([] { parse("a port=2222\na port=2200\n"); }),
+            "hostfile hf:2: host 'a' is listed again with port 2200, before with port 2222");
 }
 
 TEST(HostfileTest, RepeatedNameWithSlotsIsAnError) {

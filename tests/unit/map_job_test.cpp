@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "pm/error.hpp"
+#include "pm/job_map.hpp"
 #include "pm/rank_map.hpp"
 
 namespace {
@@ -167,6 +168,25 @@ TEST(MapJob, BadRequests) {
   EXPECT_EQ(mapping_error(pm::job_spec{}, hosts({{"a", 2}})), "the job has no app context");
   EXPECT_EQ(mapping_error(job(1), pm::allocation{}), "the allocation has no hosts");
   EXPECT_THROW(pm::map_job(job(1), hosts({{"a", 2}})).at(1), pm::error);
+}
+
+TEST(MapJobTest, JsonMapListsUserAndPortOnlyWhenSet) {
+  auto a = hosts({{"a", 1}, {"b", 1}});
+  a.hosts[1].user = "bob";
+  a.hosts[1].port = 2222;
+  const auto json = pm::job_map_json(pm::map_job(job(2), a), 7);
+  // Keys in nlohmann's (sorted) order, only for the host that has them.
+  EXPECT_NE(json.find("\"num_procs\": 1,\n      \"port\": 2222,\n      \"ranks\""),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"slots_known\": true,\n      \"user\": \"bob\"\n    }"), std::string::npos)
+      << json;
+  EXPECT_EQ(json.find("\"port\": 0"), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"user\": \"\""), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"port\""), json.rfind("\"port\"")) << json;
+  // The Open MPI style map is unchanged (mpirun shows neither).
+  EXPECT_EQ(pm::format_job_map(pm::map_job(job(2), a), 7),
+            pm::format_job_map(pm::map_job(job(2), hosts({{"a", 1}, {"b", 1}})), 7));
 }
 
 }  // namespace

@@ -124,6 +124,66 @@ TEST(ResolveAllocationTest, HostListSelectsFromTheHostfile) {
             "host 'c' is not in the hostfile (a, b, node1)");
 }
 
+template <class F>
+std::string parse_error(F&& f) {
+  try {
+    f();
+  } catch (const pm::error& e) {
+    EXPECT_EQ(e.code(), pm::errc::parse) << e.what();
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string reach(const pm::allocation& a) {
+  std::string s;
+  for (const auto& h : a.hosts) {
+    s += (s.empty() ? "" : ",") + (h.user.empty() ? "" : h.user + "@") + h.name;
+    if (h.port) s += "#" + std::to_string(h.port);
+  }
+  return s;
+}
+
+TEST(ResolveAllocationTest, UserAndPortSurvive) {
+  pm::allocation_inputs in;
+  in.hostfile = pm::parse_hostfile("bob@a slots=2\nb port=2222\nc username=al port=22\n", "hf");
+  EXPECT_EQ(reach(pm::resolve_allocation(in, me())), "bob@a,b#2222,al@c#22");
+  // -H selecting from the hostfile keeps the hostfile's user and port, and may add its own.
+  in.host_list = pm::parse_host_list("c,bob@a,jo@b");
+  EXPECT_EQ(reach(pm::resolve_allocation(in, me())), "al@c#22,bob@a,jo@b#2222");
+  in.host_list = pm::parse_host_list("jo@a");
+  EXPECT_EQ(alloc_error([&] { pm::resolve_allocation(in, me()); }),
+            "host 'a' is given with user 'jo', the hostfile has user 'bob'");
+  // Inside a batch allocation (which knows no users) -H's users stay.
+  pm::allocation_inputs batch;
+  batch.managed = slurm("n[1-2]", "2(x2)");
+  batch.host_list = pm::parse_host_list("bob@n2");
+  EXPECT_EQ(reach(pm::resolve_allocation(batch, me())), "bob@n2");
+  batch.hostfile = pm::parse_hostfile("n1 port=2200\nn2\n", "hf");
+  batch.host_list.reset();
+  EXPECT_EQ(reach(pm::resolve_allocation(batch, me())), "n1#2200,n2");
+  // This machine keeps a user given for it; whether it is then reached by ssh is the launcher's
+  // business (a local host runs here).
+  pm::allocation_inputs local;
+  local.host_list = pm::parse_host_list("bob@localhost:2");
+  const auto l = pm::resolve_allocation(local, me());
+  EXPECT_EQ(reach(l), "bob@node1");
+  EXPECT_TRUE(l.hosts[0].local);
+}
+
+TEST(ResolveAllocationTest, TwoSpellingsOfOneHostMustAgreeOnUserAndPort) {
+  pm::allocation_inputs in;
+  in.host_list = pm::parse_host_list("bob@n2.example.com,n2:2");
+  EXPECT_EQ(parse_error([&] { pm::resolve_allocation(in, me()); }),
+            "host 'n2' (n2.example.com) is listed again with no user, before with user 'bob'");
+  in.host_list = pm::parse_host_list("bob@n2.example.com,bob@n2:2");
+  EXPECT_EQ(reach(pm::resolve_allocation(in, me())), "bob@n2.example.com");
+  in.host_list.reset();
+  in.hostfile = pm::parse_hostfile("localhost port=2222\n127.0.0.1\n", "hf");
+  EXPECT_EQ(parse_error([&] { pm::resolve_allocation(in, me()); }),
+            "host '127.0.0.1' (node1) is listed again with no port, before with port 2222");
+}
+
 TEST(ResolveAllocationTest, ManagedAllocationAlone) {
   pm::allocation_inputs in;
   in.managed = slurm("n[1-2]", "2(x2)");

@@ -94,10 +94,13 @@ typedef struct pm_host {
   uint32_t slots;
   uint32_t max_slots; /* 0: no hard limit */
   int local;          /* 1: this machine */
+  /* version 2: how ssh reaches the host (`bob@node1`, hostfile `username=` and `port=`) */
+  const char* user; /* NULL: ssh's default */
+  uint16_t port;    /* 0: ssh's default */
 } pm_host;
-#define PM_HOST_VERSION 1
+#define PM_HOST_VERSION 2
 #define PM_HOST_INIT \
-  { PM_HOST_VERSION, NULL, 0, 0, 0 }
+  { PM_HOST_VERSION, NULL, 0, 0, 0, NULL, 0 }
 
 /* An empty allocation; add hosts with pm_allocation_add_host(). */
 PM_C_API int pm_allocation_new(pm_allocation** out);

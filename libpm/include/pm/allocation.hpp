@@ -27,6 +27,11 @@ struct host {
       0;  ///< hard limit, never exceeded; 0 means none (Open MPI's "Max slots: 0")
   bool slots_given = true;  ///< false: a single bare hostfile line; slots = its cores once known
   bool local = false;       ///< names this machine (localhost, its hostnames, its addresses)
+  /// How ssh reaches the host: `bob@node1` (-H, hostfile) or hostfile `username=bob`; empty: ssh's
+  /// own default (the ssh config, else the local user name).
+  std::string user{};
+  /// Hostfile `port=2222`; 0: ssh's own default (the ssh config, else 22).
+  std::uint16_t port = 0;
 
   friend bool operator==(const host&, const host&) = default;
 };
@@ -70,13 +75,14 @@ struct local_host {
 /// Probes this machine (gethostname, getifaddrs, sched_getaffinity).
 PM_API local_host local_host_info();
 
-/// -H/--host: "a,b:4,c,10.0.0.2:2". A host without ":n" has one slot; a repeated host adds up.
-/// `option` names the flag in messages ("-H").
+/// -H/--host: "a,b:4,bob@c,10.0.0.2:2". A host without ":n" has one slot; a repeated host adds
+/// up (with the same user: another one is an error). `option` names the flag in messages ("-H").
 PM_API allocation parse_host_list(std::string_view text, std::string_view option = "-H");
 
-/// An Open MPI 4.1 hostfile: `name [slots=N] [max_slots=M]`, '#' comments, blank lines.
-/// Repeated bare lines add a slot each; a repeated name with slots= is an error; max_slots below
-/// slots is an error; a single bare line leaves slots_given false (cores decide).
+/// An Open MPI 4.1 hostfile: `[user@]name [slots=N] [max_slots=M] [username=U] [port=P]`, '#'
+/// comments, blank lines. Repeated bare lines add a slot each; a repeated name with slots= is an
+/// error, and so is one with another user or port; max_slots below slots is an error; a single
+/// bare line leaves slots_given false (cores decide).
 PM_API allocation parse_hostfile(std::string_view text, std::string_view filename);
 
 /// Slurm hostlist expression: "node[01-04,07],gpu[1-2]", "n[1-2]-ib" (zero padding kept).
@@ -113,7 +119,10 @@ struct allocation_inputs {
 /// outside it is an error; the result keeps the managed allocation's host order and no host gets
 /// more slots than it grants), otherwise the managed allocation, otherwise this machine with one
 /// slot per core. Local aliases (localhost, 127.0.0.1, the FQDN) become one host named by the
-/// hostname; a bare-line local host gets `me.cores` slots. docs/allocation.md has every rule.
+/// hostname; a bare-line local host gets `me.cores` slots. A host's user and port come from the
+/// selecting source, else from the one it selects from; two that differ are an error (errc::parse
+/// for two spellings of one host, errc::allocation for a selection). docs/allocation.md has every
+/// rule.
 PM_API allocation resolve_allocation(const allocation_inputs& inputs, const local_host& me);
 
 }  // namespace pm

@@ -28,6 +28,41 @@ struct stdin_target {
   friend bool operator==(const stdin_target&, const stdin_target&) = default;
 };
 
+/// How the hosts of a job are started: one ssh per host from pmrun (flat), or a tree in which
+/// agents start the next level (docs/multihost.md).
+enum class launch_shape {
+  automatic,  ///< flat when the remote hosts fit in one level (at most tree_fanout), else tree
+  flat,
+  tree,
+};
+
+/// How pmrun reaches other hosts, as the command line gives it (Open MPI 4 and 5 spellings).
+/// resolve_remote_options() fills what it left open from the environment.
+struct remote_options {
+  /// The rsh agent's words (`-mca plm_rsh_agent "ssh -F cfg"`, plm_ssh_agent, orte_rsh_agent),
+  /// split as a shell would without expansion. Empty: not on the command line.
+  std::vector<std::string> rsh_agent;
+  /// plm_rsh_args / plm_ssh_args, split the same way; nullopt: not on the command line.
+  std::optional<std::vector<std::string>> rsh_args;
+  std::optional<std::string> launch_agent;  ///< --launch-agent PATH: pmd on the remote hosts
+  std::optional<std::string> prefix;        ///< --prefix DIR: pmd is DIR/bin/pmd there
+  /// --iface / -mca oob_tcp_if_include: interface names ("eth0") and networks ("10.0.0.0/24")
+  /// the launcher's address may come from; empty: any non-loopback, non-bridge address.
+  std::vector<std::string> interfaces;
+  /// Agent link heartbeats: a host is lost after `heartbeat_misses` intervals of silence, so a
+  /// silently partitioned host is noticed within interval * misses = 2 s by default.
+  std::chrono::milliseconds heartbeat_interval{500};
+  std::uint32_t heartbeat_misses = 4;
+  launch_shape launch = launch_shape::automatic;  ///< --launch; plm_rsh_no_tree_spawn 1: flat
+  std::uint32_t tree_fanout = 32;                 ///< --tree-fanout: children per tree node
+  /// --max-ssh / plm_rsh_num_concurrent: ssh clients pmrun runs at once (Open MPI's and PRRTE's
+  /// default is 128; 32 keeps a launcher's key exchanges and the remote sshds' MaxStartups
+  /// (default 10:30:100) comfortable, and a tree serves more hosts than that anyway).
+  std::uint32_t max_ssh = 32;
+
+  friend bool operator==(const remote_options&, const remote_options&) = default;
+};
+
 struct run_options {
   // What to run and where.
   job_spec job;                         ///< apps (MPMD segments) and the mapping policy
@@ -56,7 +91,10 @@ struct run_options {
   bool do_not_launch = false;
   // Misc.
   bool allow_run_as_root = false;
-  std::vector<std::pair<std::string, std::string>> launcher_mca;  ///< plm_*: for transports
+  remote_options remote;  ///< how other hosts are reached
+  /// Every plm_rsh_* / plm_ssh_* -mca key in Open MPI 5's spelling (plm_ssh_...), for transports;
+  /// like every -mca key these reach the ranks too (exports.mca).
+  std::vector<std::pair<std::string, std::string>> launcher_mca;
   bool help = false;
   bool version = false;
 };
@@ -67,12 +105,25 @@ PM_API run_options parse_command_line(std::span<const std::string> args);
 /// The allocation and job a command line asks for, in the environment it runs in: a Slurm/PBS
 /// allocation when inside one, the hostfile and -H lists (read through `read`), this machine
 /// otherwise. Each MPMD segment's -H hosts become that app's host filter, by allocation name.
+/// The remote options come with the environment's say (resolve_remote_options).
 struct resolved_job {
   allocation alloc;
   job_spec job;
+  remote_options remote;
 };
 PM_API resolved_job resolve_job(const run_options& options, const env_map& env,
                                 const local_host& me, const file_reader& read);
+
+/// The remote options with what the command line left open taken from the environment:
+/// the rsh agent from PM_RSH_AGENT, else OMPI_MCA_plm_rsh_agent, else PRTE_MCA_plm_ssh_agent,
+/// else "ssh"; plm_rsh_args from OMPI_MCA_plm_rsh_args, else PRTE_MCA_plm_ssh_args, else none.
+/// The result's rsh_agent is never empty and its rsh_args is set. A malformed value is
+/// pm::error(errc::usage) naming the variable ("PM_RSH_AGENT 'ssh \"x': unterminated double
+/// quote").
+PM_API remote_options resolve_remote_options(const remote_options& given, const env_map& env);
+
+/// The launch shape for a job with `remote_hosts` hosts other than this machine.
+PM_API launch_shape choose_launch_shape(const remote_options& options, std::size_t remote_hosts);
 
 /// The text `pmrun --help` prints.
 PM_API std::string help_text();

@@ -1,5 +1,7 @@
 #include "cli/messages.hpp"
 
+#include "model/printable.hpp"
+
 namespace pm::cli {
 namespace {
 std::string q(std::string_view s) {
@@ -64,6 +66,18 @@ std::string second_hostfile(std::string_view option, std::string_view first,
                             std::string_view second) {
   return std::string(option) + " " + q(second) + ": a hostfile was already given (" + q(first) +
          ")";
+}
+std::string bad_interface(std::string_view option, std::string_view value, std::string_view item) {
+  return model::printable(
+      std::string(option) + " " + q(value) + ": " +
+      (item.empty() ? std::string("empty item") : "invalid interface or network " + q(item)) +
+      " (expected names such as eth0 or networks such as 10.0.0.0/24)");
+}
+std::string not_absolute(std::string_view option, std::string_view value) {
+  return model::printable(std::string(option) + " " + q(value) + ": expected an absolute path");
+}
+std::string bad_launch_shape(std::string_view option, std::string_view value) {
+  return model::printable(std::string(option) + " " + q(value) + ": expected auto, flat or tree");
 }
 std::string no_program() {
   return "no program to run (usage: pmrun [OPTIONS] PROGRAM [ARGS...])";

@@ -28,6 +28,9 @@ std::string unknown_output_mode(std::string_view option, std::string_view mode);
 std::string bad_boolean(std::string_view option, std::string_view key, std::string_view value);
 std::string second_hostfile(std::string_view option, std::string_view first,
                             std::string_view second);
+std::string bad_interface(std::string_view option, std::string_view value, std::string_view item);
+std::string not_absolute(std::string_view option, std::string_view value);
+std::string bad_launch_shape(std::string_view option, std::string_view value);
 std::string no_program();
 std::string no_program_in_segment(std::size_t segment);
 std::string refuse_root();

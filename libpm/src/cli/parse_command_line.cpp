@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "cli/messages.hpp"
+#include "cli/remote_options.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
 
@@ -143,24 +144,55 @@ void apply_output(parse_state& st, std::string_view name, std::string_view value
   }
 }
 
+void apply_interfaces(parse_state& st, std::string_view name, std::string_view value) {
+  // "eth0,10.0.0.0/24": Open MPI's oob_tcp_if_include syntax; repeated options add up.
+  if (value.empty()) throw error(errc::usage, cli::empty_value(name));
+  std::size_t pos = 0;
+  while (pos <= value.size()) {
+    const auto comma = value.find(',', pos);
+    const auto item =
+        value.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    if (!cli::valid_interface_spec(item)) {
+      throw error(errc::usage, cli::bad_interface(name, value, item));
+    }
+    st.opts.remote.interfaces.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+}
+
+bool mca_boolean(std::string_view name, std::string_view key, std::string_view value) {
+  if (value == "1" || value == "true") return true;
+  if (value == "0" || value == "false") return false;
+  throw error(errc::usage, cli::bad_boolean(name, key, value));
+}
+
 void apply_mca(parse_state& st, std::string_view name, std::string_view key,
                std::string_view value) {
   if (key.empty()) throw error(errc::usage, cli::empty_value(name));
-  // Keys that steer pmrun itself; everything else reaches the ranks as OMPI_MCA_key.
+  const std::string option = std::string(name) + " " + std::string(key);
+  // Keys that steer pmrun itself; every key, those too, reaches the ranks as OMPI_MCA_key, as
+  // mpirun passes each -mca on (checked with mpirun 4.1: plm_rsh_agent, oob_tcp_if_include and
+  // orte_abort_on_non_zero_status all appear in the ranks' environment).
   if (key == "orte_abort_on_non_zero_status" || key == "prte_abort_on_non_zero_status") {
-    if (value == "1" || value == "true")
-      st.opts.abort_on_failure = true;
-    else if (value == "0" || value == "false")
-      st.opts.abort_on_failure = false;
-    else
-      throw error(errc::usage, cli::bad_boolean(name, key, value));
-    return;
-  }
-  if (key.starts_with("plm_rsh_") || key.starts_with("plm_ssh_")) {
+    st.opts.abort_on_failure = mca_boolean(name, key, value);
+  } else if (key.starts_with("plm_rsh_") || key.starts_with("plm_ssh_")) {
     // Open MPI 4 (rsh) and 5 (ssh) spellings name the same launcher settings.
-    std::string canonical = "plm_ssh_" + std::string(key.substr(8));
+    const std::string canonical = "plm_ssh_" + std::string(key.substr(8));
     st.opts.launcher_mca.emplace_back(canonical, std::string(value));
-    return;
+    if (canonical == "plm_ssh_agent") {
+      st.opts.remote.rsh_agent = cli::agent_words(option, value);
+    } else if (canonical == "plm_ssh_args") {
+      st.opts.remote.rsh_args = cli::agent_args(option, value);
+    } else if (canonical == "plm_ssh_num_concurrent") {
+      st.opts.remote.max_ssh = parse_number<std::uint32_t>(option, value, 1, 4096);
+    } else if (canonical == "plm_ssh_no_tree_spawn") {
+      if (mca_boolean(name, key, value)) st.opts.remote.launch = launch_shape::flat;
+    }
+  } else if (key == "orte_rsh_agent") {  // Open MPI 4's older name of plm_rsh_agent
+    st.opts.remote.rsh_agent = cli::agent_words(option, value);
+  } else if (key == "oob_tcp_if_include") {
+    apply_interfaces(st, option, value);
   }
   st.opts.exports.mca.emplace_back(std::string(key), std::string(value));
 }
@@ -290,6 +322,77 @@ const std::vector<option_spec>& option_table() {
        "MASTER_PORT for the ranks (default: a free port)",
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          st.opts.master_port = parse_number<std::uint16_t>(n, v[0], 1, 65535);
+       }},
+      // --- other hosts
+      {{"--launch-agent"},
+       "PATH",
+       1,
+       "pmd on the other hosts (default: the same path as here)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
+         st.opts.remote.launch_agent = v[0];
+       }},
+      {{"--prefix"},
+       "DIR",
+       1,
+       "pmd on the other hosts is DIR/bin/pmd",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
+         if (v[0][0] != '/') throw error(errc::usage, cli::not_absolute(n, v[0]));
+         st.opts.remote.prefix = v[0];
+       }},
+      {{"--iface"},
+       "LIST",
+       1,
+       "interfaces or networks for the launcher's address: eth0,10.0.0.0/24",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         apply_interfaces(st, n, v[0]);
+       }},
+      {{"--launch"},
+       "auto|flat|tree",
+       1,
+       "flat: one ssh per host; tree: agents start agents (default auto)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0] == "auto")
+           st.opts.remote.launch = launch_shape::automatic;
+         else if (v[0] == "flat")
+           st.opts.remote.launch = launch_shape::flat;
+         else if (v[0] == "tree")
+           st.opts.remote.launch = launch_shape::tree;
+         else
+           throw error(errc::usage, cli::bad_launch_shape(n, v[0]));
+       }},
+      {{"--tree-fanout"},
+       "K",
+       1,
+       "hosts each node of the launch tree starts (default 32)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         st.opts.remote.tree_fanout = parse_number<std::uint32_t>(n, v[0], 2, 4096);
+       }},
+      {{"--max-ssh"},
+       "N",
+       1,
+       "ssh clients running at once (default 32)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         st.opts.remote.max_ssh = parse_number<std::uint32_t>(n, v[0], 1, 4096);
+       }},
+      {{"--heartbeat-interval"},
+       "SECONDS",
+       1,
+       "time between agent heartbeats (default 0.5)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         const auto interval = parse_seconds(n, v[0]);
+         if (interval.count() == 0) throw error(errc::usage, cli::bad_seconds(n, v[0]));
+         if (interval > std::chrono::hours(1))
+           throw error(errc::usage, cli::out_of_range(n, v[0], "0.001", "3600"));
+         st.opts.remote.heartbeat_interval = interval;
+       }},
+      {{"--heartbeat-misses"},
+       "N",
+       1,
+       "heartbeats missed before a host is lost (default 4: lost after 2 s)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         st.opts.remote.heartbeat_misses = parse_number<std::uint32_t>(n, v[0], 1, 1000);
        }},
       // --- output
       {{"--tag-output"},
@@ -507,6 +610,8 @@ std::string help_text() {
     out += line + std::string(spec.help) + "\n";
   }
   out +=
+      "\nOther hosts are reached with ssh: -mca plm_rsh_agent \"ssh ARGS\" (or PM_RSH_AGENT) and\n"
+      "-mca plm_rsh_args ARGS change the command; docs/multihost.md has the details.\n"
       "\nExit status: the first failing rank's code (128+N for signal N), 124 timeout,\n"
       "125 launcher failure, 126/127 program not executable/not found, 2 bad usage,\n"
       "213 host lost. docs/exit-codes.md has the full table.\n";

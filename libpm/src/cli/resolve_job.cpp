@@ -1,6 +1,8 @@
 // From a parsed command line to the allocation and job it asks for (Open MPI's precedence).
 #include <algorithm>
 
+#include "model/parse_util.hpp"
+#include "model/printable.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
 
@@ -46,16 +48,22 @@ resolved_job resolve_job(const run_options& options, const env_map& env, const l
       for (auto& h : parse_host_list(text, "-H").hosts) {
         auto it = std::find_if(merged.hosts.begin(), merged.hosts.end(),
                                [&](const host& m) { return m.name == h.name; });
-        if (it == merged.hosts.end())
+        if (it == merged.hosts.end()) {
           merged.hosts.push_back(h);
-        else
-          it->slots = std::max(it->slots, h.slots);
+          continue;
+        }
+        if (const auto conflict = model::reach_conflict(*it, h); !conflict.empty()) {
+          throw error(errc::parse, model::printable("-H '" + text + "': host '" + h.name +
+                                                    "' is listed again " + conflict));
+        }
+        it->slots = std::max(it->slots, h.slots);
       }
     }
     inputs.host_list = std::move(merged);
   }
 
-  resolved_job out{resolve_allocation(inputs, me), options.job};
+  resolved_job out{resolve_allocation(inputs, me), options.job,
+                   resolve_remote_options(options.remote, env)};
   if (out.job.apps.size() == 1) {
     out.job.apps[0].hosts.clear();  // one app: its -H is the allocation itself
     return out;

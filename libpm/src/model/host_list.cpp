@@ -1,4 +1,4 @@
-// -H/--host: "a,b:4,c" (mpirun's syntax).
+// -H/--host: "a,b:4,bob@c:2" (mpirun's syntax).
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -45,17 +45,36 @@ allocation parse_host_list(std::string_view text, std::string_view option) {
       }
       slots = *parsed;
     }
+    // bob@node1: ssh logs in as bob (mpirun takes the same spelling).
+    const auto [user, host_name, has_at] = model::split_user_at_host(name);
+    if (has_at && user.empty()) {
+      throw error(errc::parse, model::printable(opt + " " + whole + ": empty user name in '" +
+                                                std::string(name) + "'"));
+    }
+    if (has_at && !model::valid_user_name(user)) {
+      throw error(errc::parse, model::printable(opt + " " + whole + ": invalid user name '" +
+                                                std::string(user) + "'"));
+    }
+    name = host_name;
     if (name.empty())
       throw error(errc::parse, model::printable(opt + " " + whole + ": empty host name"));
     if (!model::valid_host_name(name)) {
       throw error(errc::parse, model::printable(opt + " " + whole + ": invalid host name '" +
                                                 std::string(name) + "'"));
     }
+    host fresh{std::string(name), slots};
+    fresh.user = std::string(user);
     if (auto i = find_in(index, name)) {
-      out.hosts[*i].slots += slots;  // a repeated host adds up, as in mpirun
+      auto& same = out.hosts[*i];
+      if (const auto conflict = model::reach_conflict(same, fresh); !conflict.empty()) {
+        throw error(errc::parse,
+                    model::printable(opt + " " + whole + ": host '" + std::string(name) +
+                                     "' is listed again " + conflict));
+      }
+      same.slots += slots;  // a repeated host adds up, as in mpirun
     } else {
       index.emplace(std::string(name), static_cast<std::uint32_t>(out.hosts.size()));
-      out.hosts.push_back(host{std::string(name), slots});
+      out.hosts.push_back(std::move(fresh));
     }
     if (comma == std::string_view::npos) break;
     pos = comma + 1;

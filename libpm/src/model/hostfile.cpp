@@ -1,4 +1,5 @@
-// Open MPI 4.1 hostfiles: "name [slots=N] [max_slots=M]", '#' comments, blank lines.
+// Open MPI 4.1 hostfiles: "[user@]name [slots=N] [max_slots=M] [username=U] [port=P]", '#'
+// comments, blank lines.
 //
 // The rules below were checked against mpirun 4.1 (--display-map --do-not-launch):
 //   a / a            -> 2 slots (a bare line adds one)
@@ -6,6 +7,12 @@
 //   a / a slots=2    -> error (Open MPI: "multiple definitions of the slot count")
 //   a max_slots=4    -> slots 4, max 4 (the limit doubles as the count)
 //   a slots = 2      -> 2 (blanks around '=' are fine)
+// and for ssh (mpirun 4.1.4 with a plm_rsh_agent that prints its argv):
+//   bob@a            -> "bob@a" to the agent
+//   a username=bob   -> the same; user_name= and user-name= too; user= is a parse error
+//   alice@a username=bob -> bob (we refuse the contradiction instead)
+//   a port=2222      -> "-p 2222" to the agent; port=0 and port=99999 are passed on unchecked
+//                       (we refuse them); port=abc is an error
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -84,30 +91,74 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
     const std::string where =
         "hostfile " + std::string(filename) + ":" + std::to_string(line_no) + ": ";
 
-    const auto name = fields[0];
-    if (name.find('=') != std::string_view::npos) {
+    if (fields[0].find('=') != std::string_view::npos) {
       throw error(errc::parse, model::printable(where + "expected a host name before '" +
-                                                std::string(name) + "'"));
+                                                std::string(fields[0]) + "'"));
+    }
+    const auto [user, name, has_at] = model::split_user_at_host(fields[0]);
+    if (has_at && user.empty()) {
+      throw error(errc::parse,
+                  model::printable(where + "empty user name in '" + std::string(fields[0]) + "'"));
+    }
+    if (has_at && !model::valid_user_name(user)) {
+      throw error(errc::parse,
+                  model::printable(where + "invalid user name '" + std::string(user) + "'"));
+    }
+    if (name.empty()) {
+      throw error(errc::parse,
+                  model::printable(where + "empty host name in '" + std::string(fields[0]) + "'"));
     }
     if (!model::valid_host_name(name)) {
       throw error(errc::parse,
                   model::printable(where + "invalid host name '" + std::string(name) + "'"));
     }
     std::optional<std::uint32_t> slots, max_slots;
+    std::optional<std::string_view> username;
+    std::optional<std::uint16_t> port;
+    constexpr std::string_view expected =
+        " (expected slots=N, max_slots=N, username=NAME or port=N)";
     for (std::size_t f = 1; f < fields.size(); ++f) {
       const auto eq = fields[f].find('=');
       if (eq == std::string_view::npos) {
         throw error(errc::parse, model::printable(where + "unexpected '" + std::string(fields[f]) +
-                                                  "' (expected slots=N or max_slots=N)"));
+                                                  "'" + std::string(expected)));
       }
       const auto key = fields[f].substr(0, eq);
       const auto value = fields[f].substr(eq + 1);
+      auto given_twice = [&] {
+        return error(errc::parse,
+                     model::printable(where + "'" + std::string(key) + "' given twice for '" +
+                                      std::string(name) + "'"));
+      };
+      // Open MPI's lexer also takes user_name= and user-name= (not user=: a parse error there).
+      if (key == "username" || key == "user_name" || key == "user-name") {
+        if (!model::valid_user_name(value)) {
+          throw error(errc::parse, model::printable(where + "invalid " + std::string(key) +
+                                                    " value '" + std::string(value) +
+                                                    "' (expected a user name: letters, digits, "
+                                                    "'.', '_', '-')"));
+        }
+        if (username) throw given_twice();
+        username = value;
+        continue;
+      }
+      if (key == "port") {
+        const auto p = model::port_number(value);
+        if (!p) {
+          throw error(errc::parse,
+                      model::printable(where + "invalid port value '" + std::string(value) +
+                                       "' (expected a port number 1..65535)"));
+        }
+        if (port) throw given_twice();
+        port = *p;
+        continue;
+      }
       // count= and cpu= are older spellings Open MPI's lexer still takes for slots=.
       const bool is_slots = key == "slots" || key == "count" || key == "cpu";
       const bool is_max = key == "max_slots" || key == "max-slots";
       if (!is_slots && !is_max) {
-        throw error(errc::parse, model::printable(where + "unknown key '" + std::string(key) +
-                                                  "' (expected slots=N or max_slots=N)"));
+        throw error(errc::parse, model::printable(where + "unknown key '" + std::string(key) + "'" +
+                                                  std::string(expected)));
       }
       auto n = model::positive_count(value);
       if (!n) {
@@ -116,16 +167,25 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
                                      std::string(value) + "' (expected a positive integer)"));
       }
       auto& target = is_slots ? slots : max_slots;
-      if (target) {
-        throw error(errc::parse, model::printable(where + "'" + std::string(key) +
-                                                  "' given twice for '" + std::string(name) + "'"));
-      }
+      if (target) throw given_twice();
       target = *n;
     }
+    if (username && has_at && *username != user) {
+      throw error(errc::parse, model::printable(where + "user '" + std::string(user) +
+                                                "' and username=" + std::string(*username) +
+                                                " disagree for '" + std::string(name) + "'"));
+    }
+    host reach;  // how ssh reaches the host, as this line says
+    reach.user = std::string(username ? *username : user);
+    reach.port = port.value_or(0);
 
     host* h = nullptr;
     if (auto idx = find_in(index, name)) {
       h = &out.hosts[*idx];
+      if (const auto conflict = model::reach_conflict(*h, reach); !conflict.empty()) {
+        throw error(errc::parse, model::printable(where + "host '" + std::string(name) +
+                                                  "' is listed again " + conflict));
+      }
       if (slots) {
         throw error(errc::parse,
                     model::printable(where + "host '" + std::string(name) +
@@ -146,6 +206,8 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
       fresh.slots = slots ? *slots : max_slots.value_or(1);
       fresh.max_slots = max_slots.value_or(0);
       fresh.slots_given = slots.has_value() || max_slots.has_value();
+      fresh.user = std::move(reach.user);
+      fresh.port = reach.port;
       index.emplace(fresh.name, static_cast<std::uint32_t>(out.hosts.size()));
       out.hosts.push_back(std::move(fresh));
       h = &out.hosts.back();

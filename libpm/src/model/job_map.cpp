@@ -54,6 +54,8 @@ std::string job_map_json(const rank_map& map, std::uint32_t jobid) {
     w.member("name", host.name);
     w.member("node", node);
     w.member("num_procs", ranks.size());
+    // How ssh reaches the host, only when the hostfile or -H said (keys in nlohmann's order).
+    if (host.port != 0) w.member("port", host.port);
     w.key("ranks").begin_array();
     for (auto r : ranks) {
       const auto p = map.at(r);
@@ -66,6 +68,7 @@ std::string job_map_json(const rank_map& map, std::uint32_t jobid) {
     w.end_array();
     w.member("slots", host.slots);
     w.member("slots_known", host.slots_given || host.local);
+    if (!host.user.empty()) w.member("user", host.user);
     w.end_object();
   }
   w.end_array();

@@ -1,0 +1,231 @@
+// The ssh command line: POSIX quoting, agent splitting, argv order, the remote agent's path.
+#include "transport/ssh/ssh_command.hpp"
+
+#include <string>
+
+#include "model/printable.hpp"
+#include "pm/error.hpp"
+
+namespace pm::ssh {
+namespace {
+
+// Characters no POSIX shell (nor csh or fish) treats specially anywhere in a word. '=' is not
+// one of them (a first word "A=b" is an assignment), nor '~' (tilde expansion), '%' or '^'.
+bool safe_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == '/' || c == ':' || c == ',' || c == '+' || c == '@' || c == '-';
+}
+
+bool blank(char c) {
+  return c == ' ' || c == '\t' || c == '\n';
+}
+
+std::string where(const pm::host& h) {
+  std::string s = h.user.empty() ? h.name : h.user + "@" + h.name;
+  if (h.port != 0) s += " (port " + std::to_string(h.port) + ")";
+  return s;
+}
+
+}  // namespace
+
+std::string shell_quote(std::string_view word) {
+  if (word.find('\0') != std::string_view::npos) {
+    throw error(errc::usage, model::printable("a word with a NUL byte cannot be passed to a remote "
+                                              "command: '" +
+                                              std::string(word) + "'"));
+  }
+  if (word.empty()) return "''";
+  bool safe = true;
+  for (char c : word) safe = safe && safe_char(c);
+  if (safe) return std::string(word);
+  // Inside single quotes nothing is special but the closing quote, so a quote inside the word
+  // closes the quotes, adds an escaped quote and opens them again: it's -> 'it'\''s'.
+  std::string out;
+  out.reserve(word.size() + 2);
+  out += '\'';
+  for (char c : word) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
+  }
+  out += '\'';
+  return out;
+}
+
+std::string shell_join(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) {
+    if (!out.empty()) out += ' ';
+    out += shell_quote(w);
+  }
+  return out;
+}
+
+std::vector<std::string> split_agent_command(std::string_view text, std::string_view what) {
+  auto fail = [&](std::string_view problem) {
+    return error(errc::usage, model::printable(std::string(what) + " '" + std::string(text) +
+                                               "': " + std::string(problem)));
+  };
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;  // a word has started, even an empty one ('' is a word)
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (blank(c)) {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+      ++i;
+    } else if (c == '\'') {
+      const auto close = text.find('\'', i + 1);
+      if (close == std::string_view::npos) throw fail("unterminated single quote");
+      word.append(text.substr(i + 1, close - i - 1));
+      in_word = true;
+      i = close + 1;
+    } else if (c == '"') {
+      // Inside double quotes a backslash escapes only $ ` " \ and a newline (which it removes);
+      // $ and ` stay literal here since nothing is expanded.
+      ++i;
+      bool closed = false;
+      while (i < text.size()) {
+        const char d = text[i];
+        if (d == '"') {
+          closed = true;
+          ++i;
+          break;
+        }
+        if (d == '\\' && i + 1 < text.size()) {
+          const char e = text[i + 1];
+          if (e == '$' || e == '`' || e == '"' || e == '\\') {
+            word += e;
+            i += 2;
+            continue;
+          }
+          if (e == '\n') {
+            i += 2;
+            continue;
+          }
+        }
+        word += d;
+        ++i;
+      }
+      if (!closed) throw fail("unterminated double quote");
+      in_word = true;
+    } else if (c == '\\') {
+      if (i + 1 >= text.size()) throw fail("ends with a backslash");
+      if (text[i + 1] != '\n') {  // backslash-newline joins lines
+        word += text[i + 1];
+        in_word = true;
+      }
+      i += 2;
+    } else {
+      word += c;
+      in_word = true;
+      ++i;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
+bool is_ssh_program(std::string_view program) {
+  const auto slash = program.rfind('/');
+  return program.substr(slash == std::string_view::npos ? 0 : slash + 1) == "ssh";
+}
+
+std::vector<std::string> ssh_argv(const ssh_settings& settings, const pm::host& h,
+                                  const std::vector<std::string>& remote_argv) {
+  if (settings.agent.empty() || settings.agent[0].empty()) {
+    throw error(errc::usage, "the rsh agent (plm_rsh_agent) is empty");
+  }
+  if (h.name.empty() || h.name.front() == '-') {
+    // ssh would read it as an option (-F..., -o...).
+    throw error(errc::usage,
+                model::printable("host name '" + h.name + "' cannot be passed to ssh"));
+  }
+  if (!h.user.empty() && h.user.front() == '-') {
+    throw error(errc::usage, model::printable("user name '" + h.user + "' of host '" + h.name +
+                                              "' cannot be passed to ssh"));
+  }
+  if (remote_argv.empty()) {
+    throw error(errc::usage, "no remote command for host '" + h.name + "'");
+  }
+  const bool ssh = is_ssh_program(settings.agent[0]);
+  std::vector<std::string> argv;
+  argv.push_back(settings.agent[0]);
+  // ssh keeps the first value of each setting: the host's own user and port come first so that
+  // they win over the user's agent words and plm_rsh_args, which win over our defaults below.
+  if (ssh && !h.user.empty()) {
+    argv.push_back("-l");
+    argv.push_back(h.user);
+  }
+  if (ssh && h.port != 0) {
+    argv.push_back("-p");
+    argv.push_back(std::to_string(h.port));
+  }
+  if (!ssh && h.port != 0) {
+    throw error(errc::usage,
+                model::printable("host '" + h.name + "' has port " + std::to_string(h.port) +
+                                 ", but the rsh agent '" + settings.agent[0] +
+                                 "' is not ssh: pmrun passes a port only to ssh"));
+  }
+  argv.insert(argv.end(), settings.agent.begin() + 1, settings.agent.end());
+  argv.insert(argv.end(), settings.extra_args.begin(), settings.extra_args.end());
+  if (ssh) {
+    // Never wait for a human (password, passphrase, unknown host key): fail, and say so.
+    argv.insert(argv.end(), {"-o", "BatchMode=yes"});
+    argv.insert(argv.end(),
+                {"-o", "ConnectTimeout=" + std::to_string(settings.connect_timeout.count())});
+    argv.insert(argv.end(), {"-o", "ServerAliveInterval=" +
+                                       std::to_string(settings.server_alive_interval.count())});
+    argv.insert(argv.end(),
+                {"-o", "ServerAliveCountMax=" + std::to_string(settings.server_alive_count)});
+    argv.push_back("-T");  // no terminal: the agent link is a byte stream, not a tty
+    argv.push_back(h.name);
+  } else {
+    argv.push_back(h.user.empty() ? h.name : h.user + "@" + h.name);
+  }
+  // ONE argument: ssh would join several with spaces anyway and lose where words end.
+  argv.push_back(shell_join(remote_argv));
+  return argv;
+}
+
+std::string remote_agent_path(const std::optional<std::string>& launch_agent,
+                              const std::optional<std::string>& prefix,
+                              std::string_view local_pmd) {
+  if (launch_agent && !launch_agent->empty()) return *launch_agent;
+  if (prefix && !prefix->empty()) {
+    std::string dir = *prefix;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    return (dir == "/" ? std::string() : dir) + "/bin/pmd";
+  }
+  if (local_pmd.empty() || local_pmd.front() != '/') {
+    throw error(errc::internal, model::printable("the local pmd path '" + std::string(local_pmd) +
+                                                 "' is not absolute"));
+  }
+  return std::string(local_pmd);
+}
+
+std::string agent_start_failure(const pm::host& h, std::string_view agent_path, int exit_status) {
+  const std::string at = " on " + h.name + " at " + std::string(agent_path) +
+                         " (install it there, or use --prefix or "
+                         "--launch-agent)";
+  switch (exit_status) {
+    case 127:
+      return model::printable("pmd was not found" + at);
+    case 126:
+      return model::printable("pmd is not executable" + at);
+    case 255:
+      return model::printable("ssh to " + where(h) +
+                              " failed (unreachable, refused, or no key accepted: pmrun never "
+                              "asks for a password; ssh's message says why)");
+    default:
+      return model::printable("the agent on " + h.name + " (" + std::string(agent_path) +
+                              ") exited with status " + std::to_string(exit_status) +
+                              " before it answered");
+  }
+}
+
+}  // namespace pm::ssh

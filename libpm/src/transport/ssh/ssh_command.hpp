@@ -1,0 +1,87 @@
+// The command line that starts a host's agent over the system ssh, built by pure functions.
+//
+// ssh hands its remote command to the remote user's login shell as ONE string: it joins every
+// argument after the host name with spaces and runs `$SHELL -c STRING` there. So pmrun never
+// passes words to ssh: it quotes each word for a POSIX shell (shell_quote) and passes the joined
+// line as one argument (ssh_argv). Nothing the user wrote (spaces, quotes, `$()`, `;`, `*`,
+// newlines, non-ASCII) is then interpreted by the remote shell. docs/multihost.md has the why.
+//
+// Shells: single quotes mean the same in sh, dash, bash, ksh and zsh (no escapes inside, no
+// expansion), which tests/property/ssh_quote_property_test.cpp checks through real dash and
+// bash. csh/tcsh (history `!`, newlines) and fish (`\` inside quotes) read them differently: a
+// remote login shell of that kind is not supported for words that need quoting. Words made of
+// safe characters only ([A-Za-z0-9_./:,+@-], e.g. an agent path and its flags) stay bare and so
+// read the same in every shell.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pm/allocation.hpp"
+
+namespace pm::ssh {
+
+/// `word` quoted for a POSIX shell: itself when it holds only [A-Za-z0-9_./:,+@-], else in single
+/// quotes with each ' written as '\'' ; "" gives ''. Throws pm::error(errc::usage) for a word
+/// with a NUL byte, which no argv can carry.
+std::string shell_quote(std::string_view word);
+
+/// The words quoted and joined by single spaces: a command line a POSIX shell splits back into
+/// exactly these words.
+std::string shell_join(const std::vector<std::string>& words);
+
+/// A user's agent command ("ssh -F '/a b/cfg' -x") split into words as a POSIX shell would for
+/// blanks, quotes and backslashes, without any expansion ($VAR, `cmd`, ~ and globs stay as they
+/// are). Throws pm::error(errc::usage) naming `what` and the text for an unterminated quote or a
+/// trailing backslash. Blank text gives no words.
+std::vector<std::string> split_agent_command(std::string_view text,
+                                             std::string_view what = "plm_rsh_agent");
+
+/// True when the agent program is OpenSSH's client (its base name is `ssh`): only then does
+/// ssh_argv add ssh's own options.
+bool is_ssh_program(std::string_view program);
+
+/// How pmrun runs ssh. The defaults make ssh fail instead of waiting for a human: BatchMode (no
+/// password or passphrase prompt, no host-key question), ConnectTimeout (an unreachable host),
+/// ServerAlive* (a session whose peer vanished; the agent link's heartbeats notice it first).
+struct ssh_settings {
+  std::vector<std::string> agent = {"ssh"};  ///< plm_rsh_agent, split into words
+  std::vector<std::string> extra_args;       ///< plm_rsh_args, split into words
+  std::chrono::seconds connect_timeout{10};
+  std::chrono::seconds server_alive_interval{5};
+  int server_alive_count = 3;
+};
+
+/// The argv to exec to run `remote_argv` on host `h`:
+///   agent[0]  [-l USER] [-p PORT]  agent[1..]  extra_args
+///   [-o BatchMode=yes -o ConnectTimeout=N -o ServerAliveInterval=N -o ServerAliveCountMax=N -T]
+///   HOST  shell_join(remote_argv)
+/// ssh takes the FIRST value it sees for each setting (command line before config files, and
+/// among -o/-p/-l the first one; checked with `ssh -G` of OpenSSH 9.2), so the order is the
+/// precedence: the host's own user and port (hostfile, -H) over the user's agent words and
+/// plm_rsh_args, those over pmrun's defaults. The bracketed ssh options are added only when
+/// is_ssh_program(agent[0]); for another agent (rsh, a wrapper script) the words are passed as
+/// they are, a user goes in `user@host` form, and a port is an error (how that agent takes one
+/// is unknown). Throws pm::error(errc::usage) for an empty agent, a host name or user starting
+/// with '-', or an empty remote_argv.
+std::vector<std::string> ssh_argv(const ssh_settings& settings, const pm::host& h,
+                                  const std::vector<std::string>& remote_argv);
+
+/// Where the agent (pmd) is on a remote host: `--launch-agent PATH` when given (as it is: a bare
+/// name is looked up in the remote PATH), else `--prefix DIR` as DIR/bin/pmd (mpirun's rule),
+/// else the same absolute path as this machine's pmd (`local_pmd`, which must be absolute:
+/// pm::error(errc::internal) otherwise).
+std::string remote_agent_path(const std::optional<std::string>& launch_agent,
+                              const std::optional<std::string>& prefix, std::string_view local_pmd);
+
+/// One line for an ssh that ended before the agent said hello, from its exit status (ssh returns
+/// the remote command's status, or 255 for its own failures):
+///   127: "pmd was not found on node1 at /opt/pm/bin/pmd (install it there, or use --prefix or
+///         --launch-agent)"
+///   126: "... is not executable ...", 255: "ssh to node1 failed (...)", other: "... exited ...".
+std::string agent_start_failure(const pm::host& h, std::string_view agent_path, int exit_status);
+
+}  // namespace pm::ssh
