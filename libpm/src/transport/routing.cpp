@@ -3,7 +3,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
-#include "pm/error.hpp"
+#include "transport/ssh/ssh_transport.hpp"
 #include "transport/local/local_transport.hpp"
 
 namespace pm {
@@ -20,7 +20,7 @@ transport& transport_router::local() {
 }
 
 transport& transport_router::remote() {
-  if (!remote_) throw error(errc::launch, "WIP: no remote transport yet");
+  if (!remote_) remote_ = std::make_shared<ssh::ssh_transport>(io_, options_);
   return *remote_;
 }
 

@@ -22,6 +22,8 @@
 #include "pm/rank_map.hpp"
 #include "pm/report.hpp"
 #include "pm/version.hpp"
+#include "transport/local/local_transport.hpp"
+#include "transport/ssh/ssh_command.hpp"
 
 namespace {
 
@@ -101,6 +103,23 @@ void prepare_stdin(const pm::stdin_target& target, std::uint32_t size, prepared_
   }
 }
 
+// How other hosts are reached, from what the command line and the environment said.
+pm::remote_launch remote_launch_of(const pm::remote_options& o, const std::string& local_pmd) {
+  if (o.launch == pm::launch_shape::tree) {
+    throw pm::error(pm::errc::usage,
+                    "--launch tree: the tree launch is not available yet; use --launch flat");
+  }
+  pm::remote_launch r;
+  r.rsh_agent = o.rsh_agent;
+  if (o.rsh_args) r.rsh_args = *o.rsh_args;
+  r.agent_path = pm::ssh::remote_agent_path(o.launch_agent, o.prefix, local_pmd);
+  r.heartbeat_interval = o.heartbeat_interval;
+  r.heartbeat_misses = o.heartbeat_misses;
+  r.iface = o.interfaces;
+  r.max_concurrent = o.max_ssh;
+  return r;
+}
+
 int exit_code_for(const pm::error& e) {
   switch (e.code()) {
     case pm::errc::not_found:
@@ -163,6 +182,8 @@ int run(int argc, char** argv) {
   prepared_stdin input;
   prepare_stdin(options.input, map.size(), input);
   request.master_port_fixed = options.master_port.has_value();
+  request.agent_path = pm::local::default_agent_path();
+  request.remote = remote_launch_of(resolved.remote, request.agent_path);
   request.stdin_fd = input.fd_for_ranks;
   request.stdin_rank = input.rank;
   request.per_rank_stdin = input.per_rank;

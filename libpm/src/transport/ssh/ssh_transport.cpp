@@ -1,0 +1,334 @@
+#include "transport/ssh/ssh_transport.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+
+#include "link/socket.hpp"
+#include "pm/error.hpp"
+#include "transport/local/spawner.hpp"
+#include "transport/ssh/ssh_command.hpp"
+
+extern char** environ;
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+namespace pm::ssh {
+
+namespace {
+
+namespace asio = boost::asio;
+
+std::string signal_text(int signo) {
+  const char* abbrev = ::sigabbrev_np(signo);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(signo);
+}
+
+// The last non-empty line of what ssh printed on stderr.
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of("\r\n ");
+  if (end == std::string::npos) return {};
+  auto begin = text.rfind('\n', end);
+  begin = begin == std::string::npos ? 0 : begin + 1;
+  std::string line = text.substr(begin, end - begin + 1);
+  for (char& c : line) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = '?';
+  }
+  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
+}
+
+}  // namespace
+
+struct ssh_transport::impl : std::enable_shared_from_this<impl> {
+  impl(asio::io_context& context, remote_launch o) : io(context), opts(std::move(o)) {}
+
+  struct connection {
+    std::int64_t pid = 0;
+    std::unique_ptr<asio::posix::stream_descriptor> pidfd;
+    std::unique_ptr<asio::posix::stream_descriptor> err;  // ssh's stderr
+    std::string stderr_text;                                // its last 8 KiB
+    pm::host host;
+    std::string agent_path;
+    bool established = false;
+    bool counted = false;  // holds one of the max_concurrent set-up slots
+    bool exited = false;
+    int code = -1;    // exit code, or -1
+    int signo = 0;    // killed by
+    std::vector<std::function<void(agent_end)>> waiting;
+    std::unique_ptr<asio::steady_timer> stop_timer;
+    int stop_step = 0;
+  };
+  struct queued {
+    agent_target target;
+    std::function<void(agent_stream)> opened;
+    std::function<void(std::string)> failed;
+  };
+
+  asio::io_context& io;
+  remote_launch opts;
+  std::unordered_map<std::uint32_t, connection> conns;
+  std::deque<queued> waiting_to_start;
+  std::uint32_t setting_up = 0;
+
+  ssh_settings settings() const {
+    ssh_settings s;
+    if (!opts.rsh_agent.empty()) s.agent = opts.rsh_agent;
+    s.extra_args = opts.rsh_args;
+    return s;
+  }
+
+  void start(queued q) {
+    const std::uint32_t host = q.target.host;
+    try {
+      const auto argv = ssh_argv(settings(), q.target.info, q.target.agent_argv);
+      int in[2], out[2], err[2];
+      if (::pipe2(in, O_CLOEXEC) != 0) throw error(errc::system, std::strerror(errno));
+      link::owned_fd in_r(in[0]), in_w(in[1]);
+      if (::pipe2(out, O_CLOEXEC) != 0) throw error(errc::system, std::strerror(errno));
+      link::owned_fd out_r(out[0]), out_w(out[1]);
+      if (::pipe2(err, O_CLOEXEC) != 0) throw error(errc::system, std::strerror(errno));
+      link::owned_fd err_r(err[0]), err_w(err[1]);
+      local::spawn_request req;
+      req.path = argv.front();
+      if (req.path.find('/') == std::string::npos) req.path = find_in_path(req.path);
+      req.argv = argv;
+      for (char** e = environ; *e != nullptr; ++e) req.env.emplace_back(*e);
+      req.stdin_fd = in_r.get();
+      req.stdout_fd = out_w.get();
+      req.stderr_fd = err_w.get();
+      local::spawned_process res;
+      try {
+        res = local::spawn(req);
+      } catch (const pm::error& e) {
+        throw error(errc::launch, std::string("cannot start ssh: ") + e.what());
+      }
+      auto& c = conns[host];
+      c = connection{};
+      c.pid = res.pid;
+      c.pidfd = std::make_unique<asio::posix::stream_descriptor>(io, res.pidfd);
+      c.err = std::make_unique<asio::posix::stream_descriptor>(io, err_r.release());
+      c.err->non_blocking(true);
+      c.counted = true;
+      c.host = q.target.info;
+      c.agent_path = q.target.agent_argv.empty() ? std::string() : q.target.agent_argv.front();
+      ++setting_up;
+      watch_exit(host);
+      read_stderr(host);
+      agent_stream s;
+      s.read_fd = out_r.release();
+      s.write_fd = in_w.release();
+      s.socket = false;
+      s.pid = res.pid;
+      asio::post(io, [opened = std::move(q.opened), s] { opened(s); });
+    } catch (const pm::error& e) {
+      asio::post(io, [failed = std::move(q.failed), what = std::string(e.what())] { failed(what); });
+    }
+  }
+
+  static std::string find_in_path(const std::string& program) {
+    const char* path = std::getenv("PATH");
+    std::string_view rest = path != nullptr ? path : "/usr/bin:/bin";
+    while (!rest.empty()) {
+      const auto colon = rest.find(':');
+      std::string dir(rest.substr(0, colon));
+      if (dir.empty()) dir = ".";
+      const std::string candidate = dir + "/" + program;
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    }
+    throw error(errc::launch, "the remote shell command '" + program +
+                                  "' is not on PATH (set plm_rsh_agent or PM_RSH_AGENT)");
+  }
+
+  void release_slot(connection& c) {
+    if (!c.counted) return;
+    c.counted = false;
+    --setting_up;
+    while (!waiting_to_start.empty() && setting_up < std::max<std::uint32_t>(1, opts.max_concurrent)) {
+      auto q = std::move(waiting_to_start.front());
+      waiting_to_start.pop_front();
+      start(std::move(q));
+    }
+  }
+
+  void read_stderr(std::uint32_t host) {
+    auto& c = conns[host];
+    if (!c.err) return;
+    c.err->async_wait(asio::posix::descriptor_base::wait_read,
+                      [self = shared_from_this(), host](const boost::system::error_code& ec) {
+                        if (ec) return;
+                        auto& cc = self->conns[host];
+                        if (!cc.err) return;
+                        char buf[4096];
+                        for (;;) {
+                          const ssize_t n = ::read(cc.err->native_handle(), buf, sizeof buf);
+                          if (n > 0) {
+                            cc.stderr_text.append(buf, static_cast<std::size_t>(n));
+                            if (cc.stderr_text.size() > 8192) {
+                              cc.stderr_text.erase(0, cc.stderr_text.size() - 8192);
+                            }
+                            continue;
+                          }
+                          if (n < 0 && errno == EINTR) continue;
+                          if (n < 0 && errno == EAGAIN) {
+                            self->read_stderr(host);
+                            return;
+                          }
+                          boost::system::error_code ignored;
+                          cc.err->close(ignored);
+                          return;
+                        }
+                      });
+  }
+
+  void watch_exit(std::uint32_t host) {
+    auto& c = conns[host];
+    c.pidfd->async_wait(asio::posix::descriptor_base::wait_read,
+                        [self = shared_from_this(), host](const boost::system::error_code& ec) {
+                          if (!ec) self->on_exit(host);
+                        });
+  }
+
+  void on_exit(std::uint32_t host) {
+    auto& c = conns[host];
+    siginfo_t info{};
+    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(c.pidfd->native_handle()),
+                 &info, WEXITED | WNOHANG) != 0 ||
+        info.si_pid == 0) {
+      if (errno == EINTR || info.si_pid == 0) watch_exit(host);
+      return;
+    }
+    c.exited = true;
+    if (info.si_code == CLD_EXITED) {
+      c.code = info.si_status;
+    } else {
+      c.signo = info.si_status;
+    }
+    boost::system::error_code ignored;
+    c.pidfd->close(ignored);
+    c.stop_timer.reset();
+    // What ssh printed last may still be in the pipe.
+    if (c.err) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(c.err->native_handle(), buf, sizeof buf)) > 0) {
+        c.stderr_text.append(buf, static_cast<std::size_t>(n));
+      }
+    }
+    release_slot(c);
+    finish(host);
+  }
+
+  agent_end end_of(const connection& c) const {
+    agent_end e;
+    if (c.code == 0) return e;
+    const std::string said = last_line(c.stderr_text);
+    if (c.signo != 0) {
+      e.how = "ssh was killed by " + signal_text(c.signo);
+    } else if (!c.established) {
+      // Before the hello the exit status says what went wrong: 127 no pmd there, 255 ssh itself.
+      e.how = agent_start_failure(c.host, c.agent_path, c.code);
+    } else {
+      e.how = "ssh exited with code " + std::to_string(c.code);
+    }
+    if (!said.empty()) e.how += ": " + said;
+    e.retryable = c.code == 255 && !c.established;
+    return e;
+  }
+
+  void finish(std::uint32_t host) {
+    auto& c = conns[host];
+    if (!c.exited) return;
+    for (auto& d : c.waiting) asio::post(io, [d = std::move(d), e = end_of(c)] { d(e); });
+    c.waiting.clear();
+  }
+
+  void stop_step(std::uint32_t host) {
+    auto& c = conns[host];
+    if (c.exited || !c.pidfd || !c.pidfd->is_open()) return;
+    // The link is over: ssh normally ends by itself (the agent exited); one that does not (a cut
+    // network) gets SIGTERM, then SIGKILL.
+    static constexpr std::chrono::milliseconds steps[] = {std::chrono::milliseconds(200),
+                                                          std::chrono::milliseconds(2000)};
+    if (c.stop_step > 0) {
+      ::syscall(SYS_pidfd_send_signal, c.pidfd->native_handle(),
+                c.stop_step == 1 ? SIGTERM : SIGKILL, nullptr, 0);
+    }
+    if (c.stop_step >= 2) return;
+    c.stop_timer = std::make_unique<asio::steady_timer>(io, steps[c.stop_step]);
+    ++c.stop_step;
+    c.stop_timer->async_wait([weak = weak_from_this(), host](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (!ec && self) self->stop_step(host);
+    });
+  }
+};
+
+ssh_transport::ssh_transport(asio::io_context& io, remote_launch options)
+    : impl_(std::make_shared<impl>(io, std::move(options))) {}
+
+ssh_transport::~ssh_transport() {
+  for (auto& [host, c] : impl_->conns) {
+    if (c.exited || !c.pidfd || !c.pidfd->is_open()) continue;
+    const int fd = c.pidfd->native_handle();
+    siginfo_t info{};
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) == 0) {
+      ::syscall(SYS_pidfd_send_signal, fd, SIGTERM, nullptr, 0);
+      p.revents = 0;
+      if (::poll(&p, 1, 1000) == 0) ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
+    }
+    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(fd), &info, WEXITED) != 0 &&
+           errno == EINTR) {
+    }
+  }
+}
+
+void ssh_transport::open(const agent_target& target, std::function<void(agent_stream)> opened,
+                         std::function<void(std::string reason)> failed) {
+  impl::queued q{target, std::move(opened), std::move(failed)};
+  if (impl_->setting_up >= std::max<std::uint32_t>(1, impl_->opts.max_concurrent)) {
+    impl_->waiting_to_start.push_back(std::move(q));
+    return;
+  }
+  impl_->start(std::move(q));
+}
+
+void ssh_transport::established(std::uint32_t host) {
+  auto it = impl_->conns.find(host);
+  if (it == impl_->conns.end()) return;
+  it->second.established = true;
+  impl_->release_slot(it->second);
+}
+
+void ssh_transport::close(std::uint32_t host, std::function<void(agent_end)> done) {
+  auto it = impl_->conns.find(host);
+  if (it == impl_->conns.end()) {
+    boost::asio::post(impl_->io, [done = std::move(done)] { done({}); });
+    return;
+  }
+  auto& c = it->second;
+  c.waiting.push_back(std::move(done));
+  if (c.exited) {
+    impl_->finish(host);
+    return;
+  }
+  if (!c.stop_timer) impl_->stop_step(host);
+}
+
+}  // namespace pm::ssh
