@@ -2,7 +2,8 @@
 # Fake hosts on this machine for libpm's multi-host tests: a network namespace, a UTS hostname and
 # an sshd per host, all on a bridge of their own. See README.md next to this file.
 #
-#   hosts.sh up --hosts N --state DIR [--noise K] [--maxstartups SPEC] [--timeout SEC] [--owner PID]
+#   hosts.sh up --hosts N --state DIR [--noise K] [--maxstartups SPEC] [--sshd-option LINE]...
+#                [--timeout SEC] [--owner PID] [--keep]
 #   hosts.sh down --state DIR [--keep]         tear a run down (idempotent, tolerates half-made runs)
 #   hosts.sh reap-stale                        tear down every run whose owner process is dead
 #   hosts.sh crash --state DIR HOST            SIGKILL every process in HOST's namespace, sshd too
@@ -12,6 +13,7 @@
 #   hosts.sh exec --state DIR HOST -- CMD...   run CMD as if on HOST (its network and hostname)
 #   hosts.sh probe                             exit 0 if this machine can host a run, else say why
 set -euo pipefail
+PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH # ip and sshd live in sbin, which a test's PATH may lack
 
 readonly SSHD=/usr/sbin/sshd
 # Per-run records (owner, state dir, sshd pids) outside the state dir, so that a run whose state
@@ -38,7 +40,7 @@ registry_file() { echo "$REGISTRY/$1.env"; }
 # Start time of a live (non-zombie) process, to tell it from a later process with the same pid.
 proc_start() {
   local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
   stat=${stat##*) }
   # shellcheck disable=SC2086
   set -- $stat
@@ -319,7 +321,7 @@ cmd_up() {
   [[ $STATE =~ ^[A-Za-z0-9._/+-]+$ ]] || die "up: state dir '$STATE' has characters other than [A-Za-z0-9._/+-]"
   if [ -e "$STATE" ] && [ -n "$(ls -A "$STATE")" ]; then die "up: state dir $STATE is not empty"; fi
   proc_start "$OWNER" >/dev/null || die "up: owner process $OWNER is not running"
-  cmd_probe >/dev/null
+  check_tools
 
   (cmd_reap_stale) || true
   trap on_up_exit EXIT
@@ -595,14 +597,18 @@ reap_stale() {
   [ "$reaped" = 0 ] || say "reaped $reaped stale run(s)"
 }
 
-# Says in one line why this machine cannot host a run, or exits 0.
-cmd_probe() {
+check_tools() {
   [ "$(id -u)" = 0 ] || die "needs root (network namespaces, bridges, sshd)"
   [ -x "$SSHD" ] || die "$SSHD is missing (install openssh-server)"
   local tool
   for tool in ip ssh ssh-keygen unshare setsid flock timeout realpath; do
     command -v "$tool" >/dev/null || die "$tool is missing"
   done
+}
+
+# Says in one line why this machine cannot host a run, or exits 0.
+cmd_probe() {
+  check_tools
   local ns=pmt-probe-$$
   ip netns add "$ns" 2>/dev/null || die "'ip netns add' fails here (no network namespaces?)"
   if ! ip link add "pmtprobe$$" type bridge 2>/dev/null; then
@@ -624,7 +630,7 @@ pids) shift && cmd_pids "$@" ;;
 exec) shift && cmd_exec "$@" ;;
 probe) shift && cmd_probe ;;
 *)
-  sed -n '5,15p' "$0" >&2
+  sed -n 's/^#   \( *hosts.sh\| \)/  \1/p' "${BASH_SOURCE[0]}" >&2
   exit 2
   ;;
 esac
