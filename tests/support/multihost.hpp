@@ -112,8 +112,13 @@ class multihost_fixture {
                                (r.timed_out ? std::string(" (timed out)") : std::string()) + ": " +
                                r.err);
     }
-    load(state_dir_ + "/hosts.env");
     up_ = true;
+    try {
+      load(state_dir_ + "/hosts.env");
+    } catch (...) {
+      down();  // no destructor runs after a throwing constructor
+      throw;
+    }
   }
 
   /// Tears the run down (hosts.sh down); a failure there fails the running test.
