@@ -3,8 +3,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
-#include "transport/ssh/ssh_transport.hpp"
 #include "transport/local/local_transport.hpp"
+#include "transport/ssh/ssh_transport.hpp"
 
 namespace pm {
 

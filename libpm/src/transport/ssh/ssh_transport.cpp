@@ -61,14 +61,14 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
     std::int64_t pid = 0;
     std::unique_ptr<asio::posix::stream_descriptor> pidfd;
     std::unique_ptr<asio::posix::stream_descriptor> err;  // ssh's stderr
-    std::string stderr_text;                                // its last 8 KiB
+    std::string stderr_text;                              // its last 8 KiB
     pm::host host;
     std::string agent_path;
     bool established = false;
     bool counted = false;  // holds one of the max_concurrent set-up slots
     bool exited = false;
-    int code = -1;    // exit code, or -1
-    int signo = 0;    // killed by
+    int code = -1;  // exit code, or -1
+    int signo = 0;  // killed by
     std::vector<std::function<void(agent_end)>> waiting;
     std::unique_ptr<asio::steady_timer> stop_timer;
     int stop_step = 0;
@@ -136,7 +136,8 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
       s.pid = res.pid;
       asio::post(io, [opened = std::move(q.opened), s] { opened(s); });
     } catch (const pm::error& e) {
-      asio::post(io, [failed = std::move(q.failed), what = std::string(e.what())] { failed(what); });
+      asio::post(io,
+                 [failed = std::move(q.failed), what = std::string(e.what())] { failed(what); });
     }
   }
 
@@ -159,7 +160,8 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
     if (!c.counted) return;
     c.counted = false;
     --setting_up;
-    while (!waiting_to_start.empty() && setting_up < std::max<std::uint32_t>(1, opts.max_concurrent)) {
+    while (!waiting_to_start.empty() &&
+           setting_up < std::max<std::uint32_t>(1, opts.max_concurrent)) {
       auto q = std::move(waiting_to_start.front());
       waiting_to_start.pop_front();
       start(std::move(q));
@@ -207,8 +209,8 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
   void on_exit(std::uint32_t host) {
     auto& c = conns[host];
     siginfo_t info{};
-    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(c.pidfd->native_handle()),
-                 &info, WEXITED | WNOHANG) != 0 ||
+    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(c.pidfd->native_handle()), &info,
+                 WEXITED | WNOHANG) != 0 ||
         info.si_pid == 0) {
       if (errno == EINTR || info.si_pid == 0) watch_exit(host);
       return;

@@ -1,0 +1,255 @@
+// pmrun across fake hosts (network namespaces with their own sshd, tests/multihost/README.md):
+// placement and the env contract, argv verbatim, the launcher's environment kept at home, a remote
+// rank's exit code, a killed and a partitioned host, pmrun killed, login-shell noise, a missing
+// agent. Every test checks that nothing of the job is left on any host.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "support/command.hpp"
+#include "support/multihost.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using pm::test::multihost_fixture;
+using pm::test::run_command;
+
+#define NEED_HOSTS()                                                                   \
+  if (!multihost_fixture::available()) {                                               \
+    GTEST_SKIP() << "no fake hosts here: " << multihost_fixture::unavailable_reason(); \
+  }
+
+std::vector<std::string> pmrun(const multihost_fixture& f, std::vector<std::string> args) {
+  std::vector<std::string> argv = {pm::test::pmrun_path(), "--allow-run-as-root", "-mca",
+                                   "plm_rsh_agent", "ssh -F " + f.ssh_config()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+std::string hosts_2_each(const multihost_fixture& f) {
+  std::string list;
+  for (const auto& h : f.hosts()) list += (list.empty() ? "" : ",") + h.name + ":2";
+  return list;
+}
+
+// Waits until no process of the job is left on any host (sshd aside).
+bool hosts_clean(const multihost_fixture& f, std::chrono::milliseconds within = 5s) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    bool any = false;
+    for (const auto& h : f.hosts()) any = any || !f.pids_on(h.name).empty();
+    if (!any) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+std::string left_on_hosts(const multihost_fixture& f) {
+  std::string out;
+  for (const auto& h : f.hosts()) {
+    for (auto pid : f.pids_on(h.name)) {
+      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+      std::string text((std::istreambuf_iterator<char>(cmd)), {});
+      for (char& c : text) c = c == '\0' ? ' ' : c;
+      out += h.name + ": " + std::to_string(pid) + " " + text + "\n";
+    }
+  }
+  return out;
+}
+
+TEST(PmrunMultihost, RanksRunOnTheirHostsWithTheContractEnvironment) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // The launcher's own environment stays at home; -x carries what the user asks for.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  env.push_back("PM_TEST_LAUNCHER_ONLY=secret");
+  env.push_back("PM_TEST_EXPORTED=yes");
+  const auto r = run_command(
+      pmrun(f, {"-H", hosts_2_each(f), "-np", "6", "-x", "PM_TEST_EXPORTED", "sh", "-c",
+                "echo \"rank=$OMPI_COMM_WORLD_RANK host=$(hostname) node=$NODE_RANK "
+                "local=$LOCAL_RANK size=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT "
+                "secret=${PM_TEST_LAUNCHER_ONLY:-none} exported=${PM_TEST_EXPORTED:-none}\""}),
+      60s, "", &env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<int, std::string> lines;
+  std::regex re(R"(rank=(\d+) (.*))");
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, re)) lines[std::stoi(m[1])] = m[2];
+  }
+  ASSERT_EQ(lines.size(), 6u) << r.out;
+  const std::string master = f.hosts()[0].ip;
+  for (int rank = 0; rank < 6; ++rank) {
+    const int node = rank / 2;
+    const std::string want_prefix =
+        "host=" + f.hosts()[static_cast<std::size_t>(node)].name + " node=" + std::to_string(node) +
+        " local=" + std::to_string(rank % 2) + " size=6 master=" + master + ":";
+    EXPECT_EQ(lines[rank].rfind(want_prefix, 0), 0u) << lines[rank];
+    EXPECT_NE(lines[rank].find("secret=none exported=yes"), std::string::npos) << lines[rank];
+  }
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, ArgvReachesRemoteRanksVerbatim) {
+  NEED_HOSTS();
+  multihost_fixture f(2);
+  const std::vector<std::string> words = {"a b", "it's", "\"q\"",        "$(touch /tmp/pm-pwned)",
+                                          "x;y", "*",    "line1\nline2", "naïve ☃",
+                                          "",    "-n"};
+  std::vector<std::string> args = {"-H", f.hosts()[1].name + ":1", "-np",
+                                   "1",  "/usr/bin/printf",        "[%s]"};
+  args.insert(args.end(), words.begin(), words.end());
+  const auto r = run_command(pmrun(f, args), 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string want;
+  for (const auto& w : words) want += "[" + w + "]";
+  EXPECT_EQ(r.out, want);
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, ARemoteRanksExitCodeIsTheJobsAndNamesItsHost) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run_command(pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(),
+                                       "if-rank", "3", "exit", "7", "sleep", "30"}),
+                             60s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.err.find("rank 3 on " + f.hosts()[1].name + " exited with code 7"), std::string::npos)
+      << r.err;
+  EXPECT_LT(took, 15s);  // the others were stopped, not waited for (30 s)
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, AKilledHostIsLostAndTheJobEnds) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(2500ms);
+    f.crash(f.hosts()[2].name);
+  });
+  const auto r = run_command(
+      pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"}), 60s);
+  killer.join();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.err.find(f.hosts()[2].name), std::string::npos) << r.err;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, APartitionedHostIsLostByItsSilenceAndClearsItsRanks) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  const auto victim = f.hosts()[1].name;
+  std::thread cutter([&] {
+    std::this_thread::sleep_for(2500ms);
+    f.partition(victim);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run_command(
+      pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"}), 60s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  cutter.join();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(took, 2500ms + 10s) << r.err;
+  EXPECT_NE(r.err.find(victim), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no word from the agent"), std::string::npos) << r.err;
+  // The cut host's agent stops hearing the launcher and ends its ranks by itself.
+  EXPECT_TRUE(hosts_clean(f, 15s)) << left_on_hosts(f);
+  f.heal(victim);
+}
+
+TEST(PmrunMultihost, PmrunKilledLeavesNothingOnAnyHost) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  auto argv =
+      pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"});
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  // Wait until every host runs its ranks.
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  auto busy = [&] {
+    for (const auto& h : f.hosts()) {
+      if (f.pids_on(h.name).size() < 3) return false;  // pmd + 2 ranks
+    }
+    return true;
+  };
+  while (!busy() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(busy()) << left_on_hosts(f);
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(hosts_clean(f, 10s)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, LoginShellNoiseBeforeTheAgentIsSkipped) {
+  NEED_HOSTS();
+  multihost_fixture f(2, pm::test::multihost_options{}.with_noise_host(2));
+  const auto r = run_command(
+      pmrun(f, {"-H", hosts_2_each(f), "-np", "4", "sh", "-c", "echo ok $(hostname)"}), 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 4) << r.out;
+  EXPECT_EQ(r.out.find(f.noise_line()), std::string::npos) << r.out;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, AMissingAgentIsOneLineNamingTheHost) {
+  NEED_HOSTS();
+  multihost_fixture f(2);
+  const auto r = run_command(pmrun(f, {"--launch-agent", "/nonexistent/pmd", "-H",
+                                       f.hosts()[1].name + ":1", "-np", "1", "true"}),
+                             60s);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("pmd was not found on " + f.hosts()[1].name + " at /nonexistent/pmd"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, OutputOfRemoteRanksArrivesWholeAndComplete) {
+  NEED_HOSTS();
+  multihost_fixture f(2);
+  // 2 hosts x 2 ranks x 4 MB of 100-byte lines, written in 4096-byte chunks that cut lines.
+  const auto r = run_command(pmrun(f, {"-H", hosts_2_each(f), "-np", "4", "--tag-output",
+                                       pm::test::payload_path(), "flood", "4000000", "4096"}),
+                             120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::size_t> lines;
+  std::istringstream in(r.out);
+  std::size_t bad = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos || line.size() != colon + 1 + 99) {
+      ++bad;
+      continue;
+    }
+    ++lines[line.substr(0, colon)];
+  }
+  EXPECT_EQ(bad, 0u);
+  ASSERT_EQ(lines.size(), 4u);
+  for (const auto& [tag, n] : lines) EXPECT_EQ(n, 4000000u / 100) << tag;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+}  // namespace
