@@ -151,7 +151,8 @@ struct agent::state {
     p.rank = spec.rank;
     p.argv = app.argv;
     p.env = compose_rank_environment(base_env, spec.env, setup->overrides, app.env);
-    p.wdir = app.wdir;
+    p.wdir = app.wdir.empty() ? setup->cwd : app.wdir;
+    p.wdir_may_fall_back = app.wdir.empty();
     p.stdin_from_launcher = spec.stdin_from_launcher;
     p.streams = setup->streams;
     p.forward_output = setup->forward_output;

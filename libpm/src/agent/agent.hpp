@@ -51,6 +51,9 @@ struct process_spec {
   std::vector<std::string> argv;
   std::vector<std::string> env;  ///< complete, "NAME=value"
   std::string wdir;              ///< empty: the agent's working directory
+  /// wdir is the launcher's directory, not one the user named: where it does not exist on this
+  /// host, the rank starts in its home directory (as Open MPI does) instead of failing.
+  bool wdir_may_fall_back = false;
   bool stdin_from_launcher = false;
   std::uint8_t streams = 2;    ///< 2: stdout and stderr pipes; 1: one pipe for both; 0: /dev/null
   bool forward_output = true;  ///< output travels as data frames (false: pipes passed as fds)

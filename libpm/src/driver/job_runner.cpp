@@ -10,6 +10,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
+#include <filesystem>
 #include <random>
 #include <unordered_map>
 
@@ -98,6 +99,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   std::vector<rank_state> told;  // per rank: the state on_rank_state last reported
   std::unordered_map<std::uint32_t, host_state> hosts;
   std::string local_agent_path;
+  std::string launcher_cwd;  // where apps without a wdir run, on every host that has it
   std::vector<std::string> base_env;     // the local agent's environment
   std::vector<std::string> mca_exports;  // what every agent adds to its own environment
   std::function<void()> after_shutdown;  // on_finish, once every link is closed
@@ -185,6 +187,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     }
     s.forward_output = !local;
     s.streams = req.output.merge_stderr ? 1 : 2;
+    s.cwd = launcher_cwd;
     s.base = mca_exports;
     s.overrides = joined(req.env.overrides);
     for (std::uint32_t i = 0; i < req.apps.size(); ++i) {
@@ -578,6 +581,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
                   "cannot start the agent: '" + local_agent_path + "' is not an executable file");
     }
     base_env = joined(req.env.base);
+    std::error_code ec;
+    launcher_cwd = std::filesystem::current_path(ec).string();
     for (const auto& v : req.env.base) {
       if (v.name.starts_with("OMPI_MCA_")) mca_exports.push_back(joined(v));
     }

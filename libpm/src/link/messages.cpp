@@ -204,6 +204,7 @@ struct encoder {
     j["silence_ms"] = m.silence_ms;
     j["forward_output"] = m.forward_output;
     j["streams"] = m.streams;
+    j["cwd"] = m.cwd;
     j["base"] = m.base;
     j["overrides"] = m.overrides;
     json apps = json::array();
@@ -344,6 +345,7 @@ envelope decode(std::span<const std::uint8_t> body) {
     m.silence_ms = r.u32("silence_ms");
     m.forward_output = r.boolean("forward_output");
     m.streams = static_cast<std::uint8_t>(r.small_int("streams", 0, 2));
+    m.cwd = r.str("cwd");
     m.base = r.strings("base");
     m.overrides = r.strings("overrides");
     for (const auto& v : r.array("apps")) m.apps.push_back(decode_app(v));

@@ -74,6 +74,9 @@ struct job_setup {
   std::uint32_t silence_ms = 0;        ///< the launcher silent this long is lost (0: never)
   bool forward_output = true;          ///< false: output pipes travel as descriptors (local socket)
   std::uint8_t streams = 2;            ///< per rank: 2 stdout+stderr, 1 merged, 0 /dev/null
+  /// The launcher's working directory: where an app without its own wdir runs, as mpirun does;
+  /// a host that has no such directory runs it in the home directory instead.
+  std::string cwd;
   std::vector<std::string> base;       ///< "NAME=value" added to the agent's own environment
   std::vector<std::string> overrides;  ///< "NAME=value" that win over the profile variables
   std::vector<app_spec> apps;

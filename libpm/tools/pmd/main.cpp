@@ -237,19 +237,27 @@ void driver::do_spawn(const ag::process_spec& spec) {
     return;
   }
   pm::local::spawn_request req;
+  std::string wdir = spec.wdir;
+  if (spec.wdir_may_fall_back && !wdir.empty()) {
+    struct stat st {};
+    if (::stat(wdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      const auto home = ag::find_variable(spec.env, "HOME");
+      wdir = home.empty() ? std::string("/") : std::string(home);
+    }
+  }
   try {
     // The program is found on this host, in the rank's own PATH and working directory.
     const auto path = ag::find_variable(spec.env, "PATH");
     req.path = pm::local::resolve_executable(
         spec.argv.front(), path.empty() ? std::string_view("/usr/local/bin:/usr/bin:/bin") : path,
-        spec.wdir);
+        wdir);
   } catch (const pm::error& e) {
     pending_.push_back(ag::rank_spawn_failed{spec.rank, failure_code(e), e.what()});
     return;
   }
   req.argv = spec.argv;
   req.env = spec.env;
-  req.wdir = spec.wdir;
+  req.wdir = wdir;
   req.stdin_fd = spec.stdin_from_launcher ? stdin_.get() : -1;
   req.stdout_fd = out_w.get();
   req.stderr_fd = spec.streams == 2 ? err_w.get() : out_w.get();
