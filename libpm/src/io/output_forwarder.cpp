@@ -508,12 +508,14 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
 
   void try_read(stream_state& s) {
     if (s.eof || s.parked) return;
-    if (orphaned(s)) {
-      end_of_stream(s);
-      return;
-    }
     // A few chunks per turn, then let the other pipes and handlers run.
     for (int round = 0; round < 8; ++round) {
+      // Checked before every read: a write of the previous chunk may just have failed, and a
+      // fast writer must not get its whole output drained into nothing before its pipe closes.
+      if (orphaned(s)) {
+        end_of_stream(s);
+        return;
+      }
       if (destination* d = congested(s)) {
         s.parked = true;
         d->parked.push_back(&s);
