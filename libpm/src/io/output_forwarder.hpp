@@ -37,7 +37,8 @@ namespace pm::io {
 
 /// Sizes the forwarder works with; the defaults suit pmrun (tests shrink them).
 struct forwarder_limits {
-  /// A destination whose queue holds this many bytes stops the reading of the pipes feeding it.
+  /// A destination whose queue holds this many bytes stops the reading of the pipes feeding it
+  /// and is congested() for the pushed streams feeding it (until it drains to half of this).
   std::size_t queue_limit = std::size_t{4} << 20;
   /// Bytes read from a pipe at once (one buffer, shared by all pipes).
   std::size_t read_chunk = std::size_t{1} << 20;
