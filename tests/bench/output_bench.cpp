@@ -4,6 +4,9 @@
 //   floor:  writers -> one shared file description
 //   plain:  writers -> pipes -> output_forwarder -> one file
 //   tagged: same with --tag-output
+//   pushed plain / pushed tagged: the same bytes handed to output_forwarder::push in frames of
+//     4 KiB or 64 KiB, round-robin over the ranks, as the agent link does for remote ranks (the
+//     lines are made before the clock starts; the frames do not end at line ends)
 // Each output is checked: every line whole (no line cut) and every line present.
 // Usage: output_bench [DIR] [MIB_PER_WRITER]   (DIR: where the output file goes, default /tmp)
 #include <fcntl.h>
@@ -14,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,15 +28,22 @@ namespace {
 constexpr int writers = 4;
 constexpr std::size_t chunk = 4096;
 
+// Line `line` of `rank`: "r<R> l<N> " padded with 'x' to 99 bytes, then '\n'.
+void make_line(char* text, int rank, long long line) {
+  char head[64];
+  const int n = std::snprintf(head, sizeof head, "r%d l%lld ", rank, line);
+  std::memcpy(text, head, static_cast<std::size_t>(n));
+  std::memset(text + n, 'x', static_cast<std::size_t>(99 - n));
+  text[99] = '\n';
+}
+
 [[noreturn]] void write_lines(int fd, int rank, std::size_t bytes) {
   std::vector<char> buf(chunk + 128);
   std::size_t used = 0, written = 0;
   long long line = 0;
   while (written < bytes) {
-    char text[128];
-    int n = std::snprintf(text, sizeof text, "r%d l%lld ", rank, line++);
-    while (n < 99) text[n++] = 'x';
-    text[99] = '\n';
+    char text[100];
+    make_line(text, rank, line++);
     std::memcpy(buf.data() + used, text, 100);
     used += 100;
     written += 100;
@@ -132,6 +143,54 @@ double run_forwarder(const std::string& path, std::size_t bytes, bool tag) {
   return s;
 }
 
+// Pushed input: each rank's bytes (ceil(bytes / 100) lines, as write_lines writes) cycle through a
+// 4 MiB buffer of its lines made beforehand; frames go round-robin over the ranks.
+double run_pushed(const std::string& path, std::size_t bytes, bool tag, std::size_t frame) {
+  constexpr std::size_t buffer_lines = 40000;
+  std::vector<std::vector<char>> lines(writers, std::vector<char>(buffer_lines * 100));
+  for (int r = 0; r < writers; ++r) {
+    for (std::size_t i = 0; i < buffer_lines; ++i) {
+      make_line(lines[static_cast<std::size_t>(r)].data() + i * 100, r, static_cast<long long>(i));
+    }
+  }
+  const std::size_t total = (bytes + 99) / 100 * 100;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const auto t0 = std::chrono::steady_clock::now();
+  boost::asio::io_context io;
+  pm::output_options opt;
+  opt.tag = tag;
+  opt.stdout_fd = fd;
+  opt.stderr_fd = fd;
+  pm::io::output_forwarder fwd(io, opt, writers);
+  for (int r = 0; r < writers; ++r) {
+    fwd.open_stream(static_cast<std::uint32_t>(r), pm::output_stream::out, nullptr);
+  }
+  std::vector<std::size_t> sent(writers, 0);
+  for (bool more = true; more;) {
+    more = false;
+    for (int r = 0; r < writers; ++r) {
+      std::size_t& done = sent[static_cast<std::size_t>(r)];
+      if (done == total) continue;
+      const std::vector<char>& buf = lines[static_cast<std::size_t>(r)];
+      const std::size_t at = done % buf.size();
+      const std::size_t n = std::min({frame, total - done, buf.size() - at});
+      fwd.push(static_cast<std::uint32_t>(r), pm::output_stream::out,
+               std::span<const char>(buf.data() + at, n));
+      done += n;
+      more = true;
+    }
+  }
+  for (int r = 0; r < writers; ++r) {
+    fwd.close_stream(static_cast<std::uint32_t>(r), pm::output_stream::out);
+  }
+  fwd.async_drain([] {});
+  io.run();
+  ::fsync(fd);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,11 +203,13 @@ int main(int argc, char** argv) {
               writers, mib, chunk, path.c_str());
   const std::size_t expect_lines = writers * ((bytes + 99) / 100);
   int bad = 0;
-  auto report = [&](const char* name, double secs, bool tagged, double floor_mbs) {
+  auto report = [&](const char* name, double secs, bool tagged, double floor_mbs,
+                    double pipe_mbs = 0) {
     const auto c = check(path, tagged);
     const double mbs = total_mb / secs;
-    std::printf("%-7s %8.1f MB/s", name, mbs);
+    std::printf("%-19s %8.1f MB/s", name, mbs);
     if (floor_mbs > 0) std::printf("  %.2fx floor", mbs / floor_mbs);
+    if (pipe_mbs > 0) std::printf("  %.2fx pipe", mbs / pipe_mbs);
     std::printf("  lines %zu/%zu, cut %zu\n", c.lines, expect_lines, c.cut);
     if (c.lines != expect_lines) ++bad;
     if (tagged && c.cut != 0) ++bad;
@@ -160,9 +221,18 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 3; ++i) floor_s = std::min(floor_s, run_floor(path, bytes));
   const double floor_mbs = report("floor", floor_s, false, 0);
   for (int i = 0; i < 3; ++i) plain_s = std::min(plain_s, run_forwarder(path, bytes, false));
-  report("plain", plain_s, false, floor_mbs);
+  const double plain_mbs = report("plain", plain_s, false, floor_mbs);
   for (int i = 0; i < 3; ++i) tagged_s = std::min(tagged_s, run_forwarder(path, bytes, true));
-  report("tagged", tagged_s, true, floor_mbs);
+  const double tagged_mbs = report("tagged", tagged_s, true, floor_mbs);
+  for (const std::size_t frame : {std::size_t{4096}, std::size_t{65536}}) {
+    for (const bool tag : {false, true}) {
+      double secs = 1e9;
+      for (int i = 0; i < 3; ++i) secs = std::min(secs, run_pushed(path, bytes, tag, frame));
+      const std::string name = std::string("pushed ") + (tag ? "tagged " : "plain ") +
+                               std::to_string(frame / 1024) + "K";
+      report(name.c_str(), secs, tag, floor_mbs, tag ? tagged_mbs : plain_mbs);
+    }
+  }
   ::unlink(path.c_str());
   return bad == 0 ? 0 : 1;
 }

@@ -379,8 +379,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
           } else if constexpr (std::is_same_v<T, link::exited>) {
             post(rank_exited{x.rank, x.status});
           } else if constexpr (std::is_same_v<T, link::stream_closed>) {
-            pushed_stream(x.rank, x.stream);
-            out->close_stream(x.rank, x.stream);
+            close_pushed(h, x.rank, x.stream);
           } else if constexpr (std::is_same_v<T, link::shutdown_done>) {
             // The agent exits next; its end-of-file closes the link.
           } else if constexpr (std::is_same_v<T, link::agent_error>) {
@@ -397,25 +396,39 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   }
 
   // A forwarded stream is opened at its first bytes (or its end, for a rank that wrote nothing).
-  std::vector<std::uint8_t> pushed_open;  // per rank: bit 1 stdout, bit 2 stderr
-  void pushed_stream(std::uint32_t rank, stream_kind stream) {
-    if (pushed_open.empty()) pushed_open.assign(req.map.size(), 0);
-    if (rank >= pushed_open.size()) return;
-    const std::uint8_t bit = stream == stream_kind::out ? 1 : 2;
-    if ((pushed_open[rank] & bit) != 0) return;
-    pushed_open[rank] |= bit;
-    out->open_stream(rank, stream, [weak = weak_from_this(), rank, stream](std::uint64_t bytes) {
-      if (auto s = weak.lock()) s->post(stream_closed{rank, stream, bytes});
-    });
+  // An agent's messages are checked here: a stream of a rank that is not on its host, bytes after
+  // the stream's end, a second end, are ignored rather than handed to the output layer.
+  std::vector<std::uint8_t> pushed;  // per rank: bits 1/2 stdout/stderr open, 4/8 closed
+  static std::uint8_t open_bit(stream_kind s) { return s == stream_kind::out ? 1 : 2; }
+  bool pushed_stream_usable(std::uint32_t h, std::uint32_t rank, stream_kind stream) {
+    if (rank >= req.map.size() || req.map.at(rank).host != h) return false;
+    if (stream == stream_kind::err && req.output.merge_stderr) return false;
+    if (pushed.empty()) pushed.assign(req.map.size(), 0);
+    const std::uint8_t bit = open_bit(stream);
+    if ((pushed[rank] & (bit << 2)) != 0) return false;  // closed already
+    if ((pushed[rank] & bit) == 0) {
+      pushed[rank] |= bit;
+      out->open_stream(rank, stream, [weak = weak_from_this(), rank, stream](std::uint64_t bytes) {
+        if (auto s = weak.lock()) s->post(stream_closed{rank, stream, bytes});
+      });
+    }
+    return true;
+  }
+  void close_pushed(std::uint32_t h, std::uint32_t rank, stream_kind stream) {
+    if (!pushed_stream_usable(h, rank, stream)) return;
+    pushed[rank] |= static_cast<std::uint8_t>(open_bit(stream) << 2);
+    out->close_stream(rank, stream);
   }
 
   void on_output(std::uint32_t h, std::uint32_t rank, output_stream stream,
                  std::span<const std::uint8_t> bytes) {
-    if (rank >= req.map.size()) return;
-    pushed_stream(rank, stream);
+    auto& hs = hosts[h];
+    if (!pushed_stream_usable(h, rank, stream)) {
+      if (hs.link) hs.link->acknowledge(bytes.size());  // dropped, but the credit comes back
+      return;
+    }
     out->push(rank, stream,
               std::span<const char>(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-    auto& hs = hosts[h];
     if (out->congested(rank, stream)) {
       hs.held_ack += bytes.size();  // the agent stops once its window is used up
     } else if (hs.link) {

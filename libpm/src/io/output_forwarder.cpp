@@ -96,6 +96,9 @@ struct destination {
   std::size_t queued = 0;
   bool waiting = false;
   bool failed = false;
+  // The queue reached queue_limit and has not drained to half of it yet: pushed streams' producers
+  // are asked to pause (output_forwarder::congested); leaving this state runs the resume callback.
+  bool over = false;
   const stream_state* open_line = nullptr;  // raw mode: whose unterminated line ends the output
   std::vector<stream_state*> parked;
 
@@ -110,7 +113,8 @@ struct destination {
 struct stream_state {
   std::uint32_t rank = 0;
   output_stream which = output_stream::out;
-  std::optional<asio::posix::stream_descriptor> pipe;
+  std::optional<asio::posix::stream_descriptor> pipe;  // none for a pushed stream
+  bool pushed = false;
   line_assembler assembler;
   destination* terminal = nullptr;
   std::unique_ptr<destination> file;
@@ -135,15 +139,14 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   destination* out_dest = nullptr;
   destination* err_dest = nullptr;
   std::vector<std::unique_ptr<stream_state>> streams;
+  std::unordered_map<std::uint64_t, stream_state*> by_key;  // (rank, stream) -> its state
+  std::function<void()> resume_callback;
   // Not zero-filled: a page costs memory only once a read reaches it (most jobs write little).
   std::unique_ptr<char[]> scratch;
   std::size_t scratch_size = 0;
   std::string fmt;   // formatting buffer
   std::string line;  // a sink's line when it straddles the kept tail and the new chunk
   std::function<void()> drain_handler;
-  std::function<void()> resume_handler;  // pushed streams: a congested destination drained
-  bool pushed_congested = false;         // a producer was told to pause
-  std::unordered_map<std::uint64_t, stream_state*> pushed;  // key: rank << 1 | stream
   statistics st;
   // The time of the chunk being processed, formatted at most once per chunk.
   std::optional<std::chrono::system_clock::time_point> chunk_time;
@@ -318,6 +321,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     d.queue.clear();
     d.queued = 0;
     d.queue_front = 0;
+    leave_over(d);
     if (opt.on_error) {
       opt.on_error("cannot write to " + d.name + ": " + errno_text(e) +
                    "; the ranks' further output to it is discarded");
@@ -421,6 +425,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     d.queued += copy.size();
     d.queue.push_back(std::move(copy));
     st.max_queued = std::max(st.max_queued, d.queued);
+    if (d.queued >= limits.queue_limit) d.over = true;
     wait_writable(d);
   }
 
@@ -470,8 +475,26 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
         }
       }
     }
-    if (d.queued <= limits.queue_limit / 2) resume_parked(d);
+    if (d.queued <= limits.queue_limit / 2) {
+      resume_parked(d);
+      leave_over(d);
+    }
     check_drain();
+  }
+
+  // The destination is no longer congested: producers of pushed streams may send again.
+  void leave_over(destination& d) {
+    if (!d.over) return;
+    d.over = false;
+    if (resume_callback) {
+      asio::post(io, [weak = weak_from_this()] {
+        auto self = weak.lock();
+        if (self && self->resume_callback) {
+          auto cb = self->resume_callback;  // it may replace itself
+          cb();
+        }
+      });
+    }
   }
 
   // ---- reading -----------------------------------------------------------------------------
@@ -483,12 +506,6 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   }
 
   void resume_parked(destination& d) {
-    if (pushed_congested && resume_handler) {
-      pushed_congested = false;
-      asio::post(io, [weak = weak_from_this()] {
-        if (auto self = weak.lock(); self && self->resume_handler) self->resume_handler();
-      });
-    }
     auto parked = std::move(d.parked);
     d.parked.clear();
     for (stream_state* s : parked) {
@@ -518,12 +535,14 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
 
   void try_read(stream_state& s) {
     if (s.eof || s.parked) return;
-    if (orphaned(s)) {
-      end_of_stream(s);
-      return;
-    }
     // A few chunks per turn, then let the other pipes and handlers run.
     for (int round = 0; round < 8; ++round) {
+      // Checked before every read: a write of the previous chunk may just have failed, and a
+      // fast writer must not get its whole output drained into nothing before its pipe closes.
+      if (orphaned(s)) {
+        end_of_stream(s);
+        return;
+      }
       if (destination* d = congested(s)) {
         s.parked = true;
         d->parked.push_back(&s);
@@ -565,7 +584,14 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     }
     if (s.on_eof) {
       auto cb = std::move(s.on_eof);
-      cb(s.bytes);
+      if (s.pushed) {
+        // Inside the caller's close_stream: run it later, as for a pipe's end (never nested).
+        asio::post(io, [weak = weak_from_this(), cb = std::move(cb), n = s.bytes] {
+          if (weak.lock()) cb(n);  // not after the forwarder is gone, as for pipes
+        });
+      } else {
+        cb(s.bytes);
+      }
     }
     check_drain();
   }
@@ -586,8 +612,21 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     return std::max<std::size_t>(size, 65536);
   }
 
-  void attach(std::uint32_t rank, output_stream which, int fd,
-              std::function<void(std::uint64_t)> on_eof) {
+  static std::uint64_t key_of(std::uint32_t rank, output_stream which) {
+    return (std::uint64_t{rank} << 1) | static_cast<std::uint64_t>(which);
+  }
+
+  static std::string name_of(std::uint32_t rank, output_stream which) {
+    return "rank " + std::to_string(rank) + "'s " + std::string(to_string(which));
+  }
+
+  // A new stream for a key not used before (its per-rank file is created now, as mpirun does).
+  stream_state& add_stream(std::uint32_t rank, output_stream which,
+                           std::function<void(std::uint64_t)> on_eof) {
+    const std::uint64_t key = key_of(rank, which);
+    if (by_key.contains(key)) {
+      throw error(errc::internal, "output forwarder: " + name_of(rank, which) + " opened twice");
+    }
     auto s = std::make_unique<stream_state>(max_line);
     s->rank = rank;
     s->which = which;
@@ -595,63 +634,77 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     s->terminal = which == output_stream::out ? out_dest : err_dest;
     append_line_prefix(s->tag_line, opt.tag, false, {}, rank, which, line_flags{});
     append_line_prefix(s->tag_piece, opt.tag, false, {}, rank, which, line_flags{false, true});
+    if (!opt.output_dir.empty()) s->file = open_rank_file(rank, which);
+    ++st.streams_open;
+    by_key.emplace(key, s.get());
+    streams.push_back(std::move(s));
+    return *streams.back();
+  }
+
+  void attach(std::uint32_t rank, output_stream which, int fd,
+              std::function<void(std::uint64_t)> on_eof) {
+    if (by_key.contains(key_of(rank, which))) ::close(fd);  // owned even when refused
+    stream_state& s = add_stream(rank, which, std::move(on_eof));
     ::fcntl(fd, F_SETPIPE_SZ, static_cast<int>(pipe_size()));  // best effort
     const int flags = ::fcntl(fd, F_GETFL);
     if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);  // our own pipe end
     ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-    s->pipe.emplace(io, fd);
-    if (!opt.output_dir.empty()) s->file = open_rank_file(rank, which);
-    ++st.streams_open;
-    stream_state& ref = *s;
-    streams.push_back(std::move(s));
-    asio::post(io, [weak = weak_from_this(), sp = &ref] {
+    s.pipe.emplace(io, fd);
+    asio::post(io, [weak = weak_from_this(), sp = &s] {
       if (auto self = weak.lock()) self->try_read(*sp);
     });
   }
 
-  static std::uint64_t key(std::uint32_t rank, output_stream which) {
-    return (std::uint64_t{rank} << 1) | (which == output_stream::err ? 1 : 0);
+  // ---- pushed streams ----------------------------------------------------------------------
+
+  const stream_state& known(std::uint32_t rank, output_stream which) const {
+    const auto it = by_key.find(key_of(rank, which));
+    if (it == by_key.end()) {
+      throw error(errc::internal,
+                  "output forwarder: " + name_of(rank, which) + " was never opened");
+    }
+    return *it->second;
+  }
+
+  // An open pushed stream, or errc::internal (`what` names the call for the message).
+  stream_state& open_pushed(std::uint32_t rank, output_stream which, const char* what) {
+    const auto it = by_key.find(key_of(rank, which));
+    if (it == by_key.end() || !it->second->pushed || it->second->eof) {
+      const char* why = it == by_key.end()    ? "was never opened"
+                        : !it->second->pushed ? "is read from a pipe"
+                                              : "is closed";
+      throw error(errc::internal, std::string("output forwarder: ") + what + " " +
+                                      name_of(rank, which) + ", which " + why);
+    }
+    return *it->second;
   }
 
   void open_stream(std::uint32_t rank, output_stream which,
                    std::function<void(std::uint64_t)> on_eof) {
-    auto s = std::make_unique<stream_state>(max_line);
-    s->rank = rank;
-    s->which = which;
-    s->on_eof = std::move(on_eof);
-    s->terminal = which == output_stream::out ? out_dest : err_dest;
-    append_line_prefix(s->tag_line, opt.tag, false, {}, rank, which, line_flags{});
-    append_line_prefix(s->tag_piece, opt.tag, false, {}, rank, which, line_flags{false, true});
-    if (!opt.output_dir.empty()) s->file = open_rank_file(rank, which);
-    ++st.streams_open;
-    pushed[key(rank, which)] = s.get();
-    streams.push_back(std::move(s));
+    add_stream(rank, which, std::move(on_eof)).pushed = true;
   }
 
-  stream_state* pushed_stream(std::uint32_t rank, output_stream which) const {
-    const auto it = pushed.find(key(rank, which));
-    return it == pushed.end() || it->second->eof ? nullptr : it->second;
-  }
-
-  void push(std::uint32_t rank, output_stream which, std::string_view bytes) {
-    stream_state* s = pushed_stream(rank, which);
-    if (s == nullptr || bytes.empty()) return;
-    s->bytes += bytes.size();
+  void push(std::uint32_t rank, output_stream which, std::span<const char> bytes) {
+    stream_state& s = open_pushed(rank, which, "push to");
+    if (bytes.empty()) return;
+    s.bytes += bytes.size();
     st.bytes_read += bytes.size();
+    if (orphaned(s)) {  // nowhere to go: do not even assemble lines
+      st.bytes_discarded += bytes.size();
+      return;
+    }
     chunk_time.reset();
-    consumer c{*this, *s};
-    s->assembler.feed(bytes, c);
+    consumer c{*this, s};
+    s.assembler.feed(std::string_view(bytes.data(), bytes.size()), c);
   }
 
   void close_stream(std::uint32_t rank, output_stream which) {
-    if (stream_state* s = pushed_stream(rank, which)) end_of_stream(*s);
+    end_of_stream(open_pushed(rank, which, "close of"));
   }
 
-  bool pushed_is_congested(std::uint32_t rank, output_stream which) {
-    const stream_state* s = pushed_stream(rank, which);
-    if (s == nullptr || congested(*s) == nullptr) return false;
-    pushed_congested = true;
-    return true;
+  bool congested(std::uint32_t rank, output_stream which) const {
+    const destination* d = known(rank, which).terminal;
+    return d != nullptr && d->over && !d->failed;
   }
 
   std::unique_ptr<destination> open_rank_file(std::uint32_t rank, output_stream which) {
@@ -685,30 +738,34 @@ void output_forwarder::attach(std::uint32_t rank, output_stream stream, int read
   impl_->attach(rank, stream, read_fd, std::move(on_eof));
 }
 
-void output_forwarder::async_drain(std::function<void()> handler) {
-  impl_->drain_handler = std::move(handler);
-  impl_->check_drain();
-}
-
 void output_forwarder::open_stream(std::uint32_t rank, output_stream stream,
-                                   std::function<void(std::uint64_t bytes)> on_eof) {
+                                   std::function<void(std::uint64_t)> on_eof) {
   impl_->open_stream(rank, stream, std::move(on_eof));
 }
 
 void output_forwarder::push(std::uint32_t rank, output_stream stream, std::span<const char> bytes) {
-  impl_->push(rank, stream, std::string_view(bytes.data(), bytes.size()));
+  impl_->push(rank, stream, bytes);
 }
 
 void output_forwarder::close_stream(std::uint32_t rank, output_stream stream) {
   impl_->close_stream(rank, stream);
 }
 
-bool output_forwarder::congested(std::uint32_t rank, output_stream stream) {
-  return impl_->pushed_is_congested(rank, stream);
+bool output_forwarder::congested(std::uint32_t rank, output_stream stream) const {
+  return impl_->congested(rank, stream);
 }
 
-void output_forwarder::set_resume_callback(std::function<void()> callback) {
-  impl_->resume_handler = std::move(callback);
+bool output_forwarder::discarding(std::uint32_t rank, output_stream stream) const {
+  return impl_->orphaned(impl_->known(rank, stream));
+}
+
+void output_forwarder::set_resume_callback(std::function<void()> f) {
+  impl_->resume_callback = std::move(f);
+}
+
+void output_forwarder::async_drain(std::function<void()> handler) {
+  impl_->drain_handler = std::move(handler);
+  impl_->check_drain();
 }
 
 output_forwarder::statistics output_forwarder::stats() const {

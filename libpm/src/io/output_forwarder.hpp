@@ -13,7 +13,11 @@
 //   - a failed destination (EPIPE, EIO, ...) is reported once through output_options::on_error,
 //     then its output is discarded while the pipes are still drained to end-of-stream.
 // Output never passes through the controller: per (rank, stream) the forwarder reports only
-// end-of-stream and the byte count (attach's on_eof).
+// end-of-stream and the byte count (attach's / open_stream's on_eof).
+// Two kinds of input, with the same guarantees: a pipe the forwarder reads (attach: ranks on this
+// host), or bytes pushed by the caller (open_stream/push/close_stream: ranks on other hosts, whose
+// output arrives in agent-link messages). A pushed stream cannot be left unread, so back-pressure
+// is the producer's: it asks congested() and waits for the resume callback.
 // Not thread-safe: call it from the io_context's thread; its callbacks run there.
 #pragma once
 
@@ -33,7 +37,8 @@ namespace pm::io {
 
 /// Sizes the forwarder works with; the defaults suit pmrun (tests shrink them).
 struct forwarder_limits {
-  /// A destination whose queue holds this many bytes stops the reading of the pipes feeding it.
+  /// A destination whose queue holds this many bytes stops the reading of the pipes feeding it
+  /// and is congested() for the pushed streams feeding it (until it drains to half of this).
   std::size_t queue_limit = std::size_t{4} << 20;
   /// Bytes read from a pipe at once (one buffer, shared by all pipes).
   std::size_t read_chunk = std::size_t{1} << 20;
@@ -53,35 +58,67 @@ class output_forwarder {
 
   /// Takes ownership of `read_fd`, the read end of a rank's stdout or stderr pipe, and forwards it
   /// until end-of-stream; then calls on_eof(bytes read) (the bytes may still be queued for writing:
-  /// async_drain waits for those).
+  /// async_drain waits for those). on_eof runs in a handler on the io_context, never inside a call
+  /// to the forwarder. A key already used throws pm::error(errc::internal) (read_fd is closed).
   void attach(std::uint32_t rank, output_stream stream, int read_fd,
               std::function<void(std::uint64_t bytes)> on_eof);
 
-  /// A stream whose bytes are pushed (a rank on another host: its agent forwards them over the
-  /// agent link) instead of read from a pipe. Same guarantees as attach(). on_eof as for attach.
+  // ---- pushed streams ---------------------------------------------------------------------
+  // A stream whose bytes the caller hands over (the agent link, for ranks on other hosts). A
+  // (rank, stream) key is used once: either attached or opened, never both, never twice. Misuse —
+  // pushing to or closing a key that is not an open pushed stream, opening a key already used —
+  // throws pm::error(errc::internal) (a bug of the caller; a link checks a remote agent's messages
+  // against its own table before it pushes).
+
+  /// Opens a pushed stream (per-rank files are created now, as for attach). on_eof(bytes pushed)
+  /// follows close_stream as for attach: run on the io_context, posted, never inside a call to the
+  /// forwarder.
   void open_stream(std::uint32_t rank, output_stream stream,
                    std::function<void(std::uint64_t bytes)> on_eof);
-  /// Processes the bytes at once, as a chunk read from a pipe (never blocks, never drops: a
-  /// destination's queue may grow past its limit by what the producer sends while congested,
-  /// which the agent link's window bounds). Bytes for a stream not opened, or closed, are ignored.
-  void push(std::uint32_t rank, output_stream stream, std::span<const char> bytes);
-  /// End-of-stream of a pushed stream: its partial last line is kept, on_eof(bytes) follows.
-  void close_stream(std::uint32_t rank, output_stream stream);
-  /// True when the destination of this pushed stream is over its queue limit: its producer should
-  /// pause (the agent link withholds credit). The resume callback fires (posted) once it drained.
-  bool congested(std::uint32_t rank, output_stream stream);
-  void set_resume_callback(std::function<void()> callback);
 
-  /// Calls `handler` (posted, never nested) once every attached stream reached end-of-stream and
-  /// everything read was written (or discarded by a failed destination).
+  /// Processes `bytes` at once, exactly like a chunk read from the rank's pipe: line assembly,
+  /// formatting, writing or queueing for each destination. The span is used in place (plain mode
+  /// writes from it; only what a full destination cannot take now is copied) and may be reused
+  /// when push returns. Never blocks and never drops: if the destination is congested the bytes
+  /// are queued beyond queue_limit, so the producer must stop when congested() turns true; the
+  /// excess is then bounded by what it had in flight (its window).
+  void push(std::uint32_t rank, output_stream stream, std::span<const char> bytes);
+
+  /// End of a pushed stream (the agent saw the pipe's end-of-stream): an unterminated last line is
+  /// passed on as for a pipe's end, the per-rank file is closed, and on_eof is posted.
+  void close_stream(std::uint32_t rank, output_stream stream);
+
+  /// True while the terminal destination (stdout/stderr) of this stream is congested: its queue
+  /// reached queue_limit and has not yet drained to half of it. A producer stops sending this
+  /// stream's bytes (the agent link withholds its credit, so the remote agent stops reading the
+  /// rank's pipe) until the resume callback. Per-rank files and sinks never congest (they are
+  /// written at once). Throws pm::error(errc::internal) for a key never attached or opened.
+  bool congested(std::uint32_t rank, output_stream stream) const;
+
+  /// True once nothing can receive this stream any more: its terminal destination failed (e.g.
+  /// `pmrun ... | head` exited) and there is no per-rank file and no sink. What is pushed to it is
+  /// then counted and discarded; a producer may close the rank's pipe, so that the rank gets
+  /// SIGPIPE as a local rank does (the forwarder closes an attached pipe itself). Throws as
+  /// congested().
+  bool discarding(std::uint32_t rank, output_stream stream) const;
+
+  /// `f` is called (posted, never nested) each time a congested destination stops being
+  /// congested: drained to half of queue_limit, or failed. One callback for the whole forwarder:
+  /// the producer then asks congested() for the streams it paused and grants more credit where
+  /// it is false. An empty function removes it.
+  void set_resume_callback(std::function<void()> f);
+
+  /// Calls `handler` (posted, never nested) once every stream, attached or pushed, reached
+  /// end-of-stream and everything read or pushed was written (or discarded by a failed
+  /// destination).
   void async_drain(std::function<void()> handler);
 
   struct statistics {
-    std::uint64_t bytes_read = 0;       ///< from all pipes
+    std::uint64_t bytes_read = 0;       ///< from all pipes and pushed streams
     std::uint64_t bytes_written = 0;    ///< to stdout/stderr (not counting per-rank files)
     std::uint64_t bytes_discarded = 0;  ///< meant for a failed destination
     std::size_t max_queued = 0;         ///< the largest a destination queue grew, in bytes
-    std::size_t streams_open = 0;       ///< attached and not yet at end-of-stream
+    std::size_t streams_open = 0;       ///< attached or opened, not yet at end-of-stream
   };
   statistics stats() const;
 
