@@ -518,7 +518,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     }
     if (hs.lost_told) return;
     hs.lost_told = true;
-    post(host_lost{h, host_info(h).name + ": " + reason});
+    post(host_lost{h, reason});
   }
 
   // ---- actions ----
