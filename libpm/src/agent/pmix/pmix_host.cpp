@@ -639,21 +639,21 @@ void server::register_job(const job_info& job) {
     auto cb = [](pmix_status_t rc, pmix_info_t info[], size_t ninfo, void* provided,
                  pmix_op_cbfunc_t cbfunc, void* cbdata) {
       auto* r = static_cast<setup_result*>(provided);
-      for (size_t i = 0; rc == PMIX_SUCCESS && i < ninfo; ++i) {
-        const pmix_info_t& in = info[i];
-        if (in.value.type == PMIX_ENVAR &&
-            (PMIX_CHECK_KEY(&in, PMIX_SET_ENVAR) || PMIX_CHECK_KEY(&in, PMIX_ADD_ENVAR))) {
-          const pmix_envar_t& e = in.value.data.envar;
-          if (e.envar != nullptr) {
-            r->env->push_back(std::string(e.envar) + "=" + (e.value != nullptr ? e.value : ""));
-          }
-        } else {
-          try {
+      try {  // nothing may throw into libpmix
+        for (size_t i = 0; rc == PMIX_SUCCESS && i < ninfo; ++i) {
+          const pmix_info_t& in = info[i];
+          if (in.value.type == PMIX_ENVAR &&
+              (PMIX_CHECK_KEY(&in, PMIX_SET_ENVAR) || PMIX_CHECK_KEY(&in, PMIX_ADD_ENVAR))) {
+            const pmix_envar_t& e = in.value.data.envar;
+            if (e.envar != nullptr) {
+              r->env->push_back(std::string(e.envar) + "=" + (e.value != nullptr ? e.value : ""));
+            }
+          } else {
             r->list->add_copy(in);
-          } catch (const std::exception& ex) {
-            r->error = ex.what();
           }
         }
+      } catch (const std::exception& ex) {
+        r->error = ex.what();
       }
       if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
       r->w.finish(rc);
