@@ -319,6 +319,21 @@ TEST_F(PmixHost, AbortReachesTheHostWithCallerAndStatus) {
   }
 }
 
+TEST_F(PmixHost, SigkilledRanksLeaveNothingBehind) {
+  // Ranks past MPI_Init (shared-memory segments made) die by SIGKILL: no cleanup of their own.
+  // What they made lives in the job's directories, which deregister_job removes (TearDown checks
+  // /tmp and /dev/shm).
+  seen_.on_abort = [&](px::abort_request& r) {
+    seen_.host->kill_all(SIGKILL);
+    r.release();
+  };
+  run(job(3), {mpi_dir + "/mpi_abort", "1"}, base_env(3));
+  ASSERT_EQ(seen_.aborts.size(), 1u);
+  for (const auto& r : host_->ranks()) {
+    EXPECT_EQ(r.signal, SIGKILL) << "rank " << r.rank << ": " << r.text;
+  }
+}
+
 TEST_F(PmixHost, Mpi4pyHello) {
   const std::string python = "/usr/bin/python3";
   if (pm::test::run_command({python, "-c", "import mpi4py"}).exit_code != 0) {

@@ -15,7 +15,7 @@
 //     Not thread-safe otherwise. start() may run on another thread (e.g. beside the host's other
 //     start-up work) if the server is handed over only once it returned. register_job, rank_env
 //     and deregister_job block the host thread while PMIx's progress thread does the work
-//     (measured: 2-4 ms per job, 0.05-0.2 ms per rank, 1.5 ms; more on a loaded machine:
+//     (measured: 1-4 ms per job, 0.03-0.2 ms per rank, 2-20 ms; more on a loaded machine:
 //     docs/pmix.md).
 //   - PMIx calls us ("upcalls") on its own progress thread. We never run host code there: each
 //     upcall copies its arguments into a queue, makes event_fd() readable and returns at once.
