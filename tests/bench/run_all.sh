@@ -7,4 +7,8 @@ echo "# Core: mapping and env (Google Benchmark)"
 "$build/bench/model_bench" --benchmark_counters_tabular=true
 echo "# Simulator: one failing rank aborting 1k..100k hosts x 8 (docs/simulator.md)"
 "$build/bench/sim_bench" 1000 10000 100000
+if [ -x "$build/bench/pmix_launch_bench" ]; then
+  echo "# Embedded PMIx server: MPI_Init under it beside mpirun (docs/pmix.md)"
+  "$build/bench/pmix_launch_bench" --reps 5 --lean
+fi
 /usr/bin/python3 tests/bench/peers_bench.py "$build" "$@"

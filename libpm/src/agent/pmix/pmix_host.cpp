@@ -1,0 +1,833 @@
+// The embedded PMIx server (pmix_host.hpp, docs/pmix.md). Facts it relies on were measured with
+// PMIx 4.2.2 and Open MPI 4.1.4 (shared/PMIX.md); each is named where it is used.
+#include "agent/pmix/pmix_host.hpp"
+
+#include <pmix.h>
+#include <pmix_server.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <system_error>
+#include <utility>
+
+#include "pm/error.hpp"
+
+namespace pm::agent::pmix {
+
+static_assert(wildcard_rank == PMIX_RANK_WILDCARD);
+
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail(const std::string& what, pmix_status_t rc) {
+  throw pm::error(pm::errc::system, "PMIx: " + what + " failed: " + PMIx_Error_string(rc));
+}
+
+pmix_status_t to_pmix(status s) noexcept {
+  switch (s) {
+    case status::success:
+      return PMIX_SUCCESS;
+    case status::error:
+      return PMIX_ERROR;
+    case status::not_supported:
+      return PMIX_ERR_NOT_SUPPORTED;
+    case status::not_found:
+      return PMIX_ERR_NOT_FOUND;
+    case status::unreachable:
+      return PMIX_ERR_UNREACH;
+    case status::timeout:
+      return PMIX_ERR_TIMEOUT;
+  }
+  return PMIX_ERROR;
+}
+
+proc from_pmix(const pmix_proc_t& p) {
+  return proc{std::string(p.nspace, ::strnlen(p.nspace, PMIX_MAX_NSLEN)), p.rank};
+}
+
+// Waits on the host thread for a PMIx callback that arrives on PMIx's progress thread.
+class waiter {
+ public:
+  static void done(pmix_status_t rc, void* self) { static_cast<waiter*>(self)->finish(rc); }
+  void finish(pmix_status_t rc) {
+    std::lock_guard lock(mu_);
+    rc_ = rc;
+    done_ = true;
+    cv_.notify_all();  // under the lock: the waiter cannot vanish before this returns
+  }
+  // `started` is what the PMIx call returned: PMIX_SUCCESS means "the callback will come".
+  pmix_status_t wait(pmix_status_t started) {
+    if (started == PMIX_OPERATION_SUCCEEDED) return PMIX_SUCCESS;
+    if (started != PMIX_SUCCESS) return started;
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return rc_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  pmix_status_t rc_ = PMIX_SUCCESS;
+};
+
+// pmix_data_array_t of pmix_info_t, destroyed with its contents.
+struct info_array {
+  pmix_data_array_t a{};
+  info_array() = default;
+  info_array(const info_array&) = delete;
+  info_array& operator=(const info_array&) = delete;
+  ~info_array() { PMIx_Data_array_destruct(&a); }
+  pmix_info_t* data() const { return static_cast<pmix_info_t*>(a.array); }
+  std::size_t size() const { return a.size; }
+};
+
+// A PMIx info list under construction (PMIx_Info_list_*: public in 4.2; every add copies).
+class info_list {
+ public:
+  info_list() : p_(PMIx_Info_list_start()) {
+    if (p_ == nullptr) fail("PMIx_Info_list_start", PMIX_ERR_NOMEM);
+  }
+  info_list(const info_list&) = delete;
+  info_list& operator=(const info_list&) = delete;
+  ~info_list() { PMIx_Info_list_release(p_); }
+
+  void add(const char* key, const void* value, pmix_data_type_t type) {
+    const pmix_status_t rc = PMIx_Info_list_add(p_, key, value, type);
+    if (rc != PMIX_SUCCESS) fail(std::string("adding ") + key, rc);
+  }
+  void add_u32(const char* key, std::uint32_t v) { add(key, &v, PMIX_UINT32); }
+  void add_u16(const char* key, std::uint16_t v) { add(key, &v, PMIX_UINT16); }
+  void add_rank(const char* key, std::uint32_t v) {
+    const pmix_rank_t r = v;
+    add(key, &r, PMIX_PROC_RANK);
+  }
+  void add_bool(const char* key, bool v) { add(key, &v, PMIX_BOOL); }
+  void add_string(const char* key, const std::string& v) { add(key, v.c_str(), PMIX_STRING); }
+  void add_array(const char* key, info_array& arr) { add(key, &arr.a, PMIX_DATA_ARRAY); }
+  void add_copy(const pmix_info_t& info) {
+    const pmix_status_t rc = PMIx_Info_list_xfer(p_, &info);
+    if (rc != PMIX_SUCCESS) fail("copying setup info", rc);
+  }
+  void convert(info_array& out) {
+    const pmix_status_t rc = PMIx_Info_list_convert(p_, &out.a);
+    // An empty list converts to "not found" in 4.2: an empty array is what we want then.
+    if (rc != PMIX_SUCCESS && rc != PMIX_ERR_EMPTY && rc != PMIX_ERR_NOT_FOUND) {
+      fail("PMIx_Info_list_convert", rc);
+    }
+  }
+
+ private:
+  void* p_;
+};
+
+std::string join(const std::vector<std::string>& words, char sep) {
+  std::string out;
+  for (const auto& w : words) {
+    if (!out.empty()) out += sep;
+    out += w;
+  }
+  return out;
+}
+
+std::string join_ranks(const std::vector<std::uint32_t>& ranks) {
+  std::string out;
+  for (const auto r : ranks) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(r);
+  }
+  return out;
+}
+
+// A regex from PMIx_generate_regex / _ppn, loaded as PMIX_REGEX: it may be a binary blob, not a
+// string (shared/PMIX.md).
+void add_regex(info_list& list, const char* key, const std::string& input, bool ppn) {
+  char* regex = nullptr;
+  const pmix_status_t rc =
+      ppn ? PMIx_generate_ppn(input.c_str(), &regex) : PMIx_generate_regex(input.c_str(), &regex);
+  if (rc != PMIX_SUCCESS) fail(ppn ? "PMIx_generate_ppn" : "PMIx_generate_regex", rc);
+  try {
+    list.add(key, regex, PMIX_REGEX);
+  } catch (...) {
+    ::free(regex);
+    throw;
+  }
+  ::free(regex);
+}
+
+// Blocks every signal in the calling thread for a scope: threads libpmix starts meanwhile
+// inherit the full mask.
+class all_signals_blocked {
+ public:
+  all_signals_blocked() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved_);
+  }
+  all_signals_blocked(const all_signals_blocked&) = delete;
+  all_signals_blocked& operator=(const all_signals_blocked&) = delete;
+  ~all_signals_blocked() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+
+ private:
+  sigset_t saved_;
+};
+
+// Completions check it before calling into PMIx: after stop() they do nothing.
+struct liveness {
+  std::mutex mu;
+  bool alive = true;
+};
+
+void release_bytes(void* p) {
+  delete static_cast<std::vector<char>*>(p);
+}
+
+completion op_completion(std::shared_ptr<liveness> live, pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  return completion([live = std::move(live), cbfunc, cbdata](status s) {
+    std::lock_guard lock(live->mu);
+    if (live->alive && cbfunc != nullptr) cbfunc(to_pmix(s), cbdata);
+  });
+}
+
+data_completion modex_completion(std::shared_ptr<liveness> live, pmix_modex_cbfunc_t cbfunc,
+                                 void* cbdata) {
+  return data_completion(
+      [live = std::move(live), cbfunc, cbdata](status s, std::vector<char> bytes) {
+        std::lock_guard lock(live->mu);
+        if (!live->alive || cbfunc == nullptr) return;
+        // PMIx reads the bytes until it calls release_bytes.
+        auto* held = new std::vector<char>(std::move(bytes));
+        cbfunc(to_pmix(s), held->data(), held->size(), cbdata, release_bytes, held);
+      });
+}
+
+bool valid_nspace(const std::string& ns) {
+  if (ns.empty() || ns.size() > 200 || ns == "." || ns == "..") return false;
+  return std::all_of(ns.begin(), ns.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  });
+}
+
+}  // namespace
+
+// ---- completions ----
+
+completion& completion::operator=(completion&& other) noexcept {
+  if (this != &other) {
+    if (fn_) (*this)(status::error);
+    fn_ = std::move(other.fn_);
+    other.fn_ = nullptr;
+  }
+  return *this;
+}
+completion::~completion() {
+  if (fn_) (*this)(status::error);
+}
+void completion::operator()(status s) {
+  auto fn = std::move(fn_);
+  fn_ = nullptr;
+  if (fn) fn(s);
+}
+
+data_completion& data_completion::operator=(data_completion&& other) noexcept {
+  if (this != &other) {
+    if (fn_) (*this)(status::error);
+    fn_ = std::move(other.fn_);
+    other.fn_ = nullptr;
+  }
+  return *this;
+}
+data_completion::~data_completion() {
+  if (fn_) (*this)(status::error);
+}
+void data_completion::operator()(status s, std::vector<char> data) {
+  auto fn = std::move(fn_);
+  fn_ = nullptr;
+  if (fn) fn(s, std::move(data));
+}
+
+// ---- job info ----
+
+void check_job_info(const job_info& job) {
+  auto bad = [&](const std::string& what) {
+    throw pm::error(pm::errc::usage, "PMIx job '" + job.nspace + "': " + what);
+  };
+  if (!valid_nspace(job.nspace)) {
+    throw pm::error(pm::errc::usage,
+                    "PMIx namespace '" + job.nspace +
+                        "' is not 1-200 characters of letters, digits, '.', '_' and '-'");
+  }
+  if (job.node_names.empty()) bad("no nodes");
+  if (job.ranks.empty()) bad("no ranks");
+  if (job.node_index >= job.node_names.size()) {
+    bad("this node's index " + std::to_string(job.node_index) + " is not below the " +
+        std::to_string(job.node_names.size()) + " nodes");
+  }
+  for (const auto& n : job.node_names) {
+    if (n.empty() || n.find_first_of(",; \t\n") != std::string::npos) {
+      bad("node name '" + n + "' is empty or has a separator in it");
+    }
+  }
+  std::uint32_t num_apps = 0;
+  for (const auto& r : job.ranks) num_apps = std::max(num_apps, r.app + 1);
+  std::vector<bool> app_used(num_apps);
+  std::vector<std::vector<bool>> local_seen(job.node_names.size());
+  for (std::size_t rank = 0; rank < job.ranks.size(); ++rank) {
+    const rank_info& r = job.ranks[rank];
+    if (r.node >= job.node_names.size()) {
+      bad("rank " + std::to_string(rank) + " is on node " + std::to_string(r.node) +
+          ", not one of the " + std::to_string(job.node_names.size()) + " nodes");
+    }
+    app_used[r.app] = true;
+    auto& seen = local_seen[r.node];
+    if (seen.size() <= r.local_rank) seen.resize(r.local_rank + 1u);
+    if (seen[r.local_rank]) {
+      bad("two ranks have local rank " + std::to_string(r.local_rank) + " on node " +
+          job.node_names[r.node]);
+    }
+    seen[r.local_rank] = true;
+  }
+  for (std::uint32_t a = 0; a < num_apps; ++a) {
+    if (!app_used[a]) bad("app " + std::to_string(a) + " has no ranks");
+  }
+}
+
+// make_job_info is in job_info.cpp (it needs libpm's rank map, not PMIx).
+
+// ---- the server ----
+
+struct job_state {
+  job_info info;
+  std::string dir;                     // Open MPI's session directory base
+  std::string shm_dir;                 // Open MPI's shared-memory segments (empty: in dir)
+  std::vector<std::string> setup_env;  // from PMIx_server_setup_application
+};
+
+struct server::impl {
+  options opts;
+  std::string dir;
+  std::string shm_dir;  // private directory on tmpfs for shared-memory segments, or empty
+  int efd = -1;
+  std::chrono::nanoseconds init_time{0};
+  bool running = false;
+  std::shared_ptr<liveness> live = std::make_shared<liveness>();
+  std::mutex mu;  // guards queue
+  std::vector<std::function<void(callbacks&)>> queue;
+  std::map<std::string, job_state> jobs;
+
+  // From the progress thread: queue work for the host thread and wake it.
+  void post(std::function<void(callbacks&)> work) {
+    {
+      std::lock_guard lock(mu);
+      queue.push_back(std::move(work));
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(efd, &one, sizeof one);
+  }
+};
+
+namespace {
+
+// The one server of this process, for the upcalls (fence and modex carry no server object).
+std::atomic<server::impl*> current{nullptr};
+std::mutex start_mu;  // start() and stop() of different servers never overlap
+// libpmix 4.2.2 cannot start a server again after PMIx_server_finalize: its listener thread
+// aborts ("bit out of range 0 - FD_SETSIZE on fd_set", measured). One per process, then.
+bool started_once = false;  // guarded by start_mu
+
+// ---- upcalls: on PMIx's progress thread; copy, queue, return ----
+// They are C callbacks: nothing may throw out of them. Until a request's completion exists, a
+// failure is returned to PMIx as a status; after that, the completion carries it.
+
+void notify(void (*pick)(callbacks&, const proc&), bool wanted, const pmix_proc_t* p) noexcept {
+  server::impl* s = current.load();
+  if (s == nullptr || !wanted) return;
+  try {
+    s->post([who = from_pmix(*p), pick](callbacks& on) { pick(on, who); });
+  } catch (...) {  // out of memory: the host misses a notice, PMIx is not affected
+  }
+}
+
+pmix_status_t on_connected(const pmix_proc_t* p, void*, pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);  // nothing for the host to decide
+  server::impl* s = current.load();
+  notify([](callbacks& on, const proc& who) { on.client_connected(who); },
+         s != nullptr && s->opts.on.client_connected, p);
+  return PMIX_SUCCESS;
+}
+
+pmix_status_t on_finalized(const pmix_proc_t* p, void*, pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
+  server::impl* s = current.load();
+  notify([](callbacks& on, const proc& who) { on.client_finalized(who); },
+         s != nullptr && s->opts.on.client_finalized, p);
+  return PMIX_SUCCESS;
+}
+
+// Queues `r` for the host's callback `pick`; if that fails, completes it with an error.
+template <class Request, class Completion>
+pmix_status_t queue_request(server::impl* s, std::shared_ptr<Request> r, Completion Request::*done,
+                            void (*pick)(callbacks&, Request&&)) noexcept {
+  try {
+    s->post([r, pick](callbacks& on) { pick(on, std::move(*r)); });
+  } catch (...) {
+    ((*r).*done)(status::error);
+  }
+  return PMIX_SUCCESS;
+}
+
+pmix_status_t on_abort(const pmix_proc_t* p, void*, int exit_status, const char msg[],
+                       pmix_proc_t procs[], size_t nprocs, pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  server::impl* s = current.load();
+  // No handler: release the caller now (PMIX_OPERATION_SUCCEEDED: cbfunc will not be called).
+  if (s == nullptr || !s->opts.on.abort) return PMIX_OPERATION_SUCCEEDED;
+  std::shared_ptr<abort_request> r;
+  try {
+    r = std::make_shared<abort_request>();
+    r->caller = from_pmix(*p);
+    r->exit_status = exit_status;
+    if (msg != nullptr) r->message = msg;
+    for (size_t i = 0; procs != nullptr && i < nprocs; ++i) {
+      r->targets.push_back(from_pmix(procs[i]));
+    }
+    r->release = op_completion(s->live, cbfunc, cbdata);
+  } catch (...) {
+    return PMIX_ERR_NOMEM;
+  }
+  return queue_request<abort_request, completion>(
+      s, std::move(r), &abort_request::release,
+      [](callbacks& on, abort_request&& req) { on.abort(std::move(req)); });
+}
+
+pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
+                       size_t ninfo, char* data, size_t ndata, pmix_modex_cbfunc_t cbfunc,
+                       void* cbdata) {
+  server::impl* s = current.load();
+  if (s == nullptr || !s->opts.on.fence) return PMIX_ERR_NOT_SUPPORTED;
+  std::shared_ptr<fence_request> r;
+  try {
+    r = std::make_shared<fence_request>();
+    for (size_t i = 0; i < nprocs; ++i) r->participants.push_back(from_pmix(procs[i]));
+    // "Collect" is the presence of PMIX_COLLECT_DATA (true), not the size of the data
+    // (shared/PMIX.md).
+    for (size_t i = 0; i < ninfo; ++i) {
+      if (PMIX_CHECK_KEY(&info[i], PMIX_COLLECT_DATA)) r->collect = PMIX_INFO_TRUE(&info[i]);
+    }
+    if (data != nullptr) r->data.assign(data, data + ndata);
+    r->done = modex_completion(s->live, cbfunc, cbdata);
+  } catch (...) {
+    return PMIX_ERR_NOMEM;
+  }
+  return queue_request<fence_request, data_completion>(
+      s, std::move(r), &fence_request::done,
+      [](callbacks& on, fence_request&& req) { on.fence(std::move(req)); });
+}
+
+pmix_status_t on_direct_modex(const pmix_proc_t* p, const pmix_info_t[], size_t,
+                              pmix_modex_cbfunc_t cbfunc, void* cbdata) {
+  server::impl* s = current.load();
+  if (s == nullptr || !s->opts.on.direct_modex) return PMIX_ERR_NOT_FOUND;
+  std::shared_ptr<modex_request> r;
+  try {
+    r = std::make_shared<modex_request>();
+    r->target = from_pmix(*p);
+    r->done = modex_completion(s->live, cbfunc, cbdata);
+  } catch (...) {
+    return PMIX_ERR_NOMEM;
+  }
+  return queue_request<modex_request, data_completion>(
+      s, std::move(r), &modex_request::done,
+      [](callbacks& on, modex_request&& req) { on.direct_modex(std::move(req)); });
+}
+
+// Static: libpmix keeps the pointer until PMIx_server_finalize. What is not set here PMIx
+// answers with "not supported" (publish/lookup, spawn, connect, tools' queries: docs/pmix.md).
+pmix_server_module_t module_table() {
+  pmix_server_module_t m;
+  std::memset(&m, 0, sizeof m);
+  m.client_connected = on_connected;
+  m.client_finalized = on_finalized;
+  m.abort = on_abort;
+  m.fence_nb = on_fence;
+  m.direct_modex = on_direct_modex;
+  return m;
+}
+pmix_server_module_t the_module = module_table();
+
+std::string default_tmp_root() {
+  const char* t = std::getenv("TMPDIR");
+  return t != nullptr && *t != '\0' ? std::string(t) : std::string("/tmp");
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+}
+
+}  // namespace
+
+server::server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+server::~server() {
+  stop();
+}
+
+std::unique_ptr<server> server::start(options opts) {
+  std::lock_guard start_lock(start_mu);
+  if (started_once) {
+    throw pm::error(pm::errc::system,
+                    "PMIx: a server was started in this process already (libpmix allows one)");
+  }
+  auto p = std::make_unique<impl>();
+  p->opts = std::move(opts);
+  if (p->opts.hostname.empty()) {
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) != 0) {
+      throw pm::error(pm::errc::system,
+                      std::string("PMIx: cannot read the host name: ") + std::strerror(errno));
+    }
+    p->opts.hostname = name;
+  }
+  // The private directory: several servers on one host (several jobs, several users) never
+  // meet, and removing it removes everything PMIx and Open MPI put there.
+  const std::string root = p->opts.tmp_root.empty() ? default_tmp_root() : p->opts.tmp_root;
+  std::string templ = root + "/pm-pmix." + std::to_string(::getpid()) + ".XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) {
+    throw pm::error(pm::errc::system, "PMIx: cannot create a private directory in " + root + ": " +
+                                          std::strerror(errno));
+  }
+  p->dir = templ;  // mkdtemp makes it 0700
+  // Open MPI's shared-memory segments (vader) go to /dev/shm by default and stay there when a
+  // rank is killed (measured: every aborted job left one file per rank). A private directory on
+  // the same tmpfs keeps them as fast and lets us remove them.
+  if (const std::string shm_root = p->opts.shm_root.empty() ? "/dev/shm" : p->opts.shm_root;
+      shm_root != "none") {
+    std::string shm = shm_root + "/pm-pmix." + std::to_string(::getpid()) + ".XXXXXX";
+    if (::mkdtemp(shm.data()) != nullptr) p->shm_dir = shm;  // no tmpfs: segments in dir
+  }
+  p->efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (p->efd < 0) {
+    const int e = errno;
+    remove_tree(p->dir);
+    if (!p->shm_dir.empty()) remove_tree(p->shm_dir);
+    throw pm::error(pm::errc::system, std::string("PMIx: eventfd: ") + std::strerror(e));
+  }
+  try {
+    // PMIx widens the mode of its tmpdir to 0755: give it a subdirectory, so that the 0700
+    // directory above keeps other users out.
+    const std::string pmix_dir = p->dir + "/pmix";
+    if (::mkdir(pmix_dir.c_str(), 0700) != 0) {
+      throw pm::error(pm::errc::system,
+                      "PMIx: cannot create " + pmix_dir + ": " + std::strerror(errno));
+    }
+    info_list list;
+    list.add_string(PMIX_SERVER_TMPDIR, pmix_dir);
+    list.add_string(PMIX_SYSTEM_TMPDIR, pmix_dir);
+    list.add_bool(PMIX_SERVER_TOOL_SUPPORT, p->opts.tool_support);
+    list.add_bool(PMIX_SERVER_SHARE_TOPOLOGY, p->opts.share_topology);
+    list.add_string(PMIX_HOSTNAME, p->opts.hostname);
+    info_array info;
+    list.convert(info);
+    current.store(p.get());
+    started_once = true;  // even a failed init leaves libpmix unable to start again
+    const auto t0 = std::chrono::steady_clock::now();
+    pmix_status_t rc;
+    {
+      all_signals_blocked mask;
+      rc = PMIx_server_init(&the_module, info.data(), info.size());
+    }
+    p->init_time = std::chrono::steady_clock::now() - t0;
+    if (rc != PMIX_SUCCESS) fail("PMIx_server_init", rc);
+  } catch (...) {
+    current.store(nullptr);
+    ::close(p->efd);
+    remove_tree(p->dir);
+    if (!p->shm_dir.empty()) remove_tree(p->shm_dir);
+    throw;
+  }
+  p->running = true;
+  return std::unique_ptr<server>(new server(std::move(p)));
+}
+
+int server::event_fd() const noexcept {
+  return impl_->efd;
+}
+
+std::size_t server::run_pending() {
+  std::uint64_t count = 0;
+  [[maybe_unused]] const auto n = ::read(impl_->efd, &count, sizeof count);
+  std::vector<std::function<void(callbacks&)>> work;
+  {
+    std::lock_guard lock(impl_->mu);
+    work.swap(impl_->queue);
+  }
+  for (auto& w : work) w(impl_->opts.on);
+  return work.size();
+}
+
+void server::register_job(const job_info& job) {
+  check_job_info(job);
+  if (!impl_->running) throw pm::error(pm::errc::system, "PMIx: the server is stopped");
+  if (impl_->jobs.contains(job.nspace)) {
+    throw pm::error(pm::errc::usage, "PMIx namespace '" + job.nspace + "' is registered already");
+  }
+  pmix_nspace_t ns;
+  PMIX_LOAD_NSPACE(ns, job.nspace.c_str());
+
+  job_state state;
+  state.info = job;
+  state.dir = job_tmpdir(job.nspace);
+  if (::mkdir(state.dir.c_str(), 0700) != 0) {
+    throw pm::error(pm::errc::system,
+                    "PMIx: cannot create " + state.dir + ": " + std::strerror(errno));
+  }
+  struct dir_guard {
+    std::vector<std::string> paths;
+    ~dir_guard() {
+      for (const auto& p : paths) remove_tree(p);
+    }
+  } guard{{state.dir}};
+  if (!impl_->shm_dir.empty()) {
+    state.shm_dir = impl_->shm_dir + "/" + job.nspace;
+    if (::mkdir(state.shm_dir.c_str(), 0700) != 0) {
+      throw pm::error(pm::errc::system,
+                      "PMIx: cannot create " + state.shm_dir + ": " + std::strerror(errno));
+    }
+    guard.paths.push_back(state.shm_dir);
+  }
+
+  // Derived facts.
+  const auto job_size = static_cast<std::uint32_t>(job.ranks.size());
+  const auto num_nodes = static_cast<std::uint32_t>(job.node_names.size());
+  std::uint32_t num_apps = 0;
+  for (const auto& r : job.ranks) num_apps = std::max(num_apps, r.app + 1);
+  std::vector<std::vector<std::uint32_t>> on_node(num_nodes);
+  std::vector<std::uint32_t> app_size(num_apps), app_leader(num_apps, 0), app_rank(job_size);
+  for (std::uint32_t rank = 0; rank < job_size; ++rank) {
+    const rank_info& r = job.ranks[rank];
+    on_node[r.node].push_back(rank);
+    if (app_size[r.app] == 0) app_leader[r.app] = rank;
+    app_rank[rank] = app_size[r.app]++;
+  }
+  const std::vector<std::uint32_t>& local = on_node[job.node_index];
+  const std::string& here = job.node_names[job.node_index];
+
+  // 1. Whatever PMIx's plugins want the job to have (network keys, envars): nothing on a
+  //    plain Debian machine, but a fabric plugin may add some.
+  info_list list;
+  {
+    struct setup_result {
+      waiter w;
+      info_list* list;
+      std::vector<std::string>* env;
+      std::string error;
+    } res{{}, &list, &state.setup_env, {}};
+    auto cb = [](pmix_status_t rc, pmix_info_t info[], size_t ninfo, void* provided,
+                 pmix_op_cbfunc_t cbfunc, void* cbdata) {
+      auto* r = static_cast<setup_result*>(provided);
+      try {  // nothing may throw into libpmix
+        for (size_t i = 0; rc == PMIX_SUCCESS && i < ninfo; ++i) {
+          const pmix_info_t& in = info[i];
+          if (in.value.type == PMIX_ENVAR &&
+              (PMIX_CHECK_KEY(&in, PMIX_SET_ENVAR) || PMIX_CHECK_KEY(&in, PMIX_ADD_ENVAR))) {
+            const pmix_envar_t& e = in.value.data.envar;
+            if (e.envar != nullptr) {
+              r->env->push_back(std::string(e.envar) + "=" + (e.value != nullptr ? e.value : ""));
+            }
+          } else {
+            r->list->add_copy(in);
+          }
+        }
+      } catch (const std::exception& ex) {
+        r->error = ex.what();
+      }
+      if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
+      r->w.finish(rc);
+    };
+    const pmix_status_t rc = res.w.wait(PMIx_server_setup_application(ns, nullptr, 0, cb, &res));
+    if (rc != PMIX_SUCCESS) fail("PMIx_server_setup_application", rc);
+    if (!res.error.empty()) throw pm::error(pm::errc::system, res.error);
+  }
+
+  // 2. Job level (what Open MPI 4.1 reads, as PRRTE and Slurm register it).
+  list.add_string(PMIX_JOBID, job.nspace);
+  list.add_u32(PMIX_JOB_SIZE, job_size);
+  list.add_u32(PMIX_UNIV_SIZE, std::max(job.universe_size, job_size));
+  list.add_u32(PMIX_MAX_PROCS, std::max(job.universe_size, job_size));
+  list.add_u32(PMIX_NUM_NODES, num_nodes);
+  list.add_u32(PMIX_JOB_NUM_APPS, num_apps);
+  list.add_bool(PMIX_SPAWNED, false);
+  add_regex(list, PMIX_NODE_MAP, join(job.node_names, ','), false);
+  {
+    std::string ppn;
+    for (std::uint32_t n = 0; n < num_nodes; ++n) {
+      if (n > 0) ppn += ';';
+      ppn += join_ranks(on_node[n]);
+    }
+    add_regex(list, PMIX_PROC_MAP, ppn, true);
+  }
+  // 3. This node: without local peers, local ranks fall back to TCP between them.
+  list.add_string(PMIX_HOSTNAME, here);
+  list.add_u32(PMIX_NODEID, job.node_index);
+  list.add_u32(PMIX_LOCAL_SIZE, static_cast<std::uint32_t>(local.size()));
+  list.add_u32(PMIX_NODE_SIZE, static_cast<std::uint32_t>(local.size()));
+  if (!local.empty()) {
+    list.add_string(PMIX_LOCAL_PEERS, join_ranks(local));
+    list.add_rank(PMIX_LOCALLDR, local.front());
+  }
+  // 4. Apps.
+  for (std::uint32_t a = 0; a < num_apps; ++a) {
+    info_list app;
+    app.add_u32(PMIX_APPNUM, a);  // first: it names the app
+    app.add_u32(PMIX_APP_SIZE, app_size[a]);
+    app.add_rank(PMIX_APPLDR, app_leader[a]);
+    info_array arr;
+    app.convert(arr);
+    list.add_array(PMIX_APP_INFO_ARRAY, arr);
+  }
+  // 5. Every rank, local or not (all or none: PMIx 4.2 derives node ids and local ranks only
+  //    when none are given). PMIX_LOCAL_RANK and PMIX_NODE_RANK are required by Open MPI.
+  for (std::uint32_t rank = 0; rank < job_size; ++rank) {
+    const rank_info& r = job.ranks[rank];
+    info_list pr;
+    pr.add_rank(PMIX_RANK, rank);  // first: it names the rank
+    pr.add_u16(PMIX_LOCAL_RANK, r.local_rank);
+    pr.add_u16(PMIX_NODE_RANK, r.node_rank);
+    pr.add_u32(PMIX_APPNUM, r.app);
+    pr.add_rank(PMIX_APP_RANK, app_rank[rank]);
+    pr.add_rank(PMIX_GLOBAL_RANK, rank);
+    pr.add_string(PMIX_HOSTNAME, job.node_names[r.node]);
+    pr.add_u32(PMIX_NODEID, r.node);
+    info_array arr;
+    pr.convert(arr);
+    list.add_array(PMIX_PROC_INFO_ARRAY, arr);
+  }
+  info_array info;
+  list.convert(info);
+  {
+    waiter w;
+    const pmix_status_t rc = w.wait(PMIx_server_register_nspace(
+        ns, static_cast<int>(local.size()), info.data(), info.size(), waiter::done, &w));
+    if (rc != PMIX_SUCCESS) fail("PMIx_server_register_nspace", rc);
+  }
+  {
+    waiter w;
+    const pmix_status_t rc =
+        w.wait(PMIx_server_setup_local_support(ns, nullptr, 0, waiter::done, &w));
+    if (rc != PMIX_SUCCESS) {
+      waiter d;
+      PMIx_server_deregister_nspace(ns, waiter::done, &d);
+      d.wait(PMIX_SUCCESS);
+      fail("PMIx_server_setup_local_support", rc);
+    }
+  }
+  guard.paths.clear();
+  impl_->jobs.emplace(job.nspace, std::move(state));
+}
+
+std::vector<std::string> server::rank_env(const std::string& nspace, std::uint32_t rank) {
+  auto it = impl_->jobs.find(nspace);
+  if (it == impl_->jobs.end()) {
+    throw pm::error(pm::errc::usage, "PMIx namespace '" + nspace + "' is not registered");
+  }
+  const job_state& job = it->second;
+  if (rank >= job.info.ranks.size() || job.info.ranks[rank].node != job.info.node_index) {
+    throw pm::error(pm::errc::usage, "PMIx job '" + nspace + "': rank " + std::to_string(rank) +
+                                         " is not one of this node's ranks");
+  }
+  pmix_proc_t p;
+  PMIX_PROC_LOAD(&p, nspace.c_str(), rank);
+  {
+    waiter w;
+    const pmix_status_t rc = w.wait(
+        PMIx_server_register_client(&p, ::geteuid(), ::getegid(), nullptr, waiter::done, &w));
+    if (rc != PMIX_SUCCESS) fail("PMIx_server_register_client", rc);
+  }
+  char** env = nullptr;
+  const pmix_status_t rc = PMIx_server_setup_fork(&p, &env);
+  std::vector<std::string> out;
+  for (char** e = env; e != nullptr && *e != nullptr; ++e) {
+    out.emplace_back(*e);
+    ::free(*e);
+  }
+  ::free(env);
+  if (rc != PMIX_SUCCESS) fail("PMIx_server_setup_fork", rc);
+  out.insert(out.end(), job.setup_env.begin(), job.setup_env.end());
+  // Open MPI 4.1.4 direct launch (shared/PMIX.md): without schizo=^orte and ess=pmi every rank
+  // thinks it is a singleton; without the tmpdir base it leaves /tmp/ompi.<host>.<uid>/jf.*.
+  out.emplace_back("OMPI_MCA_schizo=^orte");
+  out.emplace_back("OMPI_MCA_ess=pmi");
+  out.emplace_back("OMPI_MCA_orte_tmpdir_base=" + job.dir);
+  out.emplace_back("OMPI_MCA_btl_vader_backing_directory=" +
+                   (job.shm_dir.empty() ? job.dir : job.shm_dir));
+  return out;
+}
+
+void server::deregister_job(const std::string& nspace) {
+  auto it = impl_->jobs.find(nspace);
+  if (it == impl_->jobs.end()) return;
+  if (impl_->running) {
+    pmix_nspace_t ns;
+    PMIX_LOAD_NSPACE(ns, nspace.c_str());
+    waiter w;
+    PMIx_server_deregister_nspace(ns, waiter::done, &w);
+    w.wait(PMIX_SUCCESS);
+  }
+  remove_tree(it->second.dir);
+  if (!it->second.shm_dir.empty()) remove_tree(it->second.shm_dir);
+  impl_->jobs.erase(it);
+}
+
+void server::stop() {
+  if (!impl_ || !impl_->running) return;
+  std::lock_guard start_lock(start_mu);
+  impl_->running = false;
+  // Requests nobody will answer now: fail them while PMIx can still hear it.
+  auto drain = [&] {
+    std::vector<std::function<void(callbacks&)>> work;
+    std::lock_guard lock(impl_->mu);
+    work.swap(impl_->queue);
+    return work;  // destroyed by the caller: unanswered completions send status::error
+  };
+  drain();
+  {
+    std::lock_guard lock(impl_->live->mu);
+    impl_->live->alive = false;
+  }
+  PMIx_server_finalize();
+  current.store(nullptr);
+  drain();
+  impl_->jobs.clear();
+  ::close(impl_->efd);
+  impl_->efd = -1;
+  remove_tree(impl_->dir);
+  if (!impl_->shm_dir.empty()) remove_tree(impl_->shm_dir);
+}
+
+const std::string& server::tmpdir() const noexcept {
+  return impl_->dir;
+}
+
+std::string server::job_tmpdir(const std::string& nspace) const {
+  return impl_->dir + "/" + nspace;
+}
+
+std::chrono::nanoseconds server::init_time() const noexcept {
+  return impl_->init_time;
+}
+
+}  // namespace pm::agent::pmix

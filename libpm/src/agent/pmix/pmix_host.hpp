@@ -1,0 +1,240 @@
+// The PMIx server that the node agent (pmd) embeds for its host's ranks (docs/pmix.md).
+//
+// It wraps libpmix's server side (PMIx 4.2): start it, register a job (namespace), ask for each
+// local rank's environment, spawn the ranks yourself, and serve the requests PMIx cannot answer
+// on its own (abort, and later fences and direct modex that span hosts) from your event loop.
+// It lives in its own static library (pm_pmix) so that libpm never links libpmix: PMIx starts a
+// progress thread and needs care with signals, which a library must not impose on the programs
+// that embed it. Only pmd and the tests link it.
+//
+// Threads (what is and is not thread-safe):
+//   - One server per process, for the process's whole life: libpmix 4.2.2 crashes when a server
+//     starts again after PMIx_server_finalize, so start() refuses a second one even after
+//     stop(). A server serves any number of jobs (register_job / deregister_job).
+//   - Every member of `server` must be called from ONE thread, the host's (pmd's loop thread).
+//     Not thread-safe otherwise. start() may run on another thread (e.g. beside the host's other
+//     start-up work) if the server is handed over only once it returned. register_job, rank_env
+//     and deregister_job block the host thread while PMIx's progress thread does the work
+//     (measured: 1-4 ms per job, 0.03-0.2 ms per rank, 2-20 ms; more on a loaded machine:
+//     docs/pmix.md).
+//   - PMIx calls us ("upcalls") on its own progress thread. We never run host code there: each
+//     upcall copies its arguments into a queue, makes event_fd() readable and returns at once.
+//     The host polls event_fd() and calls run_pending(), which runs the `callbacks` on the host
+//     thread. No callback ever runs on another thread, and none runs outside run_pending().
+//     A callback may call the server's members (register a job, ...), but must not destroy the
+//     server; an exception it throws leaves run_pending(), and the requests queued behind it
+//     complete with status::error.
+//   - `completion` and `data_completion` objects (in abort, fence and modex requests) may be
+//     called from any thread, exactly once, but not concurrently with stop(). One that is
+//     destroyed without being called completes with status::error, so a rank never waits for ever
+//     on an answer the host forgot. After stop() they do nothing.
+//   - Signals: start() blocks every signal in the calling thread while libpmix creates its
+//     threads, so those threads inherit a full mask and never take a process-directed signal (a
+//     SIGTERM or SIGCHLD meant for the host's signalfd cannot be lost to them). The host's own
+//     mask is restored before start() returns and is left as the host chose. Children spawned by
+//     the host must get an empty mask before exec (pm::local::spawn does that).
+//
+// Files: start() creates a private 0700 directory (<tmp_root>/pm-pmix.<pid>.XXXXXX); PMIx uses
+// its subdirectory "pmix" as server and system tmpdir (rendezvous files, its shared-memory data
+// store, the shared topology), and each job gets a subdirectory that Open MPI uses as its session
+// directory. A second private directory on /dev/shm holds Open MPI's shared-memory segments per
+// job. deregister_job removes a job's directories, stop() the private ones: nothing is left in
+// /tmp or /dev/shm, also after an abort or a SIGKILL of the ranks.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pm {
+class rank_map;
+}
+
+namespace pm::agent::pmix {
+
+/// PMIx's wildcard rank ("every rank of the namespace"), as in a fence's participant list.
+inline constexpr std::uint32_t wildcard_rank = 0xfffffffeu;
+
+/// A process as PMIx names it.
+struct proc {
+  std::string nspace;
+  std::uint32_t rank = 0;  ///< or wildcard_rank
+  friend bool operator==(const proc&, const proc&) = default;
+};
+
+/// How the host answers a request.
+enum class status { success, error, not_supported, not_found, unreachable, timeout };
+
+/// One PMIx request's answer. Move-only; call it once (see the thread rules at the top).
+class completion {
+ public:
+  completion() = default;
+  explicit completion(std::function<void(status)> fn) : fn_(std::move(fn)) {}
+  completion(completion&&) noexcept = default;
+  completion& operator=(completion&& other) noexcept;
+  ~completion();
+  void operator()(status s = status::success);
+  /// True until called (or moved from).
+  explicit operator bool() const noexcept { return static_cast<bool>(fn_); }
+
+ private:
+  std::function<void(status)> fn_;
+};
+
+/// A fence's or a direct modex's answer: the status and the bytes to hand to PMIx (copied).
+class data_completion {
+ public:
+  data_completion() = default;
+  explicit data_completion(std::function<void(status, std::vector<char>)> fn)
+      : fn_(std::move(fn)) {}
+  data_completion(data_completion&&) noexcept = default;
+  data_completion& operator=(data_completion&& other) noexcept;
+  ~data_completion();
+  void operator()(status s, std::vector<char> data = {});
+  explicit operator bool() const noexcept { return static_cast<bool>(fn_); }
+
+ private:
+  std::function<void(status, std::vector<char>)> fn_;
+};
+
+/// A local rank called PMIx_Abort / MPI_Abort. It stays blocked until `release` is called:
+/// end the targets first (SIGTERM to their groups...), then release it, and it exits.
+struct abort_request {
+  proc caller;
+  int exit_status = 0;  ///< MPI_Abort's errorcode
+  std::string message;
+  std::vector<proc> targets;  ///< empty: the caller's whole namespace
+  completion release;
+};
+
+/// The host's part of a fence whose participants live on other hosts too (PMIx completes a
+/// fence among local ranks alone without asking). Every participating host's server contributes
+/// `data`; with `collect`, `done` gets the contributions of every host concatenated in node order
+/// (the same bytes on every host), otherwise empty bytes. A 0-byte contribution still counts: it
+/// is a barrier. Open MPI ignores a failed fence's status: after a failure the host must end the
+/// job itself.
+struct fence_request {
+  std::vector<proc> participants;  ///< may hold wildcard ranks
+  bool collect = false;            ///< PMIX_COLLECT_DATA was given
+  std::vector<char> data;          ///< this host's contribution
+  data_completion done;
+};
+
+/// A local rank asks for the published data of a rank this host does not serve: forward it to
+/// that rank's host, which answers with its server's modex blob.
+struct modex_request {
+  proc target;
+  data_completion done;
+};
+
+/// What the host wants to hear about. Each runs on the host thread, inside run_pending().
+struct callbacks {
+  std::function<void(const proc&)> client_connected;  ///< PMIx_Init of a rank (e.g. MPI_Init)
+  std::function<void(const proc&)> client_finalized;  ///< its PMIx_Finalize
+  /// Unset: the caller is released at once (it then exits with its status).
+  std::function<void(abort_request)> abort;
+  /// Unset: the fence fails with status::not_supported (one host does not need it).
+  std::function<void(fence_request)> fence;
+  /// Unset: the request fails with status::not_found.
+  std::function<void(modex_request)> direct_modex;
+};
+
+struct options {
+  /// This host's name for PMIx (PMIX_HOSTNAME); empty: gethostname(). Must equal the name the
+  /// job's node list gives this host.
+  std::string hostname;
+  /// Where the private directory is made; empty: $TMPDIR, else /tmp. Unix socket paths are
+  /// limited to 107 bytes: keep it short.
+  std::string tmp_root;
+  /// Where the private directory for Open MPI's shared-memory segments is made; empty:
+  /// /dev/shm; "none" (or when it cannot be made): they go into the job's directory.
+  std::string shm_root;
+  /// Accept PMIx tools (rendezvous files in the private directory).
+  bool tool_support = true;
+  /// Share the server's hwloc topology with the ranks (without it every rank discovers it again
+  /// and MPI_Init gets slower).
+  bool share_topology = true;
+  callbacks on;
+};
+
+/// One rank of the job as every rank of it is told.
+struct rank_info {
+  std::uint32_t app = 0;         ///< app context index (MPI_APPNUM)
+  std::uint32_t node = 0;        ///< index into job_info::node_names
+  std::uint16_t local_rank = 0;  ///< among the job's ranks on its node, by global rank
+  std::uint16_t node_rank = 0;   ///< among all jobs' ranks on its node (= local_rank for one job)
+  friend bool operator==(const rank_info&, const rank_info&) = default;
+};
+
+/// A job (a PMIx namespace) as seen from one of its nodes. The same for every node of the job
+/// except node_index. Sizes, the ranks on each node, app sizes and leaders are derived from
+/// `ranks`.
+struct job_info {
+  std::string nspace;                   ///< [A-Za-z0-9._-], at most 200 bytes; unique per launch
+  std::uint32_t universe_size = 0;      ///< MPI_UNIVERSE_SIZE (slots); at least the job size
+  std::uint32_t node_index = 0;         ///< this host, an index into node_names
+  std::vector<std::string> node_names;  ///< every node the job uses, in node order
+  std::vector<rank_info> ranks;         ///< index = global rank
+};
+
+/// The job as node `node_index` sees it, from libpm's rank map: nodes named as the allocation
+/// names them, local and node ranks from the map, universe = the allocation's slots.
+job_info make_job_info(const pm::rank_map& map, std::string nspace, std::uint32_t node_index);
+
+/// Throws pm::error(errc::usage) naming the first problem (bad namespace, a node or app index
+/// out of range, an unused app, duplicate local ranks on a node, no nodes, no ranks).
+void check_job_info(const job_info& job);
+
+class server {
+ public:
+  /// PMIx_server_init (about 20 ms with the shared topology, docs/pmix.md): creates the private
+  /// directory, starts PMIx's threads with every signal blocked. Throws pm::error(errc::system)
+  /// with one line when PMIx or the directory fails, or when this process started one before.
+  static std::unique_ptr<server> start(options opts);
+
+  ~server();  ///< stop()
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+
+  /// Readable when upcalls are queued: add it to the host's poll set (level-triggered), and
+  /// call run_pending() when it is readable.
+  int event_fd() const noexcept;
+  /// Runs the queued upcalls' callbacks on this thread; returns how many ran.
+  std::size_t run_pending();
+
+  /// PMIx_server_setup_application, _register_nspace (job, node, app and per-rank info for every
+  /// rank of the job, node and proc maps), _setup_local_support; creates the job's directory.
+  /// Throws pm::error (usage for bad job info, system for PMIx failures).
+  void register_job(const job_info& job);
+  /// The variables to add to local rank `rank`'s environment ("NAME=value"; they win over
+  /// anything of the same name): PMIx's (PMIx_server_register_client + _setup_fork:
+  /// PMIX_NAMESPACE, PMIX_RANK, the server URIs, ...) and what Open MPI 4.1 needs for a direct
+  /// launch (OMPI_MCA_schizo=^orte, OMPI_MCA_ess=pmi, OMPI_MCA_orte_tmpdir_base=<job dir>).
+  /// Call it for each local rank before spawning that rank. Throws pm::error.
+  std::vector<std::string> rank_env(const std::string& nspace, std::uint32_t rank);
+  /// PMIx_server_deregister_nspace and removal of the job's directory. Unknown: nothing.
+  void deregister_job(const std::string& nspace);
+  /// Completes queued requests with status::error, finalizes PMIx (its threads end), removes
+  /// the private directory. Idempotent; the destructor calls it.
+  void stop();
+
+  /// The private directory (0700). PMIx's server and system tmpdir is its subdirectory "pmix"
+  /// (PMIx makes that one 0755), each job's directory is <tmpdir>/<nspace>.
+  const std::string& tmpdir() const noexcept;
+  /// The job's directory (Open MPI's session directory base), under tmpdir().
+  std::string job_tmpdir(const std::string& nspace) const;
+  /// How long PMIx_server_init took.
+  std::chrono::nanoseconds init_time() const noexcept;
+
+  struct impl;
+
+ private:
+  explicit server(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace pm::agent::pmix

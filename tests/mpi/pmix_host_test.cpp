@@ -1,0 +1,556 @@
+// Real Open MPI 4.1 programs under the embedded PMIx server, on one host (docs/pmix.md).
+//
+// The test is a tiny pmd (tiny_host.hpp): it starts the server, registers a namespace, spawns
+// the ranks with the environment the server gives them and runs one poll loop over the server's
+// event fd and the ranks' pidfds and pipes. libpmix allows one server per process, so every test
+// here shares one (started by the first test that needs it) and registers its own namespace;
+// the server's own start and stop are tested in a child process (ServerAlone).
+//
+// After every test: no process of its namespace is left (no process has its PMIX_NAMESPACE), and
+// nothing new is in /tmp or /dev/shm with a PMIx or Open MPI name.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mpi/tiny_host.hpp"
+#include "pm/error.hpp"
+#include "support/command.hpp"
+
+namespace {
+
+namespace px = pm::agent::pmix;
+using pm::test::tiny_host;
+
+const std::string mpi_dir = PM_MPI_DIR;
+
+std::string hostname() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// ---- what the tests look at after a job ----
+
+// Entries of `dir` whose names PMIx, Open MPI or this process's server would use (another
+// process's server, e.g. a test running beside this one, is none of our business).
+std::set<std::string> scratch_entries(const std::string& dir) {
+  static const std::vector<std::string> prefixes = {
+      "pm-pmix.", "pmix", "ompi.", "openmpi", "vader_segment", "sm_segment", "hwloc"};
+  const std::string ours = "pm-pmix." + std::to_string(::getpid()) + ".";
+  std::set<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind("pm-pmix.", 0) == 0 && name.rfind(ours, 0) != 0) continue;
+      for (const auto& p : prefixes) {
+        if (name.rfind(p, 0) == 0) out.insert(name);
+      }
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+// Pids of the processes whose environment names PMIx namespace `nspace`.
+std::vector<pid_t> processes_of(const std::string& nspace) {
+  const std::string needle = "PMIX_NAMESPACE=" + nspace;
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream in("/proc/" + std::string(e->d_name) + "/environ", std::ios::binary);
+    std::string var;
+    while (std::getline(in, var, '\0')) {
+      if (var == needle) {
+        out.push_back(pid);
+        break;
+      }
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+// ---- the shared server and what its callbacks saw ----
+
+struct upcalls {
+  std::vector<px::proc> connected, finalized;
+  std::vector<px::abort_request> aborts;  // released by the test
+  std::vector<px::fence_request> fences;  // answered already; `done` is empty
+  std::vector<px::proc> modex_targets;    // answered "not found"
+  tiny_host* host = nullptr;
+  std::function<void(px::abort_request&)> on_abort;  // what the "pmd" does before releasing
+};
+upcalls* recording = nullptr;  // the running test's
+
+px::server& shared_server() {
+  static std::unique_ptr<px::server> server = [] {
+    px::options opts;
+    opts.on.client_connected = [](const px::proc& p) {
+      if (recording != nullptr) recording->connected.push_back(p);
+    };
+    opts.on.client_finalized = [](const px::proc& p) {
+      if (recording != nullptr) recording->finalized.push_back(p);
+    };
+    opts.on.abort = [](px::abort_request r) {
+      if (recording == nullptr) return;  // released (with an error) when r goes
+      if (recording->on_abort) recording->on_abort(r);
+      recording->aborts.push_back(std::move(r));
+    };
+    opts.on.fence = [](px::fence_request f) {
+      // A stand-in for the other hosts: they contributed nothing, so the collected bytes are
+      // ours (what a real gather would hand every host for a one-host contribution).
+      std::vector<char> all = f.data;
+      f.done(px::status::success, std::move(all));
+      if (recording != nullptr) recording->fences.push_back(std::move(f));
+    };
+    opts.on.direct_modex = [](px::modex_request m) {
+      if (recording != nullptr) recording->modex_targets.push_back(m.target);
+      m.done(px::status::not_found);  // the stand-in has no other host to ask
+    };
+    return px::server::start(opts);
+  }();
+  return *server;
+}
+
+// The environment every rank starts from: this process's, plus what Open MPI needs to run as
+// root here, plus the lean transport selection that keeps each case short.
+std::vector<std::string> base_env(std::uint32_t ranks, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> add = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                  "OMPI_MCA_pml=ob1", "OMPI_MCA_btl=self,vader,tcp"};
+  // More ranks than cores: yield when idle, as mpirun sets it when it oversubscribes.
+  if (ranks > std::thread::hardware_concurrency()) {
+    add.emplace_back("OMPI_MCA_mpi_yield_when_idle=1");
+  }
+  add.insert(add.end(), extra.begin(), extra.end());
+  return pm::test::merge_env(pm::test::own_environment(), add);
+}
+
+// Lines of `text` that match `re`, each split into its submatches.
+std::vector<std::smatch> matches(const std::string& text, const std::regex& re) {
+  std::vector<std::smatch> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it) {
+    out.push_back(*it);
+  }
+  return out;
+}
+
+class PmixHost : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = &shared_server();  // its private directories are there before and after
+    tmp_before_ = scratch_entries("/tmp");
+    shm_before_ = scratch_entries("/dev/shm");
+    recording = &seen_;
+    static std::atomic<int> counter{0};
+    nspace_ = "pmtest." + std::to_string(::getpid()) + "." + std::to_string(++counter);
+  }
+
+  void TearDown() override {
+    host_.reset();         // kills and reaps whatever is left
+    seen_.aborts.clear();  // unreleased callers are released with an error
+    recording = nullptr;
+    if (registered_) server_->deregister_job(nspace_);
+    EXPECT_EQ(processes_of(nspace_), std::vector<pid_t>{}) << "processes of " << nspace_ << " left";
+    EXPECT_EQ(scratch_entries("/tmp"), tmp_before_) << "left in /tmp";
+    EXPECT_EQ(scratch_entries("/dev/shm"), shm_before_) << "left in /dev/shm";
+    struct stat st {};
+    EXPECT_NE(::stat(server_->job_tmpdir(nspace_).c_str(), &st), 0) << "job directory left";
+  }
+
+  px::job_info job(std::uint32_t ranks) const {
+    return pm::test::one_node_job(nspace_, ranks, hostname());
+  }
+
+  // Registers `j`, spawns its ranks as `argv` and runs them to the end (at most 30 s).
+  void run(const px::job_info& j, const std::vector<std::string>& argv,
+           const std::vector<std::string>& env) {
+    server_->register_job(j);
+    registered_ = true;
+    host_ = std::make_unique<tiny_host>(*server_);
+    seen_.host = host_.get();
+    host_->spawn(j, argv, env);
+    ASSERT_TRUE(host_->run(std::chrono::seconds(30))) << "job did not end:\n"
+                                                      << host_->all_output();
+  }
+
+  void expect_all_exited_zero() const {
+    for (const auto& r : host_->ranks()) {
+      EXPECT_TRUE(r.exited && r.exit_code == 0)
+          << "rank " << r.rank << " exit " << r.exit_code << " signal " << r.signal << ":\n"
+          << r.text;
+    }
+  }
+
+  // Every rank said "hello rank R size N universe U appnum A" once, with the right R.
+  void expect_hellos(std::uint32_t n, std::uint32_t universe,
+                     const std::vector<std::uint32_t>& appnums = {}) const {
+    const std::regex line(R"(hello rank (-?\d+) size (-?\d+) universe (-?\d+) appnum (-?\d+))");
+    std::set<int> ranks;
+    for (const auto& r : host_->ranks()) {
+      const auto m = matches(r.text, line);
+      ASSERT_EQ(m.size(), 1u) << "rank " << r.rank << " said:\n" << r.text;
+      EXPECT_EQ(std::stoi(m[0][1]), static_cast<int>(r.rank)) << r.text;
+      EXPECT_EQ(std::stoi(m[0][2]), static_cast<int>(n)) << r.text;
+      EXPECT_EQ(std::stoi(m[0][3]), static_cast<int>(universe)) << r.text;
+      const std::uint32_t app = appnums.empty() ? 0 : appnums.at(r.rank);
+      EXPECT_EQ(std::stoi(m[0][4]), static_cast<int>(app)) << r.text;
+      ranks.insert(std::stoi(m[0][1]));
+    }
+    EXPECT_EQ(ranks.size(), n);
+  }
+
+  std::vector<std::uint32_t> ranks_of(const std::vector<px::proc>& procs) const {
+    std::vector<std::uint32_t> out;
+    for (const auto& p : procs) {
+      EXPECT_EQ(p.nspace, nspace_);
+      out.push_back(p.rank);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  static std::vector<std::uint32_t> iota(std::uint32_t n) {
+    std::vector<std::uint32_t> v(n);
+    for (std::uint32_t i = 0; i < n; ++i) v[i] = i;
+    return v;
+  }
+
+  px::server* server_ = nullptr;
+  std::string nspace_;
+  bool registered_ = false;
+  upcalls seen_;
+  std::unique_ptr<tiny_host> host_;
+  std::set<std::string> tmp_before_, shm_before_;
+};
+
+class PmixHello : public PmixHost, public ::testing::WithParamInterface<std::uint32_t> {};
+
+TEST_P(PmixHello, EveryRankSeesItsRankAndTheJobSize) {
+  const std::uint32_t n = GetParam();
+  auto j = job(n);
+  j.universe_size = 8;  // MPI_UNIVERSE_SIZE comes from PMIX_UNIV_SIZE
+  run(j, {mpi_dir + "/mpi_hello", std::to_string(n)}, base_env(n));
+  expect_all_exited_zero();
+  expect_hellos(n, 8);
+  EXPECT_EQ(ranks_of(seen_.connected), iota(n));
+  EXPECT_EQ(ranks_of(seen_.finalized), iota(n));
+  EXPECT_TRUE(seen_.fences.empty()) << "a one-host fence completes inside libpmix";
+  EXPECT_TRUE(seen_.aborts.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, PmixHello, ::testing::Values(1u, 2u, 4u),
+                         [](const auto& p) { return std::to_string(p.param); });
+
+TEST_F(PmixHost, RingOverSharedMemoryOnly) {
+  // btl=self,vader: no TCP, so the ranks must know they share the node (PMIX_LOCAL_PEERS).
+  run(job(4), {mpi_dir + "/mpi_ring"}, base_env(4, {"OMPI_MCA_btl=self,vader"}));
+  expect_all_exited_zero();
+  EXPECT_NE(host_->all_output().find("ring size 4 sum 6\n"), std::string::npos)
+      << host_->all_output();
+}
+
+TEST_F(PmixHost, AllreduceGivesEveryRankTheSum) {
+  run(job(4), {mpi_dir + "/mpi_allreduce"}, base_env(4));
+  expect_all_exited_zero();
+  const auto m =
+      matches(host_->all_output(), std::regex(R"(allreduce rank (\d+) size 4 sum (\d+))"));
+  ASSERT_EQ(m.size(), 4u) << host_->all_output();
+  for (const auto& one : m) EXPECT_EQ(one[2], "10");
+}
+
+TEST_F(PmixHost, BarriersInALoop) {
+  run(job(4), {mpi_dir + "/mpi_barrier_loop", "200"}, base_env(4));
+  expect_all_exited_zero();
+  EXPECT_NE(host_->all_output().find("barriers 200 size 4\n"), std::string::npos)
+      << host_->all_output();
+}
+
+TEST_F(PmixHost, MpmdAppsGetTheirAppNumbers) {
+  // Two app contexts of the same program: ranks 0-1 are app 0, ranks 2-3 app 1.
+  auto j = job(4);
+  j.ranks[2].app = 1;
+  j.ranks[3].app = 1;
+  run(j, {mpi_dir + "/mpi_hello", "4"}, base_env(4));
+  expect_all_exited_zero();
+  expect_hellos(4, 4, {0, 0, 1, 1});
+}
+
+TEST_F(PmixHost, AbortReachesTheHostWithCallerAndStatus) {
+  // Rank 2 calls MPI_Abort(MPI_COMM_WORLD, 42); the others wait in a barrier for ever. The
+  // "pmd" ends the others (SIGTERM to their groups), then releases the caller.
+  const std::uint32_t caller = 2;
+  seen_.on_abort = [&](px::abort_request& r) {
+    for (std::uint32_t rank = 0; rank < 4; ++rank) {
+      if (rank != r.caller.rank) seen_.host->kill_rank(rank, SIGTERM);
+    }
+    r.release();
+  };
+  run(job(4), {mpi_dir + "/mpi_abort", std::to_string(caller)}, base_env(4));
+  ASSERT_EQ(seen_.aborts.size(), 1u) << host_->all_output();
+  const auto& a = seen_.aborts[0];
+  EXPECT_EQ(a.caller, (px::proc{nspace_, caller}));
+  EXPECT_EQ(a.exit_status, 42);
+  EXPECT_TRUE(a.targets.empty()) << "MPI_Abort on MPI_COMM_WORLD means the whole namespace";
+  for (const auto& r : host_->ranks()) {
+    ASSERT_TRUE(r.exited);
+    if (r.rank == caller) {
+      EXPECT_EQ(r.exit_code, 42) << r.text;
+      EXPECT_NE(r.text.find("aborting rank 2 size 4"), std::string::npos) << r.text;
+    } else {
+      EXPECT_EQ(r.signal, SIGTERM) << "rank " << r.rank << ": " << r.text;
+    }
+  }
+}
+
+TEST_F(PmixHost, SigkilledRanksLeaveNothingBehind) {
+  // Ranks past MPI_Init (shared-memory segments made) die by SIGKILL: no cleanup of their own.
+  // What they made lives in the job's directories, which deregister_job removes (TearDown checks
+  // /tmp and /dev/shm).
+  seen_.on_abort = [&](px::abort_request& r) {
+    seen_.host->kill_all(SIGKILL);
+    r.release();
+  };
+  run(job(3), {mpi_dir + "/mpi_abort", "1"}, base_env(3));
+  ASSERT_EQ(seen_.aborts.size(), 1u);
+  for (const auto& r : host_->ranks()) {
+    EXPECT_EQ(r.signal, SIGKILL) << "rank " << r.rank << ": " << r.text;
+  }
+}
+
+TEST_F(PmixHost, Mpi4pyHello) {
+  const std::string python = "/usr/bin/python3";
+  if (pm::test::run_command({python, "-c", "import mpi4py"}).exit_code != 0) {
+    GTEST_SKIP() << "python3-mpi4py is not installed";
+  }
+  run(job(2), {python, std::string(PM_MPI_SOURCE_DIR) + "/mpi_hello.py", "2"}, base_env(2));
+  expect_all_exited_zero();
+  const auto m = matches(host_->all_output(), std::regex(R"(hello rank (\d) size 2 universe 2)"));
+  ASSERT_EQ(m.size(), 2u) << host_->all_output();
+  EXPECT_NE(m[0][1], m[1][1]);
+}
+
+TEST_F(PmixHost, FenceWithAnotherHostGoesToTheHost) {
+  // Rank 1 lives on a host this server does not serve: every fence of MPI_Init and MPI_Finalize
+  // needs that host, so PMIx hands it to us (fence_request). The stand-in answers for the
+  // absent host; rank 0 then runs to the end believing in a world of 2.
+  auto j = job(2);
+  j.node_names.push_back("other-host");
+  j.ranks[1].node = 1;
+  j.ranks[1].local_rank = j.ranks[1].node_rank = 0;
+  run(j, {mpi_dir + "/mpi_hello", "2"}, base_env(1));
+  expect_all_exited_zero();
+  ASSERT_EQ(host_->ranks().size(), 1u);
+  EXPECT_NE(host_->ranks()[0].text.find("hello rank 0 size 2"), std::string::npos);
+  // MPI_Init's modex (collect, with this host's data), its barrier, MPI_Finalize's barrier.
+  ASSERT_EQ(seen_.fences.size(), 3u);
+  for (const auto& f : seen_.fences) {
+    EXPECT_EQ(f.participants, (std::vector<px::proc>{{nspace_, px::wildcard_rank}}));
+  }
+  EXPECT_TRUE(seen_.fences[0].collect);
+  EXPECT_FALSE(seen_.fences[0].data.empty());
+  EXPECT_FALSE(seen_.fences[1].collect);
+  EXPECT_FALSE(seen_.fences[2].collect);
+}
+
+TEST_F(PmixHost, DirectModexForARankOfAnotherHostGoesToTheHost) {
+  // With the asynchronous modex, rank 0 asks for rank 1's connection data only when it first
+  // sends to it; rank 1 lives on another host, so PMIx asks us (modex_request). The stand-in
+  // answers "not found": rank 0 cannot reach rank 1 and aborts, which we release at once.
+  auto j = job(2);
+  j.node_names.push_back("other-host");
+  j.ranks[1].node = 1;
+  j.ranks[1].local_rank = j.ranks[1].node_rank = 0;
+  seen_.on_abort = [](px::abort_request& r) { r.release(); };
+  run(j, {mpi_dir + "/mpi_ring"},
+      base_env(1, {"OMPI_MCA_pmix_base_async_modex=1", "OMPI_MCA_btl=self,tcp"}));
+  ASSERT_FALSE(seen_.modex_targets.empty()) << host_->all_output();
+  for (const auto& t : seen_.modex_targets) EXPECT_EQ(t, (px::proc{nspace_, 1}));
+  ASSERT_EQ(seen_.aborts.size(), 1u) << host_->all_output();
+  EXPECT_EQ(seen_.aborts[0].caller, (px::proc{nspace_, 0}));
+  ASSERT_EQ(host_->ranks().size(), 1u);
+  EXPECT_TRUE(host_->ranks()[0].exited);
+  EXPECT_NE(host_->ranks()[0].exit_code, 0);
+}
+
+TEST_F(PmixHost, RankEnvHasPmixAndOpenMpiDirectLaunchVariables) {
+  server_->register_job(job(2));
+  registered_ = true;
+  const auto env = server_->rank_env(nspace_, 1);
+  auto has = [&](const std::string& var) {
+    return std::find(env.begin(), env.end(), var) != env.end();
+  };
+  EXPECT_TRUE(has("PMIX_NAMESPACE=" + nspace_));
+  EXPECT_TRUE(has("PMIX_RANK=1"));
+  EXPECT_TRUE(has("OMPI_MCA_schizo=^orte"));
+  EXPECT_TRUE(has("OMPI_MCA_ess=pmi"));
+  EXPECT_TRUE(has("OMPI_MCA_orte_tmpdir_base=" + server_->job_tmpdir(nspace_)));
+  EXPECT_TRUE(std::any_of(env.begin(), env.end(),
+                          [](const std::string& v) { return v.rfind("PMIX_SERVER_URI", 0) == 0; }));
+  // Everything the ranks are told to write lives under the server's private directories.
+  for (const auto& v : env) {
+    if (v.find("/tmp") != std::string::npos) {
+      EXPECT_NE(v.find(server_->tmpdir()), std::string::npos) << v;
+    }
+  }
+}
+
+TEST_F(PmixHost, MisuseIsOneClearError) {
+  auto expect_error = [](auto&& call, pm::errc code, const std::string& text) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; expected: " << text;
+    } catch (const pm::error& e) {
+      EXPECT_EQ(e.code(), code);
+      EXPECT_EQ(e.what(), text);
+    }
+  };
+  expect_error([&] { server_->rank_env("nobody", 0); }, pm::errc::usage,
+               "PMIx namespace 'nobody' is not registered");
+  auto j = job(2);
+  j.node_names.push_back("other-host");
+  j.ranks[1].node = 1;
+  j.ranks[1].local_rank = 0;
+  server_->register_job(j);
+  registered_ = true;
+  expect_error([&] { server_->register_job(j); }, pm::errc::usage,
+               "PMIx namespace '" + nspace_ + "' is registered already");
+  expect_error([&] { server_->rank_env(nspace_, 1); }, pm::errc::usage,
+               "PMIx job '" + nspace_ + "': rank 1 is not one of this node's ranks");
+  expect_error([&] { server_->rank_env(nspace_, 9); }, pm::errc::usage,
+               "PMIx job '" + nspace_ + "': rank 9 is not one of this node's ranks");
+  j.nspace = "bad name";
+  expect_error([&] { server_->register_job(j); }, pm::errc::usage,
+               "PMIx namespace 'bad name' is not 1-200 characters of letters, digits, '.', '_' "
+               "and '-'");
+  expect_error([] { px::server::start({}); }, pm::errc::system,
+               "PMIx: a server was started in this process already (libpmix allows one)");
+}
+
+// ---- the server's own life, in a process of its own ----
+
+bool alone() {
+  return std::getenv("PM_PMIX_ALONE") != nullptr;
+}
+
+// Signal masks of this process's threads other than the calling one.
+std::vector<std::string> other_threads_masks() {
+  std::vector<std::string> out;
+  const std::string me = std::to_string(::gettid());
+  DIR* d = ::opendir("/proc/self/task");
+  while (const dirent* e = ::readdir(d)) {
+    const std::string tid = e->d_name;
+    if (tid == "." || tid == ".." || tid == me) continue;
+    std::ifstream in("/proc/self/task/" + tid + "/status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("SigBlk:", 0) == 0) out.push_back(line.substr(7));
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+TEST(ServerAlone, StartStopLeavesNothingAndThreadsTakeNoSignal) {
+  if (!alone()) GTEST_SKIP() << "run by PmixServerLifecycle in a process of its own";
+  const auto tmp_before = scratch_entries("/tmp");
+  const auto shm_before = scratch_entries("/dev/shm");
+  sigset_t before, after;
+  pthread_sigmask(SIG_SETMASK, nullptr, &before);
+
+  px::options opts;
+  std::vector<px::proc> connected;
+  opts.on.client_connected = [&](const px::proc& p) { connected.push_back(p); };
+  auto server = px::server::start(opts);
+  std::printf("PMIx_server_init: %.1f ms\n", server->init_time().count() / 1e6);
+
+  // The caller's mask is as it was; every thread PMIx started blocks every signal.
+  pthread_sigmask(SIG_SETMASK, nullptr, &after);
+  for (int sig = 1; sig <= SIGRTMAX; ++sig) {
+    EXPECT_EQ(sigismember(&before, sig), sigismember(&after, sig)) << "signal " << sig;
+  }
+  const auto masks = other_threads_masks();
+  EXPECT_FALSE(masks.empty()) << "PMIx runs a progress thread";
+  // Every signal blocked; SIGKILL, SIGSTOP and glibc's two internal signals (32, 33) may show
+  // as unblocked (they cannot be blocked).
+  const auto bit = [](int sig) { return std::uint64_t{1} << (sig - 1); };
+  const std::uint64_t may_miss = bit(SIGKILL) | bit(SIGSTOP) | bit(32) | bit(33);
+  for (const auto& m : masks) {
+    const std::uint64_t blocked = std::stoull(m, nullptr, 16);
+    EXPECT_EQ(blocked | may_miss, ~std::uint64_t{0}) << m;
+  }
+
+  // The private directory: 0700, under /tmp; PMIx's tmpdir inside it.
+  struct stat st {};
+  ASSERT_EQ(::stat(server->tmpdir().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(server->tmpdir().rfind("/tmp/pm-pmix." + std::to_string(::getpid()) + ".", 0), 0u)
+      << server->tmpdir();
+
+  // Jobs, run and left registered: stop() must clear it all.
+  const auto j = pm::test::one_node_job("alone", 2, hostname());
+  server->register_job(j);
+  {
+    tiny_host h(*server);
+    h.spawn(j, {mpi_dir + "/mpi_hello", "2"}, base_env(2));
+    ASSERT_TRUE(h.run(std::chrono::seconds(30)));
+    for (const auto& r : h.ranks()) EXPECT_EQ(r.exit_code, 0) << r.text;
+  }
+  EXPECT_EQ(connected.size(), 2u);
+  // No abort callback: MPI_Abort's caller is released at once and exits with its code.
+  const auto j2 = pm::test::one_node_job("alone-abort", 1, hostname());
+  server->register_job(j2);
+  {
+    tiny_host h(*server);
+    h.spawn(j2, {mpi_dir + "/mpi_abort", "0"}, base_env(1));
+    ASSERT_TRUE(h.run(std::chrono::seconds(30)));
+    EXPECT_EQ(h.ranks().at(0).exit_code, 42) << h.ranks().at(0).text;
+  }
+  const std::string dir = server->tmpdir();
+  server->stop();
+  server->stop();  // idempotent
+  EXPECT_NE(::stat(dir.c_str(), &st), 0) << dir << " is left";
+  EXPECT_EQ(scratch_entries("/tmp"), tmp_before);
+  EXPECT_EQ(scratch_entries("/dev/shm"), shm_before);
+  EXPECT_TRUE(other_threads_masks().empty()) << "PMIx's threads end at stop()";
+
+  // libpmix cannot start again in this process: a clear error instead of its crash.
+  try {
+    px::server::start({});
+    ADD_FAILURE() << "a second server started";
+  } catch (const pm::error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "PMIx: a server was started in this process already (libpmix allows one)");
+  }
+}
+
+TEST(PmixServerLifecycle, InAProcessOfItsOwn) {
+  if (alone()) GTEST_SKIP();
+  char exe[4096] = {};
+  ASSERT_GT(::readlink("/proc/self/exe", exe, sizeof exe - 1), 0);
+  std::vector<std::string> env = pm::test::own_environment();
+  env.emplace_back("PM_PMIX_ALONE=1");
+  const auto res = pm::test::run_command({exe, "--gtest_filter=ServerAlone.*", "--gtest_color=no"},
+                                         std::chrono::seconds(60), "", &env);
+  std::printf("%s", res.out.c_str());
+  EXPECT_EQ(res.exit_code, 0) << res.out << res.err;
+  EXPECT_NE(res.out.find("[  PASSED  ] 1 test"), std::string::npos) << res.out;
+}
+
+}  // namespace

@@ -1,0 +1,229 @@
+// A tiny one-host pmd for the PMIx tests and the launch benchmark: spawns a job's local ranks
+// with the environment the embedded server gives them, and runs one poll loop over the server's
+// event fd, each rank's pidfd and each rank's output pipe (stdout and stderr merged).
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/pmix/pmix_host.hpp"
+#include "transport/local/spawner.hpp"
+
+extern char** environ;
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+namespace pm::test {
+
+namespace px = pm::agent::pmix;
+
+struct rank_process {
+  std::uint32_t rank = 0;
+  pid_t pid = -1;
+  int pidfd = -1;
+  int out = -1;      // read end of stdout+stderr
+  std::string text;  // everything it wrote
+  bool exited = false;
+  int exit_code = -1;  // when it exited
+  int signal = 0;      // when a signal ended it
+};
+
+/// "NAME=value" lists: later entries replace earlier ones of the same name.
+inline std::vector<std::string> merge_env(std::vector<std::string> base,
+                                          const std::vector<std::string>& add) {
+  auto name_of = [](std::string_view v) { return v.substr(0, v.find('=')); };
+  for (const auto& a : add) {
+    std::erase_if(base, [&](const std::string& b) { return name_of(b) == name_of(a); });
+    base.push_back(a);
+  }
+  return base;
+}
+
+/// This process's environment without PMIx or Open MPI identity it may have inherited.
+inline std::vector<std::string> own_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    if (v.starts_with("PMIX_") || v.starts_with("OMPI_COMM_WORLD") || v.starts_with("PMI_")) {
+      continue;
+    }
+    env.emplace_back(v);
+  }
+  return env;
+}
+
+class tiny_host {
+ public:
+  explicit tiny_host(px::server& s) : server_(s) {}
+  tiny_host(const tiny_host&) = delete;
+  tiny_host& operator=(const tiny_host&) = delete;
+  ~tiny_host() {
+    kill_all(SIGKILL);
+    for (auto& r : ranks_) {
+      if (!r.exited && r.pidfd >= 0) {
+        siginfo_t info{};
+        ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(r.pidfd), &info, WEXITED);
+      }
+      close_fd(r.pidfd);
+      close_fd(r.out);
+    }
+  }
+
+  /// Starts every rank of `job` on this node: env = `base_env`, then the server's rank_env.
+  void spawn(const px::job_info& job, const std::vector<std::string>& argv,
+             const std::vector<std::string>& base_env) {
+    for (std::uint32_t rank = 0; rank < job.ranks.size(); ++rank) {
+      if (job.ranks[rank].node != job.node_index) continue;
+      int fds[2];
+      if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+      pm::local::spawn_request req;
+      req.path = argv.at(0);
+      req.argv = argv;
+      req.env = merge_env(base_env, server_.rank_env(job.nspace, rank));
+      req.stdout_fd = fds[1];
+      req.stderr_fd = fds[1];
+      rank_process r;
+      r.rank = rank;
+      r.out = fds[0];
+      try {
+        const auto p = pm::local::spawn(req);
+        r.pid = p.pid;
+        r.pidfd = p.pidfd;
+      } catch (...) {
+        ::close(fds[0]);
+        ::close(fds[1]);
+        throw;
+      }
+      ::close(fds[1]);
+      ranks_.push_back(r);
+    }
+  }
+
+  /// Polls until every rank exited and closed its output, or the deadline passed (then false).
+  bool run(std::chrono::milliseconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (!all_done()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      std::vector<pollfd> fds;
+      fds.push_back({server_.event_fd(), POLLIN, 0});
+      for (auto& r : ranks_) {
+        if (r.pidfd >= 0) fds.push_back({r.pidfd, POLLIN, 0});
+        if (r.out >= 0) fds.push_back({r.out, POLLIN, 0});
+      }
+      const int n = ::poll(fds.data(), fds.size(), static_cast<int>(left.count()));
+      if (n < 0 && errno != EINTR) return false;
+      if ((fds[0].revents & POLLIN) != 0) server_.run_pending();
+      for (auto& r : ranks_) {
+        read_output(r);
+        reap(r);
+      }
+    }
+    server_.run_pending();  // a last look: e.g. client_finalized of the last rank
+    return true;
+  }
+
+  /// SIGTERM/SIGKILL to each running rank's process group.
+  void kill_all(int signo) {
+    for (auto& r : ranks_) {
+      if (!r.exited && r.pid > 0) ::kill(-r.pid, signo);
+    }
+  }
+  void kill_rank(std::uint32_t rank, int signo) {
+    for (auto& r : ranks_) {
+      if (r.rank == rank && !r.exited) ::kill(-r.pid, signo);
+    }
+  }
+
+  const std::vector<rank_process>& ranks() const { return ranks_; }
+  std::vector<pid_t> pids() const {
+    std::vector<pid_t> out;
+    for (const auto& r : ranks_) out.push_back(r.pid);
+    return out;
+  }
+  /// Every rank's output, in rank order.
+  std::string all_output() const {
+    std::string s;
+    for (const auto& r : ranks_) s += r.text;
+    return s;
+  }
+
+ private:
+  static void close_fd(int& fd) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  bool all_done() const {
+    for (const auto& r : ranks_) {
+      if (!r.exited || r.out >= 0) return false;
+    }
+    return true;
+  }
+  void read_output(rank_process& r) {
+    if (r.out < 0) return;
+    pollfd p{r.out, POLLIN, 0};
+    while (::poll(&p, 1, 0) > 0) {
+      char buf[4096];
+      const ssize_t n = ::read(r.out, buf, sizeof buf);
+      if (n > 0) {
+        r.text.append(buf, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      close_fd(r.out);  // EOF or error
+      return;
+    }
+  }
+  void reap(rank_process& r) {
+    if (r.exited || r.pidfd < 0) return;
+    siginfo_t info{};
+    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(r.pidfd), &info,
+                 WEXITED | WNOHANG) != 0 ||
+        info.si_pid == 0) {
+      return;
+    }
+    r.exited = true;
+    if (info.si_code == CLD_EXITED) {
+      r.exit_code = info.si_status;
+    } else {
+      r.signal = info.si_status;
+    }
+    close_fd(r.pidfd);
+  }
+
+  px::server& server_;
+  std::vector<rank_process> ranks_;
+};
+
+/// A one-node job of `n` ranks of one app.
+inline px::job_info one_node_job(const std::string& nspace, std::uint32_t n,
+                                 const std::string& hostname) {
+  px::job_info job;
+  job.nspace = nspace;
+  job.universe_size = n;
+  job.node_index = 0;
+  job.node_names = {hostname};
+  for (std::uint32_t r = 0; r < n; ++r) {
+    px::rank_info info;
+    info.local_rank = static_cast<std::uint16_t>(r);
+    info.node_rank = static_cast<std::uint16_t>(r);
+    job.ranks.push_back(info);
+  }
+  return job;
+}
+
+}  // namespace pm::test
