@@ -252,4 +252,74 @@ TEST(PmrunMultihost, OutputOfRemoteRanksArrivesWholeAndComplete) {
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 
+TEST(PmrunMultihost, ThisMachineAndRemoteHostsInOneJob) {
+  NEED_HOSTS();
+  multihost_fixture f(2);
+  // Rank 0 here: MASTER_ADDR must be this machine's address that the other hosts reach (the
+  // bridge's), never a loopback one.
+  const auto r =
+      run_command(pmrun(f, {"-H", "localhost:1," + f.hosts()[0].name + ":1", "-np", "2", "sh", "-c",
+                            "echo \"$OMPI_COMM_WORLD_RANK $(hostname) $NODE_RANK $MASTER_ADDR\""}),
+                  60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream in(r.out);
+  std::map<std::string, std::string> by_rank;
+  for (std::string line; std::getline(in, line);) by_rank[line.substr(0, 1)] = line;
+  ASSERT_EQ(by_rank.size(), 2u) << r.out;
+  EXPECT_EQ(by_rank["1"], "1 " + f.hosts()[0].name + " 1 " + f.bridge_ip()) << r.out;
+  EXPECT_NE(by_rank["0"].find(" 0 " + f.bridge_ip()), std::string::npos) << r.out;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, SigtermToPmrunReachesEveryRemoteRank) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  auto argv =
+      pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"});
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  auto busy = [&] {
+    for (const auto& h : f.hosts()) {
+      if (f.pids_on(h.name).size() < 3) return false;  // pmd + 2 ranks
+    }
+    return true;
+  };
+  while (!busy() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(busy()) << left_on_hosts(f);
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  // pmrun ends by the signal it was given, once every rank everywhere is gone.
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_TRUE(hosts_clean(f, 2s)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, OutputBackPressureNeverCostsAHost) {
+  NEED_HOSTS();
+  multihost_fixture f(2);
+  // pmrun's stdout is a pipe nobody reads for 5 s (more than the 2 s silence timeout) while the
+  // remote ranks flood it: the agents must stop reading their ranks, not lose the launcher.
+  const std::string cmd =
+      "'" + pm::test::pmrun_path() + "' --allow-run-as-root -mca plm_rsh_agent 'ssh -F " +
+      f.ssh_config() + "' -H " + hosts_2_each(f) + " -np 2 '" + pm::test::payload_path() +
+      "' flood 20000000 65536 | (sleep 5; wc -l); echo \"exit ${PIPESTATUS[0]}\"";
+  const auto r = run_command({"/bin/bash", "-c", cmd}, 90s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "400000\nexit 0\n") << r.err;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
 }  // namespace
