@@ -322,4 +322,30 @@ TEST(PmrunMultihost, OutputBackPressureNeverCostsAHost) {
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 
+
+TEST(PmrunMultihost, StdinReachesARemoteRankZeroAndEveryRankWithStdinAll) {
+  NEED_HOSTS();
+  multihost_fixture f(2);
+  std::string input;
+  for (int i = 0; i < 200000; ++i) input += std::to_string(i) + "\n";
+  // Rank 0 on node1 reads it all; rank 1 reads nothing (/dev/null).
+  const auto r = run_command(
+      pmrun(f, {"-H", f.hosts()[0].name + ":1," + f.hosts()[1].name + ":1", "-np", "2", "sh", "-c",
+                "echo \"$OMPI_COMM_WORLD_RANK $(hostname) $(cksum)\""}),
+      60s, input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto want = run_command({"/bin/sh", "-c", "cksum"}, 10s, input).out;
+  EXPECT_NE(r.out.find("0 " + f.hosts()[0].name + " " + want.substr(0, want.size() - 1)),
+            std::string::npos)
+      << r.out << " want " << want;
+  EXPECT_NE(r.out.find("1 " + f.hosts()[1].name + " 4294967295 0"), std::string::npos) << r.out;
+  // --stdin all: every rank on every host gets every byte.
+  const auto all = run_command(pmrun(f, {"-H", hosts_2_each(f), "-np", "4", "--stdin", "all",
+                                         "sh", "-c", "echo $(wc -l)"}),
+                               60s, input);
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(all.out, "200000\n200000\n200000\n200000\n");
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
 }  // namespace

@@ -59,6 +59,12 @@ void host_link::acknowledge(std::uint64_t bytes) {
   flush();
 }
 
+void host_link::send_input(std::uint32_t rank, std::span<const std::uint8_t> bytes) {
+  if (down_ || closed_ || bytes.empty()) return;
+  ep_.send_input(rank, bytes);
+  flush();
+}
+
 void host_link::suspend() {
   if (down_ || closed_) return;
   ep_.suspend(now());
@@ -150,12 +156,13 @@ void host_link::handle(std::vector<link::link_event>& events) {
       if (cb_.on_message) cb_.on_message(m->msg, std::move(fds));
     } else if (auto* o = std::get_if<link::output_in>(&e)) {
       if (cb_.on_output) cb_.on_output(o->rank, o->stream, o->bytes);
+    } else if (std::holds_alternative<link::credit_granted>(e)) {
+      if (cb_.on_credit) cb_.on_credit();
     } else if (auto* d = std::get_if<link::link_down>(&e)) {
       go_down(d->reason);
       return;
     }
-    // input_in cannot reach the launcher (the endpoint refuses it); credit_granted concerns
-    // stdin, which the launcher sends only to local agents as descriptors today.
+    // input_in cannot reach the launcher: the endpoint refuses it.
   }
 }
 

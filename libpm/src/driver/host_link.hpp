@@ -37,6 +37,8 @@ struct host_link_callbacks {
   /// The link is over (closed, broken, silent, garbage, wrong peer); one line. Called once, and
   /// not after close().
   std::function<void(std::string reason)> on_down;
+  /// The agent acknowledged stdin bytes after credit() had run out: more may be sent.
+  std::function<void()> on_credit;
 };
 
 class host_link : public std::enable_shared_from_this<host_link> {
@@ -57,6 +59,9 @@ class host_link : public std::enable_shared_from_this<host_link> {
   void send(const link::message& m, std::vector<link::owned_fd> fds = {});
   /// This side consumed `bytes` of the agent's output.
   void acknowledge(std::uint64_t bytes);
+  /// Stdin bytes for a rank on that host: at most credit() of them.
+  void send_input(std::uint32_t rank, std::span<const std::uint8_t> bytes);
+  std::uint64_t credit() const noexcept { return down_ || closed_ ? 0 : ep_.credit(); }
   void suspend();
   void resume();
   /// Stop: no more callbacks; queued bytes are written if the stream takes them at once, then the

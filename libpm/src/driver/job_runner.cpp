@@ -4,9 +4,11 @@
 // the end. docs/architecture.md, docs/agent-link.md.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
@@ -99,10 +101,23 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   std::vector<rank_state> told;  // per rank: the state on_rank_state last reported
   std::unordered_map<std::uint32_t, host_state> hosts;
   std::string local_agent_path;
-  std::string launcher_cwd;  // where apps without a wdir run, on every host that has it
+  std::string launcher_cwd;              // where apps without a wdir run, on every host that has it
   std::vector<std::string> base_env;     // the local agent's environment
   std::vector<std::string> mca_exports;  // what every agent adds to its own environment
   std::function<void()> after_shutdown;  // on_finish, once every link is closed
+
+  // Stdin for a rank on another host: read here and sent as input frames, as far as the link's
+  // credit allows (a rank that does not read its stdin stops the reading here).
+  struct input_pump {
+    std::uint32_t host = 0;
+    std::uint32_t rank = 0;
+    link::owned_fd fd;                                     // a private duplicate
+    std::optional<asio::posix::stream_descriptor> waiter;  // pipes and ttys; none: a file
+    bool waiting = false;
+    bool done = false;
+  };
+  std::vector<std::unique_ptr<input_pump>> pumps;
+  std::vector<char> input_buffer = std::vector<char>(std::size_t{64} << 10);
 
   job_time now() const { return std::chrono::steady_clock::now() - epoch; }
 
@@ -249,6 +264,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     lc.on_down = [weak, h](std::string reason) {
       if (auto self = weak.lock()) self->on_down(h, std::move(reason));
     };
+    lc.on_credit = [weak, h] {
+      if (auto self = weak.lock()) self->on_credit(h);
+    };
     hs.link = driver::host_link::create(io, link_options(h), std::move(lc), epoch);
     hs.link->send(setup_for(h));
     auto link = hs.link;
@@ -355,11 +373,86 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
         fds = stdin_for(m);
         if (!fds.empty() && !fds.front()) fds.clear();
       }
-      if (fds.empty()) {
-        // No descriptor to give (or a remote host, where stdin is not forwarded yet): /dev/null.
+      std::vector<std::pair<std::uint32_t, int>> inputs;  // remote ranks fed from here
+      if (!local) {
+        for (auto& r : m.ranks) {
+          if (!r.stdin_from_launcher) continue;
+          const int source = req.per_rank_stdin.empty() ? req.stdin_fd : req.per_rank_stdin[r.rank];
+          inputs.emplace_back(r.rank, source);
+        }
+      } else if (fds.empty()) {
+        // No descriptor to give: those ranks read /dev/null.
         for (auto& r : m.ranks) r.stdin_from_launcher = false;
       }
       hs.link->send(m, std::move(fds));
+      for (const auto& [rank, source] : inputs) start_pump(h, rank, source);
+    }
+  }
+
+  void start_pump(std::uint32_t h, std::uint32_t rank, int source) {
+    auto p = std::make_unique<input_pump>();
+    p->host = h;
+    p->rank = rank;
+    p->fd.reset(::fcntl(source, F_DUPFD_CLOEXEC, 3));
+    struct stat st {};
+    if (p->fd && ::fstat(p->fd.get(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+      // A private non-blocking description, so that the launcher's own stays as it was.
+      const std::string path = "/proc/self/fd/" + std::to_string(p->fd.get());
+      const int nfd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+      if (nfd >= 0) {
+        p->fd.reset(nfd);
+        p->waiter.emplace(io);
+        p->waiter->assign(::fcntl(nfd, F_DUPFD_CLOEXEC, 3));  // the waiter owns its own copy
+      }
+    }
+    pumps.push_back(std::move(p));
+    pump(*pumps.back());
+  }
+
+  void pump(input_pump& p) {
+    if (p.done || p.waiting) return;
+    auto it = hosts.find(p.host);
+    if (!p.fd || it == hosts.end() || !it->second.link || it->second.link->down() || finishing) {
+      p.done = true;
+      return;
+    }
+    auto& hl = *it->second.link;
+    for (int round = 0; round < 16; ++round) {
+      const auto credit = hl.credit();
+      if (credit == 0) return;  // on_credit resumes
+      const auto want = std::min<std::size_t>(input_buffer.size(), credit);
+      const ssize_t n = ::read(p.fd.get(), input_buffer.data(), want);
+      if (n > 0) {
+        hl.send_input(p.rank, {reinterpret_cast<const std::uint8_t*>(input_buffer.data()),
+                               static_cast<std::size_t>(n)});
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN && p.waiter) {
+        p.waiting = true;
+        p.waiter->async_wait(
+            asio::posix::descriptor_base::wait_read,
+            [weak = weak_from_this(), pp = &p](const boost::system::error_code& ec) {
+              auto self = weak.lock();
+              if (!self || ec) return;
+              pp->waiting = false;
+              self->pump(*pp);
+            });
+        return;
+      }
+      // End of input (or an error: nothing more will come).
+      p.done = true;
+      hl.send(link::input_closed{p.rank});
+      return;
+    }
+    asio::post(io, [weak = weak_from_this(), pp = &p] {
+      if (auto self = weak.lock()) self->pump(*pp);
+    });
+  }
+
+  void on_credit(std::uint32_t h) {
+    for (auto& p : pumps) {
+      if (p->host == h) pump(*p);
     }
   }
 

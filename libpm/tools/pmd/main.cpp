@@ -29,6 +29,7 @@
 #include <cstring>
 #include <deque>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -65,6 +66,14 @@ struct rank_process {
   owned_fd pidfd;  // closed once the exit was seen (the leader stays a zombie)
 };
 
+// A rank's stdin fed from the launcher's input frames (remote agents): the write end of its pipe.
+struct input_pipe {
+  owned_fd fd;
+  std::string pending;   // received, not yet written (at most the link's window)
+  bool closing = false;  // input_closed came: close once pending is written
+  bool watched = false;
+};
+
 // A forwarded output pipe of a rank (remote agents: output travels as data frames).
 struct output_pipe {
   owned_fd fd;
@@ -97,6 +106,9 @@ class driver {
   void on_signals();
   void on_pidfd(std::uint32_t rank);
   void on_output(std::uint32_t rank, pm::output_stream stream);
+  void on_input(std::uint32_t rank, std::span<const std::uint8_t> bytes);
+  void write_input(std::uint32_t rank);
+  void close_input(std::uint32_t rank);
   void resume_output();
   void flush();
   void lose_link(const std::string& reason);
@@ -109,6 +121,7 @@ class driver {
   static constexpr std::uint64_t tag_pidfd = 4ull << 56;
   static constexpr std::uint64_t tag_stdout = 5ull << 56;
   static constexpr std::uint64_t tag_stderr = 6ull << 56;
+  static constexpr std::uint64_t tag_stdin = 7ull << 56;
 
   ln::stream_fds link_;
   owned_fd epoll_;
@@ -125,6 +138,7 @@ class driver {
   std::unordered_map<std::uint32_t, std::vector<owned_fd>> pipes_to_pass_;  // until `started`
   std::unordered_map<std::uint64_t, output_pipe> forwarded_;  // key: rank << 1 | (stream == err)
   std::vector<std::uint64_t> paused_;                         // forwarded pipes waiting for credit
+  std::unordered_map<std::uint32_t, input_pipe> inputs_;      // ranks whose stdin comes as frames
   std::vector<std::pair<clock_type::time_point, std::uint64_t>> timers_;
   std::deque<ag::event> pending_;  // events that actions produced, fed after the current batch
   std::vector<ag::action> actions_;
@@ -258,7 +272,20 @@ void driver::do_spawn(const ag::process_spec& spec) {
   req.argv = spec.argv;
   req.env = spec.env;
   req.wdir = wdir;
-  req.stdin_fd = spec.stdin_from_launcher ? stdin_.get() : -1;
+  // Stdin as input frames (no descriptor came with the spawn): a pipe whose write end pmd feeds.
+  owned_fd in_r, in_w;
+  if (spec.stdin_from_launcher && !stdin_) {
+    int in[2];
+    if (::pipe2(in, O_CLOEXEC) != 0) {
+      pending_.push_back(ag::rank_spawn_failed{
+          spec.rank, 126, std::string("cannot create pipes: ") + std::strerror(errno)});
+      return;
+    }
+    in_r.reset(in[0]);
+    in_w.reset(in[1]);
+    ::fcntl(in_w.get(), F_SETFL, ::fcntl(in_w.get(), F_GETFL) | O_NONBLOCK);
+  }
+  req.stdin_fd = !spec.stdin_from_launcher ? -1 : in_r ? in_r.get() : stdin_.get();
   req.stdout_fd = out_w.get();
   req.stderr_fd = spec.streams == 2 ? err_w.get() : out_w.get();
   req.nofile = nofile_;  // pmd raised its own limit; ranks get the one it was given
@@ -269,6 +296,7 @@ void driver::do_spawn(const ag::process_spec& spec) {
     pending_.push_back(ag::rank_spawn_failed{spec.rank, failure_code(e), e.what()});
     return;
   }
+  if (in_w) inputs_[spec.rank].fd = std::move(in_w);
   rank_process& r = ranks_[spec.rank];
   r.pid = res.pid;
   r.pidfd.reset(res.pidfd);
@@ -332,6 +360,60 @@ void driver::on_output(std::uint32_t rank, pm::output_stream stream) {
   }
 }
 
+// Stdin bytes for a rank: written to its pipe as far as it takes them; the rest waits for
+// EPOLLOUT. Acknowledged once written (or dropped: a rank that is gone or closed its stdin), so the
+// launcher sends at most the link's window ahead of what the rank reads.
+void driver::on_input(std::uint32_t rank, std::span<const std::uint8_t> bytes) {
+  auto it = inputs_.find(rank);
+  if (it == inputs_.end() || !it->second.fd) {
+    ep_.acknowledge(bytes.size());
+    return;
+  }
+  it->second.pending.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  write_input(rank);
+}
+
+void driver::write_input(std::uint32_t rank) {
+  auto it = inputs_.find(rank);
+  if (it == inputs_.end()) return;
+  auto& in = it->second;
+  while (in.fd && !in.pending.empty()) {
+    const ssize_t n = ::write(in.fd.get(), in.pending.data(), in.pending.size());
+    if (n > 0) {
+      ep_.acknowledge(static_cast<std::uint64_t>(n));
+      in.pending.erase(0, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      if (!in.watched) {
+        in.watched = true;
+        watch(in.fd.get(), EPOLLOUT, tag_stdin | rank);
+      }
+      return;
+    }
+    // EPIPE: the rank closed its stdin or ended; what it did not read is dropped.
+    ep_.acknowledge(in.pending.size());
+    in.pending.clear();
+    if (in.watched) unwatch(in.fd.get());
+    in.fd.reset();
+  }
+  if (in.pending.empty()) {
+    if (in.watched) {
+      unwatch(in.fd.get());
+      in.watched = false;
+    }
+    if (in.closing) in.fd.reset();  // end of input: the rank reads end-of-file
+  }
+}
+
+void driver::close_input(std::uint32_t rank) {
+  auto it = inputs_.find(rank);
+  if (it == inputs_.end()) return;
+  it->second.closing = true;
+  write_input(rank);
+}
+
 void driver::resume_output() {
   auto keys = std::move(paused_);
   paused_.clear();
@@ -391,11 +473,14 @@ void driver::on_link_events(std::vector<ln::link_event>& events) {
         ep_.set_heartbeats(now(), std::chrono::milliseconds(j->heartbeat_ms),
                            std::chrono::milliseconds(j->silence_ms));
       }
+      if (const auto* c = std::get_if<ln::input_closed>(&m->msg)) close_input(c->rank);
       if (std::holds_alternative<ln::spawn_request>(m->msg)) {
         stdin_ = fds.empty() ? owned_fd() : std::move(fds.front());
       }
       feed(ag::received{std::move(m->msg)});
       stdin_.reset();  // the ranks have their copies now
+    } else if (auto* in = std::get_if<ln::input_in>(&e)) {
+      on_input(in->rank, in->bytes);
     } else if (std::holds_alternative<ln::credit_granted>(e)) {
       resume_output();
     } else if (auto* d = std::get_if<ln::link_down>(&e)) {
@@ -403,7 +488,7 @@ void driver::on_link_events(std::vector<ln::link_event>& events) {
       lose_link(d->reason);
       return;
     }
-    // peer_greeted: nothing to do; input_in: stdin over the link is not forwarded yet.
+    // peer_greeted: nothing to do.
   }
 }
 
@@ -514,6 +599,8 @@ int driver::run() {
         on_output(rank, pm::output_stream::out);
       } else if (kind == tag_stderr) {
         on_output(rank, pm::output_stream::err);
+      } else if (kind == tag_stdin) {
+        write_input(rank);
       }
     }
     if (link_open_) {
