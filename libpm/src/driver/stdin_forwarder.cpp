@@ -1,5 +1,9 @@
 #include "driver/stdin_forwarder.hpp"
 
+#include <boost/asio/post.hpp>
+
+#include <sys/stat.h>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -25,6 +29,8 @@ std::shared_ptr<stdin_forwarder> stdin_forwarder::start(asio::io_context& io, in
 stdin_forwarder::stdin_forwarder(asio::io_context& io, int input_fd, std::vector<int> targets)
     : io_(io), tty_fd_(input_fd), background_wait_(io), buffer_(read_chunk) {
   is_tty_ = isatty(input_fd) == 1;
+  struct stat st {};
+  is_file_ = ::fstat(input_fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
   // A private open file description: making it non-blocking leaves the shell's own untouched.
   const std::string proc = "/proc/self/fd/" + std::to_string(input_fd);
   int fd = ::open(proc.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -56,28 +62,37 @@ void stdin_forwarder::read_some() {
     return;
   }
   reading_ = true;
-  input_->async_wait(asio::posix::stream_descriptor::wait_read,
-                     [weak = weak_from_this()](const boost::system::error_code& ec) {
-                       auto self = weak.lock();
-                       if (!self) return;
-                       self->reading_ = false;
-                       if (ec) {
-                         self->finish_input();
-                         return;
-                       }
-                       if (self->stopped_) return;
-                       if (self->is_tty_ && tcgetpgrp(self->tty_fd_) != getpgrp()) {
-                         self->read_some();
-                         return;
-                       }
-                       const ssize_t n = ::read(self->input_->native_handle(), self->buffer_.data(),
-                                                self->buffer_.size());
-                       if (n > 0)
-                         self->on_read(static_cast<std::size_t>(n));
-                       else if (n == 0 || (errno != EAGAIN && errno != EINTR))
-                         self->finish_input();
-                       self->read_some();
-                     });
+  // A regular file is always ready: Asio cannot wait on it (epoll refuses it), so read it from
+  // a posted handler, one chunk per turn.
+  const auto when_ready = [this](auto handler) {
+    if (is_file_) {
+      asio::post(
+          io_, [handler = std::move(handler)]() mutable { handler(boost::system::error_code()); });
+    } else {
+      input_->async_wait(asio::posix::stream_descriptor::wait_read, std::move(handler));
+    }
+  };
+  when_ready([weak = weak_from_this()](const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (!self) return;
+    self->reading_ = false;
+    if (ec) {
+      self->finish_input();
+      return;
+    }
+    if (self->stopped_) return;
+    if (self->is_tty_ && tcgetpgrp(self->tty_fd_) != getpgrp()) {
+      self->read_some();
+      return;
+    }
+    const ssize_t n =
+        ::read(self->input_->native_handle(), self->buffer_.data(), self->buffer_.size());
+    if (n > 0)
+      self->on_read(static_cast<std::size_t>(n));
+    else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+      self->finish_input();
+    self->read_some();
+  });
 }
 
 void stdin_forwarder::on_read(std::size_t n) {
@@ -96,18 +111,21 @@ void stdin_forwarder::flush(std::size_t i) {
     return;
   }
   t.writing = true;
+  // The bytes being written must not move while on_read appends to pending.
+  t.inflight.swap(t.pending);
+  t.pending.clear();
   asio::async_write(
-      *t.pipe, asio::buffer(t.pending),
+      *t.pipe, asio::buffer(t.inflight),
       [weak = weak_from_this(), i](const boost::system::error_code& ec, std::size_t n) {
         auto self = weak.lock();
         if (!self) return;
         auto& tg = self->targets_[i];
         tg.writing = false;
+        (void)n;  // async_write sends all of inflight unless it fails
+        tg.inflight.clear();
         if (ec) {  // the rank is gone or closed stdin: drop what it would get
           tg.pending.clear();
           tg.pipe.reset();
-        } else {
-          tg.pending.erase(0, n);
         }
         self->flush(i);
         self->read_some();

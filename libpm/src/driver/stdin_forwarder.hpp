@@ -28,7 +28,8 @@ class stdin_forwarder : public std::enable_shared_from_this<stdin_forwarder> {
  private:
   struct target {
     std::unique_ptr<boost::asio::posix::stream_descriptor> pipe;
-    std::string pending;  // bytes not yet written (bounded: reading pauses while any is full)
+    std::string pending;   // bytes not yet written (bounded: reading pauses while any is full)
+    std::string inflight;  // what the current async_write sends: pending may grow meanwhile
     bool writing = false;
   };
   stdin_forwarder(boost::asio::io_context& io, int input_fd, std::vector<int> targets);
@@ -40,7 +41,8 @@ class stdin_forwarder : public std::enable_shared_from_this<stdin_forwarder> {
 
   boost::asio::io_context& io_;
   bool is_tty_ = false;
-  int tty_fd_ = -1;  // the original descriptor, for the foreground check
+  bool is_file_ = false;  // a regular file: epoll refuses it, so it is read without waiting
+  int tty_fd_ = -1;       // the original descriptor, for the foreground check
   std::unique_ptr<boost::asio::posix::stream_descriptor> input_;
   boost::asio::steady_timer background_wait_;
   std::vector<target> targets_;
