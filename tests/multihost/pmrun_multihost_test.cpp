@@ -64,6 +64,38 @@ std::string left_on_hosts(const multihost_fixture& f) {
   return out;
 }
 
+// pmrun started in the background (own process group, no terminal), for tests that signal it.
+pid_t start_pmrun(const multihost_fixture& f, std::vector<std::string> args) {
+  auto argv = pmrun(f, std::move(args));
+  std::vector<char*> c_args;
+  for (auto& a : argv) c_args.push_back(a.data());
+  c_args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    const int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    execv(c_args[0], c_args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// True once every host runs its agent and at least `ranks` ranks.
+bool every_host_busy(const multihost_fixture& f, std::size_t ranks,
+                     std::chrono::milliseconds within = 20s) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    bool all = true;
+    for (const auto& h : f.hosts()) all = all && f.pids_on(h.name).size() >= ranks + 1;
+    if (all) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
 TEST(PmrunMultihost, RanksRunOnTheirHostsWithTheContractEnvironment) {
   NEED_HOSTS();
   multihost_fixture f(3);
@@ -172,31 +204,10 @@ TEST(PmrunMultihost, APartitionedHostIsLostByItsSilenceAndClearsItsRanks) {
 TEST(PmrunMultihost, PmrunKilledLeavesNothingOnAnyHost) {
   NEED_HOSTS();
   multihost_fixture f(3);
-  auto argv =
-      pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"});
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    int null = open("/dev/null", O_RDWR);
-    dup2(null, 0);
-    dup2(null, 1);
-    execv(args[0], args.data());
-    _exit(127);
-  }
+  const pid_t pid =
+      start_pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"});
   ASSERT_GT(pid, 0);
-  // Wait until every host runs its ranks.
-  const auto until = std::chrono::steady_clock::now() + 20s;
-  auto busy = [&] {
-    for (const auto& h : f.hosts()) {
-      if (f.pids_on(h.name).size() < 3) return false;  // pmd + 2 ranks
-    }
-    return true;
-  };
-  while (!busy() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
-  EXPECT_TRUE(busy()) << left_on_hosts(f);
+  EXPECT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -274,31 +285,10 @@ TEST(PmrunMultihost, ThisMachineAndRemoteHostsInOneJob) {
 TEST(PmrunMultihost, SigtermToPmrunReachesEveryRemoteRank) {
   NEED_HOSTS();
   multihost_fixture f(3);
-  auto argv =
-      pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"});
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    int null = open("/dev/null", O_RDWR);
-    dup2(null, 0);
-    dup2(null, 1);
-    dup2(null, 2);
-    execv(args[0], args.data());
-    _exit(127);
-  }
+  const pid_t pid =
+      start_pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"});
   ASSERT_GT(pid, 0);
-  const auto until = std::chrono::steady_clock::now() + 20s;
-  auto busy = [&] {
-    for (const auto& h : f.hosts()) {
-      if (f.pids_on(h.name).size() < 3) return false;  // pmd + 2 ranks
-    }
-    return true;
-  };
-  while (!busy() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
-  EXPECT_TRUE(busy()) << left_on_hosts(f);
+  EXPECT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -322,17 +312,16 @@ TEST(PmrunMultihost, OutputBackPressureNeverCostsAHost) {
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 
-
 TEST(PmrunMultihost, StdinReachesARemoteRankZeroAndEveryRankWithStdinAll) {
   NEED_HOSTS();
   multihost_fixture f(2);
   std::string input;
   for (int i = 0; i < 200000; ++i) input += std::to_string(i) + "\n";
   // Rank 0 on node1 reads it all; rank 1 reads nothing (/dev/null).
-  const auto r = run_command(
-      pmrun(f, {"-H", f.hosts()[0].name + ":1," + f.hosts()[1].name + ":1", "-np", "2", "sh", "-c",
-                "echo \"$OMPI_COMM_WORLD_RANK $(hostname) $(cksum)\""}),
-      60s, input);
+  const auto r =
+      run_command(pmrun(f, {"-H", f.hosts()[0].name + ":1," + f.hosts()[1].name + ":1", "-np", "2",
+                            "sh", "-c", "echo \"$OMPI_COMM_WORLD_RANK $(hostname) $(cksum)\""}),
+                  60s, input);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto want = run_command({"/bin/sh", "-c", "cksum"}, 10s, input).out;
   EXPECT_NE(r.out.find("0 " + f.hosts()[0].name + " " + want.substr(0, want.size() - 1)),
@@ -340,9 +329,9 @@ TEST(PmrunMultihost, StdinReachesARemoteRankZeroAndEveryRankWithStdinAll) {
       << r.out << " want " << want;
   EXPECT_NE(r.out.find("1 " + f.hosts()[1].name + " 4294967295 0"), std::string::npos) << r.out;
   // --stdin all: every rank on every host gets every byte.
-  const auto all = run_command(pmrun(f, {"-H", hosts_2_each(f), "-np", "4", "--stdin", "all",
-                                         "sh", "-c", "echo $(wc -l)"}),
-                               60s, input);
+  const auto all = run_command(
+      pmrun(f, {"-H", hosts_2_each(f), "-np", "4", "--stdin", "all", "sh", "-c", "echo $(wc -l)"}),
+      60s, input);
   ASSERT_EQ(all.exit_code, 0) << all.err;
   EXPECT_EQ(all.out, "200000\n200000\n200000\n200000\n");
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
