@@ -891,6 +891,75 @@ TEST(local_agent, a_wrong_nonce_runs_nothing) {
   fs::remove(stamp);
 }
 
+// A launcher that breaks the protocol's order (a spawn before the job's setup) is told why; pmd
+// then ends like a pmd that lost its launcher.
+TEST(local_agent, a_spawn_before_the_job_is_refused_with_an_error) {
+  agent_session s;
+  ASSERT_TRUE(s.connect_raw()) << s.open_failed.value_or("");
+  raw_link r(*s.stream, job_nonce);
+  r.ep.send(spawn_of({rank_of(0)}));
+  ASSERT_TRUE(r.flush());
+  r.read_until([] { return false; });  // until pmd closes the stream
+  EXPECT_TRUE(r.eof);
+  ASSERT_EQ(r.count<link::agent_error>(), 1u);
+  EXPECT_EQ(all_of<link::agent_error>(r.messages)[0].text, "'spawn' message before 'job'");
+  EXPECT_EQ(r.count<link::started>(), 0u);
+  EXPECT_EQ(s.agent_end(),
+            "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 1");
+}
+
+// What a login shell prints before the agent starts (over ssh, rc files) is skipped.
+TEST(local_agent, noise_before_the_agent_is_skipped) {
+  const auto dir = fs::temp_directory_path() / ("pm-noisy-pmd-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream script(dir / "pmd");
+    script << "#!/bin/sh\necho 'Welcome to node1'\nprintf 'You have mail.'\nexec '" << pmd_path()
+           << "' \"$@\"\n";
+  }
+  fs::permissions(dir / "pmd", fs::perms::owner_all);
+  {
+    session_options o;
+    o.pipes = true;
+    o.agent_path = (dir / "pmd").string();
+    agent_session s(o);
+    s.connect(job({payload_app({"echo", "hi"})}, true));
+    s.send(spawn_of({rank_of(0)}));
+    ASSERT_TRUE(s.run_until([&] {
+      return s.got.count<link::exited>() == 1 && s.got.count<link::stream_closed>() == 2;
+    })) << s.got.down.value_or("");
+    EXPECT_EQ((s.got.output[{0, output_stream::out}]), "hi\n");
+    EXPECT_EQ(s.shutdown(), "");
+  }
+  fs::remove_all(dir);
+}
+
+// An agent command that dies before its hello (a wrong path on the far side): its last words are
+// quoted, and how it ended is known.
+TEST(local_agent, an_agent_that_dies_before_its_hello_is_quoted) {
+  const auto dir = fs::temp_directory_path() / ("pm-dead-pmd-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream script(dir / "pmd");
+    script << "#!/bin/sh\necho 'sh: 1: /opt/pm/bin/pmd: not found'\nexit 127\n";
+  }
+  fs::permissions(dir / "pmd", fs::perms::owner_all);
+  {
+    session_options o;
+    o.pipes = true;
+    o.agent_path = (dir / "pmd").string();
+    agent_session s(o);
+    s.connect(job({payload_app({"exit", "0"})}, true));
+    ASSERT_TRUE(s.run_until([&] { return s.got.down.has_value(); }));
+    EXPECT_EQ(*s.got.down,
+              "the agent closed the link before its hello (it printed: 'sh: 1: /opt/pm/bin/pmd: "
+              "not found')");
+    EXPECT_EQ(s.agent_end(),
+              "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 127");
+  }
+  fs::remove_all(dir);
+}
+
 // ---------------------------------------------------------------------------------------------
 // pmd over pipes (what ssh gives): no descriptor travels, output comes as data frames.
 
@@ -926,19 +995,24 @@ TEST(local_agent, forwards_every_output_byte_over_pipes_in_order) {
 }
 
 // Flow control: output the launcher has not acknowledged stops pmd at its window (4 MiB): it
-// stops reading the rank's pipe, so the rank blocks in write() and does not exit. Credit given
-// back, everything arrives.
+// stops reading the rank's pipe, so the rank blocks in write() and does not exit, while
+// heartbeats keep the link up. Credit given back, everything arrives.
 TEST(local_agent, unacknowledged_output_blocks_the_rank) {
   constexpr std::size_t flood = std::size_t{6} << 20;
   constexpr std::uint64_t window = link::endpoint_options{}.send_window;
   session_options o;
   o.pipes = true;
+  o.heartbeat = 100ms;  // heartbeats both ways: back-pressure must not hold them up
+  o.silence = 400ms;
   agent_session s(o);
   s.acknowledge_output = false;
-  s.connect(job({payload_app({"flood", std::to_string(flood), "65536"})}, true));
+  auto setup = job({payload_app({"flood", std::to_string(flood), "65536"})}, true);
+  setup.heartbeat_ms = 100;
+  setup.silence_ms = 400;
+  s.connect(setup);
   s.send(spawn_of({rank_of(0)}));
   ASSERT_TRUE(s.run_until([&] { return s.got.output_bytes() >= window; }));
-  s.run_for(300ms);  // time to overrun the window, if pmd did
+  s.run_for(600ms);  // time to overrun the window, if pmd did; longer than the silence timeout
   EXPECT_EQ(s.got.output_bytes(), window);
   EXPECT_EQ(s.got.count<link::exited>(), 0u);
   ASSERT_EQ(s.got.count<link::started>(), 1u);
