@@ -237,6 +237,8 @@ struct session_options {
   std::chrono::milliseconds heartbeat{0};  ///< the launcher's heartbeats
   std::chrono::milliseconds silence{0};    ///< the launcher's silence timeout
   std::string agent_path = pmd_path();
+  /// Pipes: let the agent run to its end before the launcher's end writes its first byte.
+  bool attach_after_agent_exit = false;
 };
 
 // What the launcher's end of a link saw, in order.
@@ -416,7 +418,9 @@ class agent_session {
   std::string shutdown() {
     link->send(link::shutdown_request{});
     if (!run_until([&] { return got.count<link::shutdown_done>() == 1 && got.down; })) {
-      return "no shutdown_done and end of link";
+      return "after shutdown: " + std::to_string(got.count<link::shutdown_done>()) +
+             " shutdown_done, link " + got.down.value_or("up") + ", pmd " +
+             (alive(agent_pid) ? "running" : "gone");
     }
     return agent_end();
   }
@@ -460,6 +464,10 @@ class agent_session {
     ::close(from_agent[1]);
     agent_pid = res.pid;
     agent_pidfd.reset(res.pidfd);
+    if (opts.attach_after_agent_exit) {
+      pollfd p{agent_pidfd.get(), POLLIN, 0};
+      ::poll(&p, 1, 2000);
+    }
     opened(agent_stream{from_agent[0], to_agent[1], false, res.pid});
   }
 };
@@ -956,6 +964,50 @@ TEST(local_agent, an_agent_that_dies_before_its_hello_is_quoted) {
               "not found')");
     EXPECT_EQ(s.agent_end(),
               "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 127");
+  }
+  fs::remove_all(dir);
+}
+
+// An agent that said its last words and exited before the launcher wrote anything: the launcher's
+// first write fails (EPIPE), and what the agent wrote is still read before the link is called
+// down, so the launcher learns why.
+TEST(local_agent, last_words_of_an_agent_that_exited_are_read) {
+  const auto dir = fs::temp_directory_path() / ("pm-last-words-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    link::endpoint_options eo;
+    eo.self = link::role::agent;
+    eo.nonce = job_nonce;
+    link::endpoint agent(eo);
+    link::hello h;
+    h.pid = 4242;
+    agent.start(link::link_time{0}, h);
+    agent.send(link::exited{0, exit_status::signaled(SIGTERM)});
+    agent.send(link::agent_error{"the agent received SIGTERM"});
+    std::ofstream bytes(dir / "said", std::ios::binary);
+    bytes.write(reinterpret_cast<const char*>(agent.output().data()),
+                static_cast<std::streamsize>(agent.output().size()));
+    std::ofstream script(dir / "pmd");
+    script << "#!/bin/sh\ncat '" << (dir / "said").string() << "'\nexit 1\n";
+  }
+  fs::permissions(dir / "pmd", fs::perms::owner_all);
+  {
+    session_options o;
+    o.pipes = true;
+    o.agent_path = (dir / "pmd").string();
+    o.attach_after_agent_exit = true;
+    agent_session s(o);
+    s.connect(job({payload_app({"exit", "0"})}, true));
+    ASSERT_TRUE(s.run_until([&] { return s.got.down.has_value(); }));
+    ASSERT_TRUE(s.got.agent);
+    EXPECT_EQ(s.got.agent->pid, 4242);
+    ASSERT_EQ(s.got.count<link::exited>(), 1u);
+    EXPECT_EQ(s.got.all<link::exited>()[0].status, exit_status::signaled(SIGTERM));
+    ASSERT_EQ(s.got.count<link::agent_error>(), 1u);
+    EXPECT_EQ(s.got.all<link::agent_error>()[0].text, "the agent received SIGTERM");
+    EXPECT_EQ(*s.got.down, "the agent closed the link");
+    EXPECT_EQ(s.agent_end(),
+              "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 1");
   }
   fs::remove_all(dir);
 }
