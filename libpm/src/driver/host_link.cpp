@@ -167,12 +167,15 @@ void host_link::handle(std::vector<link::link_event>& events) {
 }
 
 void host_link::flush() {
-  if (!attached_ || down_ || closed_ || writing_) return;
+  if (!attached_ || down_ || closed_ || writing_ || write_failed_) return;
   std::string err;
   if (!writer_.flush(fds_, ep_, err)) {
-    std::vector<link::link_event> events;  // flush() may run inside handle(): its own list
-    ep_.closed(now(), events, err);
-    handle(events);
+    // An agent that exited (EPIPE here) may have written its last words first: exits,
+    // shutdown_done, an error saying why. They are still in the stream: read them before the
+    // link goes down, or a heartbeat that happened to be written first lost them. Not from here:
+    // flush() may run inside handle(), whose events point into the reader's buffer.
+    write_failed_ = true;
+    asio::post(io_, [self = shared_from_this(), err] { self->after_write_failure(err); });
     return;
   }
   if (ep_.output().empty()) return;
@@ -183,6 +186,20 @@ void host_link::flush() {
                  self->writing_ = false;
                  if (!ec) self->flush();
                });
+}
+
+void host_link::after_write_failure(const std::string& err) {
+  // Bounded: a peer that still writes while it no longer reads is cut off after a few reads.
+  for (int round = 0; round < 64 && !down_ && !closed_; ++round) {
+    events_.clear();
+    const auto st = reader_.read_once(fds_, now(), ep_, events_);
+    handle(events_);
+    if (st != link::stream_reader::status::data) break;
+  }
+  if (down_ || closed_) return;  // the stream's end (or garbage) said it already
+  std::vector<link::link_event> events;
+  ep_.closed(now(), events, err);
+  handle(events);
 }
 
 void host_link::arm_timer() {

@@ -81,6 +81,7 @@ class host_link : public std::enable_shared_from_this<host_link> {
   void arm_timer();
   void handle(std::vector<link::link_event>& events);
   void go_down(const std::string& reason);
+  void after_write_failure(const std::string& err);
   void close_descriptors();
 
   boost::asio::io_context& io_;
@@ -98,6 +99,7 @@ class host_link : public std::enable_shared_from_this<host_link> {
   std::int64_t pid_ = 0;
   bool attached_ = false;
   bool writing_ = false;
+  bool write_failed_ = false;  // the stream refused a write: read what is left, then down
   bool down_ = false;
   bool closed_ = false;
 };

@@ -26,6 +26,7 @@
 
 #include "io/line_assembler.hpp"
 #include "io/output_format.hpp"
+#include "io/sigpipe_guard.hpp"
 #include "pm/error.hpp"
 
 namespace pm::io {
@@ -40,36 +41,6 @@ struct slice {
   const char* data;
   std::size_t size;
 };
-
-bool sigpipe_ignored() {
-  struct sigaction sa {};
-  if (::sigaction(SIGPIPE, nullptr, &sa) != 0) return false;
-  return sa.sa_handler == SIG_IGN;
-}
-
-// writev without being killed by SIGPIPE, for pipes whose reader may be gone. Blocking SIGPIPE
-// in this thread and consuming the one the write raised leaves the process's signal handling as
-// the embedding program set it.
-ssize_t writev_guarded(int fd, const iovec* iov, int n, bool guard) {
-  if (!guard) return ::writev(fd, iov, n);
-  sigset_t pipe_set, old_set, pending;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  sigemptyset(&pending);
-  ::sigpending(&pending);
-  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
-  ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
-  const ssize_t r = ::writev(fd, iov, n);
-  const int saved = errno;
-  if (r < 0 && saved == EPIPE && !was_pending) {
-    const timespec zero{};
-    while (::sigtimedwait(&pipe_set, nullptr, &zero) < 0 && errno == EINTR) {
-    }
-  }
-  ::pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
-  errno = saved;
-  return r;
-}
 
 std::string errno_text(int e) {
   return std::error_code(e, std::generic_category()).message();

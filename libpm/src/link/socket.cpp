@@ -1,11 +1,13 @@
 #include "link/socket.hpp"
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "io/sigpipe_guard.hpp"
 #include "pm/error.hpp"
 
 namespace pm::link {
@@ -27,6 +29,9 @@ void stream_writer::attach(std::uint64_t offset, std::vector<owned_fd> fds) {
 }
 
 bool stream_writer::flush(const stream_fds& s, endpoint& ep, std::string& error) {
+  // A pipe (ssh's stdin) whose reader died raises SIGPIPE on write: that killed the launcher
+  // (an embedding program that does not ignore it) when an agent died before reading its hello.
+  const bool guard_sigpipe = !s.socket && !ep.output().empty() && !io::sigpipe_ignored();
   while (!ep.output().empty()) {
     auto bytes = ep.output();
     const std::uint64_t at = ep.output_offset();
@@ -65,7 +70,8 @@ bool stream_writer::flush(const stream_fds& s, endpoint& ep, std::string& error)
       }
       n = ::sendmsg(s.write_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     } else {
-      n = ::write(s.write_fd, bytes.data(), bytes.size());
+      const iovec iov{const_cast<std::uint8_t*>(bytes.data()), bytes.size()};
+      n = io::writev_guarded(s.write_fd, &iov, 1, guard_sigpipe);
     }
     if (n < 0) {
       if (errno == EINTR) continue;

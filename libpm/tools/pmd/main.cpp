@@ -453,6 +453,14 @@ void driver::lose_link(const std::string& reason) {
   unwatch(link_.read_fd);
   if (link_.write_fd != link_.read_fd) unwatch(link_.write_fd);
   pipes_to_pass_.clear();  // read ends nobody will receive
+  // Forwarded output has nowhere to go now. A pipe left in the epoll set would wake epoll_wait at
+  // once, forever, as soon as a rank wrote (on_output reads nothing without a link): pmd spun
+  // through the grace. The ranks block in write() until the stop sequence ends them.
+  for (auto& [key, p] : forwarded_) {
+    if (p.watched && p.fd) unwatch(p.fd.get());
+    p.watched = false;
+  }
+  paused_.clear();
   feed(ag::channel_lost{reason});
 }
 
@@ -484,7 +492,9 @@ void driver::on_link_events(std::vector<ln::link_event>& events) {
     } else if (std::holds_alternative<ln::credit_granted>(e)) {
       resume_output();
     } else if (auto* d = std::get_if<ln::link_down>(&e)) {
-      // Garbage gets an error message back first (if the link still carries anything).
+      // Closed, garbage, another job's nonce, silence: the endpoint is down and sends nothing
+      // more (a byte stream cannot be resynchronised to carry an error message after garbage).
+      // pmd clears its ranks and exits; the launcher sees the stream end.
       lose_link(d->reason);
       return;
     }

@@ -122,15 +122,27 @@ struct local_transport::impl : std::enable_shared_from_this<impl> {
 
   void on_exit(std::uint32_t host) {
     auto& a = agents[host];
+    if (a.exited || !a.pidfd || !a.pidfd->is_open()) return;
     siginfo_t info{};
-    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(a.pidfd->native_handle()), &info,
-                 WEXITED | WNOHANG) != 0 ||
-        info.si_pid == 0) {
-      if (errno == EINTR || info.si_pid == 0) watch(host);
+    const int rc = ::waitid(static_cast<idtype_t>(P_PIDFD),
+                            static_cast<id_t>(a.pidfd->native_handle()), &info, WEXITED | WNOHANG);
+    const int wait_errno = errno;
+    if (rc != 0 && wait_errno == EINTR) {
+      watch(host);
       return;
     }
+    if (rc == 0 && info.si_pid == 0) {  // not ended yet
+      watch(host);
+      return;
+    }
+    // A waitid that fails otherwise (ECHILD: pmd was reaped by someone else) would fail forever:
+    // re-watching the readable pidfd then spun the io_context at full speed. It ended; how is not
+    // known.
     a.exited = true;
-    if (!(info.si_code == CLD_EXITED && info.si_status == 0)) {
+    if (rc != 0) {
+      a.how = "the agent pmd (pid " + std::to_string(a.pid) +
+              ") ended; its status is lost: " + std::strerror(wait_errno);
+    } else if (!(info.si_code == CLD_EXITED && info.si_status == 0)) {
       a.how = "the agent pmd (pid " + std::to_string(a.pid) + ") " + describe(info);
     }
     boost::system::error_code ignored;
@@ -168,6 +180,15 @@ local_transport::~local_transport() {
                     &info, WEXITED) != 0 &&
            errno == EINTR) {
     }
+  }
+  // The pending waits on the pidfds hold the impl alive in the io_context, which may run on (an
+  // embedder's): closing them cancels the waits, instead of leaving a wait on a readable pidfd of a
+  // process reaped here.
+  for (auto& [host, a] : impl_->agents) {
+    a.exited = true;
+    a.kill_timer.reset();
+    boost::system::error_code ignored;
+    if (a.pidfd) a.pidfd->close(ignored);
   }
 }
 
