@@ -234,8 +234,6 @@ struct session_options {
   bool pipes = false;
   /// pmd's environment (empty: this process's).
   std::vector<std::string> environment;
-  /// The launcher's nonce (pmd always gets job_nonce on its command line).
-  std::uint64_t nonce = job_nonce;
   std::chrono::milliseconds heartbeat{0};  ///< the launcher's heartbeats
   std::chrono::milliseconds silence{0};    ///< the launcher's silence timeout
   std::string agent_path = pmd_path();
@@ -325,7 +323,7 @@ class agent_session {
   void connect(const link::job_setup& setup) {
     link::endpoint_options eo;
     eo.self = link::role::launcher;
-    eo.nonce = opts.nonce;
+    eo.nonce = job_nonce;
     eo.heartbeat_interval = opts.heartbeat;
     eo.silence_timeout = opts.silence;
     driver::host_link_callbacks cb;
