@@ -20,12 +20,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "support/command.hpp"
@@ -90,29 +92,17 @@ class multihost_fixture {
   /// one-line reason if it fails (nothing of the run is left then).
   explicit multihost_fixture(int hosts = 3, multihost_options options = {})
       : options_(std::move(options)) {
-    char dir_template[] = "/tmp/pm-multihost-XXXXXX";
-    if (mkdtemp(dir_template) == nullptr) throw std::runtime_error("mkdtemp failed");
-    state_dir_ = dir_template;
-    std::vector<std::string> argv = {"/bin/bash", script(), "up", "--hosts", std::to_string(hosts)};
-    argv.insert(argv.end(), {"--state", state_dir_, "--owner", std::to_string(getpid())});
-    argv.insert(argv.end(), {"--timeout", std::to_string(options_.timeout.count())});
-    if (options_.noise_host != 0) {
-      argv.insert(argv.end(), {"--noise", std::to_string(options_.noise_host)});
+    // A bring-up that fails is tried again (a busy machine, a run of another test reaped at the
+    // same moment); each failed attempt is reported on stderr, so a flaky fixture stays visible.
+    std::string reasons;
+    for (int attempt = 1; attempt <= 3; ++attempt) {
+      const std::string why = try_up(hosts);
+      if (why.empty()) break;
+      std::fprintf(stderr, "multihost fixture: attempt %d: %s\n", attempt, why.c_str());
+      reasons += (reasons.empty() ? "" : "; ") + why;
+      if (attempt == 3) throw std::runtime_error(reasons);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300 * attempt));
     }
-    if (!options_.max_startups.empty()) {
-      argv.insert(argv.end(), {"--maxstartups", options_.max_startups});
-    }
-    for (const auto& line : options_.sshd_options) argv.insert(argv.end(), {"--sshd-option", line});
-    const auto r = run_command(argv, options_.timeout + std::chrono::seconds(30));
-    if (r.exit_code != 0) {
-      // up undoes a half-made run itself, unless it was killed; down covers that case too.
-      run_command({"/bin/bash", script(), "down", "--state", state_dir_});
-      rmdir(state_dir_.c_str());
-      throw std::runtime_error("hosts.sh up failed" +
-                               (r.timed_out ? std::string(" (timed out)") : std::string()) + ": " +
-                               r.err);
-    }
-    up_ = true;
     try {
       load(state_dir_ + "/hosts.env");
     } catch (...) {
@@ -129,6 +119,34 @@ class multihost_fixture {
 
   multihost_fixture(const multihost_fixture&) = delete;
   multihost_fixture& operator=(const multihost_fixture&) = delete;
+
+  /// One `hosts.sh up` in a fresh temporary state dir: "" when the run is up, else the one-line
+  /// reason (nothing of the run is left then).
+  std::string try_up(int hosts) {
+    char dir_template[] = "/tmp/pm-multihost-XXXXXX";
+    if (mkdtemp(dir_template) == nullptr) return "mkdtemp failed";
+    state_dir_ = dir_template;
+    std::vector<std::string> argv = {"/bin/bash", script(), "up", "--hosts", std::to_string(hosts)};
+    argv.insert(argv.end(), {"--state", state_dir_, "--owner", std::to_string(getpid())});
+    argv.insert(argv.end(), {"--timeout", std::to_string(options_.timeout.count())});
+    if (options_.noise_host != 0) {
+      argv.insert(argv.end(), {"--noise", std::to_string(options_.noise_host)});
+    }
+    if (!options_.max_startups.empty()) {
+      argv.insert(argv.end(), {"--maxstartups", options_.max_startups});
+    }
+    for (const auto& line : options_.sshd_options) argv.insert(argv.end(), {"--sshd-option", line});
+    const auto r = run_command(argv, options_.timeout + std::chrono::seconds(30));
+    if (r.exit_code != 0) {
+      // up undoes a half-made run itself, unless it was killed; down covers that case too.
+      run_command({"/bin/bash", script(), "down", "--state", state_dir_});
+      rmdir(state_dir_.c_str());
+      return "hosts.sh up failed" + (r.timed_out ? std::string(" (timed out)") : std::string()) +
+             ": " + r.err;
+    }
+    up_ = true;
+    return "";
+  }
 
   /// Tears the run down now; returns "" or what went wrong. Later calls do nothing.
   std::string down() {
