@@ -125,7 +125,11 @@ void world::arm_tick(std::uint32_t host, host_rec& h) {
     if (const auto d = (*ep)->deadline(); d && (!due || *d < *due)) due = d;
   }
   if (!due) return;
-  const auto t = std::max<std::int64_t>(due->count(), now_);
+  // Timers run on a 1 ms grid, as pmd's (its epoll timeout is whole milliseconds, rounded up): a
+  // tick is at most 1 ms late, never early, and the two ends of a host, whose heartbeats are due
+  // within a link latency of each other, share one tick event per interval instead of two.
+  constexpr std::int64_t grid = 1'000'000;
+  const auto t = std::max<std::int64_t>((due->count() + grid - 1) / grid * grid, now_);
   if (h.tick_at >= 0 && h.tick_at <= t) return;
   h.tick_at = t;
   at(t, ek::link_tick, host, 0);
