@@ -130,7 +130,7 @@ void world::final_checks() {
       const auto bound =
           std::max(h.part_from + detection_promise(),
                    h.part_until + s_.latency.link.count() + s_.latency.link_jitter.count()) +
-          1'000'000;
+          2'000'000;  // whole ms, ticks on a 1 ms grid
       if (h.agent_detect_at < 0 || h.agent_detect_at > bound)
         correctness("the agent on " + host_name(host) + " was cut off from " +
                     format_duration(sim_time(h.part_from)) + " and gave up on the launcher " +

@@ -43,14 +43,13 @@ void world::plan(const fault& f) {
   }
 }
 
-// The latest a host's loss may be noticed when its peer falls silent at `from`: within the
-// link's promise once the agent said hello, else when the hello deadline runs out.
 namespace {
-std::int64_t ms_slack() {
-  return 1'000'000;
-}  // the endpoints count in whole milliseconds
+// The endpoints count in whole milliseconds, and their ticks run on a 1 ms grid.
+constexpr std::int64_t ms_slack = 2'000'000;
 }  // namespace
 
+// After a crash or a cut, the launcher must notice within the link's promise from when the host
+// fell silent, or when the hello deadline runs out if the agent never said hello.
 void world::on_crash(std::uint32_t host) {
   auto& h = hosts_[host];
   if (h.crashed) return;
@@ -78,9 +77,12 @@ void world::on_crash(std::uint32_t host) {
   h.agent_end.reset();
   h.down.drop();
   if (h.launched && !h.launcher_down && !h.agent_fails) {
-    const auto bound =
-        std::max(now_ + detection_promise(), h.launcher_start + s_.latency.hello_timeout.count()) +
-        ms_slack();
+    // Bytes it sent while cut off are held until the heal: its silence begins when they arrive.
+    const bool cut = h.part_from >= 0 && now_ >= h.part_from && now_ < h.part_until;
+    const auto silent_from = cut ? h.part_until : now_;
+    const auto bound = std::max(silent_from + detection_promise(),
+                                h.launcher_start + s_.latency.hello_timeout.count()) +
+                       ms_slack;
     h.detect_bound = std::max(h.detect_bound, bound);
   }
 }
@@ -98,7 +100,7 @@ void world::on_partition(std::uint32_t host) {
   if (!h.launcher_down) {
     const auto bound =
         std::max(now_ + detection_promise(), h.launcher_start + s_.latency.hello_timeout.count()) +
-        ms_slack();
+        ms_slack;
     h.detect_bound = std::max(h.detect_bound, bound);
   }
 }
