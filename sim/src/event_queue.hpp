@@ -25,13 +25,16 @@ enum class ek : std::uint8_t {
 };
 
 // key: the time in the high 48 bits, a random tie-break in the low 16, so that events due at
-// the same moment come in a seed-chosen order ("simultaneous failures in any order").
+// the same moment come in a seed-chosen order ("simultaneous failures in any order"). 16 bytes:
+// an 800,000-rank run queues every rank's natural end.
 struct sim_event {
   std::uint64_t key;
   std::uint32_t a;
-  std::uint32_t b;
-  ek kind;
+  std::uint32_t kind_b;  // the kind in the top 8 bits, b in the low 24
   std::int64_t t() const noexcept { return static_cast<std::int64_t>(key >> 16); }
+  ek kind() const noexcept { return static_cast<ek>(kind_b >> 24); }
+  std::uint32_t b() const noexcept { return kind_b & max_b; }
+  static constexpr std::uint32_t max_b = (1u << 24) - 1;
 };
 inline constexpr std::int64_t max_key_time = (std::int64_t{1} << 47);  // ~39 hours
 

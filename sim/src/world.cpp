@@ -102,8 +102,9 @@ void world::at(std::int64_t t, ek kind, std::uint32_t a, std::uint32_t b) {
   t = std::clamp<std::int64_t>(t, 0, max_key_time);
   std::uint64_t key = (static_cast<std::uint64_t>(t) << 16) | (rng_.next() >> 48);
   key = std::max(key, queue_.last());  // due now: after the event being handled
+  if (b > sim_event::max_b) throw error(errc::internal, "simulator: event field out of range");
   if (kind != ek::link_tick) ++pending_work_;
-  queue_.push(sim_event{key, a, b, kind});
+  queue_.push(sim_event{key, a, (static_cast<std::uint32_t>(kind) << 24) | b});
 }
 
 void world::problem(verdict v, std::string text) {
@@ -156,7 +157,7 @@ run_result world::run() {
       queue_.pop();
       now_ = e.t();
       ++result_.stats.events;
-      if (e.kind != ek::link_tick) {
+      if (e.kind() != ek::link_tick) {
         --pending_work_;
         last_progress_ = now_;
       }
@@ -195,12 +196,12 @@ run_result world::run() {
 }
 
 void world::dispatch(const sim_event& e) {
-  switch (e.kind) {
+  switch (e.kind()) {
     case ek::job_start:
       feed_ctl(job_start{});
       return;
     case ek::link_arrival:
-      on_link_arrival(e.a, e.b == 1);
+      on_link_arrival(e.a, e.b() == 1);
       return;
     case ek::link_tick:
       if (hosts_[e.a].tick_at != e.t()) return;  // re-armed since
@@ -210,19 +211,19 @@ void world::dispatch(const sim_event& e) {
       on_agent_starts(e.a);
       return;
     case ek::spawned:
-      on_spawned(e.a, e.b);
+      on_spawned(e.a, e.b());
       return;
     case ek::reacted:
-      on_reacted(e.b);
+      on_reacted(e.b());
       return;
     case ek::script_step:
-      on_script_step(e.a, e.b);
+      on_script_step(e.a, e.b());
       return;
     case ek::proc_end:
-      die(e.a, decode(e.b));
+      die(e.a, decode(e.b()));
       return;
     case ek::ctl_timer: {
-      const std::uint64_t id = e.a | (std::uint64_t{e.b} << 32);
+      const std::uint64_t id = e.a | (std::uint64_t{e.b()} << 32);
       auto it = timers_.find(id);
       if (it == timers_.end()) return;
       const auto state = it->second;
@@ -233,7 +234,7 @@ void world::dispatch(const sim_event& e) {
       return;
     }
     case ek::agent_timer:
-      feed_agent(e.a, agent::timer_fired{e.b});
+      feed_agent(e.a, agent::timer_fired{e.b()});
       return;
     case ek::host_crash:
       on_crash(e.a);
