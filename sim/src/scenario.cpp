@@ -368,11 +368,14 @@ std::vector<std::string> scenario::to_args() const {
   duration("--link-jitter", l.link_jitter, dl.link_jitter);
   duration("--agent-hop", l.agent_hop, dl.agent_hop);
   if (l.fanout != dl.fanout) add("--fanout", std::to_string(l.fanout));
+  if (l.concurrent_starts != dl.concurrent_starts)
+    add("--concurrent-starts", std::to_string(l.concurrent_starts));
   duration("--spawn", l.spawn, dl.spawn);
   duration("--spawn-jitter", l.spawn_jitter, dl.spawn_jitter);
   duration("--reaction", l.reaction, dl.reaction);
   duration("--heartbeat", l.heartbeat_interval, dl.heartbeat_interval);
   duration("--heartbeat-timeout", l.heartbeat_timeout, dl.heartbeat_timeout);
+  duration("--hello-timeout", l.hello_timeout, dl.hello_timeout);
   duration("--run-time", l.run_time, dl.run_time);
   duration("--run-jitter", l.run_jitter, dl.run_jitter);
   if (!(default_script == d.default_script)) add("--default", to_string(default_script));

@@ -25,8 +25,9 @@ struct flags {
   std::vector<std::string> fails, ranks, faults, crashes, partitions, apps, signals;
   std::string host_slots, map_by = "slot", kill_grace, timeout, trace_file, default_script;
   std::string link, link_jitter, agent_hop, spawn, spawn_jitter, reaction, heartbeat,
-      heartbeat_timeout, run_time, run_jitter;
-  std::uint32_t hosts = 4, slots = 2, fanout = 0, streams = 2;
+      heartbeat_timeout, hello_timeout, run_time, run_jitter;
+  std::uint32_t hosts = 4, slots = 2, streams = 2;
+  std::optional<std::uint32_t> fanout, concurrent_starts;
   std::optional<std::uint32_t> np;  // unset: one rank per slot
   std::uint64_t seed = 1;
   std::uint32_t random_faults = 0;
@@ -96,9 +97,15 @@ pm::sim::scenario build(const flags& f) {
   set(l.reaction, f.reaction, "--reaction");
   set(l.heartbeat_interval, f.heartbeat, "--heartbeat");
   set(l.heartbeat_timeout, f.heartbeat_timeout, "--heartbeat-timeout");
+  set(l.hello_timeout, f.hello_timeout, "--hello-timeout");
   set(l.run_time, f.run_time, "--run-time");
   set(l.run_jitter, f.run_jitter, "--run-jitter");
-  if (f.fanout != 0) l.fanout = f.fanout;
+  if (f.fanout) l.fanout = *f.fanout;
+  if (f.concurrent_starts) {
+    if (*f.concurrent_starts == 0)
+      throw pm::error(pm::errc::usage, "--concurrent-starts: at least 1");
+    l.concurrent_starts = *f.concurrent_starts;
+  }
   if (!f.default_script.empty()) s.default_script = pm::sim::parse_script(f.default_script);
   for (const auto& text : f.fails) {
     // R:N[@T]: rank R exits N, by default halfway through the run time.
@@ -181,13 +188,16 @@ int main(int argc, char** argv) {
   app.add_flag("--check-determinism", f.twice, "run twice and compare the trace hashes");
   app.add_option("--link", f.link, "link latency (100us)");
   app.add_option("--link-jitter", f.link_jitter, "link jitter (50us)");
-  app.add_option("--agent-hop", f.agent_hop, "agent start per tree level (20ms)");
-  app.add_option("--fanout", f.fanout, "agents started by each agent (32)");
+  app.add_option("--agent-hop", f.agent_hop, "time to start one agent, an ssh hop (20ms)");
+  app.add_option("--fanout", f.fanout, "tree launch: agents started by each agent; 0: flat (32)");
+  app.add_option("--concurrent-starts", f.concurrent_starts,
+                 "agents one launcher or agent starts at once (32)");
   app.add_option("--spawn", f.spawn, "per rank spawn time (500us)");
   app.add_option("--spawn-jitter", f.spawn_jitter, "spawn jitter (250us)");
   app.add_option("--reaction", f.reaction, "SIGTERM to death, at most (1ms)");
   app.add_option("--heartbeat", f.heartbeat, "heartbeat interval (1s)");
   app.add_option("--heartbeat-timeout", f.heartbeat_timeout, "silence that loses a peer (3s)");
+  app.add_option("--hello-timeout", f.hello_timeout, "wait for an agent's hello this long (20s)");
   app.add_option("--run-time", f.run_time, "the default script's run time (10s)");
   app.add_option("--run-jitter", f.run_jitter, "run time jitter (1s)");
   try {

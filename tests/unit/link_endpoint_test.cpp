@@ -328,5 +328,30 @@ TEST(link_endpoint, a_clean_close_and_a_broken_one_are_told_apart) {
   }
 }
 
+// shrink() frees idle buffers and keeps a partial frame: a link used after it works as before.
+TEST(link_endpoint, shrink_frees_idle_buffers_and_keeps_a_partial_frame) {
+  pair_of_ends p;
+  p.start();
+  p.deliver();
+  p.launcher.shrink();
+  p.agent.shrink();
+  p.agent.send(started{3, 1003});
+  const bytes b(p.agent.output().begin(), p.agent.output().end());
+  p.agent.consume_output(b.size());
+  p.agent.shrink();
+  EXPECT_TRUE(p.agent.output().empty());
+  // Half a frame, shrink (nothing may be lost), then the rest.
+  const auto half = static_cast<std::ptrdiff_t>(b.size() / 2);
+  p.launcher.received(p.now, bytes(b.begin(), b.begin() + half), p.at_launcher);
+  p.launcher.shrink();
+  p.launcher.received(p.now, bytes(b.begin() + half, b.end()), p.at_launcher);
+  const auto in = all<message_in>(p.at_launcher);
+  ASSERT_EQ(in.size(), 1u);
+  EXPECT_EQ(in[0].msg, message(started{3, 1003}));
+  p.agent.send(exited{3, exit_status::exited(0)});
+  p.deliver();
+  EXPECT_EQ(all<message_in>(p.at_launcher).size(), 2u);
+}
+
 }  // namespace
 }  // namespace pm::link

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -356,6 +357,119 @@ TEST(link_fuzz, random_input_never_crashes) {
   }
   EXPECT_GT(errors, 10000);   // the mutations really produced bad input
   EXPECT_GT(decoded, 10000);  // and valid prefixes were still decoded
+}
+
+// The direct decoder and the reference decoder (nlohmann's document) agree on every input: the
+// same message, or the same error (the direct one falls back to the reference for anything it
+// does not take).
+std::string outcome_of(const std::function<envelope()>& f, envelope& out) {
+  try {
+    out = f();
+    return "ok";
+  } catch (const pm::error& e) {
+    return e.what();
+  }
+}
+
+TEST(link_messages, direct_and_reference_decoders_agree) {
+  std::mt19937_64 rng(20261125);  // pinned: reproducible
+  std::vector<bytes> bodies;
+  for (const auto& m : samples()) {
+    for (std::uint32_t fds : {0u, 1u, 2u}) {
+      try {
+        bodies.push_back(encode(m, fds));
+      } catch (const pm::error&) {
+      }
+    }
+  }
+  int mutated_ok = 0;
+  for (int round = 0; round < 40000; ++round) {
+    bytes b = bodies[rng() % bodies.size()];
+    if (round >= static_cast<int>(bodies.size())) {
+      const int edits = 1 + static_cast<int>(rng() % 3);
+      for (int i = 0; i < edits && !b.empty(); ++i) {
+        const std::size_t at = rng() % b.size();
+        switch (rng() % 4) {
+          case 0:
+            b[at] = static_cast<std::uint8_t>(rng());
+            break;
+          case 1:
+            b[at] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+            break;
+          case 2:
+            b.resize(at);
+            break;
+          default:
+            b.insert(b.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::uint8_t>(rng()));
+        }
+      }
+    }
+    envelope direct, reference;
+    const auto a = outcome_of([&] { return decode(b); }, direct);
+    const auto r = outcome_of([&] { return decode_reference(b); }, reference);
+    ASSERT_EQ(a, r) << "round " << round;
+    if (a == "ok") {
+      ASSERT_EQ(direct, reference) << "round " << round;
+      if (round >= static_cast<int>(bodies.size())) ++mutated_ok;
+    }
+  }
+  EXPECT_GT(mutated_ok, 1000);  // mutations that still decode were compared too
+}
+
+// What the writer produces is what the reference reads back, for random messages.
+TEST(link_messages, random_messages_round_trip_through_the_reference) {
+  std::mt19937_64 rng(7);
+  const auto text = [&] {
+    std::string s(rng() % 300, ' ');
+    for (auto& c : s) c = static_cast<char>(rng());
+    return s;
+  };
+  const auto texts = [&] {
+    std::vector<std::string> v(rng() % 20);
+    for (auto& s : v) s = text();
+    return v;
+  };
+  const auto big = [&] { return rng() >> (rng() % 64); };
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<message> ms;
+    ms.push_back(hello{protocol_version, big(), static_cast<std::int64_t>(big() >> 1) - (1ll << 62),
+                       text(), texts(), static_cast<std::uint16_t>(rng())});
+    ms.push_back(ack{big()});
+    job_setup j;
+    j.host = static_cast<std::uint32_t>(big());
+    j.grace_ms = static_cast<std::uint32_t>(big());
+    j.streams = static_cast<std::uint8_t>(rng() % 3);
+    j.forward_output = rng() % 2 == 0;
+    j.base = texts();
+    j.overrides = texts();
+    for (std::size_t a = 0; a < 1 + rng() % 20; ++a)
+      j.apps.push_back(app_spec{{"x" + text()}, text(), texts()});
+    ms.push_back(j);
+    spawn_request sp;
+    for (std::size_t r = 0; r < rng() % 70; ++r)
+      sp.ranks.push_back(rank_spec{static_cast<std::uint32_t>(big()),
+                                   static_cast<std::uint32_t>(big()), texts(), rng() % 2 == 0});
+    ms.push_back(sp);
+    signal_request sg;
+    for (std::size_t r = 0; r < rng() % 70000; r += 1 + rng() % 1000)
+      sg.ranks.push_back(static_cast<std::uint32_t>(big()));
+    sg.signo = static_cast<int>(rng() % 65);
+    ms.push_back(sg);
+    ms.push_back(started{static_cast<std::uint32_t>(big()), static_cast<std::int64_t>(big() >> 1)});
+    ms.push_back(
+        spawn_failed{static_cast<std::uint32_t>(big()), static_cast<int>(rng() % 256), text()});
+    ms.push_back(exited{static_cast<std::uint32_t>(big()),
+                        rng() % 2 == 0 ? exit_status::exited(static_cast<int>(rng() % 256))
+                                       : exit_status::signaled(1 + static_cast<int>(rng() % 64))});
+    ms.push_back(stream_closed{static_cast<std::uint32_t>(big()),
+                               rng() % 2 == 0 ? output_stream::out : output_stream::err, big()});
+    ms.push_back(agent_error{text()});
+    for (const auto& m : ms) {
+      const auto b = encode(m);
+      ASSERT_EQ(decode_reference(b).msg, m) << type_name(m);
+      ASSERT_EQ(decode(b).msg, m) << type_name(m);
+    }
+  }
 }
 
 // ---- over a real socket, with descriptors ----

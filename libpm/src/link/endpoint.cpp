@@ -136,6 +136,14 @@ void endpoint::consume_output(std::size_t n) {
   }
 }
 
+void endpoint::shrink() {
+  if (out_start_ == out_.size()) {
+    std::vector<std::uint8_t>().swap(out_);
+    out_start_ = 0;
+  }
+  decoder_.shrink();
+}
+
 void endpoint::fail(std::vector<link_event>& out, std::string reason) {
   if (down_) return;
   down_ = true;

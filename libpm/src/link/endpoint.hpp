@@ -131,6 +131,10 @@ class endpoint {
   void consume_output(std::size_t n);
   /// Bytes consumed so far (the offset of output().front()).
   std::uint64_t output_offset() const noexcept { return consumed_; }
+  /// Frees the capacity of buffers that hold nothing now (the output once it was all consumed,
+  /// the input once no partial frame is left). For drivers of very many mostly idle links (the
+  /// simulator's 100,000 hosts), whose buffers would otherwise each keep their largest size.
+  void shrink();
 
   bool greeted() const noexcept { return greeted_; }
   bool down() const noexcept { return down_; }

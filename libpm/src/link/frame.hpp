@@ -67,6 +67,12 @@ class frame_decoder {
   void finish() const;
   /// Bytes received but not yet returned as a frame.
   std::size_t buffered() const noexcept { return buffer_.size() - start_; }
+  /// Frees the buffer if it holds no partial frame (invalidates the payloads returned before).
+  void shrink() {
+    if (buffered() != 0) return;
+    std::vector<std::uint8_t>().swap(buffer_);
+    start_ = 0;
+  }
 
  private:
   std::size_t max_body_;

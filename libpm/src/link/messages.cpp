@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "link/frame.hpp"
 #include "pm/error.hpp"
@@ -185,74 +186,262 @@ void check_fds(std::string_view type, std::uint32_t fds, std::uint32_t max) {
   }
 }
 
-struct encoder {
-  json& j;
-  void operator()(const hello& m) const {
-    j["version"] = m.version;
-    j["nonce"] = m.nonce;
-    j["pid"] = m.pid;
-    j["hostname"] = m.hostname;
-    j["addrs"] = m.addrs;
-    j["port"] = m.port;
-  }
-  void operator()(const heartbeat&) const {}
-  void operator()(const ack& m) const { j["bytes"] = m.bytes; }
-  void operator()(const job_setup& m) const {
-    j["host"] = m.host;
-    j["grace_ms"] = m.grace_ms;
-    j["heartbeat_ms"] = m.heartbeat_ms;
-    j["silence_ms"] = m.silence_ms;
-    j["forward_output"] = m.forward_output;
-    j["streams"] = m.streams;
-    j["cwd"] = m.cwd;
-    j["base"] = m.base;
-    j["overrides"] = m.overrides;
-    json apps = json::array();
-    for (const auto& a : m.apps) {
-      apps.push_back({{"argv", a.argv}, {"wdir", a.wdir}, {"env", a.env}});
+// MessagePack written directly, byte for byte what nlohmann's to_msgpack writes for the same
+// document (its maps are sorted by key, its integers take the shortest form): no document is
+// built, so a message costs a few dozen nanoseconds instead of microseconds of allocation.
+class writer {
+ public:
+  explicit writer(std::vector<std::uint8_t>& out) : out_(out) {}
+  void map(std::size_t n) { header(n, 0x80, 15, 0xde, 0xdf); }
+  void array(std::size_t n) { header(n, 0x90, 15, 0xdc, 0xdd); }
+  void str(std::string_view s) {
+    const auto n = s.size();
+    if (n <= 31) {
+      out_.push_back(static_cast<std::uint8_t>(0xa0 | n));
+    } else if (n <= 0xff) {
+      out_.push_back(0xd9);
+      out_.push_back(static_cast<std::uint8_t>(n));
+    } else if (n <= 0xffff) {
+      out_.push_back(0xda);
+      be(n, 2);
+    } else {
+      out_.push_back(0xdb);
+      be(n, 4);
     }
-    j["apps"] = std::move(apps);
+    out_.insert(out_.end(), s.begin(), s.end());
+  }
+  void key(std::string_view k) { str(k); }
+  void uint(std::uint64_t v) {
+    if (v < 128) {
+      out_.push_back(static_cast<std::uint8_t>(v));
+    } else if (v <= 0xff) {
+      out_.push_back(0xcc);
+      be(v, 1);
+    } else if (v <= 0xffff) {
+      out_.push_back(0xcd);
+      be(v, 2);
+    } else if (v <= 0xffffffffull) {
+      out_.push_back(0xce);
+      be(v, 4);
+    } else {
+      out_.push_back(0xcf);
+      be(v, 8);
+    }
+  }
+  void sint(std::int64_t v) {
+    if (v >= 0) {
+      uint(static_cast<std::uint64_t>(v));
+    } else if (v >= -32) {
+      out_.push_back(static_cast<std::uint8_t>(static_cast<std::int8_t>(v)));
+    } else if (v >= INT8_MIN) {
+      out_.push_back(0xd0);
+      be(static_cast<std::uint64_t>(v), 1);
+    } else if (v >= INT16_MIN) {
+      out_.push_back(0xd1);
+      be(static_cast<std::uint64_t>(v), 2);
+    } else if (v >= INT32_MIN) {
+      out_.push_back(0xd2);
+      be(static_cast<std::uint64_t>(v), 4);
+    } else {
+      out_.push_back(0xd3);
+      be(static_cast<std::uint64_t>(v), 8);
+    }
+  }
+  void boolean(bool b) { out_.push_back(b ? 0xc3 : 0xc2); }
+  void strings(const std::vector<std::string>& v) {
+    array(v.size());
+    for (const auto& x : v) str(x);
+  }
+
+ private:
+  void header(std::size_t n, std::uint8_t fix, std::size_t fix_max, std::uint8_t b16,
+              std::uint8_t b32) {
+    if (n <= fix_max) {
+      out_.push_back(static_cast<std::uint8_t>(fix | n));
+    } else if (n <= 0xffff) {
+      out_.push_back(b16);
+      be(n, 2);
+    } else {
+      out_.push_back(b32);
+      be(n, 4);
+    }
+  }
+  void be(std::uint64_t v, int bytes) {
+    for (int i = bytes - 1; i >= 0; --i) out_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+  std::vector<std::uint8_t>& out_;
+};
+
+// Each message as a map, its keys in sorted order (as nlohmann's std::map writes them).
+struct encoder {
+  writer& w;
+  std::uint32_t fds;
+  std::string_view type;
+  // The map header, counting "type" and "fds" (when descriptors travel) beside `fields`.
+  void begin(std::size_t fields) const { w.map(fields + 1 + (fds > 0 ? 1 : 0)); }
+  void fds_field() const {
+    if (fds > 0) {
+      w.key("fds");
+      w.uint(fds);
+    }
+  }
+  void type_field() const {
+    w.key("type");
+    w.str(type);
+  }
+  void operator()(const hello& m) const {
+    begin(6);
+    w.key("addrs");
+    w.strings(m.addrs);
+    fds_field();
+    w.key("hostname");
+    w.str(m.hostname);
+    w.key("nonce");
+    w.uint(m.nonce);
+    w.key("pid");
+    w.sint(m.pid);
+    w.key("port");
+    w.uint(m.port);
+    type_field();
+    w.key("version");
+    w.uint(m.version);
+  }
+  void operator()(const ack& m) const {
+    begin(1);
+    w.key("bytes");
+    w.uint(m.bytes);
+    fds_field();
+    type_field();
+  }
+  void operator()(const job_setup& m) const {
+    begin(10);
+    w.key("apps");
+    w.array(m.apps.size());
+    for (const auto& a : m.apps) {
+      w.map(3);
+      w.key("argv");
+      w.strings(a.argv);
+      w.key("env");
+      w.strings(a.env);
+      w.key("wdir");
+      w.str(a.wdir);
+    }
+    w.key("base");
+    w.strings(m.base);
+    w.key("cwd");
+    w.str(m.cwd);
+    fds_field();
+    w.key("forward_output");
+    w.boolean(m.forward_output);
+    w.key("grace_ms");
+    w.uint(m.grace_ms);
+    w.key("heartbeat_ms");
+    w.uint(m.heartbeat_ms);
+    w.key("host");
+    w.uint(m.host);
+    w.key("overrides");
+    w.strings(m.overrides);
+    w.key("silence_ms");
+    w.uint(m.silence_ms);
+    w.key("streams");
+    w.uint(m.streams);
+    type_field();
   }
   void operator()(const spawn_request& m) const {
-    json ranks = json::array();
-    for (const auto& s : m.ranks) {
-      ranks.push_back(
-          {{"rank", s.rank}, {"app", s.app}, {"env", s.env}, {"stdin", s.stdin_from_launcher}});
+    begin(1);
+    fds_field();
+    w.key("ranks");
+    w.array(m.ranks.size());
+    for (const auto& r : m.ranks) {
+      w.map(4);
+      w.key("app");
+      w.uint(r.app);
+      w.key("env");
+      w.strings(r.env);
+      w.key("rank");
+      w.uint(r.rank);
+      w.key("stdin");
+      w.boolean(r.stdin_from_launcher);
     }
-    j["ranks"] = std::move(ranks);
+    type_field();
   }
   void operator()(const signal_request& m) const {
-    j["ranks"] = m.ranks;
-    j["signo"] = m.signo;
+    begin(2);
+    fds_field();
+    w.key("ranks");
+    w.array(m.ranks.size());
+    for (const auto r : m.ranks) w.uint(r);
+    w.key("signo");
+    w.sint(m.signo);
+    type_field();
   }
-  void operator()(const input_closed& m) const { j["rank"] = m.rank; }
-  void operator()(const suspend&) const {}
-  void operator()(const resume&) const {}
-  void operator()(const shutdown_request&) const {}
+  void operator()(const input_closed& m) const {
+    begin(1);
+    fds_field();
+    w.key("rank");
+    w.uint(m.rank);
+    type_field();
+  }
   void operator()(const started& m) const {
-    j["rank"] = m.rank;
-    j["pid"] = m.pid;
+    begin(2);
+    fds_field();
+    w.key("pid");
+    w.sint(m.pid);
+    w.key("rank");
+    w.uint(m.rank);
+    type_field();
   }
   void operator()(const spawn_failed& m) const {
-    j["rank"] = m.rank;
-    j["code"] = m.code;
-    j["reason"] = m.reason;
+    begin(3);
+    w.key("code");
+    w.sint(m.code);
+    fds_field();
+    w.key("rank");
+    w.uint(m.rank);
+    w.key("reason");
+    w.str(m.reason);
+    type_field();
   }
   void operator()(const exited& m) const {
-    j["rank"] = m.rank;
-    if (m.status.is_signal()) {
-      j["signal"] = m.status.signal();
-    } else {
-      j["code"] = m.status.code();
+    begin(2);
+    if (!m.status.is_signal()) {
+      w.key("code");
+      w.sint(m.status.code());
     }
+    fds_field();
+    w.key("rank");
+    w.uint(m.rank);
+    if (m.status.is_signal()) {
+      w.key("signal");
+      w.sint(m.status.signal());
+    }
+    type_field();
   }
   void operator()(const stream_closed& m) const {
-    j["rank"] = m.rank;
-    j["stream"] = m.stream == output_stream::out ? 1 : 2;
-    j["bytes"] = m.bytes;
+    begin(3);
+    w.key("bytes");
+    w.uint(m.bytes);
+    fds_field();
+    w.key("rank");
+    w.uint(m.rank);
+    w.key("stream");
+    w.uint(m.stream == output_stream::out ? 1 : 2);
+    type_field();
   }
-  void operator()(const shutdown_done&) const {}
-  void operator()(const agent_error& m) const { j["text"] = m.text; }
+  void operator()(const agent_error& m) const {
+    begin(1);
+    fds_field();
+    w.key("text");
+    w.str(m.text);
+    type_field();
+  }
+  // heartbeat, suspend, resume, shutdown, shutdown_done: the type alone.
+  template <class T>
+  void operator()(const T&) const {
+    begin(0);
+    fds_field();
+    type_field();
+  }
 };
 
 std::uint32_t max_fds(const message& m) {
@@ -266,6 +455,384 @@ constexpr std::string_view names[] = {"hello",  "heartbeat",     "ack",         
                                       "resume", "shutdown",      "started",       "spawn_failed",
                                       "exited", "stream_closed", "shutdown_done", "error"};
 static_assert(std::size(names) == std::variant_size_v<message>);
+
+// ---- the direct decoder ----
+// Well-formed bodies (what writer writes, or any equivalent MessagePack) are read in place, with
+// no document; for anything it does not recognise (a missing or mistyped field, an unknown type,
+// floats, nil, extensions, duplicate keys, trailing bytes) it declines, and decode() falls back to
+// the reference decoder, which names the problem. So both accept and refuse exactly the same
+// bodies (tests/unit/link_messages_test.cpp compares them on random and mutated input).
+
+// A MessagePack value inside the body: where it starts.
+struct value_ref {
+  const std::uint8_t* p = nullptr;
+};
+
+class fast_reader {
+ public:
+  explicit fast_reader(std::span<const std::uint8_t> b) : p_(b.data()), end_(b.data() + b.size()) {}
+  bool at_end() const { return p_ == end_; }
+  const std::uint8_t* pos() const { return p_; }
+  void seek(const std::uint8_t* p) { p_ = p; }
+
+  bool byte(std::uint8_t& b) {
+    if (p_ == end_) return false;
+    b = *p_++;
+    return true;
+  }
+  bool be(int n, std::uint64_t& v) {
+    if (end_ - p_ < n) return false;
+    v = 0;
+    for (int i = 0; i < n; ++i) v = (v << 8) | *p_++;
+    return true;
+  }
+  bool map_header(std::size_t& n) { return header(n, 0x80, 0xde, 0xdf); }
+  bool array_header(std::size_t& n) { return header(n, 0x90, 0xdc, 0xdd); }
+  bool str(std::string_view& s) {
+    std::uint8_t b = 0;
+    if (!byte(b)) return false;
+    std::uint64_t n = 0;
+    if ((b & 0xe0) == 0xa0) {
+      n = b & 0x1f;
+    } else if (b == 0xd9) {
+      if (!be(1, n)) return false;
+    } else if (b == 0xda) {
+      if (!be(2, n)) return false;
+    } else if (b == 0xdb) {
+      if (!be(4, n)) return false;
+    } else {
+      return false;
+    }
+    if (static_cast<std::uint64_t>(end_ - p_) < n) return false;
+    s = std::string_view(reinterpret_cast<const char*>(p_), n);
+    p_ += n;
+    return true;
+  }
+  // An integer: `neg` says it is below zero (then `v` holds its two's complement).
+  bool integer(std::uint64_t& v, bool& neg) {
+    std::uint8_t b = 0;
+    if (!byte(b)) return false;
+    neg = false;
+    if (b < 0x80) {
+      v = b;
+      return true;
+    }
+    if (b >= 0xe0) {
+      neg = true;
+      v = static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<std::int8_t>(b)));
+      return true;
+    }
+    switch (b) {
+      case 0xcc:
+        return be(1, v);
+      case 0xcd:
+        return be(2, v);
+      case 0xce:
+        return be(4, v);
+      case 0xcf:
+        return be(8, v);
+      case 0xd0:
+      case 0xd1:
+      case 0xd2:
+      case 0xd3: {
+        const int n = 1 << (b - 0xd0);
+        if (!be(n, v)) return false;
+        // sign-extend
+        const int shift = 64 - 8 * n;
+        const auto s = static_cast<std::int64_t>(v << shift) >> shift;
+        v = static_cast<std::uint64_t>(s);
+        neg = s < 0;
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
+  bool boolean(bool& out) {
+    std::uint8_t b = 0;
+    if (!byte(b) || (b != 0xc2 && b != 0xc3)) return false;
+    out = b == 0xc3;
+    return true;
+  }
+  // Skips one value of the kinds messages use (maps, arrays, strings, integers, booleans), at
+  // most `depth` levels deep; anything else declines.
+  bool skip(int depth) {
+    if (depth >= max_depth || p_ == end_) return false;  // the reference decides there
+    const std::uint8_t b = *p_;
+    if ((b & 0xf0) == 0x80 || b == 0xde || b == 0xdf) {
+      std::size_t n = 0;
+      if (!map_header(n)) return false;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::string_view k;
+        if (!str(k) || !skip(depth + 1)) return false;
+      }
+      return true;
+    }
+    if ((b & 0xf0) == 0x90 || b == 0xdc || b == 0xdd) {
+      std::size_t n = 0;
+      if (!array_header(n)) return false;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!skip(depth + 1)) return false;
+      }
+      return true;
+    }
+    if ((b & 0xe0) == 0xa0 || b == 0xd9 || b == 0xda || b == 0xdb) {
+      std::string_view s;
+      return str(s);
+    }
+    if (b == 0xc2 || b == 0xc3) {
+      ++p_;
+      return true;
+    }
+    std::uint64_t v = 0;
+    bool neg = false;
+    return integer(v, neg);
+  }
+
+ private:
+  bool header(std::size_t& n, std::uint8_t fix, std::uint8_t b16, std::uint8_t b32) {
+    std::uint8_t b = 0;
+    if (!byte(b)) return false;
+    std::uint64_t v = 0;
+    if ((b & 0xf0) == fix) {
+      n = b & 0x0f;
+      return true;
+    }
+    if (b == b16) {
+      if (!be(2, v)) return false;
+    } else if (b == b32) {
+      if (!be(4, v)) return false;
+    } else {
+      return false;
+    }
+    // Every element takes at least a byte: a count beyond the body is malformed.
+    if (v > static_cast<std::uint64_t>(end_ - p_)) return false;
+    n = static_cast<std::size_t>(v);
+    return true;
+  }
+  const std::uint8_t* p_;
+  const std::uint8_t* end_;
+};
+
+// The fields of one map: keys and where their values start (a message has at most a dozen).
+class fast_map {
+ public:
+  // Reads the map at the reader's position; declines duplicate keys and more than 16 fields.
+  bool read(fast_reader& r, int depth) {
+    std::size_t n = 0;
+    if (!r.map_header(n) || n > max_fields) return false;
+    count_ = n;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!r.str(keys_[i])) return false;
+      for (std::size_t k = 0; k < i; ++k) {
+        if (keys_[k] == keys_[i]) return false;
+      }
+      values_[i] = r.pos();
+      if (!r.skip(depth + 1)) return false;
+    }
+    return true;
+  }
+  const std::uint8_t* find(std::string_view key) const {
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (keys_[i] == key) return values_[i];
+    }
+    return nullptr;
+  }
+
+ private:
+  static constexpr std::size_t max_fields = 16;
+  std::string_view keys_[max_fields];
+  const std::uint8_t* values_[max_fields] = {};
+  std::size_t count_ = 0;
+};
+
+// Typed field access that declines instead of naming the problem.
+struct fast_fields {
+  const fast_map& m;
+  fast_reader& r;
+
+  bool at(std::string_view key) {
+    const auto* v = m.find(key);
+    if (v == nullptr) return false;
+    r.seek(v);
+    return true;
+  }
+  bool unsigned_at(std::string_view key, std::uint64_t max, std::uint64_t& out) {
+    bool neg = false;
+    if (!at(key) || !r.integer(out, neg) || neg || out > max) return false;
+    return true;
+  }
+  template <class T>
+  bool u(std::string_view key, T& out) {
+    std::uint64_t v = 0;
+    if (!unsigned_at(key, std::numeric_limits<T>::max(), v)) return false;
+    out = static_cast<T>(v);
+    return true;
+  }
+  bool range(std::string_view key, std::int64_t lo, std::int64_t hi, int& out) {
+    std::uint64_t v = 0;
+    bool neg = false;
+    if (!at(key) || !r.integer(v, neg)) return false;
+    const auto s = static_cast<std::int64_t>(v);
+    if (!neg && v > static_cast<std::uint64_t>(hi)) return false;
+    if (s < lo || s > hi) return false;
+    out = static_cast<int>(s);
+    return true;
+  }
+  bool i64(std::string_view key, std::int64_t& out) {
+    std::uint64_t v = 0;
+    bool neg = false;
+    if (!at(key) || !r.integer(v, neg)) return false;
+    if (!neg && v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      return false;
+    out = static_cast<std::int64_t>(v);
+    return true;
+  }
+  bool str(std::string_view key, std::string& out) {
+    std::string_view s;
+    if (!at(key) || !r.str(s)) return false;
+    out.assign(s);
+    return true;
+  }
+  bool boolean(std::string_view key, bool& out) { return at(key) && r.boolean(out); }
+  bool strings(std::string_view key, std::vector<std::string>& out) {
+    std::size_t n = 0;
+    if (!at(key) || !r.array_header(n)) return false;
+    out.clear();
+    out.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::string_view s;
+      if (!r.str(s)) return false;
+      out.emplace_back(s);
+    }
+    return true;
+  }
+  bool array(std::string_view key, std::size_t& n) { return at(key) && r.array_header(n); }
+};
+
+std::optional<envelope> decode_fast(std::span<const std::uint8_t> body) {
+  fast_reader r(body);
+  fast_map top;
+  if (!top.read(r, 0) || !r.at_end()) return std::nullopt;
+  fast_fields f{top, r};
+  std::string_view type;
+  if (!f.at("type") || !r.str(type)) return std::nullopt;
+  envelope e;
+  if (top.find("fds") != nullptr && !f.u("fds", e.fds)) return std::nullopt;
+  const auto u32 = [&](std::string_view k, std::uint32_t& out) { return f.u(k, out); };
+  bool ok = true;
+  if (type == "started") {
+    started m;
+    ok = u32("rank", m.rank) && f.i64("pid", m.pid);
+    e.msg = m;
+  } else if (type == "exited") {
+    exited m;
+    const bool has_code = top.find("code") != nullptr, has_signal = top.find("signal") != nullptr;
+    int v = 0;
+    ok = u32("rank", m.rank) && has_code != has_signal &&
+         (has_code ? f.range("code", 0, 255, v) : f.range("signal", 1, max_signal, v));
+    m.status = has_code ? exit_status::exited(v) : exit_status::signaled(v);
+    e.msg = m;
+  } else if (type == "stream_closed") {
+    stream_closed m;
+    int stream = 0;
+    ok = u32("rank", m.rank) && f.range("stream", 1, 2, stream) && f.u("bytes", m.bytes);
+    m.stream = stream == 1 ? output_stream::out : output_stream::err;
+    e.msg = m;
+  } else if (type == "heartbeat") {
+    e.msg = heartbeat{};
+  } else if (type == "ack") {
+    ack m;
+    ok = f.u("bytes", m.bytes);
+    e.msg = m;
+  } else if (type == "spawn") {
+    spawn_request m;
+    std::size_t n = 0;
+    ok = f.array("ranks", n);
+    const std::uint8_t* next = r.pos();
+    for (std::size_t i = 0; ok && i < n; ++i) {
+      r.seek(next);
+      fast_map item;
+      if (!item.read(r, 2)) return std::nullopt;
+      next = r.pos();
+      fast_fields g{item, r};
+      rank_spec spec;
+      ok = g.u("rank", spec.rank) && g.u("app", spec.app) && g.strings("env", spec.env) &&
+           g.boolean("stdin", spec.stdin_from_launcher);
+      m.ranks.push_back(std::move(spec));
+    }
+    e.msg = std::move(m);
+  } else if (type == "signal") {
+    signal_request m;
+    std::size_t n = 0;
+    ok = f.array("ranks", n);
+    for (std::size_t i = 0; ok && i < n; ++i) {
+      std::uint64_t v = 0;
+      bool neg = false;
+      ok = r.integer(v, neg) && !neg && v <= std::numeric_limits<std::uint32_t>::max();
+      m.ranks.push_back(static_cast<std::uint32_t>(v));
+    }
+    ok = ok && f.range("signo", 0, max_signal, m.signo);
+    e.msg = std::move(m);
+  } else if (type == "hello") {
+    hello m;
+    ok = u32("version", m.version);
+    if (ok && m.version == protocol_version) {
+      int port = 0;
+      ok = f.u("nonce", m.nonce) && f.i64("pid", m.pid) && f.str("hostname", m.hostname) &&
+           f.strings("addrs", m.addrs) && f.range("port", 0, 65535, port);
+      m.port = static_cast<std::uint16_t>(port);
+    }
+    e.msg = std::move(m);
+  } else if (type == "job") {
+    job_setup m;
+    int streams = 0;
+    std::size_t n = 0;
+    ok = u32("host", m.host) && u32("grace_ms", m.grace_ms) &&
+         u32("heartbeat_ms", m.heartbeat_ms) && u32("silence_ms", m.silence_ms) &&
+         f.boolean("forward_output", m.forward_output) && f.range("streams", 0, 2, streams) &&
+         f.str("cwd", m.cwd) && f.strings("base", m.base) && f.strings("overrides", m.overrides) &&
+         f.array("apps", n) && n > 0;
+    m.streams = static_cast<std::uint8_t>(streams);
+    const std::uint8_t* next = r.pos();
+    for (std::size_t i = 0; ok && i < n; ++i) {
+      r.seek(next);
+      fast_map item;
+      if (!item.read(r, 2)) return std::nullopt;
+      next = r.pos();
+      fast_fields g{item, r};
+      app_spec a;
+      ok = g.strings("argv", a.argv) && g.str("wdir", a.wdir) && g.strings("env", a.env) &&
+           !a.argv.empty() && !a.argv.front().empty();
+      m.apps.push_back(std::move(a));
+    }
+    e.msg = std::move(m);
+  } else if (type == "spawn_failed") {
+    spawn_failed m;
+    ok = u32("rank", m.rank) && f.range("code", 0, 255, m.code) && f.str("reason", m.reason);
+    e.msg = std::move(m);
+  } else if (type == "input_closed") {
+    input_closed m;
+    ok = u32("rank", m.rank);
+    e.msg = m;
+  } else if (type == "suspend") {
+    e.msg = suspend{};
+  } else if (type == "resume") {
+    e.msg = resume{};
+  } else if (type == "shutdown") {
+    e.msg = shutdown_request{};
+  } else if (type == "shutdown_done") {
+    e.msg = shutdown_done{};
+  } else if (type == "error") {
+    agent_error m;
+    ok = f.str("text", m.text);
+    e.msg = std::move(m);
+  } else {
+    return std::nullopt;
+  }
+  if (!ok || e.fds > max_fds(e.msg)) return std::nullopt;
+  return e;
+}
 
 }  // namespace
 
@@ -293,18 +860,32 @@ sender sent_by(const message& m) noexcept {
 
 std::vector<std::uint8_t> encode(const message& m, std::uint32_t fds) {
   check_fds(type_name(m), fds, max_fds(m));
-  json j = json::object();
-  j["type"] = type_name(m);
-  if (fds > 0) j["fds"] = fds;
-  std::visit(encoder{j}, m);
-  return json::to_msgpack(j);
+  std::vector<std::uint8_t> out;
+  writer w(out);
+  std::visit(encoder{w, fds, type_name(m)}, m);
+  return out;
 }
 
 void append_message(std::vector<std::uint8_t>& out, const message& m, std::uint32_t fds) {
-  append_control_frame(out, encode(m, fds));
+  check_fds(type_name(m), fds, max_fds(m));
+  // Framed in place: a header and the kind first, the body written behind them, then the length
+  // patched in (append_control_frame's limits apply).
+  const std::size_t at = out.size();
+  out.insert(out.end(), frame_header_bytes + 1, 0);
+  writer w(out);
+  std::visit(encoder{w, fds, type_name(m)}, m);
+  const std::size_t n = out.size() - at - frame_header_bytes;  // kind + body
+  if (n > max_frame_bytes) {
+    out.resize(at);
+    fail("message of " + std::to_string(n - 1) + " bytes exceeds the " +
+         std::to_string(max_frame_bytes >> 20) + " MiB limit");
+  }
+  for (int i = 0; i < 4; ++i)
+    out[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(n >> (24 - 8 * i));
+  out[at + frame_header_bytes] = static_cast<std::uint8_t>(frame_kind::control);
 }
 
-envelope decode(std::span<const std::uint8_t> body) {
+envelope decode_reference(std::span<const std::uint8_t> body) {
   const json j = parse_body(body);
   if (!j.is_object()) fail("message body is not a map");
   const auto t = j.find("type");
@@ -402,6 +983,11 @@ envelope decode(std::span<const std::uint8_t> body) {
   }
   check_fds(type, e.fds, max_fds(e.msg));
   return e;
+}
+
+envelope decode(std::span<const std::uint8_t> body) {
+  if (auto e = decode_fast(body)) return std::move(*e);
+  return decode_reference(body);
 }
 
 }  // namespace pm::link

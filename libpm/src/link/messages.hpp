@@ -176,5 +176,10 @@ std::vector<std::uint8_t> encode(const message& m, std::uint32_t fds = 0);
 void append_message(std::vector<std::uint8_t>& out, const message& m, std::uint32_t fds = 0);
 /// Decodes one control frame body. Throws pm::error naming the problem.
 envelope decode(std::span<const std::uint8_t> body);
+/// The reference decoder: nlohmann's MessagePack reader into a document, then strict field checks.
+/// decode() reads well-formed bodies directly (no document: ~20x faster) and falls back to this
+/// one for anything else, so that both accept the same bodies and every error reads the same;
+/// tests compare the two.
+envelope decode_reference(std::span<const std::uint8_t> body);
 
 }  // namespace pm::link

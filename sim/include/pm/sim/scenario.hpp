@@ -86,13 +86,16 @@ fault parse_fault(std::string_view text);
 struct latency_model {
   sim_time link{std::chrono::microseconds(100)};        ///< one way, launcher <-> agent
   sim_time link_jitter{std::chrono::microseconds(50)};  ///< + [0, jitter]
-  sim_time agent_hop{std::chrono::milliseconds(20)};    ///< agent start, per level of the tree
-  std::uint32_t fanout = 32;                            ///< tree launch: children per agent
-  sim_time spawn{std::chrono::microseconds(500)};       ///< per rank, serial on a host
+  sim_time agent_hop{std::chrono::milliseconds(20)};    ///< to start one agent (an ssh hop)
+  std::uint32_t fanout =
+      32;  ///< tree launch: children per agent; 0: flat (the launcher starts all)
+  std::uint32_t concurrent_starts = 32;  ///< agents one launcher or agent starts at once (ssh cap)
+  sim_time spawn{std::chrono::microseconds(500)};  ///< per rank, serial on a host
   sim_time spawn_jitter{std::chrono::microseconds(250)};
   sim_time reaction{std::chrono::milliseconds(1)};  ///< a process dies [0, this] after SIGTERM
   sim_time heartbeat_interval{std::chrono::seconds(1)};
   sim_time heartbeat_timeout{std::chrono::seconds(3)};  ///< silence after which a peer is lost
+  sim_time hello_timeout{std::chrono::seconds(20)};     ///< the agent's hello, from its launch
   sim_time run_time{std::chrono::seconds(10)};          ///< the default script's run time
   sim_time run_jitter{std::chrono::seconds(1)};         ///< + [0, jitter]
   friend bool operator==(const latency_model&, const latency_model&) = default;

@@ -1,10 +1,12 @@
-// The simulated world: runs a scenario against the real pm::controller and the real node agent.
+// The simulated world: runs a scenario against the real pm::controller, the real node agent and
+// the real agent link (two pm::link::endpoint per host, exchanging bytes over a virtual stream).
 //
 // Single-threaded; virtual time jumps from one event to the next; every random choice comes
 // from one seeded pm::sim::prng, so a seed replays a run exactly (same trace hash). No wall
 // clock, no threads, no environment reads. The controller and the per-host agent
-// (libpm/src/agent) are the production objects; sim/ only plays the world around them: hosts,
-// links, processes, timers and faults, and checks the contract (docs/simulator.md).
+// (libpm/src/agent) and the link endpoints (libpm/src/link) are the production objects; sim/ only
+// plays the world around them: hosts, byte streams, processes, timers and faults, and checks the
+// contract (docs/simulator.md).
 //
 //   pm::sim::scenario s;
 //   s.hosts = 64; s.slots = 8; s.seed = 42;
@@ -68,8 +70,26 @@ struct run_stats {
   std::uint32_t timers_after_cancel = 0;  ///< timer_fired delivered after its cancel_timer
   std::uint32_t exits_before_streams = 0;
   std::uint32_t streams_before_exit = 0;
-  std::uint32_t sigkills = 0;   ///< ranks the controller sent SIGKILL
-  std::uint32_t leftovers = 0;  ///< ranks whose leftovers the job had to clear
+  std::uint32_t sigkills = 0;    ///< ranks the controller sent SIGKILL
+  std::uint32_t leftovers = 0;   ///< ranks whose leftovers the job had to clear
+  std::uint64_t link_bytes = 0;  ///< bytes the agent links carried, both ways
+  std::uint64_t link_ticks = 0;  ///< timer events of the link endpoints (heartbeats, silence)
+};
+
+/// A host the launcher declared lost: its end of the agent link went down before the job's end.
+struct host_loss {
+  std::uint32_t host = 0;
+  sim_time at{0};
+  std::string reason;  ///< the link endpoint's, e.g. "no word from the agent for 3.0 s"
+};
+
+/// An agent that lost its launcher (silence, or the launcher closed the link) and ended its
+/// ranks by itself.
+struct agent_loss {
+  std::uint32_t host = 0;
+  sim_time at{0};       ///< when its end of the link went down
+  sim_time cleared{0};  ///< when the last process of the job on its host ended (>= at)
+  std::string reason;
 };
 
 struct run_result {
@@ -82,7 +102,9 @@ struct run_result {
   sim_time finish_time{0};            ///< when finish came out
   sim_time end_time{0};               ///< the last event (agents done)
   run_stats stats;
-  std::string replay;  ///< the command that replays this run
+  std::vector<host_loss> hosts_lost;    ///< in the order the launcher noticed them
+  std::vector<agent_loss> agents_lost;  ///< in the order the agents noticed
+  std::string replay;                   ///< the command that replays this run
 
   /// Seed, verdict, problems and the replay command, as a message for a failed test.
   std::string explain() const;

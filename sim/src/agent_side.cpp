@@ -1,0 +1,169 @@
+// The hosts' side of the simulated world: per host the real node agent (pm::agent::agent) and
+// the agent's end of its link, driven as pmd drives them (libpm/tools/pmd/main.cpp): the job's
+// setup sets the end's heartbeats, the launcher's messages become agent::received, a link that
+// goes down becomes agent::channel_lost; the agent's send actions go out through its end.
+#include "world_impl.hpp"
+
+namespace pm::sim {
+
+namespace {
+
+// What ssh carries back when the agent cannot start: the remote shell's complaint, then the end.
+constexpr std::string_view missing_agent = "bash: pmd: command not found\n";
+
+}  // namespace
+
+void world::on_agent_starts(std::uint32_t host) {
+  auto& h = hosts_[host];
+  if (h.crashed) return;
+  if (h.agent_fails) {
+    ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::agent_failure)];
+    line("!! the agent on " + host_name(host) + " does not start");
+    const auto said = arrival(h, h.up, 0);
+    h.up.push_bytes(said, std::span(reinterpret_cast<const std::uint8_t*>(missing_agent.data()),
+                                    missing_agent.size()));
+    h.up.push_end(arrival(h, h.up, 0));
+    at(said, ek::link_arrival, host, 1);
+    return;
+  }
+  h.agent.emplace(agent::options{});
+  link::endpoint_options o;
+  o.self = link::role::agent;
+  o.nonce = nonce_;  // from its command line (pmd --nonce)
+  h.agent_end.emplace(o);
+  link::hello mine;
+  mine.pid = agent_pid_base + host;
+  mine.hostname = host_name(host);
+  h.agent_end->start(link::link_time(now_), std::move(mine));
+  h.up_loud = true;
+  touch(host);
+}
+
+// A host's agent handles an event. The events its actions produce (a leftover's streams ending
+// when its group is killed) are fed after the whole batch, as pmd's feed() does, never nested.
+void world::feed_agent(std::uint32_t host, agent::event e) {
+  if (in_agent_step_) {
+    agent_backlog_.emplace_back(host, std::move(e));
+    return;
+  }
+  in_agent_step_ = true;
+  step_agent(host, std::move(e));
+  for (std::size_t i = 0; i < agent_backlog_.size(); ++i) {
+    auto next = std::move(agent_backlog_[i]);
+    step_agent(next.first, std::move(next.second));
+  }
+  agent_backlog_.clear();
+  in_agent_step_ = false;
+}
+
+void world::step_agent(std::uint32_t host, agent::event e) {
+  auto& h = hosts_[host];
+  if (!h.agent || h.agent_done || h.crashed) return;
+  agent_out_.clear();
+  h.agent->handle(agent::agent_time(now_), std::move(e), agent_out_);
+  std::vector<agent::action> actions;
+  actions.swap(agent_out_);
+  for (auto& a : actions) {
+    std::visit(overloaded{
+                   [&](agent::spawn_rank& x) { start_process(host, x.spec); },
+                   [&](agent::signal_group& x) {
+                     const auto rank = x.pgid - pid_base;
+                     if (rank < 0 || rank >= static_cast<std::int64_t>(procs_.size()) ||
+                         procs_[static_cast<std::uint32_t>(rank)].host != host) {
+                       correctness("the agent on " + host_name(host) +
+                                   " signalled a process group it does not own (" +
+                                   std::to_string(x.pgid) + ")");
+                       return;
+                     }
+                     deliver_signal(static_cast<std::uint32_t>(rank), x.signo);
+                   },
+                   [&](agent::send& x) {
+                     if (!h.agent_end || h.agent_link_down) return;  // pmd: the link is closed
+                     h.agent_end->send(x.msg);
+                     h.up_loud = true;
+                     touch(host);
+                   },
+                   [&](agent::start_timer& x) {
+                     at(now_ + std::chrono::duration_cast<sim_time>(x.after).count(),
+                        ek::agent_timer, host, static_cast<std::uint32_t>(x.timer));
+                   },
+                   [&](agent::reap_orphans&) {},
+                   // pmd sweeps in the same turn of its loop; the result comes back as the
+                   // next event (after this step, never nested).
+                   [&](agent::sweep&) { sweeps_due_.push_back(host); },
+                   [&](agent::exit_agent&) { agent_exits(host); },
+               },
+               a);
+  }
+  actions.clear();
+  agent_out_.swap(actions);
+  flush_host_batches(host);
+}
+
+// What one agent step started or signalled becomes one event per kind: pmd forks a spawn
+// request's ranks in one turn of its loop and reports them in one write, and the ranks that
+// one message signals react together (in a seed-chosen order) after one reaction time.
+void world::flush_host_batches(std::uint32_t host) {
+  if (!spawn_batch_.empty()) {
+    std::int64_t last = now_;
+    for (const auto& e : spawn_batch_) last = std::max(last, e.value);
+    const auto slot = batch_pool_.take();
+    std::swap(batch_pool_[slot], spawn_batch_);
+    at(last, ek::spawned, host, slot);
+  }
+  if (!kill_batch_.empty()) {
+    const auto slot = batch_pool_.take();
+    std::swap(batch_pool_[slot], kill_batch_);
+    at(now_ + rng_.between(0, 10'000), ek::reacted, host, slot);
+  }
+  if (!term_batch_.empty()) {
+    const auto slot = batch_pool_.take();
+    std::swap(batch_pool_[slot], term_batch_);
+    at(now_ + jitter(s_.latency.reaction), ek::reacted, host, slot);
+  }
+}
+
+// The agent's end of the link reported these, in order (pmd's on_link_events).
+void world::on_agent_events(std::uint32_t host, std::vector<link::link_event>& events) {
+  for (auto& e : events) {
+    auto& h = hosts_[host];
+    if (h.agent_link_down || !h.agent || h.agent_done) return;
+    if (auto* m = std::get_if<link::message_in>(&e)) {
+      if (const auto* j = std::get_if<link::job_setup>(&m->msg)) {
+        // The launcher's heartbeats and silence timeout, from now on.
+        h.agent_end->set_heartbeats(link::link_time(now_),
+                                    std::chrono::milliseconds(j->heartbeat_ms),
+                                    std::chrono::milliseconds(j->silence_ms));
+      }
+      feed_agent(host, agent::received{std::move(m->msg)});
+    } else if (auto* d = std::get_if<link::link_down>(&e)) {
+      h.agent_link_down = true;
+      h.agent_detect_at = now_;
+      last_progress_ = now_;
+      if (h.part_from >= 0 && now_ >= h.part_from) h.partition_noticed = true;
+      line("!! the agent on " + host_name(host) + " gives up on the launcher: " + d->reason);
+      hash_.add(static_cast<std::uint64_t>(now_));
+      hash_.add(0x800 + std::uint64_t{host});
+      agent_reasons_.emplace_back(host, d->reason);
+      feed_agent(host, agent::channel_lost{d->reason});
+      return;
+    }
+    // peer_greeted: nothing to do; input_in: no stdin is simulated.
+  }
+}
+
+// The agent exits: what its end still holds goes out, then its side of the stream ends (the
+// launcher sees end-of-file).
+void world::agent_exits(std::uint32_t host) {
+  auto& h = hosts_[host];
+  if (h.agent_done) return;
+  h.agent_done = true;
+  --agents_pending_;
+  flush_end(host, h, false);
+  const auto t = arrival(h, h.up, 0);
+  h.up.push_end(t);
+  at(t, ek::link_arrival, host, 1);
+  h.agent_end.reset();
+}
+
+}  // namespace pm::sim

@@ -1,0 +1,125 @@
+// Faults: crashes and partitions as the world sees them (what the link endpoints make of them is
+// theirs), and signals to the launcher.
+#include <signal.h>
+
+#include <algorithm>
+
+#include "world_impl.hpp"
+
+namespace pm::sim {
+
+void world::plan(const fault& f) {
+  // check_targets() has checked every target and partition.
+  if (f.kind == fault_kind::launcher_signal) {
+    // Never before job_start (events before it are ignored, by the controller's rules).
+    at(std::max<std::int64_t>(f.at.count(), 1), ek::launcher_signal, f.target, 0);
+    return;
+  }
+  switch (f.kind) {
+    case fault_kind::host_crash: {
+      auto& h = hosts_[f.target];
+      if (h.crash_at < 0 || f.at.count() < h.crash_at) h.crash_at = f.at.count();
+      at(f.at.count(), ek::host_crash, f.target, 0);
+      break;
+    }
+    case fault_kind::partition: {
+      auto& h = hosts_[f.target];
+      h.part_from = f.at.count();
+      h.part_until = f.until.count();
+      at(f.at.count(), ek::partition_begin, f.target, 0);
+      break;
+    }
+    case fault_kind::spawn_failure:
+      procs_[f.target].flags |= f_spawn_fail;
+      break;
+    case fault_kind::agent_failure:
+      hosts_[f.target].agent_fails = true;
+      break;
+    case fault_kind::lost_exit:
+      procs_[f.target].flags |= f_lost_exit;
+      break;
+    case fault_kind::launcher_signal:
+      break;
+  }
+}
+
+namespace {
+// The endpoints count in whole milliseconds, and their ticks run on a 1 ms grid.
+constexpr std::int64_t ms_slack = 2'000'000;
+}  // namespace
+
+// After a crash or a cut, the launcher must notice within the link's promise from when the host
+// fell silent, or when the hello deadline runs out if the agent never said hello.
+void world::on_crash(std::uint32_t host) {
+  auto& h = hosts_[host];
+  if (h.crashed) return;
+  const bool used = map_.node_of_host(host).has_value();
+  if (used) ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::host_crash)];
+  if (h.launched && !h.agent_fails && !h.agent_done) --agents_pending_;
+  h.crashed = true;
+  line("!! " + host_name(host) + " crashes");
+  hash_.add(static_cast<std::uint64_t>(now_));
+  hash_.add(0x400 + std::uint64_t{host});
+  for (auto rank : map_.ranks_on_host(host)) {
+    auto& p = procs_[rank];
+    if (p.state == pstate::running || p.state == pstate::spawning ||
+        (p.flags & leftover_alive) != 0) {
+      if (p.state == pstate::running || p.state == pstate::spawning) --live_procs_;
+      if ((p.flags & leftover_alive) != 0) --leftovers_alive_;
+      p.state = pstate::gone;
+      p.flags = static_cast<std::uint8_t>(p.flags & ~leftover_alive);
+      h.last_death = now_;
+    }
+  }
+  // Its agent and its end of the link vanish without a word: no end-of-stream, only silence.
+  // What it wrote before is on the wire and still arrives; what comes for it is lost.
+  h.agent.reset();
+  h.agent_end.reset();
+  h.down.drop();
+  if (h.launched && !h.launcher_down && !h.agent_fails) {
+    // Bytes it sent while cut off are held until the heal: its silence begins when they arrive.
+    const bool cut = h.part_from >= 0 && now_ >= h.part_from && now_ < h.part_until;
+    const auto silent_from = cut ? h.part_until : now_;
+    const auto bound = std::max(silent_from + detection_promise(),
+                                h.launcher_start + s_.latency.hello_timeout.count()) +
+                       ms_slack;
+    h.detect_bound = std::max(h.detect_bound, bound);
+  }
+}
+
+void world::on_partition(std::uint32_t host) {
+  auto& h = hosts_[host];
+  if (!h.launched || h.crashed || h.agent_fails) return;
+  ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::partition)];
+  h.partition_fired = true;
+  line("!! " + host_name(host) + " is cut off until " + format_duration(sim_time(h.part_until)));
+  hash_.add(static_cast<std::uint64_t>(now_));
+  hash_.add(0x500 + std::uint64_t{host});
+  // Nothing crosses until it heals (arrival() holds the bytes back): both ends may notice the
+  // silence, by their own timers. If they do, the launcher must by this bound.
+  if (!h.launcher_down) {
+    const auto bound =
+        std::max(now_ + detection_promise(), h.launcher_start + s_.latency.hello_timeout.count()) +
+        ms_slack;
+    h.detect_bound = std::max(h.detect_bound, bound);
+  }
+}
+
+// The launcher (pmrun, or the embedding program) receives a signal.
+void world::on_launcher_signal(int signo) {
+  line("!! the launcher receives " + signal_name(signo));
+  hash_.add(static_cast<std::uint64_t>(now_));
+  hash_.add(0x600 + static_cast<std::uint64_t>(signo));
+  if (!ctl_.finished()) {
+    ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::launcher_signal)];
+    if (signo == SIGINT || signo == SIGTERM || signo == SIGHUP) {
+      ++terminating_signals_;
+      note_failure(cause_kind::signal, 0, 0, 128 + signo);
+    }
+    // A forwarded SIGUSR1/2 ends ranks that do not handle it: they did not fail by themselves.
+    if (signo != SIGTSTP && signo != SIGCONT) saw_launcher_signal_ = true;
+  }
+  feed_ctl(signal_received{signo});
+}
+
+}  // namespace pm::sim

@@ -1,0 +1,91 @@
+// One direction of a simulated host's agent link: the bytes one link endpoint wrote, on their way
+// to the other, each piece with the virtual time it arrives. FIFO, like the TCP connection under
+// ssh: a piece never overtakes an earlier one. When a piece arrives (its latency, jitter and
+// partitions) is the world's to decide; this only keeps the pieces in order.
+//
+// Besides bytes a piece can be the end of the stream (the writer closed it: a process exited, the
+// launcher closed the connection) or an abort request of a rank (PMIx_Abort has no message in the
+// link protocol yet; the simulator carries it in order with the bytes of its host).
+//
+// A piece is "quiet" when it holds nothing but heartbeats: it needs no event of its own, the
+// receiving endpoint gets it (stamped with its own arrival time) before anything else happens to
+// it. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+namespace pm::sim {
+
+class virtual_stream {
+ public:
+  enum class kind : std::uint8_t { bytes, end, abort };
+  struct piece {
+    std::int64_t at = 0;     ///< arrival time
+    std::uint32_t size = 0;  ///< bytes of this piece (kind::bytes)
+    kind what = kind::bytes;
+    std::uint32_t rank = 0;   ///< kind::abort
+    std::int32_t status = 0;  ///< kind::abort
+  };
+
+  /// Appends a piece of bytes arriving at `at` (not before the previous piece).
+  void push_bytes(std::int64_t at, std::span<const std::uint8_t> bytes) {
+    put(piece{at, static_cast<std::uint32_t>(bytes.size()), kind::bytes, 0, 0}, bytes);
+  }
+  void push_end(std::int64_t at) { put(piece{at, 0, kind::end, 0, 0}, {}); }
+  void push_abort(std::int64_t at, std::uint32_t rank, int status) {
+    put(piece{at, 0, kind::abort, rank, status}, {});
+  }
+
+  /// Hands every piece that arrived by `now` to `f(const piece&, std::span<const uint8_t>)`, in
+  /// order. `f` may push onto other streams, not onto this one.
+  template <class F>
+  void deliver(std::int64_t now, F&& f) {
+    while (head_ < size()) {
+      piece p;
+      std::memcpy(&p, data() + head_, sizeof p);
+      if (p.at > now) break;
+      const std::span<const std::uint8_t> b(data() + head_ + sizeof p, p.size);
+      head_ += sizeof p + p.size;
+      f(p, b);
+    }
+    if (head_ == size()) drop();
+  }
+  /// Forgets what is still on its way (its receiver is gone).
+  void drop() {
+    // Freed, not kept: 200,000 mostly idle streams must not each hold a buffer.
+    std::vector<std::uint8_t>().swap(heap_);
+    small_ = 0;
+    head_ = 0;
+  }
+  bool empty() const noexcept { return head_ == size(); }
+  /// The arrival time of the latest piece (FIFO: the next one comes after it).
+  std::int64_t last_arrival = 0;
+
+ private:
+  // Pieces live in one buffer, each a header and its bytes. A heartbeat's piece (most of what is
+  // in flight at any time, one per host and direction) fits inline, so it needs no allocation.
+  static constexpr std::size_t inline_bytes = 48;
+  const std::uint8_t* data() const noexcept { return heap_.empty() ? inline_ : heap_.data(); }
+  std::size_t size() const noexcept { return heap_.empty() ? small_ : heap_.size(); }
+  void put(const piece& p, std::span<const std::uint8_t> bytes) {
+    const auto* h = reinterpret_cast<const std::uint8_t*>(&p);
+    if (heap_.empty() && small_ + sizeof p + bytes.size() <= inline_bytes) {
+      std::memcpy(inline_ + small_, h, sizeof p);
+      if (!bytes.empty()) std::memcpy(inline_ + small_ + sizeof p, bytes.data(), bytes.size());
+      small_ += static_cast<std::uint8_t>(sizeof p + bytes.size());
+      return;
+    }
+    if (heap_.empty()) heap_.assign(inline_, inline_ + small_);
+    heap_.insert(heap_.end(), h, h + sizeof p);
+    heap_.insert(heap_.end(), bytes.begin(), bytes.end());
+  }
+  std::vector<std::uint8_t> heap_;
+  std::uint32_t head_ = 0;
+  std::uint8_t small_ = 0;
+  std::uint8_t inline_[inline_bytes];
+};
+
+}  // namespace pm::sim
