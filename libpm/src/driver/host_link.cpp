@@ -34,6 +34,7 @@ void host_link::attach(agent_stream s) {
   }
   attached_ = true;
   pid_ = s.pid;
+  ep_.stream_opened(now());
   fds_ = link::stream_fds{s.read_fd, s.write_fd, s.socket};
   in_.emplace(io_, s.read_fd);
   in_->non_blocking(true);

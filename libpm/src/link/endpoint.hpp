@@ -95,6 +95,13 @@ class endpoint {
   /// hello deadline.
   void start(link_time now, hello mine);
 
+  /// The stream to the peer opened (bytes could be queued before): the hello deadline counts from
+  /// here, so a host waiting for its turn to be started (a cap on concurrent ssh) is not lost.
+  void stream_opened(link_time now) noexcept {
+    started_at_ = now;
+    last_heard_ = now;
+  }
+
   /// Bytes from the peer.
   void received(link_time now, std::span<const std::uint8_t> bytes, std::vector<link_event>& out);
   /// The peer's stream ended (end-of-file) or broke (`why` non-empty: the error).
