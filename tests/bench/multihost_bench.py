@@ -323,6 +323,13 @@ def bench_failure(cfg, fx, rounds, summary, tmp):
                     str(dict(codes.get("mpirun", {}))), "", ""))
 
 
+def runs_of(found):
+    """'nothing', or the first run's finding and in how many runs something was found."""
+    if not found:
+        return "nothing"
+    return found[0] + (f" (something in {len(found)} runs)" if len(found) > 1 else "")
+
+
 # --- 3. and 4. a host is killed or cut off -------------------------------------------------------
 
 
@@ -403,9 +410,8 @@ def bench_fault(cfg, rounds, summary, tmp, verb, victim, cap):
         if v and capped[name]:
             fig += f" ({capped[name]} runs > {cap:.0f})"
         rng = f"{min(v):.3f}..{max(v):.3f}" if v else "-"
-        say(f"| {name} | {fig} | {rng} | {dict(codes[name])} | "
-            f"{' / '.join(left_at_exit[name]) or 'nothing'} | "
-            f"{' / '.join(left_later[name]) or 'nothing'} |")
+        say(f"| {name} | {fig} | {rng} | {dict(codes[name])} | {runs_of(left_at_exit[name])} | "
+            f"{runs_of(left_later[name])} |")
     say(f"pmrun said: {messages[0] if messages else ''}")
     mp = after.get("mpirun", [])
     mp_fig = "-" if not cfg.mpirun else (med(mp) if len(mp) > rounds // 2 else f"> {cap:.0f}")
