@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# All benchmarks: the pure core (Google Benchmark), then pmrun beside mpirun and hydra.
+# All benchmarks: the pure core (Google Benchmark), then pmrun beside mpirun and hydra, on one
+# host and across fake hosts (tests/multihost).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build}
@@ -12,3 +13,9 @@ if [ -x "$build/bench/pmix_launch_bench" ]; then
   "$build/bench/pmix_launch_bench" --reps 5 --lean
 fi
 /usr/bin/python3 tests/bench/peers_bench.py "$build" "$@"
+# Several hosts needs root and the fake-host fixture (network namespaces, sshd): skipped elsewhere.
+if reason=$(tests/multihost/hosts.sh probe 2>&1); then
+  /usr/bin/python3 tests/bench/multihost_bench.py "$build/bin/pmrun" --rounds 3
+else
+  echo "# Several hosts (multihost_bench.py): skipped: $reason"
+fi
