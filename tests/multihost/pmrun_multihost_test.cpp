@@ -201,16 +201,23 @@ TEST(PmrunMultihost, APartitionedHostIsLostByItsSilenceAndClearsItsRanks) {
   f.heal(victim);
 }
 
+// 6 ranks sleeping on 3 hosts, `signo` to pmrun once every host runs its share: pmrun's status.
+int signal_a_running_job(const multihost_fixture& f, int signo) {
+  const pid_t pid =
+      start_pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"});
+  EXPECT_GT(pid, 0);
+  if (pid <= 0) return -1;
+  EXPECT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
+  kill(pid, signo);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
 TEST(PmrunMultihost, PmrunKilledLeavesNothingOnAnyHost) {
   NEED_HOSTS();
   multihost_fixture f(3);
-  const pid_t pid =
-      start_pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"});
-  ASSERT_GT(pid, 0);
-  EXPECT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  signal_a_running_job(f, SIGKILL);
   EXPECT_TRUE(hosts_clean(f, 10s)) << left_on_hosts(f);
 }
 
@@ -285,13 +292,7 @@ TEST(PmrunMultihost, ThisMachineAndRemoteHostsInOneJob) {
 TEST(PmrunMultihost, SigtermToPmrunReachesEveryRemoteRank) {
   NEED_HOSTS();
   multihost_fixture f(3);
-  const pid_t pid =
-      start_pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"});
-  ASSERT_GT(pid, 0);
-  EXPECT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int status = signal_a_running_job(f, SIGTERM);
   // pmrun ends by the signal it was given, once every rank everywhere is gone.
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
   EXPECT_TRUE(hosts_clean(f, 2s)) << left_on_hosts(f);
@@ -335,6 +336,19 @@ TEST(PmrunMultihost, StdinReachesARemoteRankZeroAndEveryRankWithStdinAll) {
   ASSERT_EQ(all.exit_code, 0) << all.err;
   EXPECT_EQ(all.out, "200000\n200000\n200000\n200000\n");
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, AMissingRemoteShellIsALaunchErrorBeforeAnythingStarts) {
+  // No fake hosts needed: nothing may be started at all.
+  const auto r =
+      run_command({pm::test::pmrun_path(), "--allow-run-as-root", "-mca", "plm_rsh_agent",
+                   "pm-no-such-ssh", "-H", "othernode:1", "-np", "1", "true"},
+                  30s);
+  EXPECT_EQ(r.exit_code, 125) << r.err;  // exit_codes::launch_failed, not a lost host (213)
+  EXPECT_NE(r.err.find("the remote shell command: program 'pm-no-such-ssh' not found in PATH"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <random>
@@ -140,8 +141,20 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     return "/usr/local/bin:/usr/bin:/bin";
   }
 
-  // A job on this machine only: every program is checked before anything starts.
+  // Before anything starts: a job on this machine only has every program checked; a job with
+  // other hosts reached by ssh has the remote shell command checked (a typo there is a launch
+  // error, not a host lost later).
   void check_programs() {
+    if (!all_local() && !req.remote_transport) {
+      const std::string agent = req.remote.rsh_agent.empty() ? "ssh" : req.remote.rsh_agent.front();
+      const char* path = std::getenv("PATH");
+      try {
+        local::resolve_executable(agent, path != nullptr ? path : "/usr/bin:/bin", "");
+      } catch (const pm::error& e) {
+        throw error(errc::launch, std::string("the remote shell command: ") + e.what() +
+                                      " (set plm_rsh_agent or PM_RSH_AGENT)");
+      }
+    }
     for (std::uint32_t i = 0; i < req.apps.size(); ++i) {
       const auto& app = req.apps[i];
       if (app.argv.empty()) throw error(errc::launch, "an app context has no program");

@@ -12,12 +12,14 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <unordered_map>
 
 #include "link/socket.hpp"
 #include "pm/error.hpp"
+#include "transport/local/executable.hpp"
 #include "transport/local/spawner.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
@@ -105,7 +107,15 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
       link::owned_fd err_r(err[0]), err_w(err[1]);
       local::spawn_request req;
       req.path = argv.front();
-      if (req.path.find('/') == std::string::npos) req.path = find_in_path(req.path);
+      // The same lookup as a rank's program, in this process's PATH.
+      const char* path = std::getenv("PATH");
+      try {
+        req.path =
+            local::resolve_executable(req.path, path != nullptr ? path : "/usr/bin:/bin", "");
+      } catch (const pm::error& e) {
+        throw error(errc::launch, std::string("the remote shell command: ") + e.what() +
+                                      " (set plm_rsh_agent or PM_RSH_AGENT)");
+      }
       req.argv = argv;
       for (char** e = environ; *e != nullptr; ++e) req.env.emplace_back(*e);
       req.stdin_fd = in_r.get();
@@ -139,21 +149,6 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
       asio::post(io,
                  [failed = std::move(q.failed), what = std::string(e.what())] { failed(what); });
     }
-  }
-
-  static std::string find_in_path(const std::string& program) {
-    const char* path = std::getenv("PATH");
-    std::string_view rest = path != nullptr ? path : "/usr/bin:/bin";
-    while (!rest.empty()) {
-      const auto colon = rest.find(':');
-      std::string dir(rest.substr(0, colon));
-      if (dir.empty()) dir = ".";
-      const std::string candidate = dir + "/" + program;
-      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
-    }
-    throw error(errc::launch, "the remote shell command '" + program +
-                                  "' is not on PATH (set plm_rsh_agent or PM_RSH_AGENT)");
   }
 
   void release_slot(connection& c) {
