@@ -46,6 +46,10 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/sim/include/pm/sim
 # (pm::local::default_agent_path), and a remote launch over ssh finds it on PATH, as Open MPI's
 # orted and Hydra's hydra_pmi_proxy are found.
 set(_pm_install_targets pm pm_sim pmrun pmd pmsim)
+# pmd's PMIx server module, in lib/ (pmd finds it from its own bin/, docs/pmix.md).
+if(TARGET pm_pmix_module)
+  install(TARGETS pm_pmix_module LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
+endif()
 if(TARGET pm_c)
   list(APPEND _pm_install_targets pm_c)
 endif()

@@ -1,6 +1,7 @@
 # pmd: the node agent (docs/agent.md). Included from libpm/tools/CMakeLists.txt; paths are
 # relative to this file so that it does not depend on the includer.
-add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp)
+add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp ${CMAKE_CURRENT_LIST_DIR}/pmd/pmix_gateway.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/tcp_relay.cpp)
 target_link_libraries(pmd PRIVATE libpm::libpm)
 target_include_directories(pmd PRIVATE ${PROJECT_SOURCE_DIR}/libpm/src)
 pm_target_warnings(pmd)
@@ -9,3 +10,11 @@ pm_target_warnings(pmd)
 target_link_options(pmd PRIVATE -static-libstdc++ -static-libgcc)
 # Installed next to pmrun (bin/), where pm::local::default_agent_path() looks first: the install
 # rules of every target are in cmake/pm_install.cmake.
+# The PMIx server module (libpm-pmix.so) lives in the lib directory beside pmd's bin directory,
+# in the build tree and when installed; pmd opens it when a rank first connects (docs/pmix.md).
+if(TARGET pm_pmix_module)
+  file(RELATIVE_PATH _pm_bin_to_lib ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
+  target_compile_definitions(pmd PRIVATE PM_WITH_PMIX_MODULE=1
+                             PM_PMIX_MODULE_DIRS="../lib:${_pm_bin_to_lib}")
+  add_dependencies(pmd pm_pmix_module)
+endif()

@@ -82,6 +82,8 @@ struct run_options {
   stdin_target input;
   // Failure policy.
   bool abort_on_failure = true;
+  /// --no-pmix: no PMIx server for the ranks (docs/pmix.md).
+  bool pmix = true;
   std::chrono::milliseconds timeout{0};
   std::chrono::milliseconds kill_grace{3000};
   std::string report_file;  ///< --report FILE: the JSON report

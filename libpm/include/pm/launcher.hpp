@@ -72,6 +72,10 @@ struct job_request {
   /// MASTER_PORT given by the user (--master-port): kept for a job whose rank 0 is elsewhere too.
   bool master_port_fixed = false;
   remote_launch remote;
+  /// Give the ranks a PMIx server (in each host's agent), so that MPI programs run as one job
+  /// (docs/pmix.md). It starts only when a rank connects: a job that never calls PMIx does not
+  /// pay for it. false: --no-pmix (the ranks get no PMIx variables at all).
+  bool pmix = true;
   /// Reaches hosts other than this machine; null: the system ssh (remote.rsh_agent).
   std::shared_ptr<transport> remote_transport;
 };

@@ -203,6 +203,7 @@ struct agent::state {
                      clear();
                    },
                    [&](const link::input_closed&) {},  // the driver closes the rank's stdin pipe
+                   [&](const link::fence_result&) {},  // the driver's PMIx server takes it
                    [&](const auto& other) {
                      protocol_error("unexpected '" + std::string(link::type_name(other)) +
                                     "' message from the launcher");

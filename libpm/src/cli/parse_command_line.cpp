@@ -450,6 +450,13 @@ const std::vector<option_spec>& option_table() {
            st.opts.input = {stdin_target::rank,
                             parse_number<std::uint32_t>(n, v[0], 0, 100'000'000)};
        }},
+      {{"--no-pmix"},
+       "",
+       0,
+       "give the ranks no PMIx server (MPI programs then run as singletons)",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.pmix = false;
+       }},
       // --- failures
       {{"--no-abort-on-failure"},
        "",

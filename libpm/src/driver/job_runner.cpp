@@ -11,12 +11,15 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <random>
 #include <unordered_map>
 
+#include "agent/pmix/pmix_host.hpp"
+#include "control/fence_table.hpp"
 #include "driver/host_link.hpp"
 #include "driver/master_address.hpp"
 #include "io/output_forwarder.hpp"
@@ -106,6 +109,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   std::vector<std::string> base_env;     // the local agent's environment
   std::vector<std::string> mca_exports;  // what every agent adds to its own environment
   std::function<void()> after_shutdown;  // on_finish, once every link is closed
+  // PMIx (req.pmix): the job's facts every agent's server registers, and the fences that span
+  // hosts, gathered here (docs/pmix.md).
+  std::optional<link::pmix_job> pmix_facts;
+  std::optional<control::fence_table> fences;
 
   // Stdin for a rank on another host: read here and sent as input frames, as far as the link's
   // credit allows (a rank that does not read its stdin stops the reading here).
@@ -222,7 +229,36 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       s.apps.push_back(
           link::app_spec{req.apps[i].argv, req.apps[i].wdir, joined(req.env.app_variables(i))});
     }
+    if (pmix_facts) {
+      s.pmix = pmix_facts;
+      s.pmix->node = req.map.node_of_host(h).value_or(0);
+    }
     return s;
+  }
+
+  // ---- PMIx ----
+
+  void on_pmix_abort(std::uint32_t h, const link::pmix_abort& a) {
+    if (a.rank >= req.map.size() || req.map.at(a.rank).host != h) return;  // not its rank
+    std::string text = "PMIx_Abort (MPI_Abort)";
+    if (!a.message.empty() && a.message != "N/A") text += ": " + a.message;  // Open MPI's "none"
+    post(abort_requested{a.rank, a.status, text});
+  }
+
+  void on_fence(std::uint32_t h, const link::fence_contribution& c) {
+    if (!fences) return;
+    try {
+      if (auto complete = fences->contribute(h, c)) answer_fence(*complete);
+    } catch (const error& e) {
+      post(abort_requested{std::nullopt, 1, e.what()});
+    }
+  }
+
+  void answer_fence(const control::fence_table::outcome& o) {
+    for (const auto h : o.hosts) {
+      auto it = hosts.find(h);
+      if (it != hosts.end() && it->second.link) it->second.link->send(o.result);
+    }
   }
 
   link::endpoint_options link_options(std::uint32_t h) const {
@@ -490,6 +526,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
             // The agent exits next; its end-of-file closes the link.
           } else if constexpr (std::is_same_v<T, link::agent_error>) {
             hosts[h].agent_error = x.text;
+          } else if constexpr (std::is_same_v<T, link::pmix_abort>) {
+            on_pmix_abort(h, x);
+          } else if constexpr (std::is_same_v<T, link::fence_contribution>) {
+            on_fence(h, x);
           }
         },
         m);
@@ -625,6 +665,16 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     if (hs.lost_told) return;
     hs.lost_told = true;
     post(host_lost{h, reason});
+    if (fences) {
+      // Ranks elsewhere wait in a fence this host will never join: fail it, and end the job
+      // (Open MPI ignores a failed fence and would carry on, ompi#5086).
+      const auto failed = fences->host_lost(h);
+      for (const auto& o : failed) answer_fence(o);
+      if (!failed.empty()) {
+        post(abort_requested{std::nullopt, 1,
+                             "a PMIx fence cannot complete without host " + host_info(h).name});
+      }
+    }
   }
 
   // ---- actions ----
@@ -706,6 +756,13 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       if (v.name.starts_with("OMPI_MCA_")) mca_exports.push_back(joined(v));
     }
     router = std::make_unique<transport_router>(io, req.remote, req.remote_transport);
+    if (req.pmix) {
+      char ns[64];
+      std::snprintf(ns, sizeof ns, "pmrun.%d.%08llx", static_cast<int>(::getpid()),
+                    static_cast<unsigned long long>(nonce & 0xffffffffu));
+      pmix_facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(req.map, ns, 0));
+      fences.emplace(req.map);
+    }
     facts_ready = req.map.num_nodes() <= 1 && all_local();
     post(job_start{});
   }

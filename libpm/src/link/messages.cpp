@@ -1,5 +1,6 @@
 #include "link/messages.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -179,6 +180,51 @@ app_spec decode_app(const json& v) {
   return a;
 }
 
+std::vector<std::uint32_t> decode_u32s(const reader& r, const json& v, const char* key) {
+  if (!v.is_array()) r.wrong(key, "an array of unsigned 32-bit integers");
+  std::vector<std::uint32_t> out;
+  out.reserve(v.size());
+  for (const auto& x : v) out.push_back(r.u32(x, key));
+  return out;
+}
+
+pmix_job decode_pmix_job(const json& v, std::size_t apps) {
+  if (!v.is_object()) fail("field 'pmix' of a 'job' message must be a map");
+  const reader r{v, "job"};
+  pmix_job p;
+  p.nspace = r.str("nspace");
+  p.universe = r.u32("universe");
+  p.node = r.u32("node");
+  p.nodes = r.strings("nodes");
+  p.rank_node = decode_u32s(r, r.field("rank_node"), "rank_node");
+  p.rank_app = decode_u32s(r, r.field("rank_app"), "rank_app");
+  p.rank_local = decode_u32s(r, r.field("rank_local"), "rank_local");
+  // Consistent, so that the agent can index with them (its PMIx component checks the rest).
+  if (p.nodes.empty() || p.node >= p.nodes.size()) fail("'job' message: PMIx node out of range");
+  if (p.rank_node.empty() || p.rank_app.size() != p.rank_node.size() ||
+      p.rank_local.size() != p.rank_node.size()) {
+    fail("'job' message: PMIx rank arrays differ in length");
+  }
+  for (std::size_t i = 0; i < p.rank_node.size(); ++i) {
+    if (p.rank_node[i] >= p.nodes.size() || p.rank_app[i] >= apps || p.rank_local[i] > 0xffff) {
+      fail("'job' message: PMIx facts of rank " + std::to_string(i) + " out of range");
+    }
+  }
+  return p;
+}
+
+fence_members decode_members(const reader& outer) {
+  const json& v = outer.field("members");
+  if (!v.is_object()) outer.wrong("members", "a map");
+  const reader r{v, outer.type};
+  fence_members m;
+  m.all = r.boolean("all");
+  m.ranks = decode_u32s(r, r.field("ranks"), "ranks");
+  if (m.all && !m.ranks.empty()) fail("fence members are all ranks and listed ranks at once");
+  if (!std::is_sorted(m.ranks.begin(), m.ranks.end())) fail("fence members are not sorted");
+  return m;
+}
+
 void check_fds(std::string_view type, std::uint32_t fds, std::uint32_t max) {
   if (fds > max) {
     fail("'" + std::string(type) + "' message announces " + std::to_string(fds) +
@@ -313,8 +359,20 @@ struct encoder {
     fds_field();
     type_field();
   }
+  void members(const fence_members& m) const {
+    w.map(2);
+    w.key("all");
+    w.boolean(m.all);
+    w.key("ranks");
+    w.array(m.ranks.size());
+    for (const auto r : m.ranks) w.uint(r);
+  }
+  void u32s(const std::vector<std::uint32_t>& v) const {
+    w.array(v.size());
+    for (const auto x : v) w.uint(x);
+  }
   void operator()(const job_setup& m) const {
-    begin(10);
+    begin(m.pmix ? 11 : 10);
     w.key("apps");
     w.array(m.apps.size());
     for (const auto& a : m.apps) {
@@ -341,6 +399,25 @@ struct encoder {
     w.uint(m.host);
     w.key("overrides");
     w.strings(m.overrides);
+    if (m.pmix) {
+      const pmix_job& p = *m.pmix;
+      w.key("pmix");
+      w.map(7);
+      w.key("node");
+      w.uint(p.node);
+      w.key("nodes");
+      w.strings(p.nodes);
+      w.key("nspace");
+      w.str(p.nspace);
+      w.key("rank_app");
+      u32s(p.rank_app);
+      w.key("rank_local");
+      u32s(p.rank_local);
+      w.key("rank_node");
+      u32s(p.rank_node);
+      w.key("universe");
+      w.uint(p.universe);
+    }
     w.key("silence_ms");
     w.uint(m.silence_ms);
     w.key("streams");
@@ -435,6 +512,43 @@ struct encoder {
     w.str(m.text);
     type_field();
   }
+  void operator()(const fence_result& m) const {
+    begin(4);
+    w.key("data");
+    w.str(m.data);
+    fds_field();
+    w.key("members");
+    members(m.members);
+    w.key("ok");
+    w.boolean(m.ok);
+    w.key("seq");
+    w.uint(m.seq);
+    type_field();
+  }
+  void operator()(const pmix_abort& m) const {
+    begin(3);
+    fds_field();
+    w.key("message");
+    w.str(m.message);
+    w.key("rank");
+    w.uint(m.rank);
+    w.key("status");
+    w.sint(m.status);
+    type_field();
+  }
+  void operator()(const fence_contribution& m) const {
+    begin(4);
+    w.key("collect");
+    w.boolean(m.collect);
+    w.key("data");
+    w.str(m.data);
+    fds_field();
+    w.key("members");
+    members(m.members);
+    w.key("seq");
+    w.uint(m.seq);
+    type_field();
+  }
   // heartbeat, suspend, resume, shutdown, shutdown_done: the type alone.
   template <class T>
   void operator()(const T&) const {
@@ -450,10 +564,11 @@ std::uint32_t max_fds(const message& m) {
   return 0;
 }
 
-constexpr std::string_view names[] = {"hello",  "heartbeat",     "ack",           "job",
-                                      "spawn",  "signal",        "input_closed",  "suspend",
-                                      "resume", "shutdown",      "started",       "spawn_failed",
-                                      "exited", "stream_closed", "shutdown_done", "error"};
+constexpr std::string_view names[] = {
+    "hello",   "heartbeat",    "ack",        "job",           "spawn",
+    "signal",  "input_closed", "suspend",    "resume",        "shutdown",
+    "started", "spawn_failed", "exited",     "stream_closed", "shutdown_done",
+    "error",   "fence_result", "pmix_abort", "fence"};
 static_assert(std::size(names) == std::variant_size_v<message>);
 
 // ---- the direct decoder ----
@@ -788,6 +903,8 @@ std::optional<envelope> decode_fast(std::span<const std::uint8_t> body) {
     job_setup m;
     int streams = 0;
     std::size_t n = 0;
+    // The PMIx block (per-rank arrays) is read by the reference decoder: once per job and host.
+    if (top.find("pmix") != nullptr) return std::nullopt;
     ok = u32("host", m.host) && u32("grace_ms", m.grace_ms) &&
          u32("heartbeat_ms", m.heartbeat_ms) && u32("silence_ms", m.silence_ms) &&
          f.boolean("forward_output", m.forward_output) && f.range("streams", 0, 2, streams) &&
@@ -849,7 +966,9 @@ sender sent_by(const message& m) noexcept {
           return sender::either;
         } else if constexpr (std::is_same_v<T, started> || std::is_same_v<T, spawn_failed> ||
                              std::is_same_v<T, exited> || std::is_same_v<T, stream_closed> ||
-                             std::is_same_v<T, shutdown_done> || std::is_same_v<T, agent_error>) {
+                             std::is_same_v<T, shutdown_done> || std::is_same_v<T, agent_error> ||
+                             std::is_same_v<T, pmix_abort> ||
+                             std::is_same_v<T, fence_contribution>) {
           return sender::agent;
         } else {
           return sender::launcher;
@@ -931,6 +1050,7 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
     m.overrides = r.strings("overrides");
     for (const auto& v : r.array("apps")) m.apps.push_back(decode_app(v));
     if (m.apps.empty()) fail("'job' message has no app");
+    if (r.has("pmix")) m.pmix = decode_pmix_job(r.field("pmix"), m.apps.size());
     e.msg = std::move(m);
   } else if (type == "spawn") {
     spawn_request m;
@@ -974,6 +1094,25 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
     e.msg = shutdown_done{};
   } else if (type == "error") {
     e.msg = agent_error{r.str("text")};
+  } else if (type == "fence_result") {
+    fence_result m;
+    m.members = decode_members(r);
+    m.seq = r.unsigned_field(r.field("seq"), "seq", std::numeric_limits<std::uint64_t>::max(),
+                             "an unsigned 64-bit integer");
+    m.ok = r.boolean("ok");
+    m.data = r.str("data");
+    e.msg = std::move(m);
+  } else if (type == "pmix_abort") {
+    e.msg =
+        pmix_abort{r.u32("rank"), r.small_int("status", -2147483647, 2147483647), r.str("message")};
+  } else if (type == "fence") {
+    fence_contribution m;
+    m.members = decode_members(r);
+    m.seq = r.unsigned_field(r.field("seq"), "seq", std::numeric_limits<std::uint64_t>::max(),
+                             "an unsigned 64-bit integer");
+    m.collect = r.boolean("collect");
+    m.data = r.str("data");
+    e.msg = std::move(m);
   } else {
     std::string shown = type.substr(0, 40);
     for (char& c : shown) {

@@ -13,6 +13,7 @@
 // Over any other link (ssh, TCP, the simulator) fds is always 0: output comes as data frames.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -27,7 +28,8 @@
 namespace pm::link {
 
 /// Bumped on any incompatible change; both sides refuse a peer with another version.
-inline constexpr std::uint32_t protocol_version = 3;  // 3: magic, nonce, job setup, data frames
+// 3: magic, nonce, job setup, data frames; 4: PMIx (job facts, abort, fences)
+inline constexpr std::uint32_t protocol_version = 4;
 
 // ---- both ways ----
 /// First message each way, right after the magic. The nonce is the job's: the launcher hands it
@@ -63,23 +65,36 @@ struct app_spec {
   std::vector<std::string> env;   ///< "NAME=value" the app's ranks get on top of everything
   friend bool operator==(const app_spec&, const app_spec&) = default;
 };
+/// What the agent's PMIx server tells the ranks about the whole job (docs/pmix.md): every rank's
+/// node, app and local rank, so that each host registers the same namespace.
+struct pmix_job {
+  std::string nspace;                     ///< the job's PMIx namespace
+  std::uint32_t universe = 0;             ///< MPI_UNIVERSE_SIZE: the allocation's slots
+  std::uint32_t node = 0;                 ///< this host's index into `nodes`
+  std::vector<std::string> nodes;         ///< the job's hosts in node order (as the map names them)
+  std::vector<std::uint32_t> rank_node;   ///< per global rank: its index into `nodes`
+  std::vector<std::uint32_t> rank_app;    ///< per global rank: its app context
+  std::vector<std::uint32_t> rank_local;  ///< per global rank: its local rank on its node
+  friend bool operator==(const pmix_job&, const pmix_job&) = default;
+};
 /// Everything about the job the agent needs before the first spawn; sent once, after hello.
 /// The agent composes each rank's environment on its own host: its own environment minus an outer
 /// job's identity, plus `base` (the -mca exports), the rank's profile variables, `overrides` (-x),
 /// its app's variables. The launcher's environment itself never crosses the link.
 struct job_setup {
-  std::uint32_t host = 0;              ///< this agent's host index in the allocation
-  std::uint32_t grace_ms = 3000;       ///< the stop sequence: SIGTERM, this grace, SIGKILL
-  std::uint32_t heartbeat_ms = 0;      ///< send a heartbeat this often (0: never)
-  std::uint32_t silence_ms = 0;        ///< the launcher silent this long is lost (0: never)
-  bool forward_output = true;          ///< false: output pipes travel as descriptors (local socket)
-  std::uint8_t streams = 2;            ///< per rank: 2 stdout+stderr, 1 merged, 0 /dev/null
+  std::uint32_t host = 0;          ///< this agent's host index in the allocation
+  std::uint32_t grace_ms = 3000;   ///< the stop sequence: SIGTERM, this grace, SIGKILL
+  std::uint32_t heartbeat_ms = 0;  ///< send a heartbeat this often (0: never)
+  std::uint32_t silence_ms = 0;    ///< the launcher silent this long is lost (0: never)
+  bool forward_output = true;      ///< false: output pipes travel as descriptors (local socket)
+  std::uint8_t streams = 2;        ///< per rank: 2 stdout+stderr, 1 merged, 0 /dev/null
   /// The launcher's working directory: where an app without its own wdir runs, as mpirun does;
   /// a host that has no such directory runs it in the home directory instead.
   std::string cwd;
   std::vector<std::string> base;       ///< "NAME=value" added to the agent's own environment
   std::vector<std::string> overrides;  ///< "NAME=value" that win over the profile variables
   std::vector<app_spec> apps;
+  std::optional<pmix_job> pmix;  ///< absent: no PMIx server for the ranks (--no-pmix)
   friend bool operator==(const job_setup&, const job_setup&) = default;
 };
 /// One rank to start.
@@ -112,6 +127,22 @@ struct suspend {
 struct resume {
   friend bool operator==(const resume&, const resume&) = default;
 };
+/// Which ranks take part in a fence: all of the job's (PMIx's wildcard), or the listed ones.
+struct fence_members {
+  bool all = true;
+  std::vector<std::uint32_t> ranks;  ///< sorted; empty when `all`
+  friend bool operator==(const fence_members&, const fence_members&) = default;
+  friend auto operator<=>(const fence_members&, const fence_members&) = default;
+};
+/// A fence that spans hosts is complete: every participating host's contribution, concatenated
+/// in node order (`ok` false: it failed and the job ends; data is then empty).
+struct fence_result {
+  fence_members members;
+  std::uint64_t seq = 0;  ///< the agent's count of fences with these members, from 0
+  bool ok = true;
+  std::string data;  ///< raw bytes
+  friend bool operator==(const fence_result&, const fence_result&) = default;
+};
 /// The job is over: kill whatever is left of the ranks and their descendants, then exit.
 struct shutdown_request {
   friend bool operator==(const shutdown_request&, const shutdown_request&) = default;
@@ -142,6 +173,23 @@ struct stream_closed {
   std::uint64_t bytes = 0;
   friend bool operator==(const stream_closed&, const stream_closed&) = default;
 };
+/// A rank called PMIx_Abort (MPI_Abort): the job ends with `status`. The caller stays blocked
+/// until the launcher signals it (it then ends with the rest of the job).
+struct pmix_abort {
+  std::uint32_t rank = 0;
+  int status = 1;
+  std::string message;
+  friend bool operator==(const pmix_abort&, const pmix_abort&) = default;
+};
+/// This host's part of a fence among ranks of several hosts (PMIx completes fences among local
+/// ranks by itself). The launcher answers every participating host with one fence_result.
+struct fence_contribution {
+  fence_members members;
+  std::uint64_t seq = 0;
+  bool collect = false;  ///< PMIX_COLLECT_DATA: the result carries everyone's data
+  std::string data;      ///< raw bytes (a 0-byte contribution still counts: a barrier)
+  friend bool operator==(const fence_contribution&, const fence_contribution&) = default;
+};
 /// Everything is cleared; the agent exits right after.
 struct shutdown_done {
   friend bool operator==(const shutdown_done&, const shutdown_done&) = default;
@@ -152,9 +200,10 @@ struct agent_error {
   friend bool operator==(const agent_error&, const agent_error&) = default;
 };
 
-using message = std::variant<hello, heartbeat, ack, job_setup, spawn_request, signal_request,
-                             input_closed, suspend, resume, shutdown_request, started, spawn_failed,
-                             exited, stream_closed, shutdown_done, agent_error>;
+using message =
+    std::variant<hello, heartbeat, ack, job_setup, spawn_request, signal_request, input_closed,
+                 suspend, resume, shutdown_request, started, spawn_failed, exited, stream_closed,
+                 shutdown_done, agent_error, fence_result, pmix_abort, fence_contribution>;
 
 /// Which side may send a message.
 enum class sender : std::uint8_t { launcher, agent, either };

@@ -43,6 +43,7 @@
 #include "link/socket.hpp"
 #include "pm/error.hpp"
 #include "pm/version.hpp"
+#include "pmix_gateway.hpp"
 #include "transport/local/executable.hpp"
 #include "transport/local/spawner.hpp"
 
@@ -113,6 +114,8 @@ class driver {
   void flush();
   void lose_link(const std::string& reason);
   int next_timeout_ms() const;
+  void start_pmix(const ln::pmix_job& job);
+  void send_now(const ln::message& m);
 
   // epoll tags: the kind in the top byte, the rank below.
   static constexpr std::uint64_t tag_link_in = 1ull << 56;
@@ -122,6 +125,7 @@ class driver {
   static constexpr std::uint64_t tag_stdout = 5ull << 56;
   static constexpr std::uint64_t tag_stderr = 6ull << 56;
   static constexpr std::uint64_t tag_stdin = 7ull << 56;
+  static constexpr std::uint64_t tag_pmix = 8ull << 56;
 
   ln::stream_fds link_;
   owned_fd epoll_;
@@ -144,6 +148,7 @@ class driver {
   std::vector<ag::action> actions_;
   std::optional<int> exit_code_;
   std::optional<rlimit> nofile_;
+  std::unique_ptr<pmd::pmix_gateway> pmix_;  // when the job's ranks get PMIx
   std::vector<char> buffer_ = std::vector<char>(std::size_t{256} << 10);
 };
 
@@ -270,7 +275,18 @@ void driver::do_spawn(const ag::process_spec& spec) {
     return;
   }
   req.argv = spec.argv;
-  req.env = spec.env;
+  if (pmix_) {
+    // The ranks' PMIx server (started when one connects) wins over the job's variables; Open
+    // MPI yields when idle on an oversubscribed host, as under mpirun, unless the user said.
+    std::vector<std::string> extra = pmix_->rank_env(spec.rank);
+    if (pmix_->oversubscribed() &&
+        ag::find_variable(spec.env, "OMPI_MCA_mpi_yield_when_idle").empty()) {
+      extra.emplace_back("OMPI_MCA_mpi_yield_when_idle=1");
+    }
+    req.env = ag::compose_rank_environment(spec.env, extra, {}, {});
+  } else {
+    req.env = spec.env;
+  }
   req.wdir = wdir;
   // Stdin as input frames (no descriptor came with the spawn): a pipe whose write end pmd feeds.
   owned_fd in_r, in_w;
@@ -461,6 +477,7 @@ void driver::lose_link(const std::string& reason) {
     p.watched = false;
   }
   paused_.clear();
+  if (pmix_) pmix_->release_aborts();
   feed(ag::channel_lost{reason});
 }
 
@@ -480,7 +497,27 @@ void driver::on_link_events(std::vector<ln::link_event>& events) {
         // The launcher's heartbeats and silence timeout, from now on (remote hosts).
         ep_.set_heartbeats(now(), std::chrono::milliseconds(j->heartbeat_ms),
                            std::chrono::milliseconds(j->silence_ms));
+        if (j->pmix && !pmix_) {
+          try {
+            start_pmix(*j->pmix);
+          } catch (const std::exception& err) {
+            feed(ag::bad_message{err.what()});
+            return;
+          }
+        }
       }
+      if (const auto* f = std::get_if<ln::fence_result>(&m->msg)) {
+        if (pmix_) pmix_->fence_done(*f);
+        continue;
+      }
+      if (const auto* sig = std::get_if<ln::signal_request>(&m->msg); sig && pmix_) {
+        // The job is being stopped: a rank blocked in PMIx_Abort may return once signalled.
+        const std::vector<std::uint32_t> ranks = sig->ranks;
+        feed(ag::received{std::move(m->msg)});
+        for (const auto r : ranks) pmix_->release_abort(r);
+        continue;
+      }
+      if (std::holds_alternative<ln::shutdown_request>(m->msg) && pmix_) pmix_->release_aborts();
       if (const auto* c = std::get_if<ln::input_closed>(&m->msg)) close_input(c->rank);
       if (std::holds_alternative<ln::spawn_request>(m->msg)) {
         stdin_ = fds.empty() ? owned_fd() : std::move(fds.front());
@@ -611,6 +648,8 @@ int driver::run() {
         on_output(rank, pm::output_stream::err);
       } else if (kind == tag_stdin) {
         write_input(rank);
+      } else if (kind == tag_pmix) {
+        if (pmix_) pmix_->on_ready();
       }
     }
     if (link_open_) {
@@ -635,7 +674,24 @@ int driver::run() {
     if (!writer_.flush(link_, ep_, error)) break;
     if (!ep_.output().empty()) ::usleep(1000);
   }
+  pmix_.reset();  // the server stops, its directories go
   return *exit_code_;
+}
+
+void driver::send_now(const ln::message& m) {
+  if (!link_open_) return;
+  ep_.send(m);
+  flush();
+}
+
+void driver::start_pmix(const ln::pmix_job& job) {
+  pmd::pmix_gateway::hooks h;
+  h.abort = [this](std::uint32_t rank, int status, const std::string& message) {
+    send_now(ln::pmix_abort{rank, status, message});
+  };
+  h.fence = [this](ln::fence_contribution c) { send_now(c); };
+  pmix_ = std::make_unique<pmd::pmix_gateway>(job, std::move(h));
+  watch(pmix_->fd(), EPOLLIN, tag_pmix);
 }
 
 bool parse_hex(const char* text, std::uint64_t& out) {

@@ -168,6 +168,7 @@ int run(int argc, char** argv) {
   request.apps = resolved.job.apps;
   request.env = std::move(job_env);
   request.control.abort_on_failure = options.abort_on_failure;
+  request.pmix = options.pmix;
   request.control.timeout = options.timeout;
   request.control.kill_grace = options.kill_grace;
   request.output.tag = options.tag_output;

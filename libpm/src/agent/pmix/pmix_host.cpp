@@ -214,99 +214,10 @@ data_completion modex_completion(std::shared_ptr<liveness> live, pmix_modex_cbfu
       });
 }
 
-bool valid_nspace(const std::string& ns) {
-  if (ns.empty() || ns.size() > 200 || ns == "." || ns == "..") return false;
-  return std::all_of(ns.begin(), ns.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-           c == '_' || c == '-';
-  });
-}
-
 }  // namespace
 
-// ---- completions ----
-
-completion& completion::operator=(completion&& other) noexcept {
-  if (this != &other) {
-    if (fn_) (*this)(status::error);
-    fn_ = std::move(other.fn_);
-    other.fn_ = nullptr;
-  }
-  return *this;
-}
-completion::~completion() {
-  if (fn_) (*this)(status::error);
-}
-void completion::operator()(status s) {
-  auto fn = std::move(fn_);
-  fn_ = nullptr;
-  if (fn) fn(s);
-}
-
-data_completion& data_completion::operator=(data_completion&& other) noexcept {
-  if (this != &other) {
-    if (fn_) (*this)(status::error);
-    fn_ = std::move(other.fn_);
-    other.fn_ = nullptr;
-  }
-  return *this;
-}
-data_completion::~data_completion() {
-  if (fn_) (*this)(status::error);
-}
-void data_completion::operator()(status s, std::vector<char> data) {
-  auto fn = std::move(fn_);
-  fn_ = nullptr;
-  if (fn) fn(s, std::move(data));
-}
-
-// ---- job info ----
-
-void check_job_info(const job_info& job) {
-  auto bad = [&](const std::string& what) {
-    throw pm::error(pm::errc::usage, "PMIx job '" + job.nspace + "': " + what);
-  };
-  if (!valid_nspace(job.nspace)) {
-    throw pm::error(pm::errc::usage,
-                    "PMIx namespace '" + job.nspace +
-                        "' is not 1-200 characters of letters, digits, '.', '_' and '-'");
-  }
-  if (job.node_names.empty()) bad("no nodes");
-  if (job.ranks.empty()) bad("no ranks");
-  if (job.node_index >= job.node_names.size()) {
-    bad("this node's index " + std::to_string(job.node_index) + " is not below the " +
-        std::to_string(job.node_names.size()) + " nodes");
-  }
-  for (const auto& n : job.node_names) {
-    if (n.empty() || n.find_first_of(",; \t\n") != std::string::npos) {
-      bad("node name '" + n + "' is empty or has a separator in it");
-    }
-  }
-  std::uint32_t num_apps = 0;
-  for (const auto& r : job.ranks) num_apps = std::max(num_apps, r.app + 1);
-  std::vector<bool> app_used(num_apps);
-  std::vector<std::vector<bool>> local_seen(job.node_names.size());
-  for (std::size_t rank = 0; rank < job.ranks.size(); ++rank) {
-    const rank_info& r = job.ranks[rank];
-    if (r.node >= job.node_names.size()) {
-      bad("rank " + std::to_string(rank) + " is on node " + std::to_string(r.node) +
-          ", not one of the " + std::to_string(job.node_names.size()) + " nodes");
-    }
-    app_used[r.app] = true;
-    auto& seen = local_seen[r.node];
-    if (seen.size() <= r.local_rank) seen.resize(r.local_rank + 1u);
-    if (seen[r.local_rank]) {
-      bad("two ranks have local rank " + std::to_string(r.local_rank) + " on node " +
-          job.node_names[r.node]);
-    }
-    seen[r.local_rank] = true;
-  }
-  for (std::uint32_t a = 0; a < num_apps; ++a) {
-    if (!app_used[a]) bad("app " + std::to_string(a) + " has no ranks");
-  }
-}
-
-// make_job_info is in job_info.cpp (it needs libpm's rank map, not PMIx).
+// check_job_info, make_job_info and the completions are in job_info.cpp and completion.cpp:
+// they need no PMIx, and pmd uses them without loading it.
 
 // ---- the server ----
 
@@ -502,22 +413,28 @@ std::unique_ptr<server> server::start(options opts) {
     }
     p->opts.hostname = name;
   }
-  // The private directory: several servers on one host (several jobs, several users) never
-  // meet, and removing it removes everything PMIx and Open MPI put there.
-  const std::string root = p->opts.tmp_root.empty() ? default_tmp_root() : p->opts.tmp_root;
-  std::string templ = root + "/pm-pmix." + std::to_string(::getpid()) + ".XXXXXX";
-  if (::mkdtemp(templ.data()) == nullptr) {
-    throw pm::error(pm::errc::system, "PMIx: cannot create a private directory in " + root + ": " +
-                                          std::strerror(errno));
-  }
-  p->dir = templ;  // mkdtemp makes it 0700
-  // Open MPI's shared-memory segments (vader) go to /dev/shm by default and stay there when a
-  // rank is killed (measured: every aborted job left one file per rank). A private directory on
-  // the same tmpfs keeps them as fast and lets us remove them.
-  if (const std::string shm_root = p->opts.shm_root.empty() ? "/dev/shm" : p->opts.shm_root;
-      shm_root != "none") {
-    std::string shm = shm_root + "/pm-pmix." + std::to_string(::getpid()) + ".XXXXXX";
-    if (::mkdtemp(shm.data()) != nullptr) p->shm_dir = shm;  // no tmpfs: segments in dir
+  if (!p->opts.dir.empty()) {
+    // Made by the host (pmd), which told the ranks where it is before the server started.
+    p->dir = p->opts.dir;
+    p->shm_dir = p->opts.shm_dir;
+  } else {
+    // The private directory: several servers on one host (several jobs, several users) never
+    // meet, and removing it removes everything PMIx and Open MPI put there.
+    const std::string root = p->opts.tmp_root.empty() ? default_tmp_root() : p->opts.tmp_root;
+    std::string templ = root + "/pm-pmix." + std::to_string(::getpid()) + ".XXXXXX";
+    if (::mkdtemp(templ.data()) == nullptr) {
+      throw pm::error(pm::errc::system, "PMIx: cannot create a private directory in " + root +
+                                            ": " + std::strerror(errno));
+    }
+    p->dir = templ;  // mkdtemp makes it 0700
+    // Open MPI's shared-memory segments (vader) go to /dev/shm by default and stay there when a
+    // rank is killed (measured: every aborted job left one file per rank). A private directory on
+    // the same tmpfs keeps them as fast and lets us remove them.
+    if (const std::string shm_root = p->opts.shm_root.empty() ? "/dev/shm" : p->opts.shm_root;
+        shm_root != "none") {
+      std::string shm = shm_root + "/pm-pmix." + std::to_string(::getpid()) + ".XXXXXX";
+      if (::mkdtemp(shm.data()) != nullptr) p->shm_dir = shm;  // no tmpfs: segments in dir
+    }
   }
   p->efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (p->efd < 0) {
@@ -530,7 +447,7 @@ std::unique_ptr<server> server::start(options opts) {
     // PMIx widens the mode of its tmpdir to 0755: give it a subdirectory, so that the 0700
     // directory above keeps other users out.
     const std::string pmix_dir = p->dir + "/pmix";
-    if (::mkdir(pmix_dir.c_str(), 0700) != 0) {
+    if (::mkdir(pmix_dir.c_str(), 0700) != 0 && errno != EEXIST) {
       throw pm::error(pm::errc::system,
                       "PMIx: cannot create " + pmix_dir + ": " + std::strerror(errno));
     }
@@ -591,7 +508,8 @@ void server::register_job(const job_info& job) {
   job_state state;
   state.info = job;
   state.dir = job_tmpdir(job.nspace);
-  if (::mkdir(state.dir.c_str(), 0700) != 0) {
+  // It may exist: pmd makes it before the server starts (the ranks' Open MPI needs it at once).
+  if (::mkdir(state.dir.c_str(), 0700) != 0 && errno != EEXIST) {
     throw pm::error(pm::errc::system,
                     "PMIx: cannot create " + state.dir + ": " + std::strerror(errno));
   }
@@ -603,7 +521,7 @@ void server::register_job(const job_info& job) {
   } guard{{state.dir}};
   if (!impl_->shm_dir.empty()) {
     state.shm_dir = impl_->shm_dir + "/" + job.nspace;
-    if (::mkdir(state.shm_dir.c_str(), 0700) != 0) {
+    if (::mkdir(state.shm_dir.c_str(), 0700) != 0 && errno != EEXIST) {
       throw pm::error(pm::errc::system,
                       "PMIx: cannot create " + state.shm_dir + ": " + std::strerror(errno));
     }

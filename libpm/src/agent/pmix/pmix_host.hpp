@@ -53,6 +53,9 @@
 namespace pm {
 class rank_map;
 }
+namespace pm::link {
+struct pmix_job;
+}
 
 namespace pm::agent::pmix {
 
@@ -150,6 +153,11 @@ struct options {
   /// Where the private directory is made; empty: $TMPDIR, else /tmp. Unix socket paths are
   /// limited to 107 bytes: keep it short.
   std::string tmp_root;
+  /// A private directory (0700) the host made already, to use instead of making one (pmd makes
+  /// it before the server starts, to tell the ranks where it will be). Removed by stop().
+  std::string dir;
+  /// Likewise for the shared-memory segments (with `dir`; empty: in the job's directory).
+  std::string shm_dir;
   /// Where the private directory for Open MPI's shared-memory segments is made; empty:
   /// /dev/shm; "none" (or when it cannot be made): they go into the job's directory.
   std::string shm_root;
@@ -184,6 +192,10 @@ struct job_info {
 /// The job as node `node_index` sees it, from libpm's rank map: nodes named as the allocation
 /// names them, local and node ranks from the map, universe = the allocation's slots.
 job_info make_job_info(const pm::rank_map& map, std::string nspace, std::uint32_t node_index);
+
+/// The job as the agent link carries it (link::pmix_job), and back.
+job_info job_info_of(const pm::link::pmix_job& facts);
+pm::link::pmix_job pmix_job_of(const job_info& job);
 
 /// Throws pm::error(errc::usage) naming the first problem (bad namespace, a node or app index
 /// out of range, an unused app, duplicate local ranks on a node, no nodes, no ranks).

@@ -1,0 +1,41 @@
+// The answers a host gives PMIx requests (pmix_host.hpp): pure, so that pmd uses them without
+// loading libpmix.
+#include "agent/pmix/pmix_host.hpp"
+
+namespace pm::agent::pmix {
+
+completion& completion::operator=(completion&& other) noexcept {
+  if (this != &other) {
+    if (fn_) (*this)(status::error);
+    fn_ = std::move(other.fn_);
+    other.fn_ = nullptr;
+  }
+  return *this;
+}
+completion::~completion() {
+  if (fn_) (*this)(status::error);
+}
+void completion::operator()(status s) {
+  auto fn = std::move(fn_);
+  fn_ = nullptr;
+  if (fn) fn(s);
+}
+
+data_completion& data_completion::operator=(data_completion&& other) noexcept {
+  if (this != &other) {
+    if (fn_) (*this)(status::error);
+    fn_ = std::move(other.fn_);
+    other.fn_ = nullptr;
+  }
+  return *this;
+}
+data_completion::~data_completion() {
+  if (fn_) (*this)(status::error);
+}
+void data_completion::operator()(status s, std::vector<char> data) {
+  auto fn = std::move(fn_);
+  fn_ = nullptr;
+  if (fn) fn(s, std::move(data));
+}
+
+}  // namespace pm::agent::pmix

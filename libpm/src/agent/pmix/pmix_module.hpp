@@ -1,0 +1,37 @@
+// The PMIx server as pmd loads it: a shared module (libpm-pmix.so) that pmd opens with dlopen
+// the first time a rank connects (docs/pmix.md). pmd itself does not link libpmix: linking it
+// costs every exec of pmd about 1 ms (libpmix pulls in hwloc, libevent, munge), and most jobs
+// never call PMIx. The module and pmd are built together, from the same sources and compiler,
+// so the interface is a C++ class; nothing throws across it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agent/pmix/pmix_host.hpp"
+
+namespace pm::agent::pmix {
+
+/// pmix_host.hpp's `server`, behind virtual calls. Every member is called on pmd's thread.
+class hosted_server {
+ public:
+  virtual ~hosted_server() = default;  ///< stops the server
+  virtual int event_fd() const noexcept = 0;
+  /// Runs the queued upcalls' callbacks (which must not throw); "" or what failed.
+  virtual std::string run_pending() noexcept = 0;
+  virtual std::string register_job(const job_info& job) noexcept = 0;
+  /// Registers local rank `rank` as a client and gives its variables; "" or what failed.
+  virtual std::string rank_env(const std::string& nspace, std::uint32_t rank,
+                               std::vector<std::string>& env) noexcept = 0;
+  virtual std::chrono::nanoseconds init_time() const noexcept = 0;
+};
+
+/// The module's one exported function: starts the server, or returns null and says why.
+using start_function = hosted_server* (*)(const options& opts, std::string& error) noexcept;
+inline constexpr const char* start_symbol = "pm_pmix_start_v1";
+/// The module's file name; pmd looks beside its own lib directory (PM_PMIX_MODULE overrides).
+inline constexpr const char* module_file = "libpm-pmix.so";
+
+}  // namespace pm::agent::pmix

@@ -1,0 +1,326 @@
+#include "pmix_gateway.hpp"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "pm/error.hpp"
+
+namespace pmd {
+
+namespace pmix = pm::agent::pmix;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::uint64_t tag_listener = 1;
+constexpr std::uint64_t tag_server = 2;
+constexpr std::uint64_t tag_relay = std::uint64_t{1} << 56;
+
+[[noreturn]] void fail(const std::string& what) {
+  throw pm::error(pm::errc::system, "PMIx: " + what + ": " + std::strerror(errno));
+}
+
+std::string tmp_root() {
+  const char* t = std::getenv("TMPDIR");
+  return t != nullptr && *t != '\0' ? std::string(t) : std::string("/tmp");
+}
+
+void remove_tree(const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  fs::remove_all(path, ec);
+}
+
+// Directories of pmd processes that were killed (SIGKILL leaves no time to remove them): ours,
+// named after a pid that no longer runs. Looked for when a server starts, so that only jobs that
+// use PMIx pay for the look.
+void remove_stale(const std::string& root, const std::string& prefix) {
+  DIR* d = ::opendir(root.c_str());
+  if (d == nullptr) return;
+  const uid_t me = ::geteuid();
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    const auto dot = name.find('.', prefix.size());
+    if (dot == std::string::npos) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    struct stat st {};
+    const std::string path = root + "/" + name;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != me) continue;
+    remove_tree(path);
+  }
+  ::closedir(d);
+}
+
+std::string module_path() {
+  if (const char* p = std::getenv("PM_PMIX_MODULE"); p != nullptr && *p != '\0') return p;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return pmix::module_file;  // the loader's search path
+#ifdef PM_PMIX_MODULE_DIRS
+  std::string dirs = PM_PMIX_MODULE_DIRS;
+#else
+  std::string dirs = "../lib";
+#endif
+  std::size_t at = 0;
+  while (at <= dirs.size()) {
+    const auto end = std::min(dirs.find(':', at), dirs.size());
+    const fs::path candidate = exe.parent_path() / dirs.substr(at, end - at) / pmix::module_file;
+    if (fs::exists(candidate, ec)) return candidate.lexically_normal().string();
+    at = end + 1;
+  }
+  return pmix::module_file;
+}
+
+std::string value_of(const std::vector<std::string>& env, std::string_view name) {
+  for (const auto& e : env) {
+    if (e.size() > name.size() && e.compare(0, name.size(), name) == 0 && e[name.size()] == '=') {
+      return e.substr(name.size() + 1);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, hooks h)
+    : job_(job),
+      hooks_(std::move(h)),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      relay_(epoll_.get(), tag_relay) {
+  if (!epoll_) fail("epoll_create1");
+  for (std::uint32_t r = 0; r < job_.rank_node.size(); ++r) {
+    if (job_.rank_node[r] == job_.node) local_ranks_.push_back(r);
+  }
+  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  oversubscribed_ = cores > 0 && local_ranks_.size() > static_cast<std::size_t>(cores);
+
+  place_.hostname = job_.nodes.at(job_.node);
+  place_.server_pid = ::getpid();
+  const std::string stem = "pm-pmix." + std::to_string(::getpid()) + ".XXXXXX";
+  std::string dir = tmp_root() + "/" + stem;
+  if (::mkdtemp(dir.data()) == nullptr) fail("cannot create a private directory in " + tmp_root());
+  place_.dir = dir;
+  std::string shm = "/dev/shm/" + stem;
+  if (::mkdtemp(shm.data()) != nullptr) place_.shm_dir = shm;  // no tmpfs: segments in dir
+  // Open MPI needs its directories when the rank starts, before it connects to the server.
+  const std::string jd = pmix::job_dir(place_, job_.nspace);
+  const std::string js = pmix::job_shm_dir(place_, job_.nspace);
+  if (::mkdir(jd.c_str(), 0700) != 0 || (!js.empty() && ::mkdir(js.c_str(), 0700) != 0)) {
+    const int e = errno;
+    remove_tree(place_.dir);
+    remove_tree(place_.shm_dir);
+    errno = e;
+    fail("cannot create the job's directory");
+  }
+  listener_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  if (!listener_ || ::bind(listener_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(listener_.get(), 1024) != 0 ||
+      ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    const int e = errno;
+    remove_tree(place_.dir);
+    remove_tree(place_.shm_dir);
+    errno = e;
+    fail("cannot listen on 127.0.0.1");
+  }
+  place_.port = ntohs(sa.sin_port);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = tag_listener;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
+}
+
+pmix_gateway::~pmix_gateway() {
+  // Unanswered requests fail (their completions' destructors) while the server still runs.
+  aborts_.clear();
+  fences_.clear();
+  server_.reset();  // PMIx_server_finalize: its threads end
+  // The module stays loaded: libpmix keeps atexit handlers and cannot be unloaded safely.
+  remove_tree(place_.dir);
+  remove_tree(place_.shm_dir);
+}
+
+std::vector<std::string> pmix_gateway::rank_env(std::uint32_t rank) const {
+  return pmix::predicted_rank_env(place_, job_.nspace, rank);
+}
+
+void pmix_gateway::on_ready() {
+  epoll_event events[32];
+  const int n = ::epoll_wait(epoll_.get(), events, 32, 0);
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t tag = events[i].data.u64;
+    if (tag == tag_listener) {
+      accept_all();
+    } else if (tag == tag_server) {
+      if (server_) {
+        const std::string problem = server_->run_pending();
+        if (!problem.empty()) std::fprintf(stderr, "pmd: PMIx: %s\n", problem.c_str());
+      }
+    } else if (relay_.owns(tag)) {
+      relay_.on_event(tag, events[i].events);
+    }
+  }
+}
+
+void pmix_gateway::accept_all() {
+  for (;;) {
+    pm::link::owned_fd c(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!c) return;                  // EAGAIN, or an error the next readiness reports again
+    if (!ensure_server()) continue;  // closed: the rank's PMIx_Init fails and it ends
+    std::string error;
+    if (!relay_.add(std::move(c), server_port_, error)) {
+      std::fprintf(stderr, "pmd: PMIx: %s\n", error.c_str());
+    }
+  }
+}
+
+bool pmix_gateway::ensure_server() {
+  if (server_) return true;
+  if (start_failure_) return false;
+  try {
+    start_server();
+    return true;
+  } catch (const std::exception& e) {
+    start_failure_ = e.what();
+    std::fprintf(stderr, "pmd: PMIx server on %s: %s\n", place_.hostname.c_str(), e.what());
+    server_.reset();
+    return false;
+  }
+}
+
+void pmix_gateway::start_server() {
+  remove_stale(tmp_root(), "pm-pmix.");
+  remove_stale("/dev/shm", "pm-pmix.");
+  const std::string path = module_path();
+  module_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (module_ == nullptr) {
+    const char* why = ::dlerror();
+    throw pm::error(pm::errc::system, "cannot load " + path + ": " + (why ? why : "?"));
+  }
+  auto start = reinterpret_cast<pmix::start_function>(::dlsym(module_, pmix::start_symbol));
+  if (start == nullptr) {
+    throw pm::error(pm::errc::system, path + " has no " + pmix::start_symbol);
+  }
+  // The ranks were told the hash store (predicted_env.hpp); the server reads it from here.
+  ::setenv("PMIX_MCA_gds", pmix::server_store, 1);
+  pmix::options opts;
+  opts.hostname = place_.hostname;
+  opts.dir = place_.dir;
+  opts.shm_dir = place_.shm_dir;
+  opts.on.abort = [this](pmix::abort_request r) {
+    const std::uint32_t rank = r.caller.rank;
+    aborts_[rank] = std::move(r.release);
+    if (hooks_.abort) hooks_.abort(rank, r.exit_status, r.message);
+  };
+  opts.on.fence = [this](pmix::fence_request r) { on_fence(std::move(r)); };
+  std::string error;
+  server_.reset(start(opts, error));
+  if (!server_) throw pm::error(pm::errc::system, error);
+  error = server_->register_job(pmix::job_info_of(job_));
+  if (!error.empty()) throw pm::error(pm::errc::system, error);
+  for (const std::uint32_t rank : local_ranks_) {
+    std::vector<std::string> env;
+    error = server_->rank_env(job_.nspace, rank, env);
+    if (!error.empty()) throw pm::error(pm::errc::system, error);
+    if (server_port_ != 0) continue;
+    // What the ranks were told at exec must be what the server says (but for the port, which
+    // is ours; the server's own is where the relay goes).
+    const std::string uri = value_of(env, "PMIX_SERVER_URI41");
+    const auto colon = uri.rfind(':');
+    server_port_ =
+        colon == std::string::npos
+            ? 0
+            : static_cast<std::uint16_t>(std::strtoul(uri.c_str() + colon + 1, nullptr, 10));
+    if (server_port_ == 0) throw pm::error(pm::errc::system, "no server URI from setup_fork");
+    for (const auto& told : rank_env(rank)) {
+      const auto eq = told.find('=');
+      const std::string name = told.substr(0, eq);
+      if (name.rfind("PMIX_SERVER_URI", 0) == 0) continue;
+      const std::string said = value_of(env, name);
+      if (said != told.substr(eq + 1)) {
+        std::fprintf(stderr, "pmd: PMIx: ranks were told %s, the server says '%s'\n", told.c_str(),
+                     said.c_str());
+      }
+    }
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = tag_server;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, server_->event_fd(), &ev);
+}
+
+void pmix_gateway::on_fence(pmix::fence_request r) {
+  pm::link::fence_members members;
+  members.all = false;
+  std::set<std::uint32_t> ranks;
+  for (const auto& p : r.participants) {
+    if (p.nspace != job_.nspace) {
+      std::fprintf(stderr, "pmd: PMIx: a fence with another namespace (%s) is not supported\n",
+                   p.nspace.c_str());
+      r.done(pmix::status::not_supported);
+      return;
+    }
+    if (p.rank == pmix::wildcard_rank) {
+      members.all = true;
+    } else {
+      ranks.insert(p.rank);
+    }
+  }
+  if (!members.all && ranks.size() == job_.rank_node.size()) members.all = true;
+  if (!members.all) members.ranks.assign(ranks.begin(), ranks.end());
+  const std::uint64_t seq = fence_seq_[members]++;
+  pm::link::fence_contribution c;
+  c.members = members;
+  c.seq = seq;
+  c.collect = r.collect;
+  c.data.assign(r.data.begin(), r.data.end());
+  fences_[{members, seq}] = std::move(r.done);
+  if (hooks_.fence) hooks_.fence(std::move(c));
+}
+
+void pmix_gateway::fence_done(const pm::link::fence_result& result) {
+  auto it = fences_.find({result.members, result.seq});
+  if (it == fences_.end()) return;
+  auto done = std::move(it->second);
+  fences_.erase(it);
+  if (result.ok) {
+    done(pmix::status::success, std::vector<char>(result.data.begin(), result.data.end()));
+  } else {
+    done(pmix::status::error);
+  }
+}
+
+void pmix_gateway::release_abort(std::uint32_t rank) {
+  auto it = aborts_.find(rank);
+  if (it == aborts_.end()) return;
+  auto release = std::move(it->second);
+  aborts_.erase(it);
+  release(pmix::status::success);
+}
+
+void pmix_gateway::release_aborts() {
+  while (!aborts_.empty()) release_abort(aborts_.begin()->first);
+}
+
+}  // namespace pmd

@@ -1,0 +1,90 @@
+// pmd's PMIx side (docs/pmix.md): the PMIx server of this host's ranks, started only when one of
+// them connects.
+//
+// When the job's setup says the ranks get PMIx, the gateway makes the private directories and
+// listens on 127.0.0.1; each rank is told at exec where its server is (predicted_env.hpp). A job
+// that never calls PMIx costs two directories and a socket. The first connection loads
+// libpm-pmix.so (pmd does not link libpmix), starts the server (about 20 ms), registers the job
+// and every local rank, and from then on the connections are relayed to the server's own port.
+//
+// What the server cannot answer alone goes to the launcher through `hooks`: an abort, and the
+// fences that span hosts (the launcher gathers every host's part and answers each with one
+// fence_result). Everything runs on pmd's thread: the gateway's descriptors are in an epoll set
+// of its own, which pmd watches as one descriptor (fd()) and serves with on_ready().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/pmix/pmix_module.hpp"
+#include "agent/pmix/predicted_env.hpp"
+#include "link/messages.hpp"
+#include "link/socket.hpp"
+#include "tcp_relay.hpp"
+
+namespace pmd {
+
+class pmix_gateway {
+ public:
+  struct hooks {
+    /// A rank called PMIx_Abort: end the job with `status`; release_abort() when done.
+    std::function<void(std::uint32_t rank, int status, const std::string& message)> abort;
+    /// This host's part of a fence among ranks of several hosts.
+    std::function<void(pm::link::fence_contribution)> fence;
+  };
+
+  /// Makes the private directories and the listener; throws pm::error naming what failed.
+  pmix_gateway(const pm::link::pmix_job& job, hooks h);
+  /// Stops the server (if it started), fails what is pending, removes the directories.
+  ~pmix_gateway();
+  pmix_gateway(const pmix_gateway&) = delete;
+  pmix_gateway& operator=(const pmix_gateway&) = delete;
+
+  /// Readable when the gateway has work: call on_ready().
+  int fd() const noexcept { return epoll_.get(); }
+  void on_ready();
+
+  /// What local rank `rank` gets in its environment ("NAME=value", winning over the job's).
+  std::vector<std::string> rank_env(std::uint32_t rank) const;
+  /// More of this host's ranks than cores: Open MPI should yield when idle (mpirun sets it too).
+  bool oversubscribed() const noexcept { return oversubscribed_; }
+
+  /// The launcher's answer to a fence this host contributed to.
+  void fence_done(const pm::link::fence_result& result);
+  /// The launcher acted on an abort (the job is being stopped): the caller may return.
+  void release_abort(std::uint32_t rank);
+  void release_aborts();
+
+  bool server_started() const noexcept { return server_ != nullptr; }
+
+ private:
+  void accept_all();
+  bool ensure_server();
+  void start_server();
+  void on_fence(pm::agent::pmix::fence_request r);
+
+  pm::link::pmix_job job_;
+  hooks hooks_;
+  pm::agent::pmix::server_place place_;
+  std::vector<std::uint32_t> local_ranks_;
+  bool oversubscribed_ = false;
+  pm::link::owned_fd epoll_;
+  pm::link::owned_fd listener_;
+  std::optional<std::string> start_failure_;  // set once the server could not start
+  void* module_ = nullptr;                    // dlopen handle (kept: the server's code lives there)
+  std::unique_ptr<pm::agent::pmix::hosted_server> server_;
+  std::uint16_t server_port_ = 0;
+  tcp_relay relay_;
+  std::map<std::uint32_t, pm::agent::pmix::completion> aborts_;
+  std::map<pm::link::fence_members, std::uint64_t> fence_seq_;
+  std::map<std::pair<pm::link::fence_members, std::uint64_t>, pm::agent::pmix::data_completion>
+      fences_;
+};
+
+}  // namespace pmd
