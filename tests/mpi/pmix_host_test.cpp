@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -26,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/pmix/predicted_env.hpp"
 #include "mpi/tiny_host.hpp"
 #include "pm/error.hpp"
 #include "support/command.hpp"
@@ -548,6 +550,58 @@ TEST(PmixServerLifecycle, InAProcessOfItsOwn) {
   env.emplace_back("PM_PMIX_ALONE=1");
   const auto res = pm::test::run_command({exe, "--gtest_filter=ServerAlone.*", "--gtest_color=no"},
                                          std::chrono::seconds(60), "", &env);
+  std::printf("%s", res.out.c_str());
+  EXPECT_EQ(res.exit_code, 0) << res.out << res.err;
+  EXPECT_NE(res.out.find("[  PASSED  ] 1 test"), std::string::npos) << res.out;
+}
+
+// What pmd tells a rank at exec before its server runs (predicted_env.hpp) is what the server's
+// setup_fork says once it runs, but for the port (pmd's, relayed to the server's). Run in a
+// process of its own, like ServerAlone: one server per process.
+TEST(PredictedAlone, TheServerSaysWhatTheRanksWereTold) {
+  if (std::getenv("PM_PMIX_PREDICTED") == nullptr) GTEST_SKIP() << "run by PmixPredictedEnv";
+  ::setenv("PMIX_MCA_gds", px::server_store, 1);
+  char dir[] = "/tmp/pm-pmix.predicted.XXXXXX";
+  char shm[] = "/dev/shm/pm-pmix.predicted.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  ASSERT_NE(::mkdtemp(shm), nullptr);
+  px::options opts;
+  opts.hostname = "nodeA";
+  opts.dir = dir;
+  opts.shm_dir = shm;
+  auto server = px::server::start(opts);
+  px::job_info j;
+  j.nspace = "predicted.ns";
+  j.universe_size = 4;
+  j.node_index = 1;
+  j.node_names = {"nodeB", "nodeA"};
+  j.ranks = {{0, 0, 0, 0}, {0, 1, 0, 0}, {0, 1, 1, 1}};
+  server->register_job(j);
+  const auto said = server->rank_env(j.nspace, 2);
+  std::string port;
+  for (const auto& v : said) {
+    if (v.rfind("PMIX_SERVER_URI41=", 0) == 0) port = v.substr(v.rfind(':') + 1);
+  }
+  ASSERT_FALSE(port.empty());
+  px::server_place place{dir, shm, "nodeA", static_cast<std::uint16_t>(std::stoi(port)),
+                         ::getpid()};
+  const auto told = px::predicted_rank_env(place, j.nspace, 2);
+  EXPECT_EQ(std::set<std::string>(told.begin(), told.end()),
+            std::set<std::string>(said.begin(), said.end()));
+  server->stop();
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  EXPECT_FALSE(std::filesystem::exists(shm));
+}
+
+TEST(PmixPredictedEnv, MatchesWhatTheServerSays) {
+  if (std::getenv("PM_PMIX_PREDICTED") != nullptr) GTEST_SKIP();
+  char exe[4096] = {};
+  ASSERT_GT(::readlink("/proc/self/exe", exe, sizeof exe - 1), 0);
+  std::vector<std::string> env = pm::test::own_environment();
+  env.emplace_back("PM_PMIX_PREDICTED=1");
+  const auto res =
+      pm::test::run_command({exe, "--gtest_filter=PredictedAlone.*", "--gtest_color=no"},
+                            std::chrono::seconds(60), "", &env);
   std::printf("%s", res.out.c_str());
   EXPECT_EQ(res.exit_code, 0) << res.out << res.err;
   EXPECT_NE(res.out.find("[  PASSED  ] 1 test"), std::string::npos) << res.out;

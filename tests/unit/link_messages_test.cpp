@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "link/endpoint.hpp"
 #include "link/frame.hpp"
 #include "link/messages.hpp"
@@ -73,7 +75,18 @@ std::vector<message> samples() {
   j.base = {"OMPI_MCA_btl=self"};
   j.overrides = {"X=1"};
   j.apps = {app_spec{{"echo", "hi there", "$(x)"}, "/tmp", {"APP=1"}}, app_spec{{"env"}, "", {}}};
-  return {hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
+  job_setup with_pmix = j;
+  with_pmix.pmix =
+      pmix_job{"pmrun.42.ab", 8, 1, {"node1", "node2"}, {0, 0, 1}, {0, 1, 1}, {0, 1, 0}};
+  fence_members some{false, {1, 5, 9}};
+  return {with_pmix,
+          fence_contribution{fence_members{}, 0, true, std::string("a\0b\xff", 4)},
+          fence_contribution{some, 7, false, ""},
+          fence_result{some, 7, true, std::string(300, '\x80')},
+          fence_result{fence_members{}, 1, false, ""},
+          pmix_abort{3, 42, "N/A"},
+          pmix_abort{0, -1, ""},
+          hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
           hello{protocol_version, 1, 4242, "node1", {"10.0.0.2%eth0", "10.1.0.2%ib0"}, 40123},
           heartbeat{},
           ack{1u << 20},
@@ -277,6 +290,20 @@ TEST(link_messages, semantic_checks) {
   append_message(bad_signal, signal_request{{1}, 99});
   EXPECT_EQ(error_of(bad_signal),
             "agent link: field 'signo' of a 'signal' message must be an integer from 0 to 64");
+  // The PMIx facts must index consistently (the agent indexes with them).
+  job_setup pj;
+  pj.apps.push_back(app_spec{{"a"}, "", {}});
+  pj.pmix = pmix_job{"ns", 2, 0, {"n1"}, {0, 1}, {0, 0}, {0, 0}};
+  bytes bad_node;
+  append_message(bad_node, pj);
+  EXPECT_EQ(error_of(bad_node), "agent link: 'job' message: PMIx facts of rank 1 out of range");
+  pj.pmix = pmix_job{"ns", 2, 0, {"n1"}, {0, 0}, {0}, {0, 1}};
+  bytes short_array;
+  append_message(short_array, pj);
+  EXPECT_EQ(error_of(short_array), "agent link: 'job' message: PMIx rank arrays differ in length");
+  bytes unsorted;
+  append_message(unsorted, fence_contribution{fence_members{false, {3, 1}}, 0, false, ""});
+  EXPECT_EQ(error_of(unsorted), "agent link: fence members are not sorted");
   // A hello of another version is decoded only as far as its version.
   bytes old;
   append_message(old, hello{2, 0, 0, "", {}, 0});
@@ -464,6 +491,18 @@ TEST(link_messages, random_messages_round_trip_through_the_reference) {
     ms.push_back(stream_closed{static_cast<std::uint32_t>(big()),
                                rng() % 2 == 0 ? output_stream::out : output_stream::err, big()});
     ms.push_back(agent_error{text()});
+    fence_members members;
+    members.all = rng() % 2 == 0;
+    if (!members.all) {
+      for (std::size_t r = 0; r < rng() % 50; ++r)
+        members.ranks.push_back(static_cast<std::uint32_t>(big()));
+      std::sort(members.ranks.begin(), members.ranks.end());
+    }
+    ms.push_back(fence_contribution{members, big(), rng() % 2 == 0, text()});
+    ms.push_back(fence_result{members, big(), rng() % 2 == 0, text()});
+    ms.push_back(pmix_abort{static_cast<std::uint32_t>(big()),
+                            static_cast<int>(static_cast<std::int32_t>(rng() % 2000000) - 1000000),
+                            text()});
     for (const auto& m : ms) {
       const auto b = encode(m);
       ASSERT_EQ(decode_reference(b).msg, m) << type_name(m);

@@ -1,0 +1,126 @@
+// Real MPI programs across fake hosts (network namespaces with an sshd each,
+// tests/multihost/README.md): one job of 6 ranks over 3 hosts, each host's agent serving its
+// ranks with its own PMIx server and the fences that span hosts gathered by pmrun
+// (docs/pmix.md). Every test checks that nothing of the job is left on any host.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "support/command.hpp"
+#include "support/multihost.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using pm::test::multihost_fixture;
+using pm::test::run_command;
+
+const std::string mpi_dir = PM_MPI_DIR;
+
+#define NEED_HOSTS()                                                                   \
+  if (!multihost_fixture::available()) {                                               \
+    GTEST_SKIP() << "no fake hosts here: " << multihost_fixture::unavailable_reason(); \
+  }
+
+std::vector<std::string> pmrun(const multihost_fixture& f, std::vector<std::string> args) {
+  std::string hosts;
+  for (const auto& h : f.hosts()) hosts += (hosts.empty() ? "" : ",") + h.name + ":2";
+  std::vector<std::string> argv = {pm::test::pmrun_path(),
+                                   "--allow-run-as-root",
+                                   "-mca",
+                                   "plm_rsh_agent",
+                                   "ssh -F " + f.ssh_config(),
+                                   "-H",
+                                   hosts,
+                                   "-np",
+                                   std::to_string(2 * f.hosts().size())};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+bool hosts_clean(const multihost_fixture& f, std::chrono::milliseconds within = 5s) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    bool any = false;
+    for (const auto& h : f.hosts()) any = any || !f.pids_on(h.name).empty();
+    if (!any) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+// "hello rank R size S ..." lines: the set of ranks that saw a world of `size`.
+std::set<int> ranks_in_world(const std::string& out, int size) {
+  std::set<int> ranks;
+  const std::regex re(R"(hello rank (\d+) size (\d+).*)");
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, re) && std::stoi(m[2]) == size) ranks.insert(std::stoi(m[1]));
+  }
+  return ranks;
+}
+
+TEST(PmrunMpiMultihost, SixRanksOnThreeHostsAreOneWorld) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // MPI_Init's modex and barriers span the hosts: they complete only through pmrun.
+  auto r = run_command(pmrun(f, {mpi_dir + "/mpi_hello", "6"}), 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ranks_in_world(r.out, 6), (std::set<int>{0, 1, 2, 3, 4, 5})) << r.out;
+  // Data crosses the hosts (TCP between them, shared memory within each).
+  r = run_command(pmrun(f, {mpi_dir + "/mpi_ring"}), 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ring size 6 sum 15"), std::string::npos) << r.out;
+  r = run_command(pmrun(f, {mpi_dir + "/mpi_allreduce"}), 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 6) << r.out;
+  EXPECT_NE(r.out.find("size 6 sum 21"), std::string::npos) << r.out;
+  EXPECT_TRUE(hosts_clean(f));
+}
+
+TEST(PmrunMpiMultihost, Mpi4pyAcrossHosts) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  const auto r = run_command(
+      pmrun(f, {"/usr/bin/python3", std::string(PM_MPI_SOURCE_DIR) + "/mpi_hello.py"}), 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ranks_in_world(r.out, 6), (std::set<int>{0, 1, 2, 3, 4, 5})) << r.out;
+  EXPECT_TRUE(hosts_clean(f));
+}
+
+TEST(PmrunMpiMultihost, MpiAbortOnARemoteHostEndsEveryHost) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // Rank 3 (node2) aborts; the others wait in a barrier it never joins.
+  const auto r = run_command(pmrun(f, {mpi_dir + "/mpi_abort", "3"}), 120s);
+  EXPECT_EQ(r.exit_code, 42) << r.err;
+  EXPECT_NE(r.err.find("rank 3 on node2 called abort with status 42"), std::string::npos) << r.err;
+  EXPECT_TRUE(hosts_clean(f));
+}
+
+TEST(PmrunMpiMultihost, AHostLostInTheMiddleOfAFenceEndsTheJob) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // node3's agent is killed once the job runs: the others wait in barriers that need it.
+  std::thread killer([&] {
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < until && f.pids_on("node3").size() < 3) {
+      std::this_thread::sleep_for(50ms);
+    }
+    std::this_thread::sleep_for(500ms);
+    f.crash("node3");
+  });
+  const auto r = run_command(pmrun(f, {mpi_dir + "/mpi_barrier_loop", "100000000"}), 120s);
+  killer.join();
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.err.find("node3"), std::string::npos) << r.err;
+  EXPECT_TRUE(hosts_clean(f));
+}
+
+}  // namespace

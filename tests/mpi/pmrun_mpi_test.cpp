@@ -1,0 +1,219 @@
+// Real MPI programs (Open MPI 4.1, mpi4py) under pmrun on this host: one job of N ranks, not N
+// singletons (docs/pmix.md). Each test also checks that nothing of PMIx or Open MPI is left in
+// the job's TMPDIR or in /dev/shm afterwards.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/command.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using pm::test::run_command;
+namespace fs = std::filesystem;
+
+const std::string mpi_dir = PM_MPI_DIR;
+const std::string python = "/usr/bin/python3";  // Debian's, where python3-mpi4py lives
+
+// A private TMPDIR per test (the agents put their PMIx directories there) and what /dev/shm held.
+class PmrunMpi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/pm-mpi-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(templ), nullptr);
+    tmp_ = templ;
+    shm_before_ = dead_shm_entries();
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::string(*e).rfind("TMPDIR=", 0) != 0) env_.emplace_back(*e);
+    }
+    env_.push_back("TMPDIR=" + tmp_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+  }
+
+  pm::test::command_result pmrun(std::vector<std::string> args,
+                                 std::chrono::milliseconds deadline = 120s,
+                                 std::vector<std::string> extra_env = {}) {
+    std::vector<std::string> argv = {pm::test::pmrun_path(), "--allow-run-as-root"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto env = env_;
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    return run_command(argv, deadline, "", &env);
+  }
+
+  // Nothing of the job stays behind: the TMPDIR is empty again, and /dev/shm holds no PMIx
+  // directory of a process that is gone (pmd's) that was not there before.
+  void expect_nothing_left() {
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(tmp_)) left.push_back(e.path().string());
+    EXPECT_TRUE(left.empty()) << "left in TMPDIR: " << (left.empty() ? "" : left.front());
+    for (const auto& name : dead_shm_entries()) {
+      EXPECT_TRUE(shm_before_.contains(name)) << "left in /dev/shm: " << name;
+    }
+  }
+
+  static std::set<std::string> dead_shm_entries() {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator("/dev/shm")) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("pm-pmix.", 0) != 0) continue;
+      const long pid = std::strtol(name.c_str() + 8, nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) out.insert(name);
+    }
+    return out;
+  }
+
+  std::string tmp_;
+  std::set<std::string> shm_before_;
+  std::vector<std::string> env_;
+};
+
+// "hello rank R size S universe U appnum A ..." lines, by rank.
+std::map<int, std::smatch::string_type> hellos(const std::string& out, int size) {
+  std::map<int, std::string> by_rank;
+  const std::regex re(R"(hello rank (\d+) size (\d+) universe (\d+)(?: appnum (\d+))?.*)");
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_match(line, m, re)) continue;
+    EXPECT_EQ(std::stoi(m[2]), size) << line;
+    by_rank[std::stoi(m[1])] = line;
+  }
+  return by_rank;
+}
+
+TEST_F(PmrunMpi, EveryRankSeesOneWorldAtOneTwoAndFourRanks) {
+  for (const int n : {1, 2, 4}) {
+    // mpi_hello N exits 3 if it finds itself in a world of another size (a singleton).
+    const auto r = pmrun({"-np", std::to_string(n), mpi_dir + "/mpi_hello", std::to_string(n)});
+    ASSERT_EQ(r.exit_code, 0) << n << " ranks: " << r.err;
+    EXPECT_EQ(hellos(r.out, n).size(), static_cast<std::size_t>(n)) << r.out;
+    expect_nothing_left();
+  }
+}
+
+TEST_F(PmrunMpi, RingAllreduceAndBarriersRun) {
+  auto r = pmrun({"-np", "4", mpi_dir + "/mpi_ring"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ring size 4 sum 6"), std::string::npos) << r.out;
+  r = pmrun({"-np", "4", mpi_dir + "/mpi_allreduce"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 4) << r.out;
+  EXPECT_EQ(r.out.find("sum 10") != std::string::npos, true) << r.out;
+  // 4 ranks on 2 cores: without yielding when idle (set by pmd, as mpirun sets it) this takes
+  // tens of seconds instead of a fraction of one.
+  r = pmrun({"-np", "4", mpi_dir + "/mpi_barrier_loop", "2000"}, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("barriers 2000 size 4"), std::string::npos) << r.out;
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, MpmdAppsKnowTheirAppNumber) {
+  const auto r = pmrun(
+      {"-np", "1", mpi_dir + "/mpi_hello", "3", ":", "-np", "2", mpi_dir + "/mpi_hello", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto by_rank = hellos(r.out, 3);
+  ASSERT_EQ(by_rank.size(), 3u) << r.out;
+  EXPECT_NE(by_rank.at(0).find("appnum 0"), std::string::npos);
+  EXPECT_NE(by_rank.at(1).find("appnum 1"), std::string::npos);
+  EXPECT_NE(by_rank.at(2).find("appnum 1"), std::string::npos);
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, MpiAbortEndsTheJobWithItsStatusAndNamesTheRank) {
+  // Rank 1 aborts; the others wait in a barrier it never joins: only the launcher ends them.
+  const auto r = pmrun({"-np", "4", mpi_dir + "/mpi_abort", "1"}, 60s);
+  EXPECT_EQ(r.exit_code, 42) << r.err;
+  EXPECT_NE(r.err.find("rank 1 on"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("called abort with status 42: PMIx_Abort (MPI_Abort)"), std::string::npos)
+      << r.err;
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, Mpi4pyScriptsRunAsOneJob) {
+  const auto r = pmrun({"-np", "3", python, PM_MPI_SOURCE_DIR "/mpi_hello.py"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_NE(r.out.find("hello rank " + std::to_string(rank) + " size 3"), std::string::npos)
+        << r.out;
+  }
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, NoPmixGivesTheRanksNoServer) {
+  const std::vector<std::string> show = {"sh", "-c", "echo ns=${PMIX_NAMESPACE:-none}"};
+  auto args = std::vector<std::string>{"--no-pmix", "-np", "2"};
+  args.insert(args.end(), show.begin(), show.end());
+  auto r = pmrun(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "ns=none\nns=none\n");
+  args = {"-np", "2"};
+  args.insert(args.end(), show.begin(), show.end());
+  r = pmrun(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ns=pmrun."), std::string::npos) << r.out;
+  expect_nothing_left();
+  // And an MPI program then runs as singletons, as it would without any launcher (each leaving
+  // Open MPI's session directory in TMPDIR behind, as singletons do).
+  r = pmrun({"--no-pmix", "-np", "2", mpi_dir + "/mpi_hello"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(hellos(r.out, 1).size(), 1u) << r.out;  // both say "rank 0 size 1"
+}
+
+TEST_F(PmrunMpi, AJobThatNeverCallsPmixNeverStartsTheServer) {
+  // With a module that cannot load, a job whose ranks never connect runs as usual: the server
+  // is started only by a rank's first connection.
+  const std::vector<std::string> broken = {"PM_PMIX_MODULE=/nonexistent/libpm-pmix.so"};
+  auto r = pmrun({"-np", "2", "sh", "-c", "echo rank=$PMIX_RANK"}, 30s, broken);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank=0"), std::string::npos);
+  EXPECT_NE(r.out.find("rank=1"), std::string::npos);
+  EXPECT_EQ(r.err, "");
+  // An MPI program connects: then it fails, and the reason is named.
+  r = pmrun({"-np", "2", mpi_dir + "/mpi_hello", "2"}, 60s, broken);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot load /nonexistent/libpm-pmix.so"), std::string::npos) << r.err;
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, RanksEndedInTheMiddleOfMpiLeaveNothing) {
+  // --timeout ends ranks that are busy in barriers (SIGTERM, then SIGKILL after the grace).
+  const auto r = pmrun({"--timeout", "2", "--kill-grace", "0.2", "-np", "3",
+                        mpi_dir + "/mpi_barrier_loop", "100000000"},
+                       60s);
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, DirectoriesOfAKilledAgentAreRemovedByTheNextServer) {
+  // A pmd killed with SIGKILL cannot remove its directories; the next PMIx server on the host
+  // removes those of agents that no longer run.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ::waitpid(gone, nullptr, 0);
+  const std::string stale = tmp_ + "/pm-pmix." + std::to_string(gone) + ".abcdef";
+  ASSERT_EQ(::mkdir(stale.c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir((stale + "/pmix").c_str(), 0700), 0);
+  const auto r = pmrun({"-np", "1", mpi_dir + "/mpi_hello", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(stale));
+  expect_nothing_left();
+}
+
+}  // namespace

@@ -1,0 +1,127 @@
+// The launcher's gathering of PMIx fences that span hosts (control/fence_table.hpp): node order,
+// subsets, early contributions for the next fence, barriers, lost hosts and contributions that
+// cannot be right.
+#include "control/fence_table.hpp"
+
+#include <gtest/gtest.h>
+
+#include "pm/allocation.hpp"
+#include "pm/error.hpp"
+#include "pm/job.hpp"
+#include "pm/rank_map.hpp"
+
+namespace {
+
+using pm::control::fence_table;
+using pm::link::fence_contribution;
+using pm::link::fence_members;
+
+// 3 hosts x 2 slots, 6 ranks by slot: ranks 0,1 on h0; 2,3 on h1; 4,5 on h2.
+pm::rank_map three_hosts() {
+  pm::allocation a;
+  for (const char* n : {"h0", "h1", "h2"}) {
+    pm::host h;
+    h.name = n;
+    h.slots = 2;
+    a.hosts.push_back(h);
+  }
+  pm::job_spec spec;
+  spec.apps.push_back(pm::app_context{{"prog"}, 6, {}, ""});
+  return pm::map_job(spec, a);
+}
+
+fence_contribution part(fence_members m, std::uint64_t seq, std::string data, bool collect = true) {
+  return fence_contribution{std::move(m), seq, collect, std::move(data)};
+}
+
+TEST(fence_table, all_ranks_completes_with_every_host_in_node_order) {
+  const auto map = three_hosts();
+  fence_table t(map);
+  EXPECT_FALSE(t.contribute(2, part({}, 0, "C")));
+  EXPECT_FALSE(t.contribute(0, part({}, 0, "A")));
+  const auto done = t.contribute(1, part({}, 0, "B"));
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->hosts, (std::vector<std::uint32_t>{0, 1, 2}));
+  EXPECT_TRUE(done->result.ok);
+  EXPECT_EQ(done->result.data, "ABC");  // node order, not arrival order
+  EXPECT_EQ(done->result.seq, 0u);
+  EXPECT_EQ(t.pending(), 0u);
+}
+
+TEST(fence_table, a_contribution_for_the_next_fence_may_come_first) {
+  const auto map = three_hosts();
+  fence_table t(map);
+  EXPECT_FALSE(t.contribute(0, part({}, 0, "a0")));
+  EXPECT_FALSE(t.contribute(0, part({}, 1, "a1")));  // host 0 is ahead
+  EXPECT_FALSE(t.contribute(1, part({}, 0, "b0")));
+  EXPECT_FALSE(t.contribute(1, part({}, 1, "b1")));
+  const auto second = t.contribute(2, part({}, 1, "c1"));  // the later fence completes first
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->result.seq, 1u);
+  EXPECT_EQ(second->result.data, "a1b1c1");
+  EXPECT_EQ(t.pending(), 1u);
+  const auto first = t.contribute(2, part({}, 0, "c0"));
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->result.seq, 0u);
+  EXPECT_EQ(first->result.data, "a0b0c0");
+  EXPECT_EQ(t.pending(), 0u);
+}
+
+TEST(fence_table, second_fence_with_same_members_completes_separately) {
+  const auto map = three_hosts();
+  fence_table t(map);
+  for (std::uint32_t h : {0u, 1u}) EXPECT_FALSE(t.contribute(h, part({}, 1, "x")));
+  for (std::uint32_t h : {0u, 1u}) EXPECT_FALSE(t.contribute(h, part({}, 0, "y")));
+  EXPECT_TRUE(t.contribute(2, part({}, 1, "x")));
+  EXPECT_TRUE(t.contribute(2, part({}, 0, "y")));
+}
+
+TEST(fence_table, a_subset_waits_only_for_its_hosts) {
+  const auto map = three_hosts();
+  fence_table t(map);
+  const fence_members sub{false, {1, 4}};  // h0 and h2
+  EXPECT_FALSE(t.contribute(2, part(sub, 0, "z")));
+  const auto done = t.contribute(0, part(sub, 0, "y"));
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->hosts, (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(done->result.data, "yz");
+  EXPECT_EQ(done->result.members, sub);
+}
+
+TEST(fence_table, barriers_carry_no_data_but_still_count) {
+  const auto map = three_hosts();
+  fence_table t(map);
+  EXPECT_FALSE(t.contribute(0, part({}, 0, "", false)));
+  EXPECT_FALSE(t.contribute(1, part({}, 0, "", false)));
+  const auto done = t.contribute(2, part({}, 0, "", false));
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(done->result.data.empty());
+  // Without collect, data sent anyway is not handed back.
+  fence_table u(map);
+  u.contribute(0, part({}, 0, "junk", false));
+  u.contribute(1, part({}, 0, "", false));
+  EXPECT_TRUE(u.contribute(2, part({}, 0, "", false))->result.data.empty());
+}
+
+TEST(fence_table, contributions_that_cannot_be_right_are_errors) {
+  const auto map = three_hosts();
+  fence_table t(map);
+  t.contribute(0, part({}, 0, "a"));
+  EXPECT_THROW(t.contribute(0, part({}, 0, "a")), pm::error);                           // twice
+  EXPECT_THROW(t.contribute(1, part(fence_members{false, {0, 1}}, 0, "")), pm::error);  // no rank
+  EXPECT_THROW(t.contribute(0, part(fence_members{false, {0, 99}}, 0, "")), pm::error);
+}
+
+TEST(fence_table, a_lost_host_fails_its_fences_for_those_that_contributed) {
+  const auto map = three_hosts();
+  fence_table t(map);
+  t.contribute(0, part({}, 0, "a"));
+  t.contribute(2, part(fence_members{false, {0, 4}}, 0, "c"));  // h0 and h2: not waiting for h1
+  const auto failed = t.host_lost(1);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_FALSE(failed[0].result.ok);
+  EXPECT_EQ(failed[0].hosts, (std::vector<std::uint32_t>{0}));
+  EXPECT_EQ(t.pending(), 1u);
+}
+
+}  // namespace
