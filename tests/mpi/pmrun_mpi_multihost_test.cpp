@@ -103,23 +103,31 @@ TEST(PmrunMpiMultihost, MpiAbortOnARemoteHostEndsEveryHost) {
   EXPECT_TRUE(hosts_clean(f));
 }
 
-TEST(PmrunMpiMultihost, AHostLostInTheMiddleOfAFenceEndsTheJob) {
+TEST(PmrunMpiMultihost, AHostLostWhileOthersWaitInAFenceEndsTheJob) {
   NEED_HOSTS();
   multihost_fixture f(3);
-  // node3's agent is killed once the job runs: the others wait in barriers that need it.
+  // node3's ranks never call MPI_Init: the others wait in its first fence, which needs node3.
+  // Then node3 dies: the fence fails for the waiting hosts and the job ends (no rank waits for
+  // ever, and no rank carries on past a failed fence).
   std::thread killer([&] {
     const auto until = std::chrono::steady_clock::now() + 30s;
-    while (std::chrono::steady_clock::now() < until && f.pids_on("node3").size() < 3) {
+    while (std::chrono::steady_clock::now() < until &&
+           (f.pids_on("node1").size() < 3 || f.pids_on("node3").size() < 3)) {
       std::this_thread::sleep_for(50ms);
     }
-    std::this_thread::sleep_for(500ms);
+    std::this_thread::sleep_for(1s);  // node1's and node2's ranks are in MPI_Init by now
     f.crash("node3");
   });
-  const auto r = run_command(pmrun(f, {mpi_dir + "/mpi_barrier_loop", "100000000"}), 120s);
+  const auto r =
+      run_command(pmrun(f, {"sh", "-c",
+                            "if [ \"$(hostname)\" = node3 ]; then exec sleep 60; fi; exec " +
+                                mpi_dir + "/mpi_hello 6"}),
+                  120s);
   killer.join();
   EXPECT_NE(r.exit_code, 0) << r.err;
   EXPECT_FALSE(r.timed_out);
   EXPECT_NE(r.err.find("node3"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("hello rank"), std::string::npos) << r.out;  // nobody got past MPI_Init
   EXPECT_TRUE(hosts_clean(f));
 }
 
