@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,6 +90,19 @@ std::string module_path() {
   return pmix::module_file;
 }
 
+// Eight letters and digits from the kernel's random source.
+std::string random_word() {
+  static constexpr char alphabet[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  unsigned char bytes[8] = {};
+  if (::getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
+    fail("getrandom");
+  }
+  std::string word;
+  for (const unsigned char b : bytes) word += alphabet[b % (sizeof alphabet - 1)];
+  return word;
+}
+
 std::string value_of(const std::vector<std::string>& env, std::string_view name) {
   for (const auto& e : env) {
     if (e.size() > name.size() && e.compare(0, name.size(), name) == 0 && e[name.size()] == '=') {
@@ -114,22 +128,13 @@ pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, hooks h)
 
   place_.hostname = job_.nodes.at(job_.node);
   place_.server_pid = ::getpid();
-  const std::string stem = "pm-pmix." + std::to_string(::getpid()) + ".XXXXXX";
-  std::string dir = tmp_root() + "/" + stem;
-  if (::mkdtemp(dir.data()) == nullptr) fail("cannot create a private directory in " + tmp_root());
-  place_.dir = dir;
-  std::string shm = "/dev/shm/" + stem;
-  if (::mkdtemp(shm.data()) != nullptr) place_.shm_dir = shm;  // no tmpfs: segments in dir
-  // Open MPI needs its directories when the rank starts, before it connects to the server.
-  const std::string jd = pmix::job_dir(place_, job_.nspace);
-  const std::string js = pmix::job_shm_dir(place_, job_.nspace);
-  if (::mkdir(jd.c_str(), 0700) != 0 || (!js.empty() && ::mkdir(js.c_str(), 0700) != 0)) {
-    const int e = errno;
-    remove_tree(place_.dir);
-    remove_tree(place_.shm_dir);
-    errno = e;
-    fail("cannot create the job's directory");
-  }
+  // Named now (the ranks are told), made when the server starts: a job that never calls PMIx
+  // makes and removes nothing (measured: a directory on /tmp costs ms on a busy disk). The names
+  // carry a random part no other user can guess, and mkdir fails rather than follows a name
+  // someone made meanwhile.
+  const std::string stem = "pm-pmix." + std::to_string(::getpid()) + "." + random_word();
+  place_.dir = tmp_root() + "/" + stem;
+  place_.shm_dir = "/dev/shm/" + stem;
   listener_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -138,10 +143,6 @@ pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, hooks h)
   if (!listener_ || ::bind(listener_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
       ::listen(listener_.get(), 1024) != 0 ||
       ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    const int e = errno;
-    remove_tree(place_.dir);
-    remove_tree(place_.shm_dir);
-    errno = e;
     fail("cannot listen on 127.0.0.1");
   }
   place_.port = ntohs(sa.sin_port);
@@ -157,8 +158,25 @@ pmix_gateway::~pmix_gateway() {
   fences_.clear();
   server_.reset();  // PMIx_server_finalize: its threads end
   // The module stays loaded: libpmix keeps atexit handlers and cannot be unloaded safely.
-  remove_tree(place_.dir);
-  remove_tree(place_.shm_dir);
+  if (made_dirs_) {
+    remove_tree(place_.dir);
+    remove_tree(place_.shm_dir);
+  }
+}
+
+void pmix_gateway::make_dirs() {
+  made_dirs_ = true;  // from here on, whatever exists of them is ours to remove
+  const std::string jd = pmix::job_dir(place_, job_.nspace);
+  const std::string js = pmix::job_shm_dir(place_, job_.nspace);
+  if (::mkdir(place_.dir.c_str(), 0700) != 0) fail("cannot create " + place_.dir);
+  if (::mkdir(jd.c_str(), 0700) != 0) fail("cannot create " + jd);
+  // No /dev/shm (a container without it): Open MPI's shared-memory transport then finds no
+  // backing directory and its ranks talk over the next transport instead.
+  if (::mkdir(place_.shm_dir.c_str(), 0700) == 0) {
+    if (::mkdir(js.c_str(), 0700) != 0) fail("cannot create " + js);
+  } else if (errno == EEXIST) {
+    fail("cannot create " + place_.shm_dir);
+  }
 }
 
 std::vector<std::string> pmix_gateway::rank_env(std::uint32_t rank) const {
@@ -212,6 +230,7 @@ bool pmix_gateway::ensure_server() {
 void pmix_gateway::start_server() {
   remove_stale(tmp_root(), "pm-pmix.");
   remove_stale("/dev/shm", "pm-pmix.");
+  make_dirs();
   const std::string path = module_path();
   module_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (module_ == nullptr) {

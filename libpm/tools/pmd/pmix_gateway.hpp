@@ -68,6 +68,7 @@ class pmix_gateway {
   bool ensure_server();
   void start_server();
   void on_fence(pm::agent::pmix::fence_request r);
+  void make_dirs();
 
   pm::link::pmix_job job_;
   hooks hooks_;
@@ -76,6 +77,7 @@ class pmix_gateway {
   bool oversubscribed_ = false;
   pm::link::owned_fd epoll_;
   pm::link::owned_fd listener_;
+  bool made_dirs_ = false;
   std::optional<std::string> start_failure_;  // set once the server could not start
   void* module_ = nullptr;                    // dlopen handle (kept: the server's code lives there)
   std::unique_ptr<pm::agent::pmix::hosted_server> server_;
