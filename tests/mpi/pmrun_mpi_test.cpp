@@ -175,6 +175,20 @@ TEST_F(PmrunMpi, NoPmixGivesTheRanksNoServer) {
   EXPECT_EQ(hellos(r.out, 1).size(), 1u) << r.out;  // both say "rank 0 size 1"
 }
 
+TEST_F(PmrunMpi, OpenMpiTransportsAreNamedOnAHostWithoutRdmaUnlessTheUserChose) {
+  const bool rdma = fs::exists("/sys/class/infiniband") && !fs::is_empty("/sys/class/infiniband");
+  auto r = pmrun({"-np", "1", "sh", "-c", "echo pml=$OMPI_MCA_pml btl=$OMPI_MCA_btl"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, rdma ? "pml= btl=\n" : "pml=ob1 btl=self,vader,tcp\n");
+  r = pmrun({"-x", "OMPI_MCA_btl=self,tcp", "-np", "1", "sh", "-c",
+             "echo pml=$OMPI_MCA_pml btl=$OMPI_MCA_btl"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, rdma ? "pml= btl=self,tcp\n" : "pml=ob1 btl=self,tcp\n");
+  r = pmrun({"-mca", "pml", "cm", "-np", "1", "sh", "-c", "echo pml=$OMPI_MCA_pml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "pml=cm\n");
+}
+
 TEST_F(PmrunMpi, AJobThatNeverCallsPmixNeverStartsTheServer) {
   // With a module that cannot load, a job whose ranks never connect runs as usual: the server
   // is started only by a rank's first connection.

@@ -90,6 +90,18 @@ std::string module_path() {
   return pmix::module_file;
 }
 
+// True if `dir` exists and lists anything.
+bool has_entries(const char* dir) {
+  DIR* d = ::opendir(dir);
+  if (d == nullptr) return false;
+  bool any = false;
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) any = true;
+  }
+  ::closedir(d);
+  return any;
+}
+
 // Eight letters and digits from the kernel's random source.
 std::string random_word() {
   static constexpr char alphabet[] =
@@ -123,6 +135,7 @@ pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, hooks h)
   for (std::uint32_t r = 0; r < job_.rank_node.size(); ++r) {
     if (job_.rank_node[r] == job_.node) local_ranks_.push_back(r);
   }
+  tcp_only_ = !has_entries("/sys/class/infiniband") && !has_entries("/sys/class/cxi");
   const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   oversubscribed_ = cores > 0 && local_ranks_.size() > static_cast<std::size_t>(cores);
 

@@ -54,6 +54,9 @@ class pmix_gateway {
   std::vector<std::string> rank_env(std::uint32_t rank) const;
   /// More of this host's ranks than cores: Open MPI should yield when idle (mpirun sets it too).
   bool oversubscribed() const noexcept { return oversubscribed_; }
+  /// No RDMA device on this host (no /sys/class/infiniband or /sys/class/cxi entry): Open MPI
+  /// would select ob1 over self, vader and tcp anyway, after opening every other component.
+  bool tcp_only_host() const noexcept { return tcp_only_; }
 
   /// The launcher's answer to a fence this host contributed to.
   void fence_done(const pm::link::fence_result& result);
@@ -75,6 +78,7 @@ class pmix_gateway {
   pm::agent::pmix::server_place place_;
   std::vector<std::uint32_t> local_ranks_;
   bool oversubscribed_ = false;
+  bool tcp_only_ = false;
   pm::link::owned_fd epoll_;
   pm::link::owned_fd listener_;
   bool made_dirs_ = false;
