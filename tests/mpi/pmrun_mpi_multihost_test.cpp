@@ -83,6 +83,20 @@ TEST(PmrunMpiMultihost, SixRanksOnThreeHostsAreOneWorld) {
   EXPECT_TRUE(hosts_clean(f));
 }
 
+TEST(PmrunMpiMultihost, DirectModexReachesTheRanksHost) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // With the asynchronous modex, MPI_Init exchanges nothing: the first message to a rank of
+  // another host asks that rank's host for its data (through pmrun). Refusing it would end the
+  // ring with "unable to reach each other" (status 17).
+  const auto r = run_command(pmrun(f, {"-x", "OMPI_MCA_pmix_base_async_modex=1", "-x",
+                                       "OMPI_MCA_pmix_base_collect_data=0", mpi_dir + "/mpi_ring"}),
+                             120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ring size 6 sum 15"), std::string::npos) << r.out;
+  EXPECT_TRUE(hosts_clean(f));
+}
+
 TEST(PmrunMpiMultihost, Mpi4pyAcrossHosts) {
   NEED_HOSTS();
   multihost_fixture f(3);

@@ -86,6 +86,9 @@ std::vector<message> samples() {
           fence_result{fence_members{}, 1, false, ""},
           pmix_abort{3, 42, "N/A"},
           pmix_abort{0, -1, ""},
+          modex_request{1ull << 40, 5},
+          modex_reply{1ull << 40, true, std::string("\0\1\2", 3)},
+          modex_reply{7, false, ""},
           hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
           hello{protocol_version, 1, 4242, "node1", {"10.0.0.2%eth0", "10.1.0.2%ib0"}, 40123},
           heartbeat{},
@@ -503,6 +506,8 @@ TEST(link_messages, random_messages_round_trip_through_the_reference) {
     ms.push_back(pmix_abort{static_cast<std::uint32_t>(big()),
                             static_cast<int>(static_cast<std::int32_t>(rng() % 2000000) - 1000000),
                             text()});
+    ms.push_back(modex_request{big(), static_cast<std::uint32_t>(big())});
+    ms.push_back(modex_reply{big(), rng() % 2 == 0, text()});
     for (const auto& m : ms) {
       const auto b = encode(m);
       ASSERT_EQ(decode_reference(b).msg, m) << type_name(m);

@@ -203,7 +203,10 @@ struct agent::state {
                      clear();
                    },
                    [&](const link::input_closed&) {},  // the driver closes the rank's stdin pipe
-                   [&](const link::fence_result&) {},  // the driver's PMIx server takes it
+                   // The driver's PMIx server takes these.
+                   [&](const link::fence_result&) {},
+                   [&](const link::modex_request&) {},
+                   [&](const link::modex_reply&) {},
                    [&](const auto& other) {
                      protocol_error("unexpected '" + std::string(link::type_name(other)) +
                                     "' message from the launcher");

@@ -113,6 +113,15 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   // hosts, gathered here (docs/pmix.md).
   std::optional<link::pmix_job> pmix_facts;
   std::optional<control::fence_table> fences;
+  // Direct modex requests on their way: the launcher's id -> who asked (host, its id) and the
+  // host that owns the rank.
+  struct modex_route {
+    std::uint32_t asker = 0;
+    std::uint64_t asker_id = 0;
+    std::uint32_t owner = 0;
+  };
+  std::unordered_map<std::uint64_t, modex_route> modex_routes;
+  std::uint64_t next_modex = 0;
 
   // Stdin for a rank on another host: read here and sent as input frames, as far as the link's
   // credit allows (a rank that does not read its stdin stops the reading here).
@@ -252,6 +261,37 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     } catch (const error& e) {
       post(abort_requested{std::nullopt, 1, e.what()});
     }
+  }
+
+  void send_to(std::uint32_t h, const link::message& m) {
+    auto it = hosts.find(h);
+    if (it != hosts.end() && it->second.link && !it->second.closed) it->second.link->send(m);
+  }
+
+  // A host asks for the data of a rank elsewhere: ask the rank's host under an id of ours.
+  void on_modex_request(std::uint32_t h, const link::modex_request& q) {
+    if (!pmix_facts || q.rank >= req.map.size()) {
+      send_to(h, link::modex_reply{q.id, false, {}});
+      return;
+    }
+    const std::uint32_t owner = req.map.at(q.rank).host;
+    auto it = hosts.find(owner);
+    if (it == hosts.end() || !it->second.link || it->second.lost_told) {
+      send_to(h, link::modex_reply{q.id, false, {}});
+      return;
+    }
+    const std::uint64_t id = next_modex++;
+    modex_routes[id] = modex_route{h, q.id, owner};
+    it->second.link->send(link::modex_request{id, q.rank});
+  }
+
+  void on_modex_reply(std::uint32_t h, link::modex_reply& a) {
+    auto it = modex_routes.find(a.id);
+    if (it == modex_routes.end() || it->second.owner != h) return;
+    const modex_route route = it->second;
+    modex_routes.erase(it);
+    a.id = route.asker_id;
+    send_to(route.asker, a);
   }
 
   void answer_fence(const control::fence_table::outcome& o) {
@@ -530,6 +570,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
             on_pmix_abort(h, x);
           } else if constexpr (std::is_same_v<T, link::fence_contribution>) {
             on_fence(h, x);
+          } else if constexpr (std::is_same_v<T, link::modex_request>) {
+            on_modex_request(h, x);
+          } else if constexpr (std::is_same_v<T, link::modex_reply>) {
+            on_modex_reply(h, x);
           }
         },
         m);
@@ -665,6 +709,15 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     if (hs.lost_told) return;
     hs.lost_told = true;
     post(host_lost{h, reason});
+    // Requests this host will never answer fail now: no rank waits for ever (ompi#7628).
+    for (auto it = modex_routes.begin(); it != modex_routes.end();) {
+      if (it->second.owner != h) {
+        ++it;
+        continue;
+      }
+      send_to(it->second.asker, link::modex_reply{it->second.asker_id, false, {}});
+      it = modex_routes.erase(it);
+    }
     if (fences) {
       // Ranks elsewhere wait in a fence this host will never join: fail it, and end the job
       // (Open MPI ignores a failed fence and would carry on, ompi#5086).

@@ -549,6 +549,26 @@ struct encoder {
     w.uint(m.seq);
     type_field();
   }
+  void operator()(const modex_request& m) const {
+    begin(2);
+    fds_field();
+    w.key("id");
+    w.uint(m.id);
+    w.key("rank");
+    w.uint(m.rank);
+    type_field();
+  }
+  void operator()(const modex_reply& m) const {
+    begin(3);
+    w.key("data");
+    w.str(m.data);
+    fds_field();
+    w.key("found");
+    w.boolean(m.found);
+    w.key("id");
+    w.uint(m.id);
+    type_field();
+  }
   // heartbeat, suspend, resume, shutdown, shutdown_done: the type alone.
   template <class T>
   void operator()(const T&) const {
@@ -565,10 +585,10 @@ std::uint32_t max_fds(const message& m) {
 }
 
 constexpr std::string_view names[] = {
-    "hello",   "heartbeat",    "ack",        "job",           "spawn",
-    "signal",  "input_closed", "suspend",    "resume",        "shutdown",
-    "started", "spawn_failed", "exited",     "stream_closed", "shutdown_done",
-    "error",   "fence_result", "pmix_abort", "fence"};
+    "hello",        "heartbeat",     "ack",           "job",      "spawn",        "signal",
+    "input_closed", "suspend",       "resume",        "shutdown", "started",      "spawn_failed",
+    "exited",       "stream_closed", "shutdown_done", "error",    "fence_result", "pmix_abort",
+    "fence",        "modex",         "modex_reply"};
 static_assert(std::size(names) == std::variant_size_v<message>);
 
 // ---- the direct decoder ----
@@ -962,7 +982,8 @@ sender sent_by(const message& m) noexcept {
       [](const auto& x) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, hello> || std::is_same_v<T, heartbeat> ||
-                      std::is_same_v<T, ack>) {
+                      std::is_same_v<T, ack> || std::is_same_v<T, modex_request> ||
+                      std::is_same_v<T, modex_reply>) {
           return sender::either;
         } else if constexpr (std::is_same_v<T, started> || std::is_same_v<T, spawn_failed> ||
                              std::is_same_v<T, exited> || std::is_same_v<T, stream_closed> ||
@@ -1105,6 +1126,19 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
   } else if (type == "pmix_abort") {
     e.msg =
         pmix_abort{r.u32("rank"), r.small_int("status", -2147483647, 2147483647), r.str("message")};
+  } else if (type == "modex") {
+    modex_request m;
+    m.id = r.unsigned_field(r.field("id"), "id", std::numeric_limits<std::uint64_t>::max(),
+                            "an unsigned 64-bit integer");
+    m.rank = r.u32("rank");
+    e.msg = m;
+  } else if (type == "modex_reply") {
+    modex_reply m;
+    m.id = r.unsigned_field(r.field("id"), "id", std::numeric_limits<std::uint64_t>::max(),
+                            "an unsigned 64-bit integer");
+    m.found = r.boolean("found");
+    m.data = r.str("data");
+    e.msg = std::move(m);
   } else if (type == "fence") {
     fence_contribution m;
     m.members = decode_members(r);

@@ -143,6 +143,22 @@ struct fence_result {
   std::string data;  ///< raw bytes
   friend bool operator==(const fence_result&, const fence_result&) = default;
 };
+/// Direct modex (both ways): an agent asks for the PMIx data of a rank on another host; the
+/// launcher forwards it to that rank's agent under an id of its own. `id` names the request on
+/// the link it travels.
+struct modex_request {
+  std::uint64_t id = 0;
+  std::uint32_t rank = 0;
+  friend bool operator==(const modex_request&, const modex_request&) = default;
+};
+/// The answer to a modex_request of the same id (found false: the rank has no data, or its host
+/// could not give it).
+struct modex_reply {
+  std::uint64_t id = 0;
+  bool found = false;
+  std::string data;  ///< raw bytes
+  friend bool operator==(const modex_reply&, const modex_reply&) = default;
+};
 /// The job is over: kill whatever is left of the ranks and their descendants, then exit.
 struct shutdown_request {
   friend bool operator==(const shutdown_request&, const shutdown_request&) = default;
@@ -200,10 +216,10 @@ struct agent_error {
   friend bool operator==(const agent_error&, const agent_error&) = default;
 };
 
-using message =
-    std::variant<hello, heartbeat, ack, job_setup, spawn_request, signal_request, input_closed,
-                 suspend, resume, shutdown_request, started, spawn_failed, exited, stream_closed,
-                 shutdown_done, agent_error, fence_result, pmix_abort, fence_contribution>;
+using message = std::variant<hello, heartbeat, ack, job_setup, spawn_request, signal_request,
+                             input_closed, suspend, resume, shutdown_request, started, spawn_failed,
+                             exited, stream_closed, shutdown_done, agent_error, fence_result,
+                             pmix_abort, fence_contribution, modex_request, modex_reply>;
 
 /// Which side may send a message.
 enum class sender : std::uint8_t { launcher, agent, either };

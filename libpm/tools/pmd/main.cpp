@@ -519,6 +519,18 @@ void driver::on_link_events(std::vector<ln::link_event>& events) {
         if (pmix_) pmix_->fence_done(*f);
         continue;
       }
+      if (const auto* q = std::get_if<ln::modex_request>(&m->msg)) {
+        if (pmix_) {
+          pmix_->serve_modex(*q);
+        } else {
+          send_now(ln::modex_reply{q->id, false, {}});
+        }
+        continue;
+      }
+      if (const auto* a = std::get_if<ln::modex_reply>(&m->msg)) {
+        if (pmix_) pmix_->modex_done(*a);
+        continue;
+      }
       if (const auto* sig = std::get_if<ln::signal_request>(&m->msg); sig && pmix_) {
         // The job is being stopped: a rank blocked in PMIx_Abort may return once signalled.
         const std::vector<std::uint32_t> ranks = sig->ranks;
@@ -699,6 +711,8 @@ void driver::start_pmix(const ln::pmix_job& job) {
     send_now(ln::pmix_abort{rank, status, message});
   };
   h.fence = [this](ln::fence_contribution c) { send_now(c); };
+  h.modex_ask = [this](ln::modex_request q) { send_now(q); };
+  h.modex_answer = [this](ln::modex_reply a) { send_now(a); };
   pmix_ = std::make_unique<pmd::pmix_gateway>(job, std::move(h));
   watch(pmix_->fd(), EPOLLIN, tag_pmix);
 }

@@ -37,6 +37,9 @@ class pmix_gateway {
     std::function<void(std::uint32_t rank, int status, const std::string& message)> abort;
     /// This host's part of a fence among ranks of several hosts.
     std::function<void(pm::link::fence_contribution)> fence;
+    /// A direct modex for a rank of another host (ask), or the answer to one asked of this host.
+    std::function<void(pm::link::modex_request)> modex_ask;
+    std::function<void(pm::link::modex_reply)> modex_answer;
   };
 
   /// Makes the private directories and the listener; throws pm::error naming what failed.
@@ -60,6 +63,10 @@ class pmix_gateway {
 
   /// The launcher's answer to a fence this host contributed to.
   void fence_done(const pm::link::fence_result& result);
+  /// The launcher forwards another host's direct modex for one of this host's ranks.
+  void serve_modex(const pm::link::modex_request& request);
+  /// The answer to a direct modex this host asked for.
+  void modex_done(const pm::link::modex_reply& reply);
   /// The launcher acted on an abort (the job is being stopped): the caller may return.
   void release_abort(std::uint32_t rank);
   void release_aborts();
@@ -89,6 +96,8 @@ class pmix_gateway {
   tcp_relay relay_;
   std::map<std::uint32_t, pm::agent::pmix::completion> aborts_;
   std::map<pm::link::fence_members, std::uint64_t> fence_seq_;
+  std::uint64_t next_modex_ = 0;
+  std::map<std::uint64_t, pm::agent::pmix::data_completion> modex_;
   std::map<std::pair<pm::link::fence_members, std::uint64_t>, pm::agent::pmix::data_completion>
       fences_;
 };

@@ -695,6 +695,38 @@ std::vector<std::string> server::rank_env(const std::string& nspace, std::uint32
   return out;
 }
 
+void server::local_modex(const proc& target, std::function<void(status, std::vector<char>)> done) {
+  struct request {
+    server::impl* s;
+    std::function<void(status, std::vector<char>)> done;
+  };
+  auto* r = new request{impl_.get(), std::move(done)};
+  pmix_proc_t p;
+  PMIX_PROC_LOAD(&p, target.nspace.c_str(), target.rank);
+  // The answer comes on PMIx's progress thread: copy the bytes, run `done` on the host thread.
+  auto cb = [](pmix_status_t rc, char* data, size_t ndata, void* cbdata) {
+    std::unique_ptr<request> req(static_cast<request*>(cbdata));
+    try {
+      std::vector<char> bytes;
+      if (rc == PMIX_SUCCESS && data != nullptr) bytes.assign(data, data + ndata);
+      const status st = rc == PMIX_SUCCESS         ? status::success
+                        : rc == PMIX_ERR_NOT_FOUND ? status::not_found
+                        : rc == PMIX_ERR_TIMEOUT   ? status::timeout
+                        : rc == PMIX_ERR_UNREACH   ? status::unreachable
+                                                   : status::error;
+      req->s->post([fn = std::move(req->done), st, b = std::move(bytes)](callbacks&) mutable {
+        fn(st, std::move(b));
+      });
+    } catch (...) {  // out of memory: the asking rank gets no answer from here; its host's
+    }                // completion fails it when the job ends
+  };
+  const pmix_status_t rc = PMIx_server_dmodex_request(&p, cb, r);
+  if (rc != PMIX_SUCCESS) {
+    std::unique_ptr<request> req(r);
+    req->done(status::error, {});
+  }
+}
+
 void server::deregister_job(const std::string& nspace) {
   auto it = impl_->jobs.find(nspace);
   if (it == impl_->jobs.end()) return;

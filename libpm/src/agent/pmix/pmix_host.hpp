@@ -228,6 +228,11 @@ class server {
   /// launch (OMPI_MCA_schizo=^orte, OMPI_MCA_ess=pmi, OMPI_MCA_orte_tmpdir_base=<job dir>).
   /// Call it for each local rank before spawning that rank. Throws pm::error.
   std::vector<std::string> rank_env(const std::string& nspace, std::uint32_t rank);
+  /// The modex data of local rank `target` (PMIx_server_dmodex_request), for a request another
+  /// host's server made (its direct_modex upcall, forwarded by the launcher). PMIx answers once
+  /// the rank has committed its data; `done` then runs on the host thread, inside
+  /// run_pending(), with the bytes to hand to the asking server (or a failure status).
+  void local_modex(const proc& target, std::function<void(status, std::vector<char>)> done);
   /// PMIx_server_deregister_nspace and removal of the job's directory. Unknown: nothing.
   void deregister_job(const std::string& nspace);
   /// Completes queued requests with status::error, finalizes PMIx (its threads end), removes

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ class hosted_server {
   /// Registers local rank `rank` as a client and gives its variables; "" or what failed.
   virtual std::string rank_env(const std::string& nspace, std::uint32_t rank,
                                std::vector<std::string>& env) noexcept = 0;
+  /// server::local_modex: `done` runs inside a later run_pending().
+  virtual void local_modex(const proc& target,
+                           std::function<void(status, std::vector<char>)> done) noexcept = 0;
   virtual std::chrono::nanoseconds init_time() const noexcept = 0;
 };
 
