@@ -155,6 +155,23 @@ TEST_F(PmrunMpi, Mpi4pyScriptsRunAsOneJob) {
   expect_nothing_left();
 }
 
+TEST_F(PmrunMpi, ARankLeavingWithoutMpiFinalizeEndsTheJob) {
+  // Its peers would wait for it in the barrier for ever: the job ends, also when the rank
+  // exits 0 and also with --no-abort-on-failure (as mpirun ends it).
+  const std::string script = PM_MPI_SOURCE_DIR "/mpi_exit_early.py";
+  auto r = pmrun({"-np", "3", python, script, "0"}, 60s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("rank 1 on"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with code 0 without calling MPI_Finalize"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("passed the barrier"), std::string::npos);
+  r = pmrun({"--no-abort-on-failure", "-np", "3", python, script, "5"}, 60s);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_NE(r.err.find("exited with code 5 without calling MPI_Finalize"), std::string::npos)
+      << r.err;
+  expect_nothing_left();
+}
+
 TEST_F(PmrunMpi, NoPmixGivesTheRanksNoServer) {
   const std::vector<std::string> show = {"sh", "-c", "echo ns=${PMIX_NAMESPACE:-none}"};
   auto args = std::vector<std::string>{"--no-pmix", "-np", "2"};

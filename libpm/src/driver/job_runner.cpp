@@ -254,6 +254,16 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     post(abort_requested{a.rank, a.status, text});
   }
 
+  // A rank left MPI without MPI_Finalize: its peers would wait for it in their next fence, so
+  // the job ends, as mpirun ends it ("exited without calling finalize").
+  void on_unfinalized(std::uint32_t h, const link::pmix_unfinalized& u) {
+    if (u.rank >= req.map.size() || req.map.at(u.rank).host != h) return;
+    post(abort_requested{std::nullopt, u.code != 0 ? u.code : 1,
+                         "rank " + std::to_string(u.rank) + " on " + host_info(h).name +
+                             " exited with code " + std::to_string(u.code) +
+                             " without calling MPI_Finalize (PMIx_Finalize)"});
+  }
+
   void on_fence(std::uint32_t h, const link::fence_contribution& c) {
     if (!fences) return;
     try {
@@ -570,6 +580,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
             on_pmix_abort(h, x);
           } else if constexpr (std::is_same_v<T, link::fence_contribution>) {
             on_fence(h, x);
+          } else if constexpr (std::is_same_v<T, link::pmix_unfinalized>) {
+            on_unfinalized(h, x);
           } else if constexpr (std::is_same_v<T, link::modex_request>) {
             on_modex_request(h, x);
           } else if constexpr (std::is_same_v<T, link::modex_reply>) {

@@ -549,6 +549,15 @@ struct encoder {
     w.uint(m.seq);
     type_field();
   }
+  void operator()(const pmix_unfinalized& m) const {
+    begin(2);
+    w.key("code");
+    w.sint(m.code);
+    fds_field();
+    w.key("rank");
+    w.uint(m.rank);
+    type_field();
+  }
   void operator()(const modex_request& m) const {
     begin(2);
     fds_field();
@@ -585,10 +594,10 @@ std::uint32_t max_fds(const message& m) {
 }
 
 constexpr std::string_view names[] = {
-    "hello",        "heartbeat",     "ack",           "job",      "spawn",        "signal",
-    "input_closed", "suspend",       "resume",        "shutdown", "started",      "spawn_failed",
-    "exited",       "stream_closed", "shutdown_done", "error",    "fence_result", "pmix_abort",
-    "fence",        "modex",         "modex_reply"};
+    "hello",        "heartbeat",     "ack",           "job",        "spawn",        "signal",
+    "input_closed", "suspend",       "resume",        "shutdown",   "started",      "spawn_failed",
+    "exited",       "stream_closed", "shutdown_done", "error",      "fence_result", "pmix_abort",
+    "fence",        "modex",         "modex_reply",   "unfinalized"};
 static_assert(std::size(names) == std::variant_size_v<message>);
 
 // ---- the direct decoder ----
@@ -988,7 +997,7 @@ sender sent_by(const message& m) noexcept {
         } else if constexpr (std::is_same_v<T, started> || std::is_same_v<T, spawn_failed> ||
                              std::is_same_v<T, exited> || std::is_same_v<T, stream_closed> ||
                              std::is_same_v<T, shutdown_done> || std::is_same_v<T, agent_error> ||
-                             std::is_same_v<T, pmix_abort> ||
+                             std::is_same_v<T, pmix_abort> || std::is_same_v<T, pmix_unfinalized> ||
                              std::is_same_v<T, fence_contribution>) {
           return sender::agent;
         } else {
@@ -1126,6 +1135,8 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
   } else if (type == "pmix_abort") {
     e.msg =
         pmix_abort{r.u32("rank"), r.small_int("status", -2147483647, 2147483647), r.str("message")};
+  } else if (type == "unfinalized") {
+    e.msg = pmix_unfinalized{r.u32("rank"), r.small_int("code", 0, 255)};
   } else if (type == "modex") {
     modex_request m;
     m.id = r.unsigned_field(r.field("id"), "id", std::numeric_limits<std::uint64_t>::max(),

@@ -197,6 +197,13 @@ struct pmix_abort {
   std::string message;
   friend bool operator==(const pmix_abort&, const pmix_abort&) = default;
 };
+/// A rank that connected to PMIx (MPI_Init) exited with `code` without PMIx_Finalize: its peers
+/// may wait for it in their next fence for ever, so the job ends (as under mpirun).
+struct pmix_unfinalized {
+  std::uint32_t rank = 0;
+  int code = 0;
+  friend bool operator==(const pmix_unfinalized&, const pmix_unfinalized&) = default;
+};
 /// This host's part of a fence among ranks of several hosts (PMIx completes fences among local
 /// ranks by itself). The launcher answers every participating host with one fence_result.
 struct fence_contribution {
@@ -216,10 +223,11 @@ struct agent_error {
   friend bool operator==(const agent_error&, const agent_error&) = default;
 };
 
-using message = std::variant<hello, heartbeat, ack, job_setup, spawn_request, signal_request,
-                             input_closed, suspend, resume, shutdown_request, started, spawn_failed,
-                             exited, stream_closed, shutdown_done, agent_error, fence_result,
-                             pmix_abort, fence_contribution, modex_request, modex_reply>;
+using message =
+    std::variant<hello, heartbeat, ack, job_setup, spawn_request, signal_request, input_closed,
+                 suspend, resume, shutdown_request, started, spawn_failed, exited, stream_closed,
+                 shutdown_done, agent_error, fence_result, pmix_abort, fence_contribution,
+                 modex_request, modex_reply, pmix_unfinalized>;
 
 /// Which side may send a message.
 enum class sender : std::uint8_t { launcher, agent, either };

@@ -598,7 +598,15 @@ void driver::on_pidfd(std::uint32_t rank) {
   }
   unwatch(it->second.pidfd.get());
   it->second.pidfd.reset();
-  feed(ag::rank_exited{rank, status_of(info)});
+  const pm::exit_status status = status_of(info);
+  if (pmix_) {
+    // Upcalls queued before the exit (its PMIx_Finalize) count: run them first.
+    pmix_->on_ready();
+    if (!status.is_signal() && pmix_->unfinalized(rank)) {
+      send_now(ln::pmix_unfinalized{rank, status.code()});
+    }
+  }
+  feed(ag::rank_exited{rank, status});
 }
 
 int driver::next_timeout_ms() const {

@@ -270,6 +270,13 @@ void pmix_gateway::start_server() {
     if (hooks_.abort) hooks_.abort(rank, r.exit_status, r.message);
   };
   opts.on.fence = [this](pmix::fence_request r) { on_fence(std::move(r)); };
+  client_state_.assign(job_.rank_node.size(), 0);
+  opts.on.client_connected = [this](const pmix::proc& p) {
+    if (p.nspace == job_.nspace && p.rank < client_state_.size()) client_state_[p.rank] = 1;
+  };
+  opts.on.client_finalized = [this](const pmix::proc& p) {
+    if (p.nspace == job_.nspace && p.rank < client_state_.size()) client_state_[p.rank] = 2;
+  };
   opts.on.direct_modex = [this](pmix::modex_request r) {
     // Any rank of the job on another host (its host answers once the rank has committed its
     // data); another namespace cannot be ours to serve, and a wildcard names no one host.

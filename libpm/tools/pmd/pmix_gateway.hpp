@@ -72,6 +72,10 @@ class pmix_gateway {
   void release_aborts();
 
   bool server_started() const noexcept { return server_ != nullptr; }
+  /// The rank connected to its server (PMIx_Init) and has not called PMIx_Finalize.
+  bool unfinalized(std::uint32_t rank) const noexcept {
+    return rank < client_state_.size() && client_state_[rank] == 1;
+  }
 
  private:
   void accept_all();
@@ -96,6 +100,7 @@ class pmix_gateway {
   tcp_relay relay_;
   std::map<std::uint32_t, pm::agent::pmix::completion> aborts_;
   std::map<pm::link::fence_members, std::uint64_t> fence_seq_;
+  std::vector<std::uint8_t> client_state_;  // per global rank: 0 never, 1 connected, 2 finalized
   std::uint64_t next_modex_ = 0;
   std::map<std::uint64_t, pm::agent::pmix::data_completion> modex_;
   std::map<std::pair<pm::link::fence_members, std::uint64_t>, pm::agent::pmix::data_completion>

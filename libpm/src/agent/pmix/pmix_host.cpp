@@ -282,10 +282,12 @@ pmix_status_t on_connected(const pmix_proc_t* p, void*, pmix_op_cbfunc_t cbfunc,
 }
 
 pmix_status_t on_finalized(const pmix_proc_t* p, void*, pmix_op_cbfunc_t cbfunc, void* cbdata) {
-  if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
+  // Queued before the rank is released: a host that sees the rank exit next finds the notice
+  // already waiting (pmd ends a job whose rank left without finalizing).
   server::impl* s = current.load();
   notify([](callbacks& on, const proc& who) { on.client_finalized(who); },
          s != nullptr && s->opts.on.client_finalized, p);
+  if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
   return PMIX_SUCCESS;
 }
 
