@@ -88,6 +88,7 @@ std::vector<message> samples() {
           pmix_abort{0, -1, ""},
           modex_request{1ull << 40, 5},
           pmix_unfinalized{2, 0},
+          agent_notice{"PMIx server: cannot load x"},
           pmix_unfinalized{9, 255},
           modex_reply{1ull << 40, true, std::string("\0\1\2", 3)},
           modex_reply{7, false, ""},

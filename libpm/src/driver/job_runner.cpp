@@ -580,6 +580,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
             on_pmix_abort(h, x);
           } else if constexpr (std::is_same_v<T, link::fence_contribution>) {
             on_fence(h, x);
+          } else if constexpr (std::is_same_v<T, link::agent_notice>) {
+            if (cb.on_message) cb.on_message(host_info(h).name + ": " + x.text);
           } else if constexpr (std::is_same_v<T, link::pmix_unfinalized>) {
             on_unfinalized(h, x);
           } else if constexpr (std::is_same_v<T, link::modex_request>) {

@@ -549,6 +549,13 @@ struct encoder {
     w.uint(m.seq);
     type_field();
   }
+  void operator()(const agent_notice& m) const {
+    begin(1);
+    fds_field();
+    w.key("text");
+    w.str(m.text);
+    type_field();
+  }
   void operator()(const pmix_unfinalized& m) const {
     begin(2);
     w.key("code");
@@ -594,10 +601,10 @@ std::uint32_t max_fds(const message& m) {
 }
 
 constexpr std::string_view names[] = {
-    "hello",        "heartbeat",     "ack",           "job",        "spawn",        "signal",
-    "input_closed", "suspend",       "resume",        "shutdown",   "started",      "spawn_failed",
-    "exited",       "stream_closed", "shutdown_done", "error",      "fence_result", "pmix_abort",
-    "fence",        "modex",         "modex_reply",   "unfinalized"};
+    "hello",        "heartbeat",     "ack",           "job",         "spawn",        "signal",
+    "input_closed", "suspend",       "resume",        "shutdown",    "started",      "spawn_failed",
+    "exited",       "stream_closed", "shutdown_done", "error",       "fence_result", "pmix_abort",
+    "fence",        "modex",         "modex_reply",   "unfinalized", "notice"};
 static_assert(std::size(names) == std::variant_size_v<message>);
 
 // ---- the direct decoder ----
@@ -998,6 +1005,7 @@ sender sent_by(const message& m) noexcept {
                              std::is_same_v<T, exited> || std::is_same_v<T, stream_closed> ||
                              std::is_same_v<T, shutdown_done> || std::is_same_v<T, agent_error> ||
                              std::is_same_v<T, pmix_abort> || std::is_same_v<T, pmix_unfinalized> ||
+                             std::is_same_v<T, agent_notice> ||
                              std::is_same_v<T, fence_contribution>) {
           return sender::agent;
         } else {
@@ -1135,6 +1143,8 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
   } else if (type == "pmix_abort") {
     e.msg =
         pmix_abort{r.u32("rank"), r.small_int("status", -2147483647, 2147483647), r.str("message")};
+  } else if (type == "notice") {
+    e.msg = agent_notice{r.str("text")};
   } else if (type == "unfinalized") {
     e.msg = pmix_unfinalized{r.u32("rank"), r.small_int("code", 0, 255)};
   } else if (type == "modex") {

@@ -217,6 +217,12 @@ struct fence_contribution {
 struct shutdown_done {
   friend bool operator==(const shutdown_done&, const shutdown_done&) = default;
 };
+/// A line for the user from the agent that is not a failure of the agent (its PMIx server
+/// could not start, ...): the launcher shows it with the host's name.
+struct agent_notice {
+  std::string text;
+  friend bool operator==(const agent_notice&, const agent_notice&) = default;
+};
 /// The agent gives up (bad message, version mismatch); it clears everything and exits.
 struct agent_error {
   std::string text;
@@ -227,7 +233,7 @@ using message =
     std::variant<hello, heartbeat, ack, job_setup, spawn_request, signal_request, input_closed,
                  suspend, resume, shutdown_request, started, spawn_failed, exited, stream_closed,
                  shutdown_done, agent_error, fence_result, pmix_abort, fence_contribution,
-                 modex_request, modex_reply, pmix_unfinalized>;
+                 modex_request, modex_reply, pmix_unfinalized, agent_notice>;
 
 /// Which side may send a message.
 enum class sender : std::uint8_t { launcher, agent, either };

@@ -721,6 +721,7 @@ void driver::start_pmix(const ln::pmix_job& job) {
   h.fence = [this](ln::fence_contribution c) { send_now(c); };
   h.modex_ask = [this](ln::modex_request q) { send_now(q); };
   h.modex_answer = [this](ln::modex_reply a) { send_now(a); };
+  h.notice = [this](const std::string& line) { send_now(ln::agent_notice{line}); };
   pmix_ = std::make_unique<pmd::pmix_gateway>(job, std::move(h));
   watch(pmix_->fd(), EPOLLIN, tag_pmix);
 }

@@ -197,6 +197,14 @@ std::vector<std::string> pmix_gateway::rank_env(std::uint32_t rank) const {
   return pmix::predicted_rank_env(place_, job_.nspace, rank);
 }
 
+void pmix_gateway::say(const std::string& text) {
+  if (hooks_.notice) {
+    hooks_.notice(text);
+  } else {
+    std::fprintf(stderr, "pmd: %s\n", text.c_str());
+  }
+}
+
 void pmix_gateway::on_ready() {
   epoll_event events[32];
   const int n = ::epoll_wait(epoll_.get(), events, 32, 0);
@@ -207,7 +215,7 @@ void pmix_gateway::on_ready() {
     } else if (tag == tag_server) {
       if (server_) {
         const std::string problem = server_->run_pending();
-        if (!problem.empty()) std::fprintf(stderr, "pmd: PMIx: %s\n", problem.c_str());
+        if (!problem.empty()) say("PMIx: " + problem);
       }
     } else if (relay_.owns(tag)) {
       relay_.on_event(tag, events[i].events);
@@ -222,7 +230,7 @@ void pmix_gateway::accept_all() {
     if (!ensure_server()) continue;  // closed: the rank's PMIx_Init fails and it ends
     std::string error;
     if (!relay_.add(std::move(c), server_port_, error)) {
-      std::fprintf(stderr, "pmd: PMIx: %s\n", error.c_str());
+      say("PMIx: " + error);
     }
   }
 }
@@ -235,7 +243,7 @@ bool pmix_gateway::ensure_server() {
     return true;
   } catch (const std::exception& e) {
     start_failure_ = e.what();
-    std::fprintf(stderr, "pmd: PMIx server on %s: %s\n", place_.hostname.c_str(), e.what());
+    say(std::string("PMIx server: ") + e.what());
     server_.reset();
     return false;
   }
@@ -313,8 +321,7 @@ void pmix_gateway::start_server() {
       if (name.rfind("PMIX_SERVER_URI", 0) == 0) continue;
       const std::string said = value_of(env, name);
       if (said != told.substr(eq + 1)) {
-        std::fprintf(stderr, "pmd: PMIx: ranks were told %s, the server says '%s'\n", told.c_str(),
-                     said.c_str());
+        say("PMIx: ranks were told " + told + ", the server says '" + said + "'");
       }
     }
   }
@@ -330,8 +337,7 @@ void pmix_gateway::on_fence(pmix::fence_request r) {
   std::set<std::uint32_t> ranks;
   for (const auto& p : r.participants) {
     if (p.nspace != job_.nspace) {
-      std::fprintf(stderr, "pmd: PMIx: a fence with another namespace (%s) is not supported\n",
-                   p.nspace.c_str());
+      say("PMIx: a fence with another namespace (" + p.nspace + ") is not supported");
       r.done(pmix::status::not_supported);
       return;
     }

@@ -40,6 +40,8 @@ class pmix_gateway {
     /// A direct modex for a rank of another host (ask), or the answer to one asked of this host.
     std::function<void(pm::link::modex_request)> modex_ask;
     std::function<void(pm::link::modex_reply)> modex_answer;
+    /// Something the user should read (a server that cannot start, ...): one line.
+    std::function<void(const std::string& line)> notice;
   };
 
   /// Makes the private directories and the listener; throws pm::error naming what failed.
@@ -83,6 +85,7 @@ class pmix_gateway {
   void start_server();
   void on_fence(pm::agent::pmix::fence_request r);
   void make_dirs();
+  void say(const std::string& text);
 
   pm::link::pmix_job job_;
   hooks hooks_;
