@@ -145,7 +145,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   // other hosts reached by ssh has the remote shell command checked (a typo there is a launch
   // error, not a host lost later).
   void check_programs() {
-    if (!all_local() && !req.remote_transport) {
+    if (!all_local() && !req.remote_transport && req.remote.launcher == agent_launcher::srun) {
+      check_srun();
+    } else if (!all_local() && !req.remote_transport) {
       const std::string agent = req.remote.rsh_agent.empty() ? "ssh" : req.remote.rsh_agent.front();
       const char* path = std::getenv("PATH");
       try {
@@ -159,6 +161,20 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       const auto& app = req.apps[i];
       if (app.argv.empty()) throw error(errc::launch, "an app context has no program");
       if (all_local()) local::resolve_executable(app.argv[0], rank_path_variable(i), app.wdir);
+    }
+  }
+
+  // Inside a Slurm allocation the other hosts' agents start with srun: without it, nothing starts.
+  void check_srun() const {
+    const std::string srun =
+        req.remote.srun_command.empty() ? "srun" : req.remote.srun_command.front();
+    const char* path = std::getenv("PATH");
+    try {
+      local::resolve_executable(srun, path != nullptr ? path : "/usr/bin:/bin", "");
+    } catch (const pm::error& e) {
+      throw error(errc::launch,
+                  std::string("cannot start the agents of the other nodes with srun: ") + e.what() +
+                      " (use --launcher ssh to reach them with ssh)");
     }
   }
 
@@ -705,6 +721,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     for (const auto& v : req.env.base) {
       if (v.name.starts_with("OMPI_MCA_")) mca_exports.push_back(joined(v));
     }
+    if (!req.remote.notice) req.remote.notice = cb.on_message;
     router = std::make_unique<transport_router>(io, req.remote, req.remote_transport);
     facts_ready = req.map.num_nodes() <= 1 && all_local();
     post(job_start{});
