@@ -542,6 +542,20 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     out->close_stream(rank, stream);
   }
 
+  // A lost host sends nothing more: the streams its ranks opened end here, or the output layer
+  // would wait for them forever (what they had sent is written; the rest is gone with the host).
+  void end_pushed_streams(std::uint32_t h) {
+    if (pushed.empty() || !out) return;
+    for (const auto rank : req.map.ranks_on_host(h)) {
+      for (const auto stream : {stream_kind::out, stream_kind::err}) {
+        const std::uint8_t bit = open_bit(stream);
+        if ((pushed[rank] & bit) == 0 || (pushed[rank] & (bit << 2)) != 0) continue;
+        pushed[rank] |= static_cast<std::uint8_t>(bit << 2);
+        out->close_stream(rank, stream);
+      }
+    }
+  }
+
   void on_output(std::uint32_t h, std::uint32_t rank, output_stream stream,
                  std::span<const std::uint8_t> bytes) {
     auto& hs = hosts[h];
@@ -640,6 +654,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     }
     if (hs.lost_told) return;
     hs.lost_told = true;
+    end_pushed_streams(h);
     post(host_lost{h, reason});
   }
 

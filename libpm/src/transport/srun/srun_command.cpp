@@ -26,7 +26,7 @@ std::vector<std::string> srun_argv(const srun_settings& settings,
   std::vector<std::string> argv = settings.command;
   argv.insert(argv.end(), {settings.external_launcher ? "--external-launcher" : "--overlap",
                            "--mpi=none", "--cpu-bind=none", "--export=ALL", "--kill-on-bad-exit=0",
-                           "--input=none", "--nodes=" + count, "--ntasks=" + count,
+                           "--input=none", "--quiet", "--nodes=" + count, "--ntasks=" + count,
                            "--ntasks-per-node=1", "--nodelist=" + list});
   argv.insert(argv.end(), settings.extra_args.begin(), settings.extra_args.end());
   argv.insert(argv.end(), agent_argv.begin(), agent_argv.end());

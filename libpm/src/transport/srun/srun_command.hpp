@@ -20,12 +20,13 @@ struct srun_settings {
 
 /// The argv of the one step for `nodes` (Slurm node names) running `agent_argv` once per node:
 ///   srun (--external-launcher | --overlap) --mpi=none --cpu-bind=none --export=ALL
-///        --kill-on-bad-exit=0 --input=none --nodes=N --ntasks=N --ntasks-per-node=1
+///        --kill-on-bad-exit=0 --input=none --quiet --nodes=N --ntasks=N --ntasks-per-node=1
 ///        --nodelist=a,b,... [extra_args] agent_argv...
 /// --export=ALL even when the allocation was made with --export=NONE (the agents need the token
 /// and addresses); --kill-on-bad-exit=0 because libpm applies its own failure policy; --mpi=none
 /// and --cpu-bind=none because the agent is no MPI task and its ranks must not inherit a binding
-/// meant for one task per node. Throws pm::error(errc::usage) for no nodes, an empty command or
+/// meant for one task per node; --quiet because srun's informational lines are not for the user
+/// (its errors and slurmstepd's still come, and pmrun shows them). Throws pm::error(errc::usage) for no nodes, an empty command or
 /// a node name starting with '-' or holding a comma.
 std::vector<std::string> srun_argv(const srun_settings& settings,
                                    const std::vector<std::string>& nodes,

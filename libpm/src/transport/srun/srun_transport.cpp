@@ -68,6 +68,17 @@ std::string last_line(const std::string& text) {
   return line.size() > 300 ? line.substr(0, 300) + "..." : line;
 }
 
+// srun's own informational lines ("srun: cluster configuration lacks support for cpu binding",
+// which --quiet does not silence) are not the user's business; its errors, slurmstepd's and the
+// agents' lines are.
+bool worth_telling(std::string_view line) {
+  if (!line.starts_with("srun: ")) return true;
+  for (const std::string_view word : {"error", "fatal", "abort", "CANCELLED", "DUE TO"}) {
+    if (line.find(word) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
 // `srun --version` within a second: "slurm 22.05.8"; empty when it cannot say.
 std::string srun_version(const std::string& path, const std::vector<std::string>& env) {
   int out[2];
@@ -143,6 +154,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     std::unique_ptr<asio::posix::stream_descriptor> pidfd;
     std::unique_ptr<asio::posix::stream_descriptor> out;  // srun's stdout and stderr
     std::string output;                                   // its last 8 KiB
+    std::string partial;                                  // a line not yet complete
     std::vector<std::uint32_t> hosts;
     bool exited = false;
     int code = -1;
@@ -414,6 +426,25 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
                       });
   }
 
+  // What srun prints is Slurm's word on the step ("srun: error: node3: task 2: Killed",
+  // "slurmstepd: error: *** STEP 7.1 ON node2 CANCELLED AT ... DUE TO TIME LIMIT ***") or an
+  // agent's last words ("pmd: cannot reach the launcher ..."): the user sees each line.
+  void pass_lines(step& s, std::string_view bytes) const {
+    s.partial.append(bytes);
+    std::size_t start = 0;
+    for (auto nl = s.partial.find('\n'); nl != std::string::npos;
+         nl = s.partial.find('\n', start)) {
+      std::string line = last_line(s.partial.substr(start, nl - start));
+      if (!line.empty() && opts.notice && worth_telling(line)) opts.notice(line);
+      start = nl + 1;
+    }
+    s.partial.erase(0, start);
+    if (s.partial.size() > 4096) {
+      if (opts.notice) opts.notice(last_line(s.partial));
+      s.partial.clear();
+    }
+  }
+
   // Reads what srun printed; false at its end.
   bool drain_output(step& s) {
     if (!s.out || !s.out->is_open()) return false;
@@ -423,6 +454,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
       if (n > 0) {
         s.output.append(buf, static_cast<std::size_t>(n));
         if (s.output.size() > 8192) s.output.erase(0, s.output.size() - 8192);
+        pass_lines(s, std::string_view(buf, static_cast<std::size_t>(n)));
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
