@@ -346,13 +346,27 @@ TEST(PmrunSlurm, PmrunInAnSbatchScriptWithExportNone) {
     script << "#!/bin/sh\nexec " << pm::test::pmrun_path()
            << " --allow-run-as-root sh -c 'echo rank=$OMPI_COMM_WORLD_RANK host=$(hostname)'\n";
   }
+  // sbatch --wait polls every few seconds: the test polls the job itself.
   const auto r =
-      run_command(c.on_node("node1", {"sbatch", "--wait", "--quiet", "-N3", "--ntasks-per-node=2",
+      run_command(c.on_node("node1", {"sbatch", "--parsable", "-N3", "--ntasks-per-node=2",
                                       "--export=NONE", "-o", t.dir + "/out", t.dir + "/job.sh"}),
-                  60s);
+                  30s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string id = r.out.substr(0, r.out.find_first_of(";\n"));
+  std::string state;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < until) {
+    state = run_command(c.on_node("node1", {"scontrol", "-o", "show", "job", id})).out;
+    if (state.find("JobState=COMPLETED") != std::string::npos ||
+        state.find("JobState=FAILED") != std::string::npos ||
+        state.find("JobState=CANCELLED") != std::string::npos)
+      break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_NE(state.find("JobState=COMPLETED"), std::string::npos) << state;
+  EXPECT_NE(state.find("ExitCode=0:0"), std::string::npos) << state;
   std::ifstream in(t.dir + "/out");
   const std::string out((std::istreambuf_iterator<char>(in)), {});
-  ASSERT_EQ(r.exit_code, 0) << r.err << out;
   for (int rank = 0; rank < 6; ++rank) {
     EXPECT_NE(
         out.find("rank=" + std::to_string(rank) + " host=node" + std::to_string(rank / 2 + 1)),
