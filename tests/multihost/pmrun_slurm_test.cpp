@@ -5,6 +5,7 @@
 // script; and the one-line errors that need no cluster (srun missing, --launcher srun outside).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -211,6 +212,25 @@ TEST(PmrunSlurm, ScancelEndsTheJobWithSlurmsWordInTheReport) {
   EXPECT_NE(code, -1) << "pmrun still runs after scancel";
   EXPECT_NE(job.err().find("CANCELLED"), std::string::npos) << job.err();
   EXPECT_LT(took, 10s) << job.err();
+  EXPECT_TRUE(nodes_clean(c, {"node1", "node2", "node3"}))
+      << left_on(c, {"node1", "node2", "node3"});
+}
+
+TEST(PmrunSlurm, PmrunKilledLeavesNothingOnAnyNode) {
+  NEED_SLURM();
+  slurm_cluster c(3);
+  temp_files t;
+  background_command job(in_salloc(c, {"sh", "-c", "echo up; exec sleep 60"}), t.dir + "/out",
+                         t.dir + "/err");
+  ASSERT_TRUE(wait_for_lines(job, "up", 6)) << job.err();
+  pid_t pmrun = 0;
+  for (const pid_t pid : job_processes(c, "node1")) {
+    if (comm_of(pid) == "pmrun") pmrun = pid;
+  }
+  ASSERT_NE(pmrun, 0) << left_on(c, {"node1"});
+  ASSERT_EQ(::kill(pmrun, SIGKILL), 0);
+  // The agents read end-of-file and end their ranks; srun then ends by itself; salloc follows.
+  EXPECT_NE(job.wait(15s), -1);
   EXPECT_TRUE(nodes_clean(c, {"node1", "node2", "node3"}))
       << left_on(c, {"node1", "node2", "node3"});
 }

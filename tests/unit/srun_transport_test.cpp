@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "pm/error.hpp"
+#include "transport/srun/caller_gate.hpp"
 #include "transport/srun/connect_back.hpp"
 #include "transport/srun/srun_command.hpp"
 #include "transport/srun/srun_transport.hpp"
@@ -145,6 +146,38 @@ TEST(ConnectBack, NobodyListeningIsOneLineNamingTheAddresses) {
     EXPECT_NE(std::string(e.what()).find("127.0.0.1: Connection refused"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(CallerGate, OneCallerPerExpectedHostLateDuplicateForgedAndStrangersRefused) {
+  const std::string token(64, 'c');
+  sr::caller_gate gate(token);
+  gate.expect(2, "node2");
+  gate.expect(3, "node3.cluster");
+  using v = sr::caller_gate::verdict;
+  // Bytes come in pieces: more is needed until the line ends.
+  const auto line = sr::greeting(token, "node2");
+  EXPECT_EQ(gate.judge(line.substr(0, 20)).kind, v::more);
+  const auto ok = gate.judge(line);
+  ASSERT_EQ(ok.kind, v::accept) << ok.why;
+  EXPECT_EQ(ok.host, 2u);
+  EXPECT_TRUE(gate.called(2));
+  // Duplicate, forged, stranger, garbage.
+  EXPECT_EQ(gate.judge(line).why, "node 'node2' has its agent already");
+  EXPECT_EQ(gate.judge(sr::greeting(std::string(64, 'd'), "node3")).why,
+            "wrong token (claims to be node 'node3')");
+  EXPECT_EQ(gate.judge(sr::greeting(token, "node9")).why, "node 'node9' is not a host of this job");
+  EXPECT_EQ(gate.judge("\x16\x03").kind, v::refuse);
+  // A short name matches the host's full one, as host names do everywhere.
+  const auto n3 = gate.judge(sr::greeting(token, "node3"));
+  EXPECT_EQ(n3.kind, v::accept);
+  EXPECT_EQ(n3.host, 3u);
+  // Late: the host's stream is over (or its agent was given up): nobody becomes it any more.
+  gate.forget(2);
+  EXPECT_FALSE(gate.called(2));
+  EXPECT_EQ(gate.judge(line).why, "node 'node2' expects no agent now");
+  // Started again (a new step): one caller again.
+  gate.expect(2, "node2");
+  EXPECT_EQ(gate.judge(line).kind, v::accept);
 }
 
 // ---- the transport, with a stand-in srun ----

@@ -26,8 +26,8 @@ struct srun_settings {
 /// and addresses); --kill-on-bad-exit=0 because libpm applies its own failure policy; --mpi=none
 /// and --cpu-bind=none because the agent is no MPI task and its ranks must not inherit a binding
 /// meant for one task per node; --quiet because srun's informational lines are not for the user
-/// (its errors and slurmstepd's still come, and pmrun shows them). Throws pm::error(errc::usage) for no nodes, an empty command or
-/// a node name starting with '-' or holding a comma.
+/// (its errors and slurmstepd's still come, and pmrun shows them). Throws pm::error(errc::usage)
+/// for no nodes, an empty command or a node name starting with '-' or holding a comma.
 std::vector<std::string> srun_argv(const srun_settings& settings,
                                    const std::vector<std::string>& nodes,
                                    const std::vector<std::string>& agent_argv);

@@ -22,10 +22,10 @@
 #include "agent/host_facts.hpp"
 #include "driver/master_address.hpp"
 #include "link/socket.hpp"
-#include "model/host_name.hpp"
 #include "pm/error.hpp"
 #include "transport/local/executable.hpp"
 #include "transport/local/spawner.hpp"
+#include "transport/srun/caller_gate.hpp"
 #include "transport/srun/connect_back.hpp"
 #include "transport/srun/srun_command.hpp"
 
@@ -174,13 +174,13 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
   asio::io_context& io;
   remote_launch opts;
   std::string token = fresh_token();
+  caller_gate gate{token};
   std::optional<tcp::acceptor> acceptor;
   std::unique_ptr<asio::steady_timer> accept_retry;
   std::vector<std::string> addresses;
   std::uint16_t port = 0;
   std::optional<bool> external_launcher;
   std::unordered_map<std::uint32_t, host_entry> hosts;
-  std::unordered_map<std::string, std::uint32_t> by_name;  // model::host_key -> host
   std::vector<std::uint32_t> to_launch;
   std::vector<std::string> agent_argv;
   bool launch_posted = false;
@@ -312,31 +312,16 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
       return;
     }
     c->got.append(buf, take);
-    std::string problem;
-    const auto g = parse_greeting(c->got, problem);
-    if (!problem.empty()) {
-      refuse(*c, problem);
+    const auto v = gate.judge(c->got);
+    if (v.kind == caller_gate::verdict::refuse) {
+      refuse(*c, v.why);
       return;
     }
-    if (!g) {
+    if (v.kind == caller_gate::verdict::more) {
       read_greeting(c);
       return;
     }
-    if (!same_token(g->token, token)) {
-      refuse(*c, "wrong token (claims to be node '" + g->node + "')");
-      return;
-    }
-    const auto it = by_name.find(model::host_key(g->node));
-    if (it == by_name.end()) {
-      refuse(*c, "node '" + g->node + "' is not a host of this job");
-      return;
-    }
-    auto& h = hosts[it->second];
-    if (h.connected || h.closed || h.step == SIZE_MAX) {
-      refuse(*c, h.connected ? "node '" + g->node + "' has its agent already"
-                             : "node '" + g->node + "' expects no agent now");
-      return;
-    }
+    auto& h = hosts[v.host];
     c->timer.cancel();
     h.connected = true;
     boost::system::error_code ignored;
@@ -404,7 +389,10 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
       s->hosts = list;
       const std::size_t index = steps.size();
       steps.push_back(std::move(s));
-      for (const auto h : list) hosts[h].step = index;
+      for (const auto h : list) {
+        hosts[h].step = index;
+        gate.expect(h, hosts[h].name);
+      }
       watch_exit(index);
       read_output(index);
     } catch (const pm::error& e) {
@@ -496,6 +484,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     const auto end = end_of(s);
     for (const auto h : s.hosts) {
       auto& entry = hosts[h];
+      gate.forget(h);
       if (entry.closed) continue;
       if (!entry.connected) {
         // Its agent never called and never will.
@@ -552,6 +541,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     auto& entry = it->second;
     const bool was_connected = entry.connected;
     entry.closed = true;
+    gate.forget(host);
     entry.watch.reset();
     const std::size_t index = entry.step;
     auto& s = *steps[index];
@@ -608,7 +598,6 @@ void srun_transport::open(const agent_target& target, std::function<void(agent_s
   entry.name = target.info.name;
   entry.opened = std::move(opened);
   entry.failed = std::move(failed);
-  self.by_name[model::host_key(target.info.name)] = target.host;
   if (self.agent_argv.empty()) {
     // The agent dials back instead of talking over its stdio.
     self.agent_argv = target.agent_argv;

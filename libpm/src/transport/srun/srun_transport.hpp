@@ -7,9 +7,10 @@
 // machine (every address, told to the agents as the non-loopback addresses of this host, the one
 // that routes toward the first node first, --iface filtering them); the token, addresses and port
 // reach the agents in srun's environment, never in argv. A connection whose first line is not an
-// agent's greeting with the job's token and a node of the step that has no agent yet is closed and
-// reported through remote_launch::notice; the job goes on. An accepted socket becomes the host's
-// stream (a TCP socket: no descriptors travel, output comes as data frames).
+// agent's greeting with the job's token and a node of the step that has no agent yet (caller_gate
+// decides) is closed and reported through remote_launch::notice; the job goes on. An accepted
+// socket becomes the host's stream (a TCP socket: no descriptors travel, output comes as data
+// frames).
 //
 // srun's exit ends every stream of its step that is still open (the link sees end-of-file) and
 // fails the hosts whose agent never called, with srun's last line ("srun: error: ... CANCELLED
