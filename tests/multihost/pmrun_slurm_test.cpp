@@ -62,12 +62,14 @@ std::string cmdline_of(pid_t pid) {
   return s;
 }
 
-// The job's processes on a host: everything in its namespace but Slurm's and ssh's daemons.
+// The job's processes on a host: everything in its namespace but Slurm's, munge's and ssh's
+// daemons.
 std::vector<pid_t> job_processes(slurm_cluster& c, const std::string& host) {
   std::vector<pid_t> out;
   for (const pid_t pid : c.hosts().pids_on(host)) {
     const auto comm = comm_of(pid);
-    if (comm.empty() || comm.starts_with("slurm")) continue;  // slurmd, slurmstepd, slurmscriptd
+    // slurmd, slurmstepd, slurmscriptd, slurmctld and munged (node1) are the cluster's.
+    if (comm.empty() || comm.starts_with("slurm") || comm == "munged") continue;
     out.push_back(pid);
   }
   return out;

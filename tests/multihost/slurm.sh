@@ -9,11 +9,11 @@
 #   slurm.sh probe                  exit 0 if Slurm's daemons are installed here, else say why
 #
 # Everything of a run lives in DIR/slurm: slurm.conf, the munge key and socket, spool and state
-# dirs, logs, and `pids` (pid and start time of each daemon this script started). One munged in the
-# main namespace serves every host (a pathname Unix socket is reachable from every network
-# namespace); slurmctld runs in node1's network and UTS namespaces, each slurmd in its host's.
-# hosts.sh down kills whatever is left in the hosts' namespaces; `down` here kills only the pids it
-# recorded and munged.
+# dirs, logs, and `pids` (pid and start time of each daemon this script started). One munged serves
+# every host (a pathname Unix socket is reachable from every network namespace); it and slurmctld
+# run in node1's network namespace (slurmctld in its UTS namespace too), each slurmd in its host's.
+# So every daemon dies with the hosts (hosts.sh down or reap-stale), even when the test process
+# died first; `down` here kills only the pids it recorded.
 set -euo pipefail
 PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 
@@ -159,7 +159,10 @@ cmd_up() {
   write_conf
   export SLURM_CONF=$SD/slurm.conf
 
-  setsid munged -F --force --socket="$SD/munge/munge.socket" --key-file="$SD/munge/munge.key" \
+  # In node1's network namespace: its socket is a pathname one, reachable from every namespace,
+  # and hosts.sh's teardown (also reap-stale, after a test process that died) kills it there.
+  setsid nsenter --net="/run/netns/${E[PM_MH_HOST1_NETNS]}" \
+    munged -F --force --socket="$SD/munge/munge.socket" --key-file="$SD/munge/munge.key" \
     --pid-file="$SD/munge/munged.pid" --log-file="$SD/munge/munged.log" \
     --seed-file="$SD/munge/munged.seed" </dev/null >"$SD/munge/start.log" 2>&1 &
   record munged $!
