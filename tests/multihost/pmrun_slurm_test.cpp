@@ -196,6 +196,27 @@ TEST(PmrunSlurm, AKilledNodeEndsTheJobAsAHostLost) {
   EXPECT_TRUE(nodes_clean(c, {"node1", "node2"})) << left_on(c, {"node1", "node2"});
 }
 
+TEST(PmrunSlurm, APartitionedNodeIsLostByItsSilenceAndClearsItsRanks) {
+  NEED_SLURM();
+  slurm_cluster c(3);
+  temp_files t;
+  background_command job(in_salloc(c, {"sh", "-c", "echo up; exec sleep 60"}), t.dir + "/out",
+                         t.dir + "/err");
+  ASSERT_TRUE(wait_for_lines(job, "up", 6)) << job.err();
+  const auto start = std::chrono::steady_clock::now();
+  c.hosts().partition("node3");
+  const int code = job.wait(20s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(code, 213) << job.err();
+  EXPECT_NE(job.err().find("host node3 was lost (no word from the agent"), std::string::npos)
+      << job.err();
+  EXPECT_LT(took, 7s) << job.err();  // 2 s of silence, then at most 2 s for srun to end
+  // The cut node's agent noticed the silence too and ended its ranks by itself.
+  EXPECT_TRUE(nodes_clean(c, {"node1", "node2", "node3"}))
+      << left_on(c, {"node1", "node2", "node3"});
+  c.hosts().heal("node3");
+}
+
 TEST(PmrunSlurm, ScancelEndsTheJobWithSlurmsWordInTheReport) {
   NEED_SLURM();
   slurm_cluster c(3);
