@@ -1,8 +1,9 @@
 // pmrun inside a real Slurm 22.05 allocation on fake hosts (tests/multihost/slurm.sh): the agents
 // of the other nodes start with one srun step and dial back with the job's token. Placement and
-// the default -np, a remote rank's exit code, a killed node, scancel, no ssh anywhere, forged and
-// scanning connections refused while the job goes on, pmrun inside a job step and in an sbatch
-// script; and the one-line errors that need no cluster (srun missing, --launcher srun outside).
+// the default -np, a remote rank's exit code, a killed and a partitioned node, scancel, pmrun
+// killed, no ssh anywhere, forged and scanning connections refused while the job goes on, pmrun
+// inside a job step and in an sbatch script; and the one-line errors that need no cluster (srun
+// missing, --launcher srun outside an allocation, --launcher local inside one).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
