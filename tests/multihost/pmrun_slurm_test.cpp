@@ -1,9 +1,9 @@
 // pmrun inside a real Slurm 22.05 allocation on fake hosts (tests/multihost/slurm.sh): the agents
 // of the other nodes start with one srun step and dial back with the job's token. Placement and
 // the default -np, a remote rank's exit code, a killed and a partitioned node, scancel, pmrun
-// killed, no ssh anywhere, forged and scanning connections refused while the job goes on, pmrun
-// inside a job step and in an sbatch script; and the one-line errors that need no cluster (srun
-// missing, --launcher srun outside an allocation, --launcher local inside one).
+// killed, srun killed, no ssh anywhere, forged and scanning connections refused while the job goes
+// on, pmrun inside a job step and in an sbatch script; and the one-line errors that need no cluster
+// (srun missing, --launcher srun outside an allocation, --launcher local inside one).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -255,6 +255,44 @@ TEST(PmrunSlurm, PmrunKilledLeavesNothingOnAnyNode) {
   ASSERT_EQ(::kill(pmrun, SIGKILL), 0);
   // The agents read end-of-file and end their ranks; srun then ends by itself; salloc follows.
   EXPECT_NE(job.wait(15s), -1);
+  EXPECT_TRUE(nodes_clean(c, {"node1", "node2", "node3"}))
+      << left_on(c, {"node1", "node2", "node3"});
+}
+
+pid_t parent_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string state;
+  long ppid = 0;
+  rest >> state >> ppid;
+  return static_cast<pid_t>(ppid);
+}
+
+TEST(PmrunSlurm, SrunKilledEndsTheJobWithItsCause) {
+  NEED_SLURM();
+  slurm_cluster c(3);
+  temp_files t;
+  background_command job(in_salloc(c, {"sh", "-c", "echo up; exec sleep 60"}), t.dir + "/out",
+                         t.dir + "/err");
+  ASSERT_TRUE(wait_for_lines(job, "up", 6)) << job.err();
+  pid_t pmrun = 0, srun = 0;
+  for (const pid_t pid : job_processes(c, "node1")) {
+    if (comm_of(pid) == "pmrun") pmrun = pid;
+  }
+  for (const pid_t pid : job_processes(c, "node1")) {
+    if (comm_of(pid) == "srun" && parent_of(pid) == pmrun) srun = pid;
+  }
+  ASSERT_NE(srun, 0) << left_on(c, {"node1"});
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(srun, SIGKILL), 0);
+  const int code = job.wait(20s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(code, 213) << job.err();
+  EXPECT_NE(job.err().find("srun was killed by SIGKILL"), std::string::npos) << job.err();
+  EXPECT_LT(took, 5s) << job.err();
   EXPECT_TRUE(nodes_clean(c, {"node1", "node2", "node3"}))
       << left_on(c, {"node1", "node2", "node3"});
 }
