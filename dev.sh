@@ -12,7 +12,8 @@ cd "$(dirname "$0")"
 PACKAGES=(cmake g++ make pkg-config clang-format
   libboost1.81-dev libboost-filesystem1.81-dev libpmix-dev openmpi-bin libopenmpi-dev python3-mpi4py
   libgtest-dev libgmock-dev librapidcheck-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev
-  openssh-server openssh-client iproute2 procps python3)
+  openssh-server openssh-client iproute2 procps python3
+  slurmctld slurmd slurm-client munge)
 BENCH_PACKAGES=(mpich)
 
 install_missing() {

@@ -2,6 +2,7 @@
 // the agent's end of its link, driven as pmd drives them (libpm/tools/pmd/main.cpp): the job's
 // setup sets the end's heartbeats, the launcher's messages become agent::received, a link that
 // goes down becomes agent::channel_lost; the agent's send actions go out through its end.
+#include "transport/srun/connect_back.hpp"
 #include "world_impl.hpp"
 
 namespace pm::sim {
@@ -25,6 +26,21 @@ void world::on_agent_starts(std::uint32_t host) {
     h.up.push_end(arrival(h, h.up, 0));
     at(said, ek::link_arrival, host, 1);
     return;
+  }
+  if (h.lost_call) {
+    // Its call never arrives (a firewall, a wrong address): the launcher hears nothing at all.
+    ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::lost_call)];
+    line("!! the call of the agent on " + host_name(host) + " is lost");
+    return;
+  }
+  if (s_.connect_back) {
+    // It calls first: the greeting line, then its end of the link speaks on the same stream.
+    if (h.late_call >= 0)
+      ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::late_call)];
+    const auto call = srun::greeting(token_, host_name(host));
+    const auto t = arrival(h, h.up, 0);
+    h.up.push_bytes(t, std::span(reinterpret_cast<const std::uint8_t*>(call.data()), call.size()));
+    at(t, ek::link_arrival, host, 1);
   }
   h.agent.emplace(agent::options{});
   link::endpoint_options o;

@@ -22,6 +22,7 @@ enum class ek : std::uint8_t {
   host_crash,       // a: host
   partition_begin,  // a: host
   launcher_signal,  // a: signo
+  forged_call,      // a: the host a forged caller claims to be
 };
 
 // key: the time in the high 48 bits, a random tie-break in the low 16, so that events due at

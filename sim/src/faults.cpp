@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "transport/srun/connect_back.hpp"
 #include "world_impl.hpp"
 
 namespace pm::sim {
@@ -40,7 +41,36 @@ void world::plan(const fault& f) {
       break;
     case fault_kind::launcher_signal:
       break;
+    case fault_kind::forged_call:
+      at(f.at.count(), ek::forged_call, f.target, 0);
+      break;
+    case fault_kind::duplicate_call:
+      hosts_[f.target].dup_call = true;
+      break;
+    case fault_kind::late_call:
+      hosts_[f.target].late_call = std::max(hosts_[f.target].late_call, f.at.count());
+      break;
+    case fault_kind::lost_call:
+      hosts_[f.target].lost_call = true;
+      break;
   }
+}
+
+// A stranger calls the launcher with a wrong token, claiming to be `host`: the gate must refuse
+// it, whatever the state of the job.
+void world::on_forged_call(std::uint32_t host) {
+  ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::forged_call)];
+  std::string forged;
+  static constexpr char digits[] = "0123456789abcdef";
+  for (int i = 0; i < 64; ++i) forged.push_back(digits[rng_.next() & 15]);
+  if (forged == token_) forged[0] = forged[0] == '0' ? '1' : '0';
+  const auto v = gate_->judge(srun::greeting(forged, host_name(host)));
+  if (v.kind == srun::caller_gate::verdict::accept) {
+    correctness("a caller with a forged token became the stream of " + host_name(host));
+    return;
+  }
+  ++result_.stats.callers_refused;
+  line("!! a forged caller claims to be " + host_name(host) + ": refused (" + v.why + ")");
 }
 
 namespace {
@@ -55,7 +85,7 @@ void world::on_crash(std::uint32_t host) {
   if (h.crashed) return;
   const bool used = map_.node_of_host(host).has_value();
   if (used) ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::host_crash)];
-  if (h.launched && !h.agent_fails && !h.agent_done) --agents_pending_;
+  if (h.launched && !h.agent_fails && !h.lost_call && !h.agent_done) --agents_pending_;
   h.crashed = true;
   line("!! " + host_name(host) + " crashes");
   hash_.add(static_cast<std::uint64_t>(now_));

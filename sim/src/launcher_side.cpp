@@ -125,14 +125,21 @@ void world::launch(std::uint32_t host) {
   h.down_loud = true;
   touch(host);
   const auto hop = s_.latency.agent_hop.count();
+  // Connect-back: one srun step starts every agent at once; otherwise the launch plan decides.
   std::int64_t start =
-      now_ + agent_start_delay(map_.node_of_host(host).value_or(0)) + jitter(sim_time(hop / 4));
+      now_ + (s_.connect_back ? hop : agent_start_delay(map_.node_of_host(host).value_or(0))) +
+      jitter(sim_time(hop / 4));
+  if (s_.connect_back) {
+    gate_->expect(host, host_name(host));
+    // A late call: the agent's connection (and so all it says) comes only then.
+    if (h.late_call > start) start = h.late_call;
+  }
   if (h.part_from >= 0 && start >= h.part_from && start < h.part_until) start = h.part_until;
   h.agent_start = start;
   h.down.last_arrival = start;
   h.up.last_arrival = start;
   h.spawn_free = start;
-  if (!h.agent_fails && !h.crashed) ++agents_pending_;
+  if (!h.agent_fails && !h.crashed && !h.lost_call) ++agents_pending_;
   at(start, ek::agent_starts, host, 0);
 }
 
@@ -325,13 +332,15 @@ void world::on_launcher_link_down(std::uint32_t host, const std::string& reason)
   if (h.launcher_down) return;
   h.launcher_down = true;
   last_progress_ = now_;
+  if (gate_) gate_->forget(host);  // no caller becomes it any more
   const auto t = arrival(h, h.down, h.agent_start);
   h.down.push_end(t);
   at(t, ek::link_arrival, host, 0);
   if (h.shutdown_sent) return;
   if (h.part_from >= 0 && now_ >= h.part_from) h.partition_noticed = true;
   line("!! the launcher gives up on " + host_name(host) + ": " + reason);
-  const bool faulted = h.crashed || h.agent_fails || (h.part_from >= 0 && now_ >= h.part_from);
+  const bool faulted = h.crashed || h.agent_fails || (h.part_from >= 0 && now_ >= h.part_from) ||
+                       h.lost_call || h.late_call >= 0 || h.call_refused;
   if (!faulted)
     correctness(host_name(host) + " was lost though nothing happened to it (" + reason + ")");
   if (h.detect_bound >= 0 && now_ > h.detect_bound)

@@ -49,6 +49,8 @@ void world::flush_touched() {
 void world::flush_end(std::uint32_t host, host_rec& h, bool launcher_side) {
   auto& ep = launcher_side ? h.launcher_end : h.agent_end;
   if (!ep) return;
+  // Connect-back: the launcher's bytes wait until a caller became this host's stream.
+  if (launcher_side && s_.connect_back && !h.called) return;
   const auto out = ep->output();
   if (!out.empty()) {
     auto& s = launcher_side ? h.down : h.up;
@@ -68,6 +70,7 @@ void world::deliver(std::uint32_t host, bool to_launcher) {
   auto& s = to_launcher ? h.up : h.down;
   if (s.empty()) return;
   s.deliver(now_, [&](const virtual_stream::piece& p, std::span<const std::uint8_t> bytes) {
+    if (to_launcher && s_.connect_back && !h.called && !pass_call(host, h, p, bytes)) return;
     auto& ep = to_launcher ? h.launcher_end : h.agent_end;
     if (!ep || ep->down()) return;  // nobody reads it any more
     if (p.what == virtual_stream::kind::abort) {
@@ -90,6 +93,53 @@ void world::deliver(std::uint32_t host, bool to_launcher) {
     }
   });
   if (!(to_launcher ? h.launcher_end : h.agent_end)) s.drop();
+}
+
+// Connect-back: what arrives before the host's caller was accepted is the call's greeting, read
+// up to its newline and judged by the launcher's caller_gate (the real one, as the srun transport
+// feeds it). True when `bytes` (the rest after the greeting) go on to the link.
+bool world::pass_call(std::uint32_t host, host_rec& h, const virtual_stream::piece& p,
+                      std::span<const std::uint8_t>& bytes) {
+  if (h.call_refused || p.what != virtual_stream::kind::bytes) return false;  // a closed caller
+  const auto nl = std::find(bytes.begin(), bytes.end(), std::uint8_t{'\n'});
+  const auto take = static_cast<std::size_t>(nl - bytes.begin()) + (nl != bytes.end() ? 1 : 0);
+  h.greeting.append(reinterpret_cast<const char*>(bytes.data()), take);
+  bytes = bytes.subspan(take);
+  const auto v = gate_->judge(h.greeting);
+  if (v.kind == srun::caller_gate::verdict::more) return false;
+  ++result_.stats.calls;
+  if (v.kind == srun::caller_gate::verdict::refuse) {
+    refuse_call(host, h, v.why);
+    return false;
+  }
+  if (v.host != host) correctness("the caller of " + host_name(host) + " became another host's");
+  h.called = true;
+  line("   the agent on " + host_name(host) + " called back");
+  if (h.dup_call) {
+    // Its second call (a retried connect) comes right behind the first: refused.
+    ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::duplicate_call)];
+    ++result_.stats.calls;
+    const auto again = gate_->judge(h.greeting);
+    if (again.kind == srun::caller_gate::verdict::accept) {
+      correctness("a second caller became the stream of " + host_name(host));
+    } else {
+      ++result_.stats.callers_refused;
+      line("!! a second call of the agent on " + host_name(host) + ": refused (" + again.why + ")");
+    }
+  }
+  h.down_loud = true;  // the launcher's held bytes (hello, setup, spawns) go out now
+  touch(host);
+  return !bytes.empty();
+}
+
+// A refused caller's connection is closed: its agent reads the end and exits.
+void world::refuse_call(std::uint32_t host, host_rec& h, const std::string& why) {
+  h.call_refused = true;
+  ++result_.stats.callers_refused;
+  line("!! the launcher refuses the call of the agent on " + host_name(host) + ": " + why);
+  const auto t = arrival(h, h.down, h.agent_start);
+  h.down.push_end(t);
+  at(t, ek::link_arrival, host, 0);
 }
 
 void world::on_link_arrival(std::uint32_t host, bool to_launcher) {

@@ -238,6 +238,14 @@ const char* to_string(fault_kind k) noexcept {
       return "lost-exit";
     case fault_kind::launcher_signal:
       return "launcher-signal";
+    case fault_kind::forged_call:
+      return "forged-call";
+    case fault_kind::duplicate_call:
+      return "dup-call";
+    case fault_kind::late_call:
+      return "late-call";
+    case fault_kind::lost_call:
+      return "lost-call";
   }
   return "?";
 }
@@ -250,7 +258,9 @@ std::string to_string(const fault& f) {
            format_duration(f.at);
   }
   std::string out = std::string(to_string(f.kind)) + ":" + std::to_string(f.target);
-  if (f.kind == fault_kind::host_crash) out += "@" + format_duration(f.at);
+  if (f.kind == fault_kind::host_crash || f.kind == fault_kind::forged_call ||
+      f.kind == fault_kind::late_call)
+    out += "@" + format_duration(f.at);
   if (f.kind == fault_kind::partition)
     out += "@" + format_duration(f.at) + "-" + format_duration(f.until);
   return out;
@@ -273,9 +283,18 @@ fault parse_fault(std::string_view text) {
     f.kind = fault_kind::lost_exit;
   } else if (kind == "launcher-signal") {
     f.kind = fault_kind::launcher_signal;
+  } else if (kind == "forged-call") {
+    f.kind = fault_kind::forged_call;
+  } else if (kind == "dup-call") {
+    f.kind = fault_kind::duplicate_call;
+  } else if (kind == "late-call") {
+    f.kind = fault_kind::late_call;
+  } else if (kind == "lost-call") {
+    f.kind = fault_kind::lost_call;
   } else {
     usage(what + ": unknown kind " + quoted(kind) +
-          " (crash, partition, spawn-fail, agent-fail, lost-exit, launcher-signal)");
+          " (crash, partition, spawn-fail, agent-fail, lost-exit, launcher-signal, forged-call, "
+          "dup-call, late-call, lost-call)");
   }
   if (target.empty()) usage(what + ": missing target, e.g. " + std::string(kind) + ":3");
   if (f.kind == fault_kind::launcher_signal) {
@@ -285,8 +304,11 @@ fault parse_fault(std::string_view text) {
     return f;
   }
   f.target = parse_u32(target, what);
-  if (f.kind == fault_kind::host_crash) {
-    if (time.empty()) usage(what + ": a crash needs a time, e.g. crash:3@1s");
+  if (f.kind == fault_kind::host_crash || f.kind == fault_kind::forged_call ||
+      f.kind == fault_kind::late_call) {
+    if (time.empty())
+      usage(what + ": a " + std::string(kind) + " needs a time, e.g. " + std::string(kind) +
+            ":3@1s");
     f.at = parse_duration(time, what);
   } else if (f.kind == fault_kind::partition) {
     auto [from, to] = split(time, '-');
@@ -381,6 +403,7 @@ std::vector<std::string> scenario::to_args() const {
   if (!(default_script == d.default_script)) add("--default", to_string(default_script));
   for (const auto& [rank, s] : scripts) add("--rank", std::to_string(rank) + "=" + to_string(s));
   for (const auto& f : faults) add("--fault", to_string(f));
+  if (connect_back) a.push_back("--connect-back");
   add("--seed", std::to_string(seed));
   return a;
 }
@@ -471,8 +494,12 @@ void check_targets(const scenario& s, std::uint32_t hosts, std::uint32_t ranks) 
   std::vector<bool> partitioned;
   for (const auto& f : s.faults) {
     if (f.kind == fault_kind::launcher_signal) continue;
+    const bool call = f.kind == fault_kind::forged_call || f.kind == fault_kind::duplicate_call ||
+                      f.kind == fault_kind::late_call || f.kind == fault_kind::lost_call;
+    if (call && !s.connect_back)
+      usage("fault '" + to_string(f) + "': a caller's fault needs --connect-back");
     const bool on_host = f.kind == fault_kind::host_crash || f.kind == fault_kind::partition ||
-                         f.kind == fault_kind::agent_failure;
+                         f.kind == fault_kind::agent_failure || call;
     if (on_host && f.target >= hosts)
       usage("fault '" + to_string(f) + "': no host " + std::to_string(f.target) +
             " (the cluster has " + std::to_string(hosts) + " hosts)");

@@ -93,6 +93,12 @@ world::world(const scenario& s, const run_options& o)
     procs_[rank].script = static_cast<std::uint32_t>(scripts_.size());
     scripts_.push_back(script);
   }
+  if (s.connect_back) {
+    // The job's token, drawn only in connect-back runs (other runs keep their trace hashes).
+    static constexpr char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 64; ++i) token_.push_back(digits[rng_.next() & 15]);
+    gate_.emplace(token_);
+  }
   for (const auto& f : s.faults) plan(f);
   max_events_ = o.max_events != 0 ? o.max_events : 64ull * n + 1'000'000;
   streams_bits_ = s.control.streams_per_rank >= 2 ? 3 : s.control.streams_per_rank == 1 ? 1 : 0;
@@ -244,6 +250,9 @@ void world::dispatch(const sim_event& e) {
       return;
     case ek::launcher_signal:
       on_launcher_signal(static_cast<int>(e.a));
+      return;
+    case ek::forged_call:
+      on_forged_call(e.a);
       return;
   }
 }

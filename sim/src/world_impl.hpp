@@ -30,6 +30,7 @@
 #include "pm/sim/random.hpp"
 #include "pm/sim/world.hpp"
 #include "trace.hpp"
+#include "transport/srun/caller_gate.hpp"
 #include "virtual_stream.hpp"
 
 // GCC 12 sees std::variant moves as "maybe uninitialized" (see libpm/src/agent/agent.cpp).
@@ -93,6 +94,13 @@ struct host_rec {
   std::int64_t detect_bound = -1;     // the latest its loss may be noticed after a fault
   std::int64_t agent_detect_at = -1;  // its agent gave up on the launcher
   std::int64_t last_death = -1;
+  // Connect-back (scenario::connect_back): its agent's call, as the launcher's caller_gate saw it.
+  bool called = false;          // the gate accepted its agent: the link's bytes flow
+  bool call_refused = false;    // the gate refused its agent's call: the connection is closed
+  bool lost_call = false;       // fault: the call never arrives
+  bool dup_call = false;        // fault: the agent calls twice
+  std::int64_t late_call = -1;  // fault: the agent calls only then
+  std::string greeting;         // what arrived of the call's greeting line
 };
 
 std::uint32_t encode(exit_status s);
@@ -191,6 +199,12 @@ class world {
   void on_crash(std::uint32_t host);
   void on_partition(std::uint32_t host);
   void on_launcher_signal(int signo);
+  void on_forged_call(std::uint32_t host);
+
+  // ---- connect-back (links.cpp): the call, judged by the launcher's real caller_gate ----
+  bool pass_call(std::uint32_t host, host_rec& h, const virtual_stream::piece& p,
+                 std::span<const std::uint8_t>& bytes);
+  void refuse_call(std::uint32_t host, host_rec& h, const std::string& why);
 
   // ---- checks.cpp ----
   bool rank_hit(std::uint32_t rank) const;
@@ -203,6 +217,8 @@ class world {
   rank_map map_;
   controller ctl_;
   std::uint64_t nonce_;
+  std::string token_;                      // connect-back: the job's token, from the seed
+  std::optional<srun::caller_gate> gate_;  // connect-back: the launcher's
   std::vector<process_script> scripts_;
   std::vector<proc_rec> procs_;
   std::vector<host_rec> hosts_;

@@ -32,6 +32,7 @@ struct flags {
   std::uint64_t seed = 1;
   std::uint32_t random_faults = 0;
   bool no_abort = false, oversubscribe = false, json = false, twice = false;
+  bool connect_back = false;
 };
 
 std::uint32_t number(const std::string& text, const std::string& what) {
@@ -123,6 +124,7 @@ pm::sim::scenario build(const flags& f) {
                       "--rank '" + text + "': expected RANK=SCRIPT, e.g. 3=exit:7@1s");
     s.set_script(number(text.substr(0, eq), "--rank"), pm::sim::parse_script(text.substr(eq + 1)));
   }
+  s.connect_back = f.connect_back;
   for (const auto& text : f.faults) s.faults.push_back(pm::sim::parse_fault(text));
   for (const auto& text : f.crashes) s.faults.push_back(pm::sim::parse_fault("crash:" + text));
   for (const auto& text : f.partitions)
@@ -162,6 +164,8 @@ int main(int argc, char** argv) {
   app.add_option("--np,-n", f.np, "ranks (default: one per slot)");
   app.add_option("--map-by", f.map_by, "slot, node or ppr:N:node")->capture_default_str();
   app.add_flag("--oversubscribe", f.oversubscribe, "allow more ranks than slots");
+  app.add_flag("--connect-back", f.connect_back,
+               "agents started by one srun step call back with the job's token (docs/slurm.md)");
   app.add_flag("--no-abort,--no-abort-on-failure", f.no_abort,
                "a failed rank does not end the job");
   app.add_option("--kill-grace", f.kill_grace, "SIGTERM to SIGKILL (default 3s)");

@@ -96,5 +96,30 @@ int main(int argc, char** argv) {
       if (r.outcome != pm::sim::verdict::ok) status = 1;
     }
   }
+  // Connect-back (docs/slurm.md): one srun step starts every agent (one 300 ms hop), each calls
+  // back with the token and the launcher's caller_gate accepts it; the hello deadline is the
+  // default 20 s. Launch time as above; wall and calls show the launcher-side work per host.
+  std::printf("\n%8s %6s %12s %10s %8s\n", "hosts", "plan", "launch_s", "wall_s", "calls");
+  for (std::uint32_t hosts : {1000u, 10000u}) {
+    pm::sim::scenario s;
+    s.hosts = hosts;
+    s.slots = 8;
+    s.seed = 42;
+    s.connect_back = true;
+    s.latency.agent_hop = std::chrono::milliseconds(300);
+    s.latency.run_time = std::chrono::seconds(1);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = pm::sim::run(s);
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::chrono::nanoseconds last{0};
+    for (const auto& rr : r.report.ranks) {
+      if (rr.started_at && *rr.started_at > last) last = *rr.started_at;
+    }
+    std::printf("%8u %6s %12.3f %10.3f %8u %s\n", hosts, "cb",
+                std::chrono::duration<double>(last).count(), wall, r.stats.calls,
+                pm::sim::to_string(r.outcome));
+    if (r.outcome != pm::sim::verdict::ok || r.stats.calls != hosts) status = 1;
+  }
   return status;
 }

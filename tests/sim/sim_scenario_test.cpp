@@ -290,7 +290,7 @@ TEST(SimScenario, BadFaultsAndScriptsAreUsageErrors) {
             "fault 'partition:1@2s-1s': the partition must end after it begins");
   EXPECT_EQ(message_of([] { parse_fault("flood:1"); }),
             "fault 'flood:1': unknown kind 'flood' (crash, partition, spawn-fail, agent-fail, "
-            "lost-exit, launcher-signal)");
+            "lost-exit, launcher-signal, forged-call, dup-call, late-call, lost-call)");
   EXPECT_EQ(message_of([] { parse_fault("launcher-signal:KILL@1s"); }),
             "fault 'launcher-signal:KILL@1s': 'KILL' is not a signal the launcher handles (INT, "
             "TERM, HUP, USR1, USR2, TSTP, CONT)");

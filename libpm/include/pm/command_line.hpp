@@ -36,6 +36,14 @@ enum class launch_shape {
   tree,
 };
 
+/// What starts the agents of other hosts (--launcher; docs/slurm.md).
+enum class launcher_choice {
+  automatic,  ///< srun inside a Slurm allocation (SLURM_JOB_ID and its node list), else ssh
+  ssh,
+  srun,
+  local,  ///< no other host: the batch allocation is ignored, every rank runs on this machine
+};
+
 /// How pmrun reaches other hosts, as the command line gives it (Open MPI 4 and 5 spellings).
 /// resolve_remote_options() fills what it left open from the environment.
 struct remote_options {
@@ -59,6 +67,8 @@ struct remote_options {
   /// default is 128; 32 keeps a launcher's key exchanges and the remote sshds' MaxStartups
   /// (default 10:30:100) comfortable, and a tree serves more hosts than that anyway).
   std::uint32_t max_ssh = 32;
+  /// --launcher; resolve_job() turns automatic into ssh or srun.
+  launcher_choice launcher = launcher_choice::automatic;
 
   friend bool operator==(const remote_options&, const remote_options&) = default;
 };
@@ -107,7 +117,9 @@ PM_API run_options parse_command_line(std::span<const std::string> args);
 /// The allocation and job a command line asks for, in the environment it runs in: a Slurm/PBS
 /// allocation when inside one, the hostfile and -H lists (read through `read`), this machine
 /// otherwise. Each MPMD segment's -H hosts become that app's host filter, by allocation name.
-/// The remote options come with the environment's say (resolve_remote_options).
+/// The remote options come with the environment's say (resolve_remote_options), and the launcher
+/// decided: srun inside a Slurm allocation unless --launcher says otherwise; --launcher srun
+/// outside one, and --launcher local with a host that is not this machine, are usage errors.
 struct resolved_job {
   allocation alloc;
   job_spec job;

@@ -33,7 +33,13 @@ class io_context;
 
 namespace pm {
 
-/// How hosts other than this machine are reached (docs/multihost.md).
+/// What starts the agents of hosts other than this machine (docs/slurm.md).
+enum class agent_launcher {
+  ssh,   ///< one ssh per host (remote_launch::rsh_agent)
+  srun,  ///< one `srun` step for every such host, inside a Slurm allocation; agents dial back
+};
+
+/// How hosts other than this machine are reached (docs/multihost.md, docs/slurm.md).
 struct remote_launch {
   /// The remote shell command, as words ("ssh -F cfg"): plm_rsh_agent, --launch-agent's peer.
   std::vector<std::string> rsh_agent = {"ssh"};
@@ -54,6 +60,14 @@ struct remote_launch {
   /// Where MASTER_ADDR and node addresses may come from: interface names or CIDR blocks
   /// (--iface, oob_tcp_if_include). Empty: any non-loopback address.
   std::vector<std::string> iface;
+  /// ssh (the default) or srun; an embedder's remote_transport overrides both.
+  agent_launcher launcher = agent_launcher::ssh;
+  /// srun: the command (words) and more arguments for it (PM_SRUN_ARGS).
+  std::vector<std::string> srun_command = {"srun"};
+  std::vector<std::string> srun_args;
+  /// Lines for the user from a transport (a refused connect-back), without newline; empty: the
+  /// job's on_message.
+  std::function<void(std::string_view line)> notice;
 };
 
 /// Everything a job needs, decided before any rank starts.

@@ -348,6 +348,23 @@ const std::vector<option_spec>& option_table() {
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          apply_interfaces(st, n, v[0]);
        }},
+      {{"--launcher"},
+       "auto|ssh|srun|local",
+       1,
+       "what starts the other hosts' agents (default auto: srun inside Slurm, else ssh)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0] == "auto")
+           st.opts.remote.launcher = launcher_choice::automatic;
+         else if (v[0] == "ssh")
+           st.opts.remote.launcher = launcher_choice::ssh;
+         else if (v[0] == "srun")
+           st.opts.remote.launcher = launcher_choice::srun;
+         else if (v[0] == "local")
+           st.opts.remote.launcher = launcher_choice::local;
+         else
+           throw error(errc::usage,
+                       std::string(n) + " '" + v[0] + "': expected auto, ssh, srun or local");
+       }},
       {{"--launch"},
        "auto|flat|tree",
        1,

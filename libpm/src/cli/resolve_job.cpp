@@ -37,7 +37,18 @@ std::optional<std::string> allocation_name(const allocation& alloc, const local_
 resolved_job resolve_job(const run_options& options, const env_map& env, const local_host& me,
                          const file_reader& read) {
   allocation_inputs inputs;
-  inputs.managed = managed_allocation(env, read);
+  auto launcher = options.remote.launcher;
+  // --launcher local: this machine only, whatever batch allocation we run in.
+  if (launcher != launcher_choice::local) inputs.managed = managed_allocation(env, read);
+  const bool in_slurm = env.contains("SLURM_JOB_ID") && inputs.managed &&
+                        inputs.managed->source == allocation_source::slurm;
+  if (launcher == launcher_choice::srun && !in_slurm) {
+    throw error(errc::usage,
+                "--launcher srun: not inside a Slurm allocation (no SLURM_JOB_ID and node list)");
+  }
+  if (launcher == launcher_choice::automatic) {
+    launcher = in_slurm ? launcher_choice::srun : launcher_choice::ssh;
+  }
   if (options.hostfile)
     inputs.hostfile = parse_hostfile(read(*options.hostfile), *options.hostfile);
   if (!options.host_lists.empty()) {
@@ -64,6 +75,16 @@ resolved_job resolve_job(const run_options& options, const env_map& env, const l
 
   resolved_job out{resolve_allocation(inputs, me), options.job,
                    resolve_remote_options(options.remote, env)};
+  out.remote.launcher = launcher;
+  if (launcher == launcher_choice::local) {
+    for (const auto& h : out.alloc.hosts) {
+      if (!h.local) {
+        throw error(errc::usage, model::printable("--launcher local runs every rank on this "
+                                                  "machine; host '" +
+                                                  h.name + "' is not this machine"));
+      }
+    }
+  }
   if (out.job.apps.size() == 1) {
     out.job.apps[0].hosts.clear();  // one app: its -H is the allocation itself
     return out;

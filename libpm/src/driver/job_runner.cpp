@@ -161,7 +161,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   // other hosts reached by ssh has the remote shell command checked (a typo there is a launch
   // error, not a host lost later).
   void check_programs() {
-    if (!all_local() && !req.remote_transport) {
+    if (!all_local() && !req.remote_transport && req.remote.launcher == agent_launcher::srun) {
+      check_srun();
+    } else if (!all_local() && !req.remote_transport) {
       const std::string agent = req.remote.rsh_agent.empty() ? "ssh" : req.remote.rsh_agent.front();
       const char* path = std::getenv("PATH");
       try {
@@ -175,6 +177,20 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       const auto& app = req.apps[i];
       if (app.argv.empty()) throw error(errc::launch, "an app context has no program");
       if (all_local()) local::resolve_executable(app.argv[0], rank_path_variable(i), app.wdir);
+    }
+  }
+
+  // Inside a Slurm allocation the other hosts' agents start with srun: without it, nothing starts.
+  void check_srun() const {
+    const std::string srun =
+        req.remote.srun_command.empty() ? "srun" : req.remote.srun_command.front();
+    const char* path = std::getenv("PATH");
+    try {
+      local::resolve_executable(srun, path != nullptr ? path : "/usr/bin:/bin", "");
+    } catch (const pm::error& e) {
+      throw error(errc::launch,
+                  std::string("cannot start the agents of the other nodes with srun: ") + e.what() +
+                      " (use --launcher ssh to reach them with ssh)");
     }
   }
 
@@ -624,6 +640,20 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     out->close_stream(rank, stream);
   }
 
+  // A lost host sends nothing more: the streams its ranks opened end here, or the output layer
+  // would wait for them forever (what they had sent is written; the rest is gone with the host).
+  void end_pushed_streams(std::uint32_t h) {
+    if (pushed.empty() || !out) return;
+    for (const auto rank : req.map.ranks_on_host(h)) {
+      for (const auto stream : {stream_kind::out, stream_kind::err}) {
+        const std::uint8_t bit = open_bit(stream);
+        if ((pushed[rank] & bit) == 0 || (pushed[rank] & (bit << 2)) != 0) continue;
+        pushed[rank] |= static_cast<std::uint8_t>(bit << 2);
+        out->close_stream(rank, stream);
+      }
+    }
+  }
+
   void on_output(std::uint32_t h, std::uint32_t rank, output_stream stream,
                  std::span<const std::uint8_t> bytes) {
     auto& hs = hosts[h];
@@ -722,6 +752,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     }
     if (hs.lost_told) return;
     hs.lost_told = true;
+    end_pushed_streams(h);
     post(host_lost{h, reason});
     // Requests this host will never answer fail now: no rank waits for ever (ompi#7628).
     for (auto it = modex_routes.begin(); it != modex_routes.end();) {
@@ -822,6 +853,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     for (const auto& v : req.env.base) {
       if (v.name.starts_with("OMPI_MCA_")) mca_exports.push_back(joined(v));
     }
+    if (!req.remote.notice) req.remote.notice = cb.on_message;
     router = std::make_unique<transport_router>(io, req.remote, req.remote_transport);
     if (req.pmix) {
       char ns[64];

@@ -29,8 +29,8 @@ std::optional<std::uint32_t> ipv4(const std::string& text) {
   return ntohl(a.s_addr);
 }
 
-// The source address this machine would use toward `to` (no packet is sent: connect() on a UDP
-// socket only chooses the route).
+}  // namespace
+
 std::optional<std::string> source_toward(const std::string& to) {
   const auto dst = ipv4(to);
   if (!dst) return std::nullopt;
@@ -52,8 +52,6 @@ std::optional<std::string> source_toward(const std::string& to) {
   ::close(fd);
   return found;
 }
-
-}  // namespace
 
 bool address_matches(const std::string& address, const std::string& ifname,
                      const std::string& filter) {

@@ -2,6 +2,7 @@
 // addresses its agent reported in its hello, never a loopback one (the agent leaves those out).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ namespace pm::driver {
 ///   3. else the agent's first address; with none, its host name.
 std::string pick_address(const link::hello& agent, const std::vector<std::string>& iface,
                          const std::vector<const link::hello*>& others);
+
+/// The source address this machine would use toward the IPv4 address `to` (no packet is sent:
+/// connect() on a UDP socket only chooses the route); nullopt for no route or no IPv4 address.
+std::optional<std::string> source_toward(const std::string& to);
 
 /// True when `address` ("10.1.2.3") on interface `ifname` matches `filter` (an interface name or
 /// a CIDR block such as "10.1.0.0/16"). Pure.

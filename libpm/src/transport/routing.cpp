@@ -4,6 +4,7 @@
 #include <boost/asio/post.hpp>
 
 #include "transport/local/local_transport.hpp"
+#include "transport/srun/srun_transport.hpp"
 #include "transport/ssh/ssh_transport.hpp"
 
 namespace pm {
@@ -20,6 +21,9 @@ transport& transport_router::local() {
 }
 
 transport& transport_router::remote() {
+  if (!remote_ && options_.launcher == agent_launcher::srun) {
+    remote_ = std::make_shared<srun::srun_transport>(io_, options_);
+  }
   if (!remote_) remote_ = std::make_shared<ssh::ssh_transport>(io_, options_);
   return *remote_;
 }

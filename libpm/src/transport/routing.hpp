@@ -1,7 +1,8 @@
 // transport_router: picks each host's transport. A host that is this machine (host::local) gets
 // the local transport (pmd over a socket pair); every other host gets the remote one: the
-// embedder's own (job_request::remote_transport) or ssh. So a host that is not this machine never
-// runs its ranks here. The router is itself a transport; it remembers which one opened each host.
+// embedder's own (job_request::remote_transport), else srun (remote_launch::launcher) or ssh. So a
+// host that is not this machine never runs its ranks here. The router is itself a transport; it
+// remembers which one opened each host.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,8 @@
 // pmd: the node agent. `pmd --stdio --nonce N` serves one launcher over its stdin and stdout: a
 // Unix socket from a launcher on the same machine (output pipes then travel as descriptors), or
-// the pipes of an ssh session (output then travels as data frames of the link).
+// the pipes of an ssh session (output then travels as data frames of the link). `pmd --connect
+// --nonce N`, started by the launcher's srun step, dials the launcher back over TCP with the job's
+// token from its environment and serves the link on that socket (docs/slurm.md).
 //
 // The logic lives in pm::agent::agent (libpm/src/agent) and the link's in pm::link::endpoint; this
 // is their driver: one thread, one epoll loop over the link's descriptors, a signalfd (SIGCHLD,
@@ -46,6 +48,7 @@
 #include "pmix_gateway.hpp"
 #include "transport/local/executable.hpp"
 #include "transport/local/spawner.hpp"
+#include "transport/srun/connect_back.hpp"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -60,6 +63,9 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr const char* usage =
     "usage: pmd --stdio --nonce HEX [--grace-ms MS]\n"
+    "       pmd --connect --nonce HEX [--grace-ms MS]   (dial back: PM_AGENT_ADDRS, "
+    "PM_AGENT_PORT,\n"
+    "                                                   PM_AGENT_TOKEN or PM_AGENT_TOKEN_FILE)\n"
     "  the libpm node agent; started by the launcher, not by hand (docs/agent.md)\n";
 
 struct rank_process {
@@ -737,12 +743,15 @@ bool parse_hex(const char* text, std::uint64_t& out) {
 
 int main(int argc, char** argv) {
   bool stdio = false;
+  bool connect = false;  // started by srun: dial the launcher back (docs/slurm.md)
   std::optional<std::uint64_t> nonce;
   ag::options opts;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--stdio") {
       stdio = true;
+    } else if (a == "--connect") {
+      connect = true;
     } else if (a == "--nonce" && i + 1 < argc) {
       std::uint64_t v = 0;
       if (!parse_hex(argv[++i], v)) {
@@ -770,13 +779,24 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!stdio || !nonce) {
-    std::fprintf(stderr, "pmd: --stdio and --nonce are required\n%s", usage);
+  if (stdio == connect || !nonce) {
+    std::fprintf(stderr, "pmd: --stdio or --connect, and --nonce, are required\n%s", usage);
     return 2;
   }
   struct stat st {};
   ln::stream_fds link{0, 1, false};
-  if (::fstat(0, &st) == 0 && S_ISSOCK(st.st_mode)) link.socket = true;
+  if (connect) {
+    // Before the environment is read for the ranks: the token and addresses leave it here.
+    try {
+      const int fd = pm::srun::connect_from_environment();
+      link = ln::stream_fds{fd, fd, false};
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "pmd: %s\n", e.what());
+      return 2;
+    }
+  } else if (::fstat(0, &st) == 0 && S_ISSOCK(st.st_mode)) {
+    link.socket = true;
+  }
   // Orphaned descendants of the ranks reparent to pmd, not to init: nothing escapes the sweep.
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     std::fprintf(stderr, "pmd: cannot become a child subreaper: %s\n", std::strerror(errno));

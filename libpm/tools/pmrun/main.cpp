@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "cli/messages.hpp"
+#include "cli/remote_options.hpp"
 #include "driver/stdin_forwarder.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
@@ -104,8 +105,9 @@ void prepare_stdin(const pm::stdin_target& target, std::uint32_t size, prepared_
 }
 
 // How other hosts are reached, from what the command line and the environment said.
-pm::remote_launch remote_launch_of(const pm::remote_options& o, const std::string& local_pmd) {
-  if (o.launch == pm::launch_shape::tree) {
+pm::remote_launch remote_launch_of(const pm::remote_options& o, const std::string& local_pmd,
+                                   const pm::env_map& env) {
+  if (o.launch == pm::launch_shape::tree && o.launcher != pm::launcher_choice::srun) {
     throw pm::error(pm::errc::usage,
                     "--launch tree: the tree launch is not available yet; use --launch flat");
   }
@@ -117,6 +119,12 @@ pm::remote_launch remote_launch_of(const pm::remote_options& o, const std::strin
   r.heartbeat_misses = o.heartbeat_misses;
   r.iface = o.interfaces;
   r.max_concurrent = o.max_ssh;
+  if (o.launcher == pm::launcher_choice::srun) {
+    r.launcher = pm::agent_launcher::srun;
+    if (auto it = env.find("PM_SRUN_ARGS"); it != env.end()) {
+      r.srun_args = pm::cli::agent_args("PM_SRUN_ARGS", it->second);
+    }
+  }
   return r;
 }
 
@@ -184,7 +192,7 @@ int run(int argc, char** argv) {
   prepare_stdin(options.input, map.size(), input);
   request.master_port_fixed = options.master_port.has_value();
   request.agent_path = pm::local::default_agent_path();
-  request.remote = remote_launch_of(resolved.remote, request.agent_path);
+  request.remote = remote_launch_of(resolved.remote, request.agent_path, env);
   request.stdin_fd = input.fd_for_ranks;
   request.stdin_rank = input.rank;
   request.per_rank_stdin = input.per_rank;

@@ -66,8 +66,14 @@ enum class fault_kind : std::uint8_t {
   /// system's preemption SIGTERM; SIGUSR1/2 are forwarded to the ranks). Not a fault of the
   /// cluster, but an input the controller must handle at any moment, so it is planned the same way.
   launcher_signal,
+  // Connect-back (scenario::connect_back, docs/slurm.md): agents started by one srun step call
+  // the launcher, whose caller_gate decides which caller becomes which host's stream.
+  forged_call,     ///< at `at`, a caller with a wrong token claims host `target` (refused)
+  duplicate_call,  ///< host `target`'s agent calls twice (the second is refused)
+  late_call,       ///< host `target`'s agent calls only at `at` (after the hello timeout: refused)
+  lost_call,       ///< host `target`'s agent's call never arrives (the hello timeout loses it)
 };
-inline constexpr std::size_t fault_kind_count = 6;
+inline constexpr std::size_t fault_kind_count = 10;
 const char* to_string(fault_kind k) noexcept;
 
 struct fault {
@@ -78,7 +84,8 @@ struct fault {
   friend bool operator==(const fault&, const fault&) = default;
 };
 /// "crash:3@1s", "partition:3@1s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12",
-/// "launcher-signal:INT@2s" (INT, TERM, HUP, USR1, USR2, TSTP, CONT or a number).
+/// "launcher-signal:INT@2s" (INT, TERM, HUP, USR1, USR2, TSTP, CONT or a number),
+/// "forged-call:3@1s", "dup-call:3", "late-call:3@25s", "lost-call:3" (connect-back only).
 std::string to_string(const fault& f);
 fault parse_fault(std::string_view text);
 
@@ -130,6 +137,11 @@ struct scenario {
   std::vector<std::pair<std::uint32_t, process_script>> scripts;
   std::vector<fault> faults;
   std::uint64_t seed = 1;
+  /// Agents as inside a Slurm allocation (docs/slurm.md): one step starts them all at once (one
+  /// agent hop after the launch, no launch plan, no cap), and each calls the launcher with the
+  /// job's token before its link begins; the launcher's real caller_gate accepts one caller per
+  /// host. The *-call faults need it.
+  bool connect_back = false;
 
   /// The script rank `rank` was given by `scripts`, else the default script (an MPMD app's
   /// script, which depends on the map, is applied by the world).

@@ -74,6 +74,10 @@ struct run_stats {
   std::uint32_t leftovers = 0;   ///< ranks whose leftovers the job had to clear
   std::uint64_t link_bytes = 0;  ///< bytes the agent links carried, both ways
   std::uint64_t link_ticks = 0;  ///< timer events of the link endpoints (heartbeats, silence)
+
+  // Connect-back (scenario::connect_back):
+  std::uint32_t calls = 0;            ///< calls the launcher judged (duplicates included)
+  std::uint32_t callers_refused = 0;  ///< callers its caller_gate refused
 };
 
 /// A host the launcher declared lost: its end of the agent link went down before the job's end.

@@ -1,0 +1,622 @@
+#include "transport/srun/srun_transport.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+#include "agent/host_facts.hpp"
+#include "driver/master_address.hpp"
+#include "link/socket.hpp"
+#include "pm/error.hpp"
+#include "transport/local/executable.hpp"
+#include "transport/local/spawner.hpp"
+#include "transport/srun/caller_gate.hpp"
+#include "transport/srun/connect_back.hpp"
+#include "transport/srun/srun_command.hpp"
+
+extern char** environ;
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+namespace pm::srun {
+
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+// How long a caller has to send its greeting line.
+constexpr std::chrono::seconds greeting_deadline{5};
+// After the last stream of a step closed: srun normally ends at once (every agent exited); one
+// that does not (it waits for a node Slurm has not declared dead yet) gets SIGTERM, then SIGKILL.
+constexpr std::chrono::milliseconds stop_steps[] = {std::chrono::milliseconds(1000),
+                                                    std::chrono::milliseconds(1000)};
+
+std::string signal_text(int signo) {
+  const char* abbrev = ::sigabbrev_np(signo);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(signo);
+}
+
+// The last non-empty line of what srun printed, printable, at most 300 characters.
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of("\r\n ");
+  if (end == std::string::npos) return {};
+  auto begin = text.rfind('\n', end);
+  begin = begin == std::string::npos ? 0 : begin + 1;
+  std::string line = text.substr(begin, end - begin + 1);
+  for (char& c : line) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = '?';
+  }
+  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
+}
+
+// srun's own informational lines ("srun: cluster configuration lacks support for cpu binding",
+// which --quiet does not silence) are not the user's business; its errors, slurmstepd's and the
+// agents' lines are.
+bool worth_telling(std::string_view line) {
+  if (!line.starts_with("srun: ")) return true;
+  for (const std::string_view word : {"error", "fatal", "abort", "CANCELLED", "DUE TO"}) {
+    if (line.find(word) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+// `srun --version` within a second: "slurm 22.05.8"; empty when it cannot say.
+std::string srun_version(const std::string& path, const std::vector<std::string>& env) {
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return {};
+  link::owned_fd r(out[0]), w(out[1]);
+  local::spawn_request req;
+  req.path = path;
+  req.argv = {path, "--version"};
+  req.env = env;
+  req.stdout_fd = w.get();
+  local::spawned_process p;
+  try {
+    p = local::spawn(req);
+  } catch (const pm::error&) {
+    return {};
+  }
+  w.reset();
+  link::owned_fd pidfd(p.pidfd);
+  std::string text;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    pollfd pf{r.get(), POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&pf, 1, static_cast<int>(left.count())) <= 0) break;
+    char buf[256];
+    const ssize_t n = ::read(r.get(), buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+  siginfo_t info{};
+  while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd.get()), &info, WEXITED) !=
+             0 &&
+         errno == EINTR) {
+  }
+  return text;
+}
+
+// The first IPv4 address `name` resolves to, if any (the launcher's route toward the nodes).
+std::optional<std::string> ipv4_of(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) {
+    return std::nullopt;
+  }
+  char text[INET_ADDRSTRLEN] = {};
+  const auto* in = reinterpret_cast<const sockaddr_in*>(found->ai_addr);
+  std::optional<std::string> out;
+  if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text) != nullptr) out = text;
+  ::freeaddrinfo(found);
+  return out;
+}
+
+}  // namespace
+
+struct srun_transport::impl : std::enable_shared_from_this<impl> {
+  impl(asio::io_context& context, remote_launch o) : io(context), opts(std::move(o)) {}
+
+  struct host_entry {
+    std::string name;
+    std::function<void(agent_stream)> opened;
+    std::function<void(std::string)> failed;
+    std::size_t step = SIZE_MAX;  // index into steps, once launched
+    bool connected = false;
+    bool closed = false;
+    link::owned_fd watch;  // a duplicate of its socket: srun's end ends the stream
+  };
+  struct step {
+    std::int64_t pid = 0;
+    std::unique_ptr<asio::posix::stream_descriptor> pidfd;
+    std::unique_ptr<asio::posix::stream_descriptor> out;  // srun's stdout and stderr
+    std::string output;                                   // its last 8 KiB
+    std::string partial;                                  // a line not yet complete
+    std::vector<std::uint32_t> hosts;
+    bool exited = false;
+    int code = -1;
+    int signo = 0;
+    std::vector<std::function<void(agent_end)>> waiting;
+    std::unique_ptr<asio::steady_timer> stop_timer;
+    int stop_step = 0;
+  };
+  struct caller {
+    explicit caller(asio::io_context& io) : sock(io), timer(io) {}
+    tcp::socket sock;
+    asio::steady_timer timer;
+    std::string got;
+    std::string peer;
+  };
+
+  asio::io_context& io;
+  remote_launch opts;
+  std::string token = fresh_token();
+  caller_gate gate{token};
+  std::optional<tcp::acceptor> acceptor;
+  std::unique_ptr<asio::steady_timer> accept_retry;
+  std::vector<std::string> addresses;
+  std::uint16_t port = 0;
+  std::optional<bool> external_launcher;
+  std::unordered_map<std::uint32_t, host_entry> hosts;
+  std::vector<std::uint32_t> to_launch;
+  std::vector<std::string> agent_argv;
+  bool launch_posted = false;
+  std::vector<std::unique_ptr<step>> steps;
+
+  void notice(const std::string& line) const {
+    if (opts.notice) opts.notice("srun: " + line);
+  }
+
+  // ---- the listener ----
+
+  // This machine's addresses for the agents: --iface filters them; the one this machine sends
+  // from toward the first node comes first (the nodes most likely reach it there).
+  std::vector<std::string> agent_addresses(const std::string& first_node) const {
+    std::vector<std::pair<std::string, std::string>> mine;  // address, interface
+    for (const auto& a : agent::reachable_addresses()) {
+      const auto pct = a.find('%');
+      mine.emplace_back(a.substr(0, pct), pct == std::string::npos ? "" : a.substr(pct + 1));
+    }
+    std::vector<std::string> out;
+    for (const auto& [addr, ifname] : mine) {
+      bool ok = opts.iface.empty();
+      for (const auto& f : opts.iface) ok = ok || driver::address_matches(addr, ifname, f);
+      if (ok) out.push_back(addr);
+    }
+    if (out.empty() && !opts.iface.empty()) {
+      std::string list;
+      for (const auto& f : opts.iface) list += (list.empty() ? "" : ",") + f;
+      throw error(errc::launch, "no address of this machine matches --iface " + list +
+                                    " for the agents to call back to");
+    }
+    if (const auto node = ipv4_of(first_node)) {
+      if (const auto src = driver::source_toward(*node)) {
+        const auto it = std::find(out.begin(), out.end(), *src);
+        if (it != out.end()) std::rotate(out.begin(), it, it + 1);
+      }
+    }
+    if (out.empty()) out.emplace_back("127.0.0.1");  // nothing else: nodes on this machine only
+    return out;
+  }
+
+  void listen(const std::string& first_node) {
+    addresses = agent_addresses(first_node);
+    try {
+      acceptor.emplace(io);
+      acceptor->open(tcp::v4());
+      acceptor->set_option(tcp::acceptor::reuse_address(true));
+      acceptor->bind(tcp::endpoint(asio::ip::address_v4::any(), 0));
+      acceptor->listen(4096);
+      port = acceptor->local_endpoint().port();
+    } catch (const boost::system::system_error& e) {
+      acceptor.reset();
+      throw error(errc::system, std::string("cannot listen for the agents: ") + e.what());
+    }
+    accept_next();
+  }
+
+  void accept_next() {
+    if (!acceptor) return;
+    auto c = std::make_shared<caller>(io);
+    acceptor->async_accept(c->sock, [weak = weak_from_this(), c](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (!self || !self->acceptor || ec == asio::error::operation_aborted) return;
+      if (ec) {
+        // Out of descriptors, or the like: try again shortly rather than spin.
+        self->accept_retry =
+            std::make_unique<asio::steady_timer>(self->io, std::chrono::milliseconds(100));
+        self->accept_retry->async_wait([weak](const boost::system::error_code& e) {
+          auto s = weak.lock();
+          if (!e && s) s->accept_next();
+        });
+        return;
+      }
+      self->greet(c);
+      self->accept_next();
+    });
+  }
+
+  void greet(const std::shared_ptr<caller>& c) {
+    boost::system::error_code ec;
+    const auto remote = c->sock.remote_endpoint(ec);
+    c->peer = ec ? std::string("an unknown peer")
+                 : remote.address().to_string() + ":" + std::to_string(remote.port());
+    c->timer.expires_after(greeting_deadline);
+    c->timer.async_wait([weak = weak_from_this(), c](const boost::system::error_code& e) {
+      auto self = weak.lock();
+      if (e || !self || !c->sock.is_open()) return;
+      self->refuse(*c, "no greeting within " + std::to_string(greeting_deadline.count()) + " s");
+    });
+    read_greeting(c);
+  }
+
+  void refuse(caller& c, const std::string& why) {
+    notice("refused a connection from " + c.peer + ": " + why);
+    boost::system::error_code ignored;
+    c.timer.cancel();
+    c.sock.close(ignored);
+  }
+
+  void read_greeting(const std::shared_ptr<caller>& c) {
+    c->sock.async_wait(tcp::socket::wait_read,
+                       [weak = weak_from_this(), c](const boost::system::error_code& ec) {
+                         auto self = weak.lock();
+                         if (!self || ec || !c->sock.is_open()) return;
+                         self->on_greeting_bytes(c);
+                       });
+  }
+
+  // Reads the greeting and nothing after it: the link's bytes stay in the socket for the link.
+  void on_greeting_bytes(const std::shared_ptr<caller>& c) {
+    const int fd = c->sock.native_handle();
+    char buf[greeting_limit];
+    const std::size_t room = greeting_limit - c->got.size();
+    const ssize_t n = ::recv(fd, buf, room, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      read_greeting(c);
+      return;
+    }
+    if (n <= 0) {
+      refuse(*c, n == 0 ? "closed before its greeting" : std::strerror(errno));
+      return;
+    }
+    const auto* nl = static_cast<const char*>(std::memchr(buf, '\n', static_cast<std::size_t>(n)));
+    const auto take =
+        nl != nullptr ? static_cast<std::size_t>(nl - buf + 1) : static_cast<std::size_t>(n);
+    const ssize_t got = ::recv(fd, buf, take, MSG_DONTWAIT);
+    if (got != static_cast<ssize_t>(take)) {
+      refuse(*c, "the connection broke during its greeting");
+      return;
+    }
+    c->got.append(buf, take);
+    const auto v = gate.judge(c->got);
+    if (v.kind == caller_gate::verdict::refuse) {
+      refuse(*c, v.why);
+      return;
+    }
+    if (v.kind == caller_gate::verdict::more) {
+      read_greeting(c);
+      return;
+    }
+    auto& h = hosts[v.host];
+    c->timer.cancel();
+    h.connected = true;
+    boost::system::error_code ignored;
+    c->sock.non_blocking(false, ignored);
+    const int stream = c->sock.release(ignored);
+    h.watch.reset(::fcntl(stream, F_DUPFD_CLOEXEC, 3));
+    agent_stream s;
+    s.read_fd = stream;
+    s.write_fd = stream;
+    s.socket = false;  // TCP: no descriptors travel
+    s.pid = steps[h.step]->pid;
+    asio::post(io, [opened = h.opened, s] { opened(s); });
+  }
+
+  // ---- the step ----
+
+  void launch() {
+    launch_posted = false;
+    auto list = std::move(to_launch);
+    to_launch.clear();
+    if (list.empty()) return;
+    try {
+      if (!acceptor) listen(hosts[list.front()].name);
+      srun_settings settings;
+      if (!opts.srun_command.empty()) settings.command = opts.srun_command;
+      settings.extra_args = opts.srun_args;
+      const char* path_env = std::getenv("PATH");
+      std::string path;
+      try {
+        path = local::resolve_executable(settings.command.front(),
+                                         path_env != nullptr ? path_env : "/usr/bin:/bin", "");
+      } catch (const pm::error& e) {
+        throw error(errc::launch, std::string("srun: ") + e.what());
+      }
+      std::vector<std::string> env;
+      for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+      env = srun_environment(env, addresses, port, token);
+      if (!external_launcher) external_launcher = has_external_launcher(srun_version(path, env));
+      settings.external_launcher = *external_launcher;
+      std::vector<std::string> nodes;
+      for (const auto h : list) nodes.push_back(hosts[h].name);
+      auto argv = srun_argv(settings, nodes, agent_argv);
+      argv.front() = path;
+      int out[2];
+      if (::pipe2(out, O_CLOEXEC) != 0) throw error(errc::system, std::strerror(errno));
+      link::owned_fd out_r(out[0]), out_w(out[1]);
+      local::spawn_request req;
+      req.path = path;
+      req.argv = argv;
+      req.argv.front() = settings.command.front();
+      req.env = std::move(env);
+      req.stdout_fd = out_w.get();
+      req.stderr_fd = out_w.get();
+      local::spawned_process res;
+      try {
+        res = local::spawn(req);
+      } catch (const pm::error& e) {
+        throw error(errc::launch, std::string("cannot start srun: ") + e.what());
+      }
+      auto s = std::make_unique<step>();
+      s->pid = res.pid;
+      s->pidfd = std::make_unique<asio::posix::stream_descriptor>(io, res.pidfd);
+      s->out = std::make_unique<asio::posix::stream_descriptor>(io, out_r.release());
+      s->out->non_blocking(true);
+      s->hosts = list;
+      const std::size_t index = steps.size();
+      steps.push_back(std::move(s));
+      for (const auto h : list) {
+        hosts[h].step = index;
+        gate.expect(h, hosts[h].name);
+      }
+      watch_exit(index);
+      read_output(index);
+    } catch (const pm::error& e) {
+      for (const auto h : list) {
+        auto& entry = hosts[h];
+        entry.closed = true;
+        asio::post(io, [failed = entry.failed, what = std::string(e.what())] { failed(what); });
+      }
+    }
+  }
+
+  void read_output(std::size_t index) {
+    auto& s = *steps[index];
+    s.out->async_wait(asio::posix::descriptor_base::wait_read,
+                      [weak = weak_from_this(), index](const boost::system::error_code& ec) {
+                        auto self = weak.lock();
+                        if (ec || !self) return;
+                        if (self->drain_output(*self->steps[index])) self->read_output(index);
+                      });
+  }
+
+  // What srun prints is Slurm's word on the step ("srun: error: node3: task 2: Killed",
+  // "slurmstepd: error: *** STEP 7.1 ON node2 CANCELLED AT ... DUE TO TIME LIMIT ***") or an
+  // agent's last words ("pmd: cannot reach the launcher ..."): the user sees each line.
+  void pass_lines(step& s, std::string_view bytes) const {
+    s.partial.append(bytes);
+    std::size_t start = 0;
+    for (auto nl = s.partial.find('\n'); nl != std::string::npos;
+         nl = s.partial.find('\n', start)) {
+      std::string line = last_line(s.partial.substr(start, nl - start));
+      if (!line.empty() && opts.notice && worth_telling(line)) opts.notice(line);
+      start = nl + 1;
+    }
+    s.partial.erase(0, start);
+    if (s.partial.size() > 4096) {
+      if (opts.notice) opts.notice(last_line(s.partial));
+      s.partial.clear();
+    }
+  }
+
+  // Reads what srun printed; false at its end.
+  bool drain_output(step& s) {
+    if (!s.out || !s.out->is_open()) return false;
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(s.out->native_handle(), buf, sizeof buf);
+      if (n > 0) {
+        s.output.append(buf, static_cast<std::size_t>(n));
+        if (s.output.size() > 8192) s.output.erase(0, s.output.size() - 8192);
+        pass_lines(s, std::string_view(buf, static_cast<std::size_t>(n)));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return true;
+      boost::system::error_code ignored;
+      s.out->close(ignored);
+      return false;
+    }
+  }
+
+  void watch_exit(std::size_t index) {
+    steps[index]->pidfd->async_wait(
+        asio::posix::descriptor_base::wait_read,
+        [weak = weak_from_this(), index](const boost::system::error_code& ec) {
+          auto self = weak.lock();
+          if (!ec && self) self->on_exit(index);
+        });
+  }
+
+  void on_exit(std::size_t index) {
+    auto& s = *steps[index];
+    siginfo_t info{};
+    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(s.pidfd->native_handle()), &info,
+                 WEXITED | WNOHANG) != 0 ||
+        info.si_pid == 0) {
+      if (errno == EINTR || info.si_pid == 0) watch_exit(index);
+      return;
+    }
+    s.exited = true;
+    if (info.si_code == CLD_EXITED) {
+      s.code = info.si_status;
+    } else {
+      s.signo = info.si_status;
+    }
+    boost::system::error_code ignored;
+    s.pidfd->close(ignored);
+    s.stop_timer.reset();
+    drain_output(s);
+    const auto end = end_of(s);
+    for (const auto h : s.hosts) {
+      auto& entry = hosts[h];
+      gate.forget(h);
+      if (entry.closed) continue;
+      if (!entry.connected) {
+        // Its agent never called and never will.
+        entry.closed = true;
+        const std::string why =
+            end.how.empty() ? "srun ended before the agent on " + entry.name + " called back"
+                            : end.how;
+        asio::post(io, [failed = entry.failed, why] { failed(why); });
+      } else if (entry.watch) {
+        ::shutdown(entry.watch.get(), SHUT_RDWR);  // the link sees its end now
+      }
+    }
+    for (auto& d : s.waiting) asio::post(io, [d = std::move(d), end] { d(end); });
+    s.waiting.clear();
+  }
+
+  agent_end end_of(const step& s) const {
+    agent_end e;
+    const std::string said = last_line(s.output);
+    if (s.signo != 0) {
+      e.how = "srun was killed by " + signal_text(s.signo);
+    } else if (s.code != 0) {
+      e.how = "srun exited with code " + std::to_string(s.code);
+    } else {
+      return e;
+    }
+    if (!said.empty()) e.how += ": " + said;
+    return e;
+  }
+
+  void stop(std::size_t index) {
+    auto& s = *steps[index];
+    if (s.exited || !s.pidfd || !s.pidfd->is_open()) return;
+    if (s.stop_step > 0) {
+      ::syscall(SYS_pidfd_send_signal, s.pidfd->native_handle(),
+                s.stop_step == 1 ? SIGTERM : SIGKILL, nullptr, 0);
+    }
+    if (s.stop_step >= 2) return;
+    s.stop_timer = std::make_unique<asio::steady_timer>(io, stop_steps[s.stop_step]);
+    ++s.stop_step;
+    s.stop_timer->async_wait([weak = weak_from_this(), index](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (!ec && self) self->stop(index);
+    });
+  }
+
+  void close(std::uint32_t host, std::function<void(agent_end)> done) {
+    auto it = hosts.find(host);
+    if (it == hosts.end() || it->second.step == SIZE_MAX) {
+      if (it != hosts.end()) it->second.closed = true;
+      asio::post(io, [done = std::move(done)] { done({}); });
+      return;
+    }
+    auto& entry = it->second;
+    const bool was_connected = entry.connected;
+    entry.closed = true;
+    gate.forget(host);
+    entry.watch.reset();
+    const std::size_t index = entry.step;
+    auto& s = *steps[index];
+    if (s.exited) {
+      asio::post(io, [done = std::move(done), e = end_of(s)] { done(e); });
+      return;
+    }
+    bool others = false;
+    for (const auto h : s.hosts) others = others || !hosts[h].closed;
+    if (others) {
+      // The step carries other hosts still: this one's stream is over, srun goes on.
+      agent_end e;
+      if (!was_connected) {
+        const auto said = last_line(s.output);
+        e.how = "its agent never called back" + (said.empty() ? "" : "; srun said: " + said);
+      }
+      asio::post(io, [done = std::move(done), e] { done(e); });
+      return;
+    }
+    s.waiting.push_back(std::move(done));
+    if (!s.stop_timer) stop(index);
+  }
+};
+
+srun_transport::srun_transport(asio::io_context& io, remote_launch options)
+    : impl_(std::make_shared<impl>(io, std::move(options))) {}
+
+srun_transport::~srun_transport() {
+  if (impl_->acceptor) {
+    boost::system::error_code ignored;
+    impl_->acceptor->close(ignored);
+  }
+  for (auto& s : impl_->steps) {
+    if (s->exited || !s->pidfd || !s->pidfd->is_open()) continue;
+    const int fd = s->pidfd->native_handle();
+    siginfo_t info{};
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) == 0) {
+      ::syscall(SYS_pidfd_send_signal, fd, SIGTERM, nullptr, 0);
+      p.revents = 0;
+      if (::poll(&p, 1, 1000) == 0) ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
+    }
+    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(fd), &info, WEXITED) != 0 &&
+           errno == EINTR) {
+    }
+  }
+}
+
+void srun_transport::open(const agent_target& target, std::function<void(agent_stream)> opened,
+                          std::function<void(std::string reason)> failed) {
+  auto& self = *impl_;
+  auto& entry = self.hosts[target.host];
+  entry = impl::host_entry{};
+  entry.name = target.info.name;
+  entry.opened = std::move(opened);
+  entry.failed = std::move(failed);
+  if (self.agent_argv.empty()) {
+    // The agent dials back instead of talking over its stdio.
+    self.agent_argv = target.agent_argv;
+    for (auto& word : self.agent_argv) {
+      if (word == "--stdio") word = "--connect";
+    }
+  }
+  self.to_launch.push_back(target.host);
+  // Every host opened in this turn of the io_context goes into one step.
+  if (!self.launch_posted) {
+    self.launch_posted = true;
+    asio::post(self.io, [weak = std::weak_ptr<impl>(impl_)] {
+      if (auto s = weak.lock()) s->launch();
+    });
+  }
+}
+
+void srun_transport::close(std::uint32_t host, std::function<void(agent_end)> done) {
+  impl_->close(host, std::move(done));
+}
+
+}  // namespace pm::srun
