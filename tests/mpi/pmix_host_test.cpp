@@ -400,7 +400,7 @@ TEST_F(PmixHost, RankEnvHasPmixAndOpenMpiDirectLaunchVariables) {
   };
   EXPECT_TRUE(has("PMIX_NAMESPACE=" + nspace_));
   EXPECT_TRUE(has("PMIX_RANK=1"));
-  EXPECT_TRUE(has("OMPI_MCA_schizo=^orte"));
+  EXPECT_TRUE(has("OMPI_MCA_schizo=^orte,slurm,flux,jsm"));
   EXPECT_TRUE(has("OMPI_MCA_ess=pmi"));
   EXPECT_TRUE(has("OMPI_MCA_orte_tmpdir_base=" + server_->job_tmpdir(nspace_)));
   EXPECT_TRUE(std::any_of(env.begin(), env.end(),

@@ -1,7 +1,8 @@
 // Real MPI programs across fake hosts (network namespaces with an sshd each,
 // tests/multihost/README.md): one job of 6 ranks over 3 hosts, each host's agent serving its
 // ranks with its own PMIx server and the fences that span hosts gathered by pmrun
-// (docs/pmix.md). Every test checks that nothing of the job is left on any host.
+// (docs/pmix.md); and the same inside a real Slurm allocation on those hosts, where the agents
+// start through srun (docs/slurm.md). Every test checks that nothing of the job is left.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include "support/command.hpp"
 #include "support/multihost.hpp"
+#include "support/slurm.hpp"
 
 namespace {
 
@@ -143,6 +145,27 @@ TEST(PmrunMpiMultihost, AHostLostWhileOthersWaitInAFenceEndsTheJob) {
   EXPECT_NE(r.err.find("node3"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("hello rank"), std::string::npos) << r.out;  // nobody got past MPI_Init
   EXPECT_TRUE(hosts_clean(f));
+}
+
+TEST(PmrunMpiSlurm, SixRanksInsideAnAllocationAreOneWorld) {
+  if (!pm::test::slurm_cluster::available()) {
+    GTEST_SKIP() << "no Slurm on fake hosts here: "
+                 << pm::test::slurm_cluster::unavailable_reason();
+  }
+  pm::test::slurm_cluster c(3);
+  // -np defaults to the allocation's 6 tasks; node2's and node3's agents come through srun.
+  const auto r = run_command(
+      c.on_node("node1", {"salloc", "-N3", "--ntasks-per-node=2", "--quiet", pm::test::pmrun_path(),
+                          "--allow-run-as-root", mpi_dir + "/mpi_hello", "6"}),
+      120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ranks_in_world(r.out, 6), (std::set<int>{0, 1, 2, 3, 4, 5})) << r.out;
+  const auto a = run_command(
+      c.on_node("node1", {"salloc", "-N3", "--ntasks-per-node=2", "--quiet", pm::test::pmrun_path(),
+                          "--allow-run-as-root", mpi_dir + "/mpi_abort", "4"}),
+      120s);
+  EXPECT_EQ(a.exit_code, 42) << a.err;
+  EXPECT_NE(a.err.find("rank 4 on node3 called abort with status 42"), std::string::npos) << a.err;
 }
 
 }  // namespace

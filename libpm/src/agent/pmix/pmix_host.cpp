@@ -689,7 +689,7 @@ std::vector<std::string> server::rank_env(const std::string& nspace, std::uint32
   out.insert(out.end(), job.setup_env.begin(), job.setup_env.end());
   // Open MPI 4.1.4 direct launch (shared/PMIX.md): without schizo=^orte and ess=pmi every rank
   // thinks it is a singleton; without the tmpdir base it leaves /tmp/ompi.<host>.<uid>/jf.*.
-  out.emplace_back("OMPI_MCA_schizo=^orte");
+  out.emplace_back("OMPI_MCA_schizo=^orte,slurm,flux,jsm");
   out.emplace_back("OMPI_MCA_ess=pmi");
   out.emplace_back("OMPI_MCA_orte_tmpdir_base=" + job.dir);
   out.emplace_back("OMPI_MCA_btl_vader_backing_directory=" +

@@ -45,7 +45,7 @@ std::vector<std::string> predicted_rank_env(const server_place& place, const std
       // rank thinks it is a singleton; without the tmpdir base it leaves
       // /tmp/ompi.<host>.<uid>/jf.* behind; its shared-memory segments go to a directory we
       // remove (in /dev/shm they stay after every killed rank).
-      "OMPI_MCA_schizo=^orte",
+      "OMPI_MCA_schizo=^orte,slurm,flux,jsm",
       "OMPI_MCA_ess=pmi",
       "OMPI_MCA_orte_tmpdir_base=" + job_dir(place, nspace),
       "OMPI_MCA_btl_vader_backing_directory=" + (shm.empty() ? job_dir(place, nspace) : shm),
