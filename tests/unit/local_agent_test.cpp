@@ -36,6 +36,7 @@
 #include "link/endpoint.hpp"
 #include "link/socket.hpp"
 #include "pm/error.hpp"
+#include "support/processes.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/local/spawner.hpp"
 
@@ -71,25 +72,8 @@ std::string hex(std::uint64_t v) {
   return buf;
 }
 
-// Alive = exists and is not a zombie.
-bool alive(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto paren = text.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= text.size()) return false;
-  return text[paren + 2] != 'Z';
-}
-
-bool gone_within(const std::vector<pid_t>& pids, std::chrono::milliseconds limit) {
-  const auto end = steady::now() + limit;
-  for (;;) {
-    bool any = false;
-    for (pid_t p : pids) any = any || alive(p);
-    if (!any) return true;
-    if (steady::now() > end) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-}
+using pm::test::alive;
+using pm::test::all_gone;
 
 // Ends what a test recorded, whatever happened (the guarantee under test may have failed), and
 // reaps those that became children of the test (see subreaper_scope).
@@ -683,7 +667,7 @@ TEST(local_agent, signals_reach_the_rank_process_group) {
   s.send(link::signal_request{{0}, SIGTERM});
   ASSERT_TRUE(s.run_until([&] { return s.got.count<link::exited>() == 1; }));
   EXPECT_EQ(s.got.all<link::exited>()[0].status, exit_status::signaled(SIGTERM));
-  EXPECT_TRUE(gone_within({grandchild}, 2s));  // same process group
+  EXPECT_TRUE(all_gone({grandchild}, 2s));  // same process group
   EXPECT_EQ(s.shutdown(), "");
 }
 
@@ -753,7 +737,7 @@ TEST(local_agent, launcher_sigkill_leaves_nothing_behind) {
   for (pid_t p : pids) ASSERT_GT(p, 0) << text;
   // pmd, both ranks (one ignores SIGTERM: killed after the 300 ms grace), the setsid daemon and
   // the grandchild.
-  EXPECT_TRUE(gone_within(pids, 3s)) << text;
+  EXPECT_TRUE(all_gone(pids, 3s)) << text;
   // pmd exited by itself, with the code for "launcher lost".
   ASSERT_EQ(::waitpid(pids[0], &status, 0), pids[0]);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
@@ -771,7 +755,7 @@ TEST(local_agent, destroying_the_transport_leaves_nothing_behind) {
   s.link->close();
   s.transport.reset();  // blocks until pmd is gone
   EXPECT_FALSE(fs::exists("/proc/" + std::to_string(agent)));
-  EXPECT_TRUE(gone_within({rank}, 1s));
+  EXPECT_TRUE(all_gone({rank}, 1s));
   s.io.restart();
   const auto handlers = s.io.run_for(100ms);
   EXPECT_LT(handlers, 10u) << "the io_context keeps running handlers for a transport that is gone";
@@ -799,7 +783,7 @@ TEST(local_agent, pmd_answers_garbage_by_closing_the_link_and_clearing_its_ranks
   r.read_until([] { return false; });  // until pmd closes the stream
   EXPECT_TRUE(r.eof);
   EXPECT_EQ(r.down.value_or(""), "the agent closed the link");
-  EXPECT_TRUE(gone_within({rank, grandchild}, 1s));
+  EXPECT_TRUE(all_gone({rank, grandchild}, 1s));
   EXPECT_EQ(s.agent_end(),
             "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 1");
 }
@@ -870,7 +854,7 @@ TEST(local_agent, a_terminated_agent_clears_its_ranks_and_says_why) {
   EXPECT_EQ(errors[0].text, "the agent received SIGTERM");
   ASSERT_EQ(s.got.count<link::exited>(), 1u);  // it still reports what it did
   EXPECT_EQ(s.got.all<link::exited>()[0].status, exit_status::signaled(SIGTERM));
-  EXPECT_TRUE(gone_within({rank, grandchild}, 1s));
+  EXPECT_TRUE(all_gone({rank, grandchild}, 1s));
   EXPECT_EQ(s.agent_end(),
             "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 1");
 }
@@ -1153,7 +1137,7 @@ TEST(local_agent, a_silent_launcher_is_lost) {
   EXPECT_EQ(*s.got.down, "the agent closed the link");
   EXPECT_EQ(s.agent_end(),
             "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 1");
-  EXPECT_TRUE(gone_within(ranks, 100ms));
+  EXPECT_TRUE(all_gone(ranks, 100ms));
   // Silence (400 ms), then the grace (500 ms) for the rank that ignores SIGTERM.
   EXPECT_GE(took, 850ms);
   EXPECT_LE(took, 400ms + 500ms + 1000ms);
