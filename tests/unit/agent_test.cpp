@@ -1,6 +1,7 @@
 // The node agent's state machine (what pmd decides), without processes.
 #include "agent/agent.hpp"
 
+#include <algorithm>
 #include <csignal>
 
 #include <gtest/gtest.h>
@@ -107,7 +108,7 @@ TEST(agent, composes_each_rank_environment_on_its_own_host) {
   const auto p = all<spawn_rank>(a)[0].spec;
   // Its own environment without an outer job's identity, the job's base, the profile, the -x
   // overrides, the app's own variables; a later one wins.
-  EXPECT_EQ(p.env,
+  EXPECT_EQ(p.environment(),
             (std::vector<std::string>{"OMPI_MCA_btl=self,tcp", "PATH=/usr/bin:/bin", "RANK=0",
                                       "RANK_X=override", "HOME=/app", "APP_ONLY=1"}));
   EXPECT_EQ(p.argv, (std::vector<std::string>{"true"}));
@@ -115,6 +116,30 @@ TEST(agent, composes_each_rank_environment_on_its_own_host) {
   EXPECT_EQ(p.streams, 1);
   EXPECT_TRUE(p.forward_output);
   EXPECT_TRUE(p.stdin_from_launcher);
+}
+
+// A spawn request for many ranks queues one action per rank; each holds its own profile variables
+// and points at the job's shared parts: a 100 KB -x variable is held once, not once per rank.
+TEST(agent, queued_spawns_share_the_job_environment) {
+  harness h;
+  auto j = harness::setup();
+  j.overrides = {"BIG=" + std::string(100000, 'x')};
+  h.msg(j);
+  std::vector<ch::rank_spec> specs;
+  for (std::uint32_t r = 0; r < 64; ++r)
+    specs.push_back(ch::rank_spec{r, 0, {"RANK=" + std::to_string(r)}, false});
+  const auto a = h.msg(ch::spawn_request{specs});
+  const auto spawns = all<spawn_rank>(a);
+  ASSERT_EQ(spawns.size(), 64u);
+  std::size_t held = 0;
+  for (const auto& s : spawns) {
+    for (const auto& v : s.spec.profile) held += v.size();
+    EXPECT_EQ(s.spec.overrides, spawns[0].spec.overrides);  // the one copy the agent keeps
+  }
+  EXPECT_LT(held, 1000u);
+  const auto env = spawns[63].spec.environment();  // composed when the rank starts
+  EXPECT_NE(std::find(env.begin(), env.end(), "RANK=63"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "BIG=" + std::string(100000, 'x')), env.end());
 }
 
 TEST(agent, a_rank_of_an_app_the_job_does_not_have_fails) {

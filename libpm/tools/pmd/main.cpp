@@ -251,17 +251,18 @@ void driver::do_spawn(const ag::process_spec& spec) {
     return;
   }
   pm::local::spawn_request req;
+  req.env = spec.environment();  // composed now, for this rank only
   std::string wdir = spec.wdir;
   if (spec.wdir_may_fall_back && !wdir.empty()) {
     struct stat st {};
     if (::stat(wdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      const auto home = ag::find_variable(spec.env, "HOME");
+      const auto home = ag::find_variable(req.env, "HOME");
       wdir = home.empty() ? std::string("/") : std::string(home);
     }
   }
   try {
     // The program is found on this host, in the rank's own PATH and working directory.
-    const auto path = ag::find_variable(spec.env, "PATH");
+    const auto path = ag::find_variable(req.env, "PATH");
     req.path = pm::local::resolve_executable(
         spec.argv.front(), path.empty() ? std::string_view("/usr/local/bin:/usr/bin:/bin") : path,
         wdir);
@@ -270,7 +271,6 @@ void driver::do_spawn(const ag::process_spec& spec) {
     return;
   }
   req.argv = spec.argv;
-  req.env = spec.env;
   req.wdir = wdir;
   // Stdin as input frames (no descriptor came with the spawn): a pipe whose write end pmd feeds.
   owned_fd in_r, in_w;
@@ -288,7 +288,8 @@ void driver::do_spawn(const ag::process_spec& spec) {
   req.stdin_fd = !spec.stdin_from_launcher ? -1 : in_r ? in_r.get() : stdin_.get();
   req.stdout_fd = out_w.get();
   req.stderr_fd = spec.streams == 2 ? err_w.get() : out_w.get();
-  req.nofile = nofile_;  // pmd raised its own limit; ranks get the one it was given
+  req.nofile = nofile_;               // pmd raised its own limit; ranks get the one it was given
+  req.parent_death_signal = SIGKILL;  // a SIGKILLed pmd leaves no rank behind, not even briefly
   pm::local::spawned_process res;
   try {
     res = pm::local::spawn(req);
