@@ -941,3 +941,131 @@ TEST(output_forwarder, on_eof_of_a_pushed_stream_is_posted_and_misuse_is_an_inte
 }
 
 }  // namespace
+
+// ---- prompts: a partial line shown after a quiet time ------------------------------------------
+
+namespace {
+
+// A pipe whose write end the test holds, so that it decides when bytes come and when they end.
+struct held_pipe {
+  int read_fd = -1, write_fd = -1;
+  held_pipe() {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) == 0) {
+      read_fd = p[0];
+      write_fd = p[1];
+    }
+  }
+  void put(const std::string& s) {
+    EXPECT_EQ(::write(write_fd, s.data(), s.size()), static_cast<ssize_t>(s.size()));
+  }
+  void close() {
+    if (write_fd >= 0) ::close(write_fd);
+    write_fd = -1;
+  }
+  ~held_pipe() { close(); }
+};
+
+}  // namespace
+
+TEST(output_forwarder, a_prompt_is_shown_after_a_quiet_time_and_its_line_is_never_cut) {
+  temp_dir dir;
+  const std::string path = dir.file("out");
+  pm::output_options opt;
+  opt.stdout_fd = open_file(path);
+  opt.output_dir = dir.file("files");
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 2);
+  held_pipe prompt, other;
+  fwd.attach(0, output_stream::out, prompt.read_fd, nullptr);
+  fwd.attach(1, output_stream::out, other.read_fd, nullptr);
+  prompt.put("Name: ");
+  io.run_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(slurp(path), "Name: ");  // shown, though no newline came (printf "Name: "; read x)
+  other.put("rank 1 says hi\n");     // held: it would cut the prompt's line
+  io.run_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(slurp(path), "Name: ");
+  prompt.put("Bob\n");
+  prompt.close();
+  other.close();
+  bool drained = false;
+  fwd.async_drain([&] { drained = true; });
+  io.run_for(std::chrono::seconds(10));
+  EXPECT_TRUE(drained);
+  ::close(opt.stdout_fd);
+  EXPECT_EQ(slurp(path), "Name: Bob\nrank 1 says hi\n");
+  // Per-rank files get whole lines, as always.
+  EXPECT_EQ(slurp(pm::io::rank_directory(opt.output_dir, 0, 2) + "/stdout"), "Name: Bob\n");
+}
+
+TEST(output_forwarder, a_partial_line_waits_while_other_ranks_write_on) {
+  temp_dir dir;
+  const std::string path = dir.file("out");
+  pm::output_options opt;
+  opt.stdout_fd = open_file(path);
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 2);
+  held_pipe slow, busy;
+  fwd.attach(0, output_stream::out, slow.read_fd, nullptr);
+  fwd.attach(1, output_stream::out, busy.read_fd, nullptr);
+  slow.put("the middle of a line ");  // descheduled here, the others keep writing
+  std::string expected_busy;
+  for (int i = 0; i < 10; ++i) {
+    const std::string line = "busy " + std::to_string(i) + "\n";
+    busy.put(line);
+    expected_busy += line;
+    io.run_for(std::chrono::milliseconds(30));  // shorter than the quiet time
+  }
+  EXPECT_EQ(slurp(path), expected_busy);  // the partial line was not shown
+  slow.put("ends here\n");
+  slow.close();
+  busy.close();
+  fwd.async_drain([] {});
+  io.run_for(std::chrono::seconds(10));
+  ::close(opt.stdout_fd);
+  EXPECT_EQ(slurp(path), expected_busy + "the middle of a line ends here\n");
+}
+
+TEST(output_forwarder, a_line_written_in_quick_pieces_is_not_shown_before_its_end) {
+  temp_dir dir;
+  const std::string path = dir.file("out");
+  pm::output_options opt;
+  opt.stdout_fd = open_file(path);
+  opt.partial_line_delay = std::chrono::milliseconds(200);
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 1);
+  held_pipe p;
+  fwd.attach(0, output_stream::out, p.read_fd, nullptr);
+  for (int i = 0; i < 5; ++i) {
+    p.put("piece" + std::to_string(i) + " ");
+    io.run_for(std::chrono::milliseconds(60));  // pauses shorter than the quiet time
+    EXPECT_EQ(slurp(path), "") << i;
+  }
+  p.put("end\n");
+  p.close();
+  fwd.async_drain([] {});
+  io.run_for(std::chrono::seconds(10));
+  ::close(opt.stdout_fd);
+  EXPECT_EQ(slurp(path), "piece0 piece1 piece2 piece3 piece4 end\n");
+}
+
+TEST(output_forwarder, tagged_output_keeps_a_partial_line_until_it_ends) {
+  temp_dir dir;
+  const std::string path = dir.file("out");
+  pm::output_options opt;
+  opt.stdout_fd = open_file(path);
+  opt.tag = true;
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 1);
+  held_pipe p;
+  fwd.attach(0, output_stream::out, p.read_fd, nullptr);
+  p.put("Name: ");
+  io.run_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(slurp(path), "");  // a tag per piece would cut the line
+  p.put("Bob\n");
+  p.close();
+  fwd.async_drain([] {});
+  io.run_for(std::chrono::seconds(10));
+  ::close(opt.stdout_fd);
+  EXPECT_EQ(slurp(path), "[1,0]<stdout>:Name: Bob\n");
+}
