@@ -206,7 +206,7 @@ TEST(MapJob, BadRequests) {
   EXPECT_THROW(pm::map_job(job(1), hosts({{"a", 2}})).at(1), pm::error);
 }
 
-TEST(MapJobTest, JsonMapListsUserAndPortOnlyWhenSet) {
+TEST(MapJob, JsonMapListsUserAndPortOnlyWhenSet) {
   auto a = hosts({{"a", 1}, {"b", 1}});
   a.hosts[1].user = "bob";
   a.hosts[1].port = 2222;
