@@ -107,6 +107,17 @@ TEST(PmrunCompat, ReportOfAProgramNotFound) {
   EXPECT_EQ(doc["ranks"][1]["state"], "pending");
 }
 
+TEST(PmrunCompat, ReportOfALaunchThatCouldNotStart) {
+  temp_dir dir;
+  auto r =
+      shell(dir.path, "PM_AGENT=/nonexistent/pmd " + pmrun_words() + " -np 1 --report r.json true");
+  EXPECT_EQ(r.exit_code, 125);
+  auto doc = nlohmann::json::parse(read_file(dir / "r.json"));
+  EXPECT_EQ(doc["exit_code"], 125);
+  EXPECT_EQ(doc["cause"], "spawn_failed");
+  EXPECT_EQ(doc["summary"], "PM_AGENT names '/nonexistent/pmd', which is not an executable file");
+}
+
 TEST(PmrunCompat, UnwritableReportPathStopsBeforeAnythingRuns) {
   temp_dir dir;
   const auto marker = dir / "ran";

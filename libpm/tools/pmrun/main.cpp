@@ -310,17 +310,19 @@ int run(int argc, char** argv) {
   try {
     return launch(options, resolved, std::move(map), std::move(job_env), me, report_out);
   } catch (const pm::error& e) {
-    // Nothing started (a program not found, a launch failure): the report says so, so that a
-    // 127 here is told from a rank that exited 127.
+    // Nothing started (a program not found or not executable, the agent could not start): the
+    // report says so, so that a 127 here is told from a rank that exited 127. A usage error
+    // (2) is no launch and gets no report, as before mapping.
     const auto code = exit_code_for(e);
-    const auto cause = code == pm::exit_codes::not_found || code == pm::exit_codes::not_executable
-                           ? pm::cause_kind::spawn_failed
-                           : pm::cause_kind::none;
-    if (unstarted && cause != pm::cause_kind::none) {
+    if (unstarted && code != pm::exit_codes::usage) {
       unstarted->exit_code = code;
-      unstarted->cause = cause;
+      unstarted->cause = pm::cause_kind::spawn_failed;
       unstarted->summary = e.what();
-      report_out.write(*unstarted);
+      try {
+        report_out.write(*unstarted);
+      } catch (const pm::error& lost) {
+        std::fprintf(stderr, "pmrun: %s\n", lost.what());
+      }
     }
     throw;
   }
