@@ -20,8 +20,9 @@ pm::env_map to_env_map(const char* const* envp) {
 const pm::job_env& decided_env(const pm_map& map) {
   // MASTER_ADDR/PORT are decided once (a free port is bound and released), so that every rank's
   // env, asked for or launched, names the same ones. call_once retries after an exception.
-  std::call_once(map.facts_once,
-                 [&] { map.env.facts = pm::decide_launch_facts(map.map, me(), map.master_port); });
+  std::call_once(map.facts_once, [&] {
+    map.env.facts = pm::decide_launch_facts(map.map, me(), map.master_port, map.env.profiles);
+  });
   return map.env;
 }
 

@@ -2,10 +2,12 @@
 //
 // guard(function, body): clears this thread's last error, runs body(function) — the function's
 // name, for messages, since __func__ in a lambda is "operator()" — which returns PM_OK or throws,
-// and turns whatever it throws into a pm_status plus a message in a fixed thread-local
-// buffer. Nothing escapes: pm::error keeps its code and its one-line message, std::bad_alloc
-// becomes PM_E_NOMEM (with a message copied from a literal: no allocation on that path), anything
-// else PM_E_INTERNAL. Bodies report bad arguments by throwing c_error.
+// clears the last error again on success (a callback's re-entrant call that failed must not leave
+// its message behind a call that succeeded), and turns whatever it throws into a pm_status plus a
+// message in a fixed thread-local buffer. Nothing escapes: pm::error keeps its code and its
+// one-line message, std::bad_alloc becomes PM_E_NOMEM (with a message copied from a literal: no
+// allocation on that path), anything else PM_E_INTERNAL. Bodies report bad arguments by throwing
+// c_error.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +39,9 @@ template <class Body>
 int guard(const char* function, Body&& body) noexcept {
   clear_error();
   try {
-    return body(function);
+    const int status = body(function);
+    if (status == PM_OK) clear_error();
+    return status;
   } catch (const c_error& e) {
     return set_error(e.status, e.message.c_str());
   } catch (const pm::error& e) {

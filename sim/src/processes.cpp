@@ -23,7 +23,7 @@ void world::start_process(std::uint32_t host, const agent::process_spec& spec) {
   }
   p.state = pstate::spawning;
   ++live_procs_;
-  if (o_.on_spawn) o_.on_spawn(rank, host, spec.env);
+  if (o_.on_spawn) o_.on_spawn(rank, host, spec.environment());
   if ((p.flags & f_spawn_fail) != 0) {
     // exec failed at once: reported with the batch, as a later event, never a nested call.
     spawn_batch_.push_back(batch_entry{rank, -1});

@@ -366,7 +366,9 @@ static void signals_cancel_timeout(void) {
   CHECK_OK(pm_run_report(&report, run));
   CHECK_OK(pm_report_read(report, &info));
   CHECK(info.cause == PM_CAUSE_ABORT_REQUESTED);
-  CHECK(exit_code != 0);
+  CHECK(exit_code == 1 && info.exit_code == 1); /* documented in pm.h and docs/c-api.md */
+  CHECK(info.failed_rank == -1);
+  CHECK_STR(info.summary, "the job was cancelled: cancelled");
   pm_report_destroy(report);
   pm_run_destroy(run);
 
@@ -497,6 +499,32 @@ static void launched_environment(void) {
   pm_map_destroy(map);
 }
 
+/* The last callback of a run makes a call that fails; the pm_run_wait around it succeeds and
+ * must leave no stale message behind (pm_last_error() is "" after a successful call). */
+static void on_finish_failing_call(const pm_report* report, void* user_data) {
+  (void)report;
+  int* inner_rc = user_data;
+  *inner_rc = pm_map_size(NULL, NULL);
+  CHECK(pm_last_error()[0] != '\0');
+}
+
+static void no_stale_error_after_reentrant_failure(void) {
+  const char* argv[] = {payload, "exit", "0", NULL};
+  pm_map* map = local_map(1, argv, NULL);
+  int inner_rc = PM_OK;
+  pm_run_options o = PM_RUN_OPTIONS_INIT;
+  o.on_finish = on_finish_failing_call;
+  o.user_data = &inner_rc;
+  pm_run* run = NULL;
+  CHECK_OK(pm_run_start(&run, map, &o));
+  int exit_code = -1;
+  CHECK_OK(pm_run_wait(run, &exit_code)); /* checks pm_last_error() is "" */
+  CHECK(inner_rc == PM_E_INVALID);
+  CHECK(exit_code == 0);
+  pm_run_destroy(run);
+  pm_map_destroy(map);
+}
+
 int main(int argc, char** argv) {
   CHECK(argc == 2);
   payload = argv[1];
@@ -507,6 +535,7 @@ int main(int argc, char** argv) {
   signal_from_another_thread();
   output_to_descriptors();
   launched_environment();
+  no_stale_error_after_reentrant_failure();
   printf("c_launch_test: ok\n");
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "support/command.hpp"
+#include "support/processes.hpp"
 
 namespace {
 
@@ -30,35 +31,10 @@ std::vector<std::string> job(std::vector<std::string> args, const std::vector<st
   return pmrun(args);
 }
 
-bool alive(pid_t pid) {
-  // A zombie counts as gone: only its parent could still reap it.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!std::getline(stat, text)) return false;
-  auto close = text.rfind(')');
-  return close != std::string::npos && text.size() > close + 2 && text[close + 2] != 'Z';
-}
-
-// Every pid printed as "<word> PID" (grandchild/daemon/pid lines) in `out`.
-std::vector<pid_t> printed_pids(const std::string& out, const std::string& word) {
-  std::vector<pid_t> pids;
-  std::regex re(word + R"( (\d+))");
-  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
-    pids.push_back(static_cast<pid_t>(std::stol((*it)[1])));
-  }
-  return pids;
-}
-
-bool all_gone(const std::vector<pid_t>& pids, std::chrono::milliseconds within = 3s) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < until) {
-    bool any = false;
-    for (auto p : pids) any = any || alive(p);
-    if (!any) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
+using pm::test::alive;
+using pm::test::all_gone;
+using pm::test::background;
+using pm::test::printed_pids;
 
 TEST(PmrunRun, EveryRankRunsAndSucceeds) {
   auto r = run_command(job({"-np", "4"}, {"echo", "hello"}));
@@ -161,66 +137,6 @@ TEST(PmrunRun, NothingSurvivesASuccessfulJobEither) {
   EXPECT_TRUE(all_gone(pids, 100ms));
   for (auto p : pids) kill(p, SIGKILL);
 }
-
-// Starts pmrun in the background; returns its pid and the read end of its stdout.
-struct background {
-  pid_t pid = -1;
-  int out = -1;
-  std::string text;
-  explicit background(const std::vector<std::string>& argv) {
-    int p[2];
-    EXPECT_EQ(pipe(p), 0);
-    pid = fork();
-    if (pid == 0) {
-      setpgid(0, 0);
-      dup2(p[1], 1);
-      close(p[0]);
-      close(p[1]);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    close(p[1]);
-    out = p[0];
-  }
-  // Reads stdout until `count` lines arrived (or 10 s).
-  void wait_lines(std::size_t count) {
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    char buf[4096];
-    while (static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) < count &&
-           std::chrono::steady_clock::now() < until) {
-      pollfd pfd{out, POLLIN, 0};
-      if (poll(&pfd, 1, 100) == 1) {
-        auto n = read(out, buf, sizeof buf);
-        if (n <= 0) break;
-        text.append(buf, static_cast<std::size_t>(n));
-      }
-    }
-  }
-  int wait_status() {
-    int status = 0;
-    for (int i = 0; i < 1000; ++i) {
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        return status;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    kill(-pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    pid = -1;
-    return -1;
-  }
-  ~background() {
-    if (pid > 0) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (out >= 0) close(out);
-  }
-};
 
 // ThreadSanitizer's runtime defers a signal that arrives while the thread sleeps in epoll_wait
 // until the next intercepted call, so a TSan-built pmrun does not see it: these run elsewhere.

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "pm/controller.hpp"
+#include "support/describe_action.hpp"
 
 namespace {
 
@@ -23,30 +24,9 @@ using namespace std::chrono_literals;
 
 enum class behaviour : std::uint8_t { succeed, fail, crash, spawn_fail, call_abort };
 
+// Every detail of a finish's report, so that a replay differing anywhere shows.
 std::string describe(const pm::action& a) {
-  std::ostringstream o;
-  std::visit(
-      [&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, pm::spawn>) {
-          o << "spawn " << x.host << ":";
-          for (auto r : x.ranks) o << " " << r;
-        } else if constexpr (std::is_same_v<T, pm::signal_ranks>) {
-          o << "signal " << x.signo << " " << x.host << ":";
-          for (auto r : x.ranks) o << " " << r;
-        } else if constexpr (std::is_same_v<T, pm::start_timer>)
-          o << "start_timer " << x.timer << " " << x.after.count();
-        else if constexpr (std::is_same_v<T, pm::cancel_timer>)
-          o << "cancel_timer " << x.timer;
-        else if constexpr (std::is_same_v<T, pm::emit>)
-          o << "emit " << x.line;
-        else if constexpr (std::is_same_v<T, pm::clear_leftovers>)
-          o << "clear_leftovers";
-        else
-          o << "finish " << pm::to_json(x.report);
-      },
-      a);
-  return o.str();
+  return pm::test::describe(a, pm::test::report_detail::full);
 }
 
 std::string describe_event(const pm::event& e) {

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "pm/controller.hpp"
+#include "support/describe_action.hpp"
 
 namespace {
 
@@ -280,31 +281,9 @@ struct Model {
 
 // ---- the system under test ----------------------------------------------------------------------
 
+// Every detail of a finish's report, so that a replay differing anywhere shows.
 std::string describe(const pm::action& a) {
-  std::ostringstream o;
-  std::visit(
-      [&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, pm::spawn>) {
-          o << "spawn " << x.host << ":";
-          for (auto r : x.ranks) o << " " << r;
-        } else if constexpr (std::is_same_v<T, pm::signal_ranks>) {
-          o << "signal " << sig_name(x.signo) << " " << x.host << ":";
-          for (auto r : x.ranks) o << " " << r;
-        } else if constexpr (std::is_same_v<T, pm::start_timer>) {
-          o << "start_timer " << x.timer << " " << x.after.count() << "ms";
-        } else if constexpr (std::is_same_v<T, pm::cancel_timer>) {
-          o << "cancel_timer " << x.timer;
-        } else if constexpr (std::is_same_v<T, pm::emit>) {
-          o << "emit " << x.line;
-        } else if constexpr (std::is_same_v<T, pm::clear_leftovers>) {
-          o << "clear_leftovers";
-        } else {
-          o << "finish " << pm::to_json(x.report);
-        }
-      },
-      a);
-  return o.str();
+  return pm::test::describe(a, pm::test::report_detail::full);
 }
 
 std::map<std::string, unsigned>& coverage() {

@@ -1,6 +1,7 @@
 // The node agent's state machine (what pmd decides), without processes.
 #include "agent/agent.hpp"
 
+#include <algorithm>
 #include <csignal>
 
 #include <gtest/gtest.h>
@@ -62,7 +63,7 @@ std::vector<std::pair<std::int64_t, int>> signals(const std::vector<action>& v) 
   return r;
 }
 
-TEST(agent, requires_the_job_setup_first) {
+TEST(Agent, RequiresTheJobSetupFirst) {
   harness h;
   const auto a = h.msg(ch::spawn_request{{harness::spec(0)}});
   EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::agent_error{"'spawn' message before 'job'"}}));
@@ -75,14 +76,14 @@ TEST(agent, requires_the_job_setup_first) {
   EXPECT_TRUE(h.a.done());
 }
 
-TEST(agent, refuses_a_second_setup) {
+TEST(Agent, RefusesASecondSetup) {
   harness h;
   EXPECT_TRUE(h.msg(harness::setup()).empty());
   EXPECT_EQ(sent(h.msg(harness::setup())),
             (std::vector<ch::message>{ch::agent_error{"second 'job' message"}}));
 }
 
-TEST(agent, refuses_messages_meant_for_the_launcher) {
+TEST(Agent, RefusesMessagesMeantForTheLauncher) {
   harness h;
   h.msg(harness::setup());
   const auto a = h.msg(ch::exited{0, exit_status::exited(0)});
@@ -91,7 +92,7 @@ TEST(agent, refuses_messages_meant_for_the_launcher) {
       (std::vector<ch::message>{ch::agent_error{"unexpected 'exited' message from the launcher"}}));
 }
 
-TEST(agent, composes_each_rank_environment_on_its_own_host) {
+TEST(Agent, ComposesEachRankEnvironmentOnItsOwnHost) {
   harness h;
   auto j = harness::setup();
   j.base = {"OMPI_MCA_btl=self,tcp"};
@@ -107,7 +108,7 @@ TEST(agent, composes_each_rank_environment_on_its_own_host) {
   const auto p = all<spawn_rank>(a)[0].spec;
   // Its own environment without an outer job's identity, the job's base, the profile, the -x
   // overrides, the app's own variables; a later one wins.
-  EXPECT_EQ(p.env,
+  EXPECT_EQ(p.environment(),
             (std::vector<std::string>{"OMPI_MCA_btl=self,tcp", "PATH=/usr/bin:/bin", "RANK=0",
                                       "RANK_X=override", "HOME=/app", "APP_ONLY=1"}));
   EXPECT_EQ(p.argv, (std::vector<std::string>{"true"}));
@@ -117,7 +118,31 @@ TEST(agent, composes_each_rank_environment_on_its_own_host) {
   EXPECT_TRUE(p.stdin_from_launcher);
 }
 
-TEST(agent, a_rank_of_an_app_the_job_does_not_have_fails) {
+// A spawn request for many ranks queues one action per rank; each holds its own profile variables
+// and points at the job's shared parts: a 100 KB -x variable is held once, not once per rank.
+TEST(Agent, QueuedSpawnsShareTheJobEnvironment) {
+  harness h;
+  auto j = harness::setup();
+  j.overrides = {"BIG=" + std::string(100000, 'x')};
+  h.msg(j);
+  std::vector<ch::rank_spec> specs;
+  for (std::uint32_t r = 0; r < 64; ++r)
+    specs.push_back(ch::rank_spec{r, 0, {"RANK=" + std::to_string(r)}, false});
+  const auto a = h.msg(ch::spawn_request{specs});
+  const auto spawns = all<spawn_rank>(a);
+  ASSERT_EQ(spawns.size(), 64u);
+  std::size_t held = 0;
+  for (const auto& s : spawns) {
+    for (const auto& v : s.spec.profile) held += v.size();
+    EXPECT_EQ(s.spec.overrides, spawns[0].spec.overrides);  // the one copy the agent keeps
+  }
+  EXPECT_LT(held, 1000u);
+  const auto env = spawns[63].spec.environment();  // composed when the rank starts
+  EXPECT_NE(std::find(env.begin(), env.end(), "RANK=63"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "BIG=" + std::string(100000, 'x')), env.end());
+}
+
+TEST(Agent, ARankOfAnAppTheJobDoesNotHaveFails) {
   harness h;
   h.msg(harness::setup());
   const auto a = h.msg(ch::spawn_request{{ch::rank_spec{3, 2, {}, false}}});
@@ -127,14 +152,14 @@ TEST(agent, a_rank_of_an_app_the_job_does_not_have_fails) {
       (std::vector<ch::message>{ch::spawn_failed{3, 127, "rank 3 names app 2, the job has 1"}}));
 }
 
-TEST(agent, a_forwarded_stream_that_ends_is_reported) {
+TEST(Agent, AForwardedStreamThatEndsIsReported) {
   harness h;
   h.start(1);
   EXPECT_EQ(sent(h.feed(output_ended{0, output_stream::err, 42})),
             (std::vector<ch::message>{ch::stream_closed{0, output_stream::err, 42}}));
 }
 
-TEST(agent, spawns_reports_started_and_exits_without_reaping) {
+TEST(Agent, SpawnsReportsStartedAndExitsWithoutReaping) {
   harness h;
   h.msg(harness::setup());
   const auto a = h.msg(ch::spawn_request{{harness::spec(0), harness::spec(1)}});
@@ -152,7 +177,7 @@ TEST(agent, spawns_reports_started_and_exits_without_reaping) {
   EXPECT_TRUE(h.feed(rank_exited{0, exit_status::exited(0)}).empty());
 }
 
-TEST(agent, refuses_a_rank_twice) {
+TEST(Agent, RefusesARankTwice) {
   harness h;
   h.start(1);
   const auto a = h.msg(ch::spawn_request{{harness::spec(0)}});
@@ -161,7 +186,7 @@ TEST(agent, refuses_a_rank_twice) {
                          ch::spawn_failed{0, 127, "rank 0 was already started by this agent"}}));
 }
 
-TEST(agent, signals_groups_also_of_ranks_that_ended) {
+TEST(Agent, SignalsGroupsAlsoOfRanksThatEnded) {
   harness h;
   h.start(3);
   h.feed(rank_exited{1, exit_status::exited(0)});
@@ -171,13 +196,13 @@ TEST(agent, signals_groups_also_of_ranks_that_ended) {
             (std::vector<std::pair<std::int64_t, int>>{{100, SIGUSR1}, {101, SIGUSR1}}));
 }
 
-TEST(agent, orphans_are_reaped_while_the_job_runs) {
+TEST(Agent, OrphansAreReapedWhileTheJobRuns) {
   harness h;
   h.start(1);
   EXPECT_EQ(all<reap_orphans>(h.feed(child_changed{})).size(), 1u);
 }
 
-TEST(agent, shutdown_kills_every_group_then_sweeps_until_no_child_is_left) {
+TEST(Agent, ShutdownKillsEveryGroupThenSweepsUntilNoChildIsLeft) {
   harness h;
   h.start(2);
   h.feed(rank_exited{0, exit_status::exited(0)});
@@ -201,7 +226,7 @@ TEST(agent, shutdown_kills_every_group_then_sweeps_until_no_child_is_left) {
   EXPECT_TRUE(h.feed(child_changed{}).empty());  // nothing after the exit
 }
 
-TEST(agent, launcher_loss_terms_then_kills_after_the_grace) {
+TEST(Agent, LauncherLossTermsThenKillsAfterTheGrace) {
   harness h;
   h.start(2);
   const auto a = h.feed(channel_lost{"agent channel closed"});
@@ -220,7 +245,7 @@ TEST(agent, launcher_loss_terms_then_kills_after_the_grace) {
   EXPECT_EQ(all<exit_agent>(c).at(0).code, exit_after_launcher_lost);
 }
 
-TEST(agent, launcher_loss_does_not_wait_the_grace_once_every_rank_ended) {
+TEST(Agent, LauncherLossDoesNotWaitTheGraceOnceEveryRankEnded) {
   harness h;
   h.start(2);
   const auto a = h.feed(channel_lost{"closed"});
@@ -234,7 +259,7 @@ TEST(agent, launcher_loss_does_not_wait_the_grace_once_every_rank_ended) {
   EXPECT_TRUE(h.feed(timer_fired{timer}).empty());
 }
 
-TEST(agent, a_rank_spawned_after_the_end_began_is_killed_too) {
+TEST(Agent, ARankSpawnedAfterTheEndBeganIsKilledToo) {
   harness h;
   h.msg(harness::setup());
   h.msg(ch::spawn_request{{harness::spec(0)}});
@@ -245,7 +270,7 @@ TEST(agent, a_rank_spawned_after_the_end_began_is_killed_too) {
             (std::vector<ch::message>{ch::spawn_failed{1, 127, "the agent is shutting down"}}));
 }
 
-TEST(agent, its_own_sigterm_is_reported_and_treated_as_launcher_loss) {
+TEST(Agent, ItsOwnSigtermIsReportedAndTreatedAsLauncherLoss) {
   harness h;
   h.start(1);
   const auto a = h.feed(terminate_requested{SIGTERM});
@@ -256,7 +281,7 @@ TEST(agent, its_own_sigterm_is_reported_and_treated_as_launcher_loss) {
             (std::vector<ch::message>{ch::exited{0, exit_status::signaled(SIGTERM)}}));
 }
 
-TEST(agent, garbage_from_the_launcher_is_answered_and_ends_the_job) {
+TEST(Agent, GarbageFromTheLauncherIsAnsweredAndEndsTheJob) {
   harness h;
   h.start(1);
   const auto a = h.feed(bad_message{"agent link: empty frame"});
@@ -264,7 +289,7 @@ TEST(agent, garbage_from_the_launcher_is_answered_and_ends_the_job) {
   EXPECT_EQ(signals(a), (std::vector<std::pair<std::int64_t, int>>{{100, SIGTERM}}));
 }
 
-TEST(agent, launcher_signals_are_ignored_once_the_agent_kills_on_its_own) {
+TEST(Agent, LauncherSignalsAreIgnoredOnceTheAgentKillsOnItsOwn) {
   harness h;
   h.start(1);
   h.feed(terminate_requested{SIGTERM});

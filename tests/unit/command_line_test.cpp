@@ -153,14 +153,22 @@ TEST(CommandLine, BadInputGetsOneClearLine) {
   EXPECT_EQ(usage_error({"--map-by", "ppr:2:socket", "a"}),
             "--map-by 'ppr:2:socket': ppr per 'socket' is not supported (only ppr:N:node)");
   EXPECT_EQ(usage_error({"--map-by", "node:FOO", "a"}),
-            "--map-by 'node:FOO': unknown modifier 'FOO' (OVERSUBSCRIBE and NOOVERSUBSCRIBE are "
-            "supported)");
+            "--map-by 'node:FOO': modifier 'FOO' is not supported (only OVERSUBSCRIBE and "
+            "NOOVERSUBSCRIBE are: pmrun does not bind ranks or map by topology)");
+  // Accepted silently once, though the message said only those two were.
+  EXPECT_EQ(usage_error({"--map-by", "node:SPAN", "a"}),
+            "--map-by 'node:SPAN': modifier 'SPAN' is not supported (only OVERSUBSCRIBE and "
+            "NOOVERSUBSCRIBE are: pmrun does not bind ranks or map by topology)");
+  EXPECT_EQ(usage_error({"--map-by", "slot:PE=1", "a"}),
+            "--map-by 'slot:PE=1': modifier 'PE=1' is not supported (only OVERSUBSCRIBE and "
+            "NOOVERSUBSCRIBE are: pmrun does not bind ranks or map by topology)");
   EXPECT_EQ(usage_error({"--timeout", "soon", "a"}),
             "--timeout 'soon': expected a positive number of seconds");
   EXPECT_EQ(usage_error({"--timeout", "0", "a"}),
             "--timeout '0': expected a positive number of seconds");
   EXPECT_EQ(usage_error({"-mca", "orte_abort_on_non_zero_status", "maybe", "a"}),
-            "-mca orte_abort_on_non_zero_status 'maybe': expected 0 or 1");
+            "-mca orte_abort_on_non_zero_status 'maybe': expected a boolean (1, 0, true, false, "
+            "yes or no)");
   EXPECT_EQ(usage_error({"-mca", "btl"}), "-mca: missing value (expected KEY VALUE)");
   EXPECT_EQ(usage_error({"--output", "fancy", "a"}),
             "--output: unknown output mode 'fancy' (tag, timestamp, merge-stderr-to-stdout, "
@@ -361,8 +369,12 @@ TEST(CommandLine, BadRemoteInputGetsOneClearLine) {
   EXPECT_EQ(usage_error({"--max-ssh", "0", "a"}), "--max-ssh '0': out of range (1..4096)");
   EXPECT_EQ(usage_error({"-mca", "plm_rsh_num_concurrent", "-1", "a"}),
             "-mca plm_rsh_num_concurrent '-1': not a number");
-  EXPECT_EQ(usage_error({"-mca", "plm_rsh_no_tree_spawn", "yes", "a"}),
-            "-mca plm_rsh_no_tree_spawn 'yes': expected 0 or 1");
+  EXPECT_EQ(usage_error({"-mca", "plm_rsh_no_tree_spawn", "maybe", "a"}),
+            "-mca plm_rsh_no_tree_spawn 'maybe': expected a boolean (1, 0, true, false, yes or "
+            "no)");
+  // The key is what is empty, not the value.
+  EXPECT_EQ(usage_error({"-mca", "", "x", "a"}),
+            "-mca '' 'x': empty parameter name (expected -mca KEY VALUE)");
   EXPECT_EQ(usage_error({"--heartbeat-interval", "0", "a"}),
             "--heartbeat-interval '0': expected a positive number of seconds");
   EXPECT_EQ(usage_error({"--heartbeat-interval", "0.0001", "a"}),
@@ -373,6 +385,116 @@ TEST(CommandLine, BadRemoteInputGetsOneClearLine) {
             "--heartbeat-interval '7200': out of range (0.001..3600)");
   EXPECT_EQ(usage_error({"--heartbeat-misses", "0", "a"}),
             "--heartbeat-misses '0': out of range (1..1000)");
+}
+
+TEST(CommandLine, OpenMpiBooleans) {
+  for (const std::string v : {"1", "true", "yes", "TRUE", "Yes"}) {
+    EXPECT_TRUE(parse({"--no-abort-on-failure", "-mca", "orte_abort_on_non_zero_status", v, "a"})
+                    .abort_on_failure)
+        << v;
+  }
+  for (const std::string v : {"0", "false", "no", "NO"}) {
+    auto o = parse({"-mca", "orte_abort_on_non_zero_status", v, "a"});
+    EXPECT_FALSE(o.abort_on_failure) << v;
+    EXPECT_TRUE(o.abort_policy_given);
+  }
+  EXPECT_EQ(usage_error({"-mca", "orte_abort_on_non_zero_status", "off", "a"}),
+            "-mca orte_abort_on_non_zero_status 'off': expected a boolean (1, 0, true, false, yes "
+            "or no)");  // mpirun 4.1.4 refuses "off" too
+}
+
+TEST(CommandLine, EnvironmentFillsWhatTheCommandLineLeftOpen) {
+  auto o = parse({"a"});
+  pm::apply_environment_options(
+      o, {{"OMPI_MCA_orte_abort_on_non_zero_status", "no"}, {"MPIEXEC_TIMEOUT", "2.5"}});
+  EXPECT_FALSE(o.abort_on_failure);
+  EXPECT_EQ(o.timeout, std::chrono::milliseconds(2500));
+  auto given = parse({"-mca", "orte_abort_on_non_zero_status", "1", "--timeout", "7", "a"});
+  pm::apply_environment_options(
+      given, {{"OMPI_MCA_orte_abort_on_non_zero_status", "0"}, {"MPIEXEC_TIMEOUT", "2"}});
+  EXPECT_TRUE(given.abort_on_failure);
+  EXPECT_EQ(given.timeout, std::chrono::milliseconds(7000));
+  auto none = parse({"a"});
+  pm::apply_environment_options(none, {{"MPIEXEC_TIMEOUT", ""}});
+  EXPECT_EQ(none.timeout.count(), 0);
+  auto bad = parse({"a"});
+  EXPECT_THROW(pm::apply_environment_options(bad, {{"MPIEXEC_TIMEOUT", "soon"}}), pm::error);
+}
+
+TEST(CommandLine, HostOptionIsNamedAsGiven) {
+  auto o = parse({"--host", "a:2", "-H", "b", "x"});
+  EXPECT_EQ(o.host_list_options, (std::vector<std::string>{"--host", "-H"}));
+  pm::local_host me;
+  me.hostname = "pm-test-self";
+  try {
+    pm::resolve_job(parse({"--host", "a:x", "prog"}), {}, me,
+                    [](const std::string&) { return std::string(); });
+    FAIL() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--host 'a:x': ", 0), 0u) << e.what();
+  }
+}
+
+TEST(CommandLine, OutputFilenameModifiers) {
+  auto o = parse({"--output-filename", "out:nojobid", "a"});
+  EXPECT_EQ(o.output_dir, "out");
+  EXPECT_TRUE(o.output_nojobid);
+  EXPECT_FALSE(o.output_nocopy);
+  auto both = parse({"--output-filename", "out:nojobid,nocopy", "a"});
+  EXPECT_EQ(both.output_dir, "out");
+  EXPECT_TRUE(both.output_nojobid && both.output_nocopy);
+  auto nocopy = parse({"--output-filename", "out:nocopy", "a"});
+  EXPECT_TRUE(nocopy.output_nocopy && !nocopy.output_nojobid);
+  EXPECT_EQ(parse({"--output-filename", "a:b", "a"}).output_dir, "a:b");  // not a modifier
+}
+
+TEST(CommandLine, MpirunEverydayOptions) {
+  auto n = parse({"-N", "2", "a"});
+  EXPECT_EQ(n.job.mapping.by, pm::map_by::ppr_node);
+  EXPECT_EQ(n.job.mapping.ppr, 2u);
+  EXPECT_EQ(parse({"-npernode", "3", "a"}).job.mapping.ppr, 3u);
+  EXPECT_EQ(parse({"--npernode", "3", "a"}).job.mapping.by, pm::map_by::ppr_node);
+  EXPECT_EQ(parse({"--rank-by", "node", "a"}).job.mapping.ranking, pm::rank_by::node);
+  EXPECT_EQ(parse({"-rank-by", "SLOT", "a"}).job.mapping.ranking, pm::rank_by::slot);
+  EXPECT_FALSE(parse({"a"}).job.mapping.ranking.has_value());
+  EXPECT_EQ(usage_error({"--rank-by", "core", "a"}),
+            "--rank-by 'core': not supported (use slot or node; pmrun does not bind to cores)");
+  EXPECT_TRUE(parse({"--display-allocation", "a"}).display_allocation);
+  EXPECT_EQ(parse({"-v", "a"}).job.apps[0].argv, (std::vector<std::string>{"a"}));
+  EXPECT_EQ(usage_error({"-np", "1", "a", ":", "--app", "f", "b"}),
+            "--app 'f': an app file goes among the options before any program");
+}
+
+TEST(CommandLine, DefaultHostfile) {
+  EXPECT_EQ(parse({"--default-hostfile", "d", "a"}).hostfile, "d");
+  // An explicit hostfile wins, in either order, without the "already given" error.
+  EXPECT_EQ(parse({"--default-hostfile", "d", "--hostfile", "h", "a"}).hostfile, "h");
+  EXPECT_EQ(parse({"--hostfile", "h", "--default-hostfile", "d", "a"}).hostfile, "h");
+}
+
+TEST(CommandLine, AppFileExpands) {
+  const auto read = [](const std::string& path) -> std::string {
+    if (path != "apps") throw pm::error(pm::errc::parse, "cannot read '" + path + "'");
+    return "# comment\n-np 2 ./a 'x y'  # trailing\n\n  -np 1 -wdir /tmp ./b\n";
+  };
+  const std::vector<std::string> args = {"--tag-output", "--app", "apps"};
+  EXPECT_EQ(pm::expand_app_file(args, read),
+            (std::vector<std::string>{"--tag-output", "-np", "2", "./a", "x y", ":", "-np", "1",
+                                      "-wdir", "/tmp", "./b"}));
+  const std::vector<std::string> inline_form = {"--app=apps", "-x", "A=1"};
+  EXPECT_EQ(pm::expand_app_file(inline_form, read),
+            (std::vector<std::string>{"-x", "A=1", "-np", "2", "./a", "x y", ":", "-np", "1",
+                                      "-wdir", "/tmp", "./b"}));
+  const std::vector<std::string> plain = {"-np", "2", "prog", "--app", "x"};
+  EXPECT_EQ(pm::expand_app_file(plain, read), plain);  // after the program: its argument
+  const auto empty = [](const std::string&) { return std::string("# nothing\n\n"); };
+  const std::vector<std::string> just_app = {"--app", "e"};
+  try {
+    pm::expand_app_file(just_app, empty);
+    FAIL() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_EQ(std::string(e.what()), "--app 'e': no app context in the file");
+  }
 }
 
 TEST(CommandLine, DocsCliReferenceIsTheHelpText) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "pm/controller.hpp"
+#include "support/describe_action.hpp"
 
 namespace {
 
@@ -22,36 +23,8 @@ pm::rank_map make_map(std::vector<pm::host> hosts, std::optional<std::uint32_t> 
   return pm::map_job(j, pm::allocation{std::move(hosts), pm::allocation_source::host_list});
 }
 
-std::string ranks_text(const std::vector<std::uint32_t>& ranks) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? " " : "") + std::to_string(ranks[i]);
-  return s + "]";
-}
-
-// One line per action, so that tests compare whole action lists exactly.
-std::string describe(const pm::action& a) {
-  std::ostringstream o;
-  std::visit(
-      [&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, pm::spawn>)
-          o << "spawn " << x.host << " " << ranks_text(x.ranks);
-        else if constexpr (std::is_same_v<T, pm::signal_ranks>)
-          o << "signal " << x.host << " " << ranks_text(x.ranks) << " " << pm::signal_name(x.signo);
-        else if constexpr (std::is_same_v<T, pm::start_timer>)
-          o << "start_timer " << x.timer << " " << x.after.count() << "ms";
-        else if constexpr (std::is_same_v<T, pm::cancel_timer>)
-          o << "cancel_timer " << x.timer;
-        else if constexpr (std::is_same_v<T, pm::emit>)
-          o << "emit " << x.line;
-        else if constexpr (std::is_same_v<T, pm::clear_leftovers>)
-          o << "clear_leftovers";
-        else
-          o << "finish " << x.report.exit_code << " " << pm::to_string(x.report.cause);
-      },
-      a);
-  return o.str();
-}
+using pm::test::describe;
+using pm::test::ranks_text;
 
 // A small driver: feeds events 1 ms apart, keeps every action.
 struct harness {

@@ -34,7 +34,7 @@ fence_contribution part(fence_members m, std::uint64_t seq, std::string data, bo
   return fence_contribution{std::move(m), seq, collect, std::move(data)};
 }
 
-TEST(fence_table, all_ranks_completes_with_every_host_in_node_order) {
+TEST(FenceTable, AllRanksCompletesWithEveryHostInNodeOrder) {
   const auto map = three_hosts();
   fence_table t(map);
   EXPECT_FALSE(t.contribute(2, part({}, 0, "C")));
@@ -48,7 +48,7 @@ TEST(fence_table, all_ranks_completes_with_every_host_in_node_order) {
   EXPECT_EQ(t.pending(), 0u);
 }
 
-TEST(fence_table, a_contribution_for_the_next_fence_may_come_first) {
+TEST(FenceTable, AContributionForTheNextFenceMayComeFirst) {
   const auto map = three_hosts();
   fence_table t(map);
   EXPECT_FALSE(t.contribute(0, part({}, 0, "a0")));
@@ -67,7 +67,7 @@ TEST(fence_table, a_contribution_for_the_next_fence_may_come_first) {
   EXPECT_EQ(t.pending(), 0u);
 }
 
-TEST(fence_table, second_fence_with_same_members_completes_separately) {
+TEST(FenceTable, SecondFenceWithSameMembersCompletesSeparately) {
   const auto map = three_hosts();
   fence_table t(map);
   for (std::uint32_t h : {0u, 1u}) EXPECT_FALSE(t.contribute(h, part({}, 1, "x")));
@@ -76,7 +76,7 @@ TEST(fence_table, second_fence_with_same_members_completes_separately) {
   EXPECT_TRUE(t.contribute(2, part({}, 0, "y")));
 }
 
-TEST(fence_table, a_subset_waits_only_for_its_hosts) {
+TEST(FenceTable, ASubsetWaitsOnlyForItsHosts) {
   const auto map = three_hosts();
   fence_table t(map);
   const fence_members sub{false, {1, 4}};  // h0 and h2
@@ -88,7 +88,7 @@ TEST(fence_table, a_subset_waits_only_for_its_hosts) {
   EXPECT_EQ(done->result.members, sub);
 }
 
-TEST(fence_table, barriers_carry_no_data_but_still_count) {
+TEST(FenceTable, BarriersCarryNoDataButStillCount) {
   const auto map = three_hosts();
   fence_table t(map);
   EXPECT_FALSE(t.contribute(0, part({}, 0, "", false)));
@@ -103,7 +103,7 @@ TEST(fence_table, barriers_carry_no_data_but_still_count) {
   EXPECT_TRUE(u.contribute(2, part({}, 0, "", false))->result.data.empty());
 }
 
-TEST(fence_table, contributions_that_cannot_be_right_are_errors) {
+TEST(FenceTable, ContributionsThatCannotBeRightAreErrors) {
   const auto map = three_hosts();
   fence_table t(map);
   t.contribute(0, part({}, 0, "a"));
@@ -112,7 +112,7 @@ TEST(fence_table, contributions_that_cannot_be_right_are_errors) {
   EXPECT_THROW(t.contribute(0, part(fence_members{false, {0, 99}}, 0, "")), pm::error);
 }
 
-TEST(fence_table, a_lost_host_fails_its_fences_for_those_that_contributed) {
+TEST(FenceTable, ALostHostFailsItsFencesForThoseThatContributed) {
   const auto map = three_hosts();
   fence_table t(map);
   t.contribute(0, part({}, 0, "a"));

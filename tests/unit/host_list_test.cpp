@@ -24,7 +24,7 @@ std::string names(const pm::allocation& a) {
   return s;
 }
 
-TEST(HostListTest, HostsWithoutCountHaveOneSlot) {
+TEST(HostList, HostsWithoutCountHaveOneSlot) {
   const auto a = pm::parse_host_list("a,b:4,c,10.0.0.2:2");
   EXPECT_EQ(names(a), "a:1,b:4,c:1,10.0.0.2:2");
   EXPECT_EQ(a.source, pm::allocation_source::host_list);
@@ -36,17 +36,17 @@ TEST(HostListTest, HostsWithoutCountHaveOneSlot) {
   }
 }
 
-TEST(HostListTest, RepeatedHostsAddUpInFirstOrder) {
+TEST(HostList, RepeatedHostsAddUpInFirstOrder) {
   EXPECT_EQ(names(pm::parse_host_list("a,b,a:3,b")), "a:4,b:2");
   EXPECT_EQ(names(pm::parse_host_list("x:4294967294,x")), "x:4294967295");
 }
 
-TEST(HostListTest, NamesMayHoldLettersDigitsDashDotUnderscore) {
+TEST(HostList, NamesMayHoldLettersDigitsDashDotUnderscore) {
   EXPECT_EQ(names(pm::parse_host_list("Node_1.example-site.org:2")), "Node_1.example-site.org:2");
   EXPECT_EQ(names(pm::parse_host_list("192.168.1.10")), "192.168.1.10:1");
 }
 
-TEST(HostListTest, BadCountsNameTheListAndTheToken) {
+TEST(HostList, BadCountsNameTheListAndTheToken) {
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a:x"); }),
             "-H 'a:x': invalid slot count 'x' (expected a positive integer)");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("b,a:0"); }),
@@ -65,7 +65,7 @@ TEST(HostListTest, BadCountsNameTheListAndTheToken) {
             "-H 'a: 2': invalid slot count ' 2' (expected a positive integer)");
 }
 
-TEST(HostListTest, EmptyItemsAndNames) {
+TEST(HostList, EmptyItemsAndNames) {
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a,,b"); }), "-H 'a,,b': empty host name");
   EXPECT_EQ(parse_error([] { pm::parse_host_list(":2"); }), "-H ':2': empty host name");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a,"); }), "-H 'a,': empty host name");
@@ -73,7 +73,7 @@ TEST(HostListTest, EmptyItemsAndNames) {
   EXPECT_EQ(parse_error([] { pm::parse_host_list(""); }), "-H: empty host list");
 }
 
-TEST(HostListTest, InvalidCharacters) {
+TEST(HostList, InvalidCharacters) {
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a b"); }), "-H 'a b': invalid host name 'a b'");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("ok,us er@n1:2"); }),
             "-H 'ok,us er@n1:2': invalid user name 'us er'");
@@ -81,7 +81,7 @@ TEST(HostListTest, InvalidCharacters) {
             "-H 'n[1-2]': invalid host name 'n[1-2]'");
 }
 
-TEST(HostListTest, UserAtHostAsMpirunTakesIt) {
+TEST(HostList, UserAtHostAsMpirunTakesIt) {
   // mpirun 4.1: -H bob@node1:2 runs the agent as "ssh bob@node1".
   const auto a = pm::parse_host_list("bob@node1:2,node2,al.x_y-z@10.0.0.2");
   EXPECT_EQ(names(a), "node1:2,node2:1,10.0.0.2:1");
@@ -95,7 +95,7 @@ TEST(HostListTest, UserAtHostAsMpirunTakesIt) {
   EXPECT_EQ(twice.hosts[0].user, "bob");
 }
 
-TEST(HostListTest, BadUsers) {
+TEST(HostList, BadUsers) {
   EXPECT_EQ(parse_error([] { pm::parse_host_list("@n1"); }), "-H '@n1': empty user name in '@n1'");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("bob@"); }), "-H 'bob@': empty host name");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("bob@:2"); }), "-H 'bob@:2': empty host name");
@@ -111,12 +111,12 @@ TEST(HostListTest, BadUsers) {
             "-H 'bob@n1,n1:2': host 'n1' is listed again with no user, before with user 'bob'");
 }
 
-TEST(HostListTest, ControlCharactersAreSpelledOutToKeepOneLine) {
+TEST(HostList, ControlCharactersAreSpelledOutToKeepOneLine) {
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a\nb\x01"); }),
             "-H 'a\\nb\\x01': invalid host name 'a\\nb\\x01'");
 }
 
-TEST(HostListTest, MessagesUseTheOptionAsSpelled) {
+TEST(HostList, MessagesUseTheOptionAsSpelled) {
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a:x", "--host"); }),
             "--host 'a:x': invalid slot count 'x' (expected a positive integer)");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("", "--host"); }), "--host: empty host list");

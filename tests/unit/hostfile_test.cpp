@@ -31,7 +31,7 @@ pm::allocation parse(std::string_view text) {
   return pm::parse_hostfile(text, "hf");
 }
 
-TEST(HostfileTest, SlotsMaxSlotsCommentsAndBlankLines) {
+TEST(Hostfile, SlotsMaxSlotsCommentsAndBlankLines) {
   const auto a = parse(
       "# cluster\n"
       "\n"
@@ -44,21 +44,21 @@ TEST(HostfileTest, SlotsMaxSlotsCommentsAndBlankLines) {
   EXPECT_TRUE(a.hosts[1].slots_given);
 }
 
-TEST(HostfileTest, ASingleBareLineLeavesTheCountToTheHost) {
+TEST(Hostfile, ASingleBareLineLeavesTheCountToTheHost) {
   const auto a = parse("n1\n");
   ASSERT_EQ(a.hosts.size(), 1u);
   EXPECT_FALSE(a.hosts[0].slots_given);
   EXPECT_EQ(a.hosts[0].slots, 1u);  // placeholder until its cores are known
 }
 
-TEST(HostfileTest, RepeatedBareLinesAddASlotEach) {
+TEST(Hostfile, RepeatedBareLinesAddASlotEach) {
   const auto a = parse("n1\nn2\nn1\nn1\n");
   EXPECT_EQ(names(a), "n1:3,n2:1");
   EXPECT_TRUE(a.hosts[0].slots_given);
   EXPECT_FALSE(a.hosts[1].slots_given);
 }
 
-TEST(HostfileTest, OpenMpiCornerCases) {
+TEST(Hostfile, OpenMpiCornerCases) {
   EXPECT_EQ(names(parse("a slots=2\na\n")), "a:3");     // mpirun: 3 slots
   EXPECT_EQ(names(parse("a max_slots=4\n")), "a:4/4");  // mpirun: slots 4, max 4
   EXPECT_TRUE(parse("a max_slots=4\n").hosts[0].slots_given);
@@ -68,12 +68,12 @@ TEST(HostfileTest, OpenMpiCornerCases) {
   EXPECT_EQ(names(parse("x count=3\ny cpu=2\nz max-slots=5 slots=1\n")), "x:3,y:2,z:1/5");
 }
 
-TEST(HostfileTest, WindowsLineEndsAndNoFinalNewline) {
+TEST(Hostfile, WindowsLineEndsAndNoFinalNewline) {
   EXPECT_EQ(names(parse("a slots=2\r\nb\r\n\r\n")), "a:2,b:1");
   EXPECT_EQ(names(parse("a slots=2\nb slots=3")), "a:2,b:3");
 }
 
-TEST(HostfileTest, BadValuesNameFileLineAndToken) {
+TEST(Hostfile, BadValuesNameFileLineAndToken) {
   EXPECT_EQ(parse_error([] { pm::parse_hostfile("a\n\nb slots=two\n", "hosts.txt"); }),
             "hostfile hosts.txt:3: invalid slots value 'two' (expected a positive integer)");
   EXPECT_EQ(parse_error([] { parse("a slots=0"); }),
@@ -90,7 +90,7 @@ TEST(HostfileTest, BadValuesNameFileLineAndToken) {
             "hostfile hf:1: invalid cpu value '0' (expected a positive integer)");
 }
 
-TEST(HostfileTest, UnknownKeysAndStrayTokens) {
+TEST(Hostfile, UnknownKeysAndStrayTokens) {
   EXPECT_EQ(parse_error([] { parse("# x\na slotz=2"); }),
             "hostfile hf:2: unknown key 'slotz' (expected slots=N, max_slots=N, username=NAME or "
             "port=N)");
@@ -107,7 +107,7 @@ TEST(HostfileTest, UnknownKeysAndStrayTokens) {
   EXPECT_EQ(parse_error([] { parse("a$b\n"); }), "hostfile hf:1: invalid host name 'a$b'");
 }
 
-TEST(HostfileTest, UserAndPortAsOpenMpiReadsThem) {
+TEST(Hostfile, UserAndPortAsOpenMpiReadsThem) {
   // mpirun 4.1.4 (a plm_rsh_agent that prints its argv): "bob@n1", and "-p 2222 bob@n2".
   const auto a = parse(
       "bob@n1 slots=2\n"
@@ -132,7 +132,7 @@ TEST(HostfileTest, UserAndPortAsOpenMpiReadsThem) {
   EXPECT_EQ(parse("bob@n1 username=bob\n").hosts[0].user, "bob");
 }
 
-TEST(HostfileTest, BadUsersAndPorts) {
+TEST(Hostfile, BadUsersAndPorts) {
   EXPECT_EQ(parse_error([] { parse("a port=0"); }),
             "hostfile hf:1: invalid port value '0' (expected a port number 1..65535)");
   EXPECT_EQ(parse_error([] { parse("# c\na port=abc"); }),
@@ -172,7 +172,7 @@ TEST(HostfileTest, BadUsersAndPorts) {
             "hostfile hf:1: user 'alice' and username=bob disagree for 'a'");
 }
 
-TEST(HostfileTest, RepeatedHostReachedAnotherWayIsAnError) {
+TEST(Hostfile, RepeatedHostReachedAnotherWayIsAnError) {
   EXPECT_EQ(parse_error([] { parse("a slots=2\nbob@a\n"); }),
             "hostfile hf:2: host 'a' is listed again with user 'bob', before with no user");
   EXPECT_EQ(parse_error([] { parse("bob@a\nal@a\n"); }),
@@ -183,7 +183,7 @@ TEST(HostfileTest, RepeatedHostReachedAnotherWayIsAnError) {
             "hostfile hf:2: host 'a' is listed again with port 2200, before with port 2222");
 }
 
-TEST(HostfileTest, RepeatedNameWithSlotsIsAnError) {
+TEST(Hostfile, RepeatedNameWithSlotsIsAnError) {
   // mpirun: "contains multiple definitions of the slot count".
   EXPECT_EQ(parse_error([] { parse("a slots=2\na slots=2\n"); }),
             "hostfile hf:2: host 'a' is listed again; give its slots on one line only");
@@ -191,14 +191,14 @@ TEST(HostfileTest, RepeatedNameWithSlotsIsAnError) {
             "hostfile hf:3: host 'a' is listed again; give its slots on one line only");
 }
 
-TEST(HostfileTest, MaxSlotsBelowSlots) {
+TEST(Hostfile, MaxSlotsBelowSlots) {
   EXPECT_EQ(parse_error([] { parse("a slots=4 max_slots=2"); }),
             "hostfile hf:1: max_slots=2 is below slots=4 for 'a'");
   EXPECT_EQ(parse_error([] { parse("a slots=2 max_slots=2\na\n"); }),
             "hostfile hf:2: max_slots=2 is below slots=3 for 'a'");
 }
 
-TEST(HostfileTest, NoHosts) {
+TEST(Hostfile, NoHosts) {
   EXPECT_EQ(parse_error([] { parse("# nothing\n\n   \n"); }), "hostfile hf: no hosts in it");
   EXPECT_EQ(parse_error([] { parse(""); }), "hostfile hf: no hosts in it");
 }

@@ -46,7 +46,7 @@ recorder run(const std::string& data, std::size_t max_line,
   return r;
 }
 
-TEST(line_assembler, whole_lines_in_one_call_up_to_the_last_newline) {
+TEST(LineAssembler, WholeLinesInOneCallUpToTheLastNewline) {
   pm::io::line_assembler a(100);
   recorder r;
   a.feed("one\ntwo\nthr", r);
@@ -64,14 +64,14 @@ TEST(line_assembler, whole_lines_in_one_call_up_to_the_last_newline) {
   EXPECT_FALSE(r.events[2].flags.continued);
 }
 
-TEST(line_assembler, a_line_of_exactly_max_line_bytes_is_not_cut) {
+TEST(LineAssembler, ALineOfExactlyMaxLineBytesIsNotCut) {
   const auto r = run(std::string(10, 'a') + "\n", 10, {1});
   ASSERT_EQ(r.events.size(), 1u);
   EXPECT_TRUE(r.events[0].whole);
   EXPECT_EQ(r.events[0].text, std::string(10, 'a') + "\n");
 }
 
-TEST(line_assembler, a_longer_line_comes_in_marked_pieces_of_max_line_bytes) {
+TEST(LineAssembler, ALongerLineComesInMarkedPiecesOfMaxLineBytes) {
   // Whole lines are passed on uncut (plain mode writes them as they are); for_each_line cuts the
   // long ones for the line-by-line modes. Either way the pieces are the same for any chunking.
   const std::string line = std::string(10, 'a') + std::string(10, 'b') + "ccc\n";
@@ -95,7 +95,7 @@ TEST(line_assembler, a_longer_line_comes_in_marked_pieces_of_max_line_bytes) {
   }
 }
 
-TEST(line_assembler, keeps_at_most_max_line_bytes_of_an_unterminated_line) {
+TEST(LineAssembler, KeepsAtMostMaxLineBytesOfAnUnterminatedLine) {
   pm::io::line_assembler a(10);
   recorder r;
   for (int i = 0; i < 100; ++i) {
@@ -105,7 +105,7 @@ TEST(line_assembler, keeps_at_most_max_line_bytes_of_an_unterminated_line) {
   EXPECT_EQ(r.joined().size() + a.pending(), 300u);
 }
 
-TEST(line_assembler, a_long_unterminated_last_line_ends_with_a_partial_piece) {
+TEST(LineAssembler, ALongUnterminatedLastLineEndsWithAPartialPiece) {
   const auto r = run(std::string(25, 'x'), 10, {4});
   ASSERT_EQ(r.events.size(), 3u);
   EXPECT_TRUE(r.events[1].flags.continued);
@@ -113,12 +113,12 @@ TEST(line_assembler, a_long_unterminated_last_line_ends_with_a_partial_piece) {
   EXPECT_TRUE(r.events[2].flags.partial);
 }
 
-TEST(line_assembler, nothing_in_nothing_out) {
+TEST(LineAssembler, NothingInNothingOut) {
   const auto r = run("", 10, {1});
   EXPECT_TRUE(r.events.empty());
 }
 
-TEST(line_assembler, any_chunking_gives_back_every_byte_and_every_line_whole) {
+TEST(LineAssembler, AnyChunkingGivesBackEveryByteAndEveryLineWhole) {
   std::mt19937_64 rng(12345);
   for (int trial = 0; trial < 300; ++trial) {
     std::string data;
@@ -144,7 +144,7 @@ TEST(line_assembler, any_chunking_gives_back_every_byte_and_every_line_whole) {
   }
 }
 
-TEST(for_each_line, splits_whole_lines_and_cuts_long_ones) {
+TEST(ForEachLine, SplitsWholeLinesAndCutsLongOnes) {
   std::vector<std::string> got;
   pm::io::for_each_line("ab", "cd\n\nefghijk\n", 4,
                         [&](std::string_view a, std::string_view b, pm::line_flags f) {
@@ -153,7 +153,7 @@ TEST(for_each_line, splits_whole_lines_and_cuts_long_ones) {
   EXPECT_EQ(got, (std::vector<std::string>{"abcd", "", "efgh+", "ijk"}));
 }
 
-TEST(for_each_line, a_piece_may_straddle_the_kept_tail_and_the_chunk) {
+TEST(ForEachLine, APieceMayStraddleTheKeptTailAndTheChunk) {
   std::vector<std::string> got;
   pm::io::for_each_line(
       "abc", "defgh\n", 4, [&](std::string_view a, std::string_view b, pm::line_flags f) {

@@ -77,7 +77,7 @@ std::string down_reason(const std::vector<link_event>& v) {
   return d.empty() ? std::string() : d.front().reason;
 }
 
-TEST(link_endpoint, greets_both_ways_and_carries_the_agent_facts) {
+TEST(LinkEndpoint, GreetsBothWaysAndCarriesTheAgentFacts) {
   pair_of_ends p;
   p.start();
   p.deliver();
@@ -93,7 +93,7 @@ TEST(link_endpoint, greets_both_ways_and_carries_the_agent_facts) {
   EXPECT_TRUE(p.agent.greeted());
 }
 
-TEST(link_endpoint, messages_queued_before_the_handshake_arrive_after_it) {
+TEST(LinkEndpoint, MessagesQueuedBeforeTheHandshakeArriveAfterIt) {
   pair_of_ends p;
   p.start();
   p.launcher.send(shutdown_request{});  // pipelined: no round trip before the first request
@@ -102,7 +102,7 @@ TEST(link_endpoint, messages_queued_before_the_handshake_arrive_after_it) {
   EXPECT_EQ(all<message_in>(p.at_agent)[0].msg, message(shutdown_request{}));
 }
 
-TEST(link_endpoint, skips_what_a_login_shell_prints_before_the_agent_speaks) {
+TEST(LinkEndpoint, SkipsWhatALoginShellPrintsBeforeTheAgentSpeaks) {
   pair_of_ends p;
   p.start();
   const std::string rc = "Last login: today\nWelcome!\n";
@@ -112,7 +112,7 @@ TEST(link_endpoint, skips_what_a_login_shell_prints_before_the_agent_speaks) {
   EXPECT_TRUE(all<link_down>(p.at_launcher).empty());
 }
 
-TEST(link_endpoint, a_peer_that_closes_before_its_hello_is_named_with_what_it_printed) {
+TEST(LinkEndpoint, APeerThatClosesBeforeItsHelloIsNamedWithWhatItPrinted) {
   endpoint l(opts(role::launcher));
   l.start(link_time{0}, hello{});
   std::vector<link_event> ev;
@@ -126,7 +126,7 @@ TEST(link_endpoint, a_peer_that_closes_before_its_hello_is_named_with_what_it_pr
   EXPECT_TRUE(l.output().empty());
 }
 
-TEST(link_endpoint, refuses_another_jobs_nonce_and_another_version) {
+TEST(LinkEndpoint, RefusesAnotherJobsNonceAndAnotherVersion) {
   {
     pair_of_ends p(opts(role::launcher, 1), opts(role::agent, 2));
     p.start();
@@ -152,7 +152,7 @@ TEST(link_endpoint, refuses_another_jobs_nonce_and_another_version) {
   }
 }
 
-TEST(link_endpoint, garbage_and_messages_out_of_turn_end_the_link) {
+TEST(LinkEndpoint, GarbageAndMessagesOutOfTurnEndTheLink) {
   {
     pair_of_ends p;
     p.start();
@@ -189,7 +189,7 @@ TEST(link_endpoint, garbage_and_messages_out_of_turn_end_the_link) {
   }
 }
 
-TEST(link_endpoint, a_hello_that_never_comes_is_a_deadline) {
+TEST(LinkEndpoint, AHelloThatNeverComesIsADeadline) {
   auto o = opts(role::launcher);
   o.hello_timeout = 20s;
   endpoint l(o);
@@ -203,7 +203,7 @@ TEST(link_endpoint, a_hello_that_never_comes_is_a_deadline) {
   EXPECT_EQ(down_reason(ev), "no hello from the agent within 20.0 s");
 }
 
-TEST(link_endpoint, heartbeats_flow_and_silence_ends_the_link) {
+TEST(LinkEndpoint, HeartbeatsFlowAndSilenceEndsTheLink) {
   auto lo = opts(role::launcher);
   lo.heartbeat_interval = 500ms;
   lo.silence_timeout = 2s;
@@ -231,7 +231,7 @@ TEST(link_endpoint, heartbeats_flow_and_silence_ends_the_link) {
   EXPECT_EQ(down_reason(p.at_launcher), "no word from the agent for 2.0 s");
 }
 
-TEST(link_endpoint, a_suspended_launcher_is_not_lost) {
+TEST(LinkEndpoint, ASuspendedLauncherIsNotLost) {
   auto lo = opts(role::launcher);
   pair_of_ends p(lo, opts(role::agent));
   p.start();
@@ -252,7 +252,7 @@ TEST(link_endpoint, a_suspended_launcher_is_not_lost) {
   EXPECT_EQ(down_reason(p.at_agent), "no word from the launcher for 2.0 s");
 }
 
-TEST(link_endpoint, output_is_flow_controlled_by_acknowledgements) {
+TEST(LinkEndpoint, OutputIsFlowControlledByAcknowledgements) {
   auto ao = opts(role::agent);
   ao.send_window = 1000;
   auto lo = opts(role::launcher);
@@ -283,7 +283,7 @@ TEST(link_endpoint, output_is_flow_controlled_by_acknowledgements) {
   EXPECT_EQ(all<credit_granted>(p.at_agent).size(), 1u);
 }
 
-TEST(link_endpoint, large_output_is_split_into_frames) {
+TEST(LinkEndpoint, LargeOutputIsSplitIntoFrames) {
   pair_of_ends p;
   p.start();
   p.deliver();
@@ -294,7 +294,7 @@ TEST(link_endpoint, large_output_is_split_into_frames) {
   EXPECT_EQ(out[2].bytes.size(), 10u);
 }
 
-TEST(link_endpoint, an_ack_for_more_than_was_sent_is_refused) {
+TEST(LinkEndpoint, AnAckForMoreThanWasSentIsRefused) {
   pair_of_ends p;
   p.start();
   p.deliver();
@@ -303,7 +303,7 @@ TEST(link_endpoint, an_ack_for_more_than_was_sent_is_refused) {
   EXPECT_EQ(down_reason(p.at_agent), "the launcher acknowledged more data than was sent");
 }
 
-TEST(link_endpoint, data_in_the_wrong_direction_ends_the_link) {
+TEST(LinkEndpoint, DataInTheWrongDirectionEndsTheLink) {
   pair_of_ends p;
   p.start();
   p.deliver();
@@ -312,7 +312,7 @@ TEST(link_endpoint, data_in_the_wrong_direction_ends_the_link) {
   EXPECT_EQ(down_reason(p.at_launcher), "stdin data from the agent");
 }
 
-TEST(link_endpoint, a_clean_close_and_a_broken_one_are_told_apart) {
+TEST(LinkEndpoint, ACleanCloseAndABrokenOneAreToldApart) {
   {
     pair_of_ends p;
     p.start();
@@ -330,7 +330,7 @@ TEST(link_endpoint, a_clean_close_and_a_broken_one_are_told_apart) {
 }
 
 // shrink() frees idle buffers and keeps a partial frame: a link used after it works as before.
-TEST(link_endpoint, shrink_frees_idle_buffers_and_keeps_a_partial_frame) {
+TEST(LinkEndpoint, ShrinkFreesIdleBuffersAndKeepsAPartialFrame) {
   pair_of_ends p;
   p.start();
   p.deliver();

@@ -112,7 +112,7 @@ std::vector<message> samples() {
           agent_error{"bad message"}};
 }
 
-TEST(link_frame, round_trips_every_message_and_data_fed_byte_by_byte) {
+TEST(LinkFrame, RoundTripsEveryMessageAndDataFedByteByByte) {
   bytes stream;
   for (const auto& m : samples()) {
     const std::uint32_t fds = std::holds_alternative<spawn_request>(m) ? 1 : 0;
@@ -150,7 +150,7 @@ TEST(link_frame, round_trips_every_message_and_data_fed_byte_by_byte) {
   EXPECT_EQ(data[1], std::make_pair(frame_kind::input, out_bytes));
 }
 
-TEST(link_frame, header_is_big_endian_length_then_the_kind) {
+TEST(LinkFrame, HeaderIsBigEndianLengthThenTheKind) {
   const bytes f = frame_of(bytes(300, 0x90));
   ASSERT_EQ(f.size(), 305u);
   EXPECT_EQ(f[0], 0);
@@ -163,14 +163,14 @@ TEST(link_frame, header_is_big_endian_length_then_the_kind) {
   EXPECT_EQ(o, (bytes{0, 0, 0, 7, 2, 1, 2, 3, 4, 1, 'x'}));
 }
 
-TEST(link_frame, oversized_length_is_refused_before_the_body_arrives) {
+TEST(LinkFrame, OversizedLengthIsRefusedBeforeTheBodyArrives) {
   EXPECT_EQ(error_of({0xc0, 0, 0, 0}, false),
             "agent link: frame of 3221225472 bytes exceeds the 64 MiB limit");
   EXPECT_EQ(error_of({0x04, 0, 0, 1}, false),
             "agent link: frame of 67108865 bytes exceeds the 64 MiB limit");
 }
 
-TEST(link_frame, empty_and_malformed_frames_are_errors) {
+TEST(LinkFrame, EmptyAndMalformedFramesAreErrors) {
   EXPECT_EQ(error_of({0, 0, 0, 0}), "agent link: empty frame");
   EXPECT_EQ(error_of({0, 0, 0, 1, 1}), "agent link: empty message");
   EXPECT_EQ(error_of({0, 0, 0, 1, 9}), "agent link: unknown frame kind 9");
@@ -182,14 +182,14 @@ TEST(link_frame, empty_and_malformed_frames_are_errors) {
             "agent link: input frame of 5 bytes carries no input");
 }
 
-TEST(link_frame, truncated_frames_are_errors_at_end_of_stream) {
+TEST(LinkFrame, TruncatedFramesAreErrorsAtEndOfStream) {
   EXPECT_EQ(error_of({0, 0}), "agent link: stream ended inside a frame header (2 of 4 bytes)");
   EXPECT_EQ(error_of({0, 0, 0, 10, 1, 2, 3}),
             "agent link: stream ended inside a frame (3 of 10 bytes)");
   EXPECT_EQ(error_of({0, 0, 0, 10, 1, 2, 3}, false), "");  // more may come
 }
 
-TEST(link_frame, refuses_to_send_an_oversized_body_or_empty_data) {
+TEST(LinkFrame, RefusesToSendAnOversizedBodyOrEmptyData) {
   bytes out;
   const bytes big(max_frame_bytes, 0);
   try {
@@ -203,7 +203,7 @@ TEST(link_frame, refuses_to_send_an_oversized_body_or_empty_data) {
   EXPECT_THROW(append_input_frame(out, 0, bytes(max_data_bytes + 1, 'x')), pm::error);
 }
 
-TEST(link_preamble, skips_noise_before_the_magic_and_keeps_its_start) {
+TEST(LinkPreamble, SkipsNoiseBeforeTheMagicAndKeepsItsStart) {
   preamble_scanner sc(1000);
   const std::string noise = std::string("Welcome to node1!\n") + '\0' + "pmlin" + '\0' + " more";
   bytes in(noise.begin(), noise.end());
@@ -227,7 +227,7 @@ TEST(link_preamble, skips_noise_before_the_magic_and_keeps_its_start) {
   EXPECT_EQ(sc.noise_text(), "Welcome to node1!");
 }
 
-TEST(link_preamble, too_much_noise_is_an_error_naming_what_came) {
+TEST(LinkPreamble, TooMuchNoiseIsAnErrorNamingWhatCame) {
   preamble_scanner sc(16);
   const std::string noise = "bash: line 1: pmd: command not found\n";
   try {
@@ -240,7 +240,7 @@ TEST(link_preamble, too_much_noise_is_an_error_naming_what_came) {
   }
 }
 
-TEST(link_messages, garbage_body_is_a_clear_error) {
+TEST(LinkMessages, GarbageBodyIsAClearError) {
   // 0xc1 is never used by MessagePack.
   EXPECT_EQ(error_of(frame_of({0xc1})),
             "agent link: malformed message body (parse error at byte 1: syntax error while "
@@ -251,7 +251,7 @@ TEST(link_messages, garbage_body_is_a_clear_error) {
   EXPECT_EQ(error_of(frame_of({0x80, 0x80})).rfind("agent link: malformed message body (", 0), 0u);
 }
 
-TEST(link_messages, body_must_be_a_map_with_a_type) {
+TEST(LinkMessages, BodyMustBeAMapWithAType) {
   EXPECT_EQ(error_of(frame_of({0x93, 1, 2, 3})), "agent link: message body is not a map");
   EXPECT_EQ(error_of(frame_of({0x80})), "agent link: message lacks field 'type'");
   // {"type": 5}
@@ -262,7 +262,7 @@ TEST(link_messages, body_must_be_a_map_with_a_type) {
             "agent link: unknown message type 'foo'");
 }
 
-TEST(link_messages, missing_and_mistyped_fields_are_named) {
+TEST(LinkMessages, MissingAndMistypedFieldsAreNamed) {
   // {"type": "started", "rank": 1}
   const bytes no_pid = body({0x82, 0xa4, 't', 'y', 'p',  'e', 0xa7, 's', 't', 'a',
                              'r',  't',  'e', 'd', 0xa4, 'r', 'a',  'n', 'k', 0x01});
@@ -274,7 +274,7 @@ TEST(link_messages, missing_and_mistyped_fields_are_named) {
             "agent link: field 'rank' of a 'started' message must be an unsigned 32-bit integer");
 }
 
-TEST(link_messages, semantic_checks) {
+TEST(LinkMessages, SemanticChecks) {
   bytes e;
   try {
     append_message(e, exited{1, exit_status::exited(0)}, 1);
@@ -320,14 +320,14 @@ TEST(link_messages, semantic_checks) {
   EXPECT_EQ(std::get<hello>(h->msg).version, 2u);
 }
 
-TEST(link_messages, deep_nesting_is_refused_without_recursing) {
+TEST(LinkMessages, DeepNestingIsRefusedWithoutRecursing) {
   // A million nested one-element arrays would overflow a recursive reader's stack.
   bytes deep(1'000'000, 0x91);
   deep.push_back(0x01);
   EXPECT_EQ(error_of(frame_of(deep)), "agent link: message body nested deeper than 8 levels");
 }
 
-TEST(link_messages, unknown_type_names_are_sanitized_and_cut) {
+TEST(LinkMessages, UnknownTypeNamesAreSanitizedAndCut) {
   bytes b = {0x81, 0xa4, 't', 'y', 'p', 'e', 0xd9, 60};
   for (int i = 0; i < 60; ++i) b.push_back(i == 0 ? '\n' : 'x');
   EXPECT_EQ(error_of(frame_of(b)),
@@ -336,7 +336,7 @@ TEST(link_messages, unknown_type_names_are_sanitized_and_cut) {
 
 // Random bytes, and valid streams with random bytes flipped, cut or inserted: the decoder either
 // decodes or throws pm::error; anything else (another exception, a crash) fails the test.
-TEST(link_fuzz, random_input_never_crashes) {
+TEST(LinkFuzz, RandomInputNeverCrashes) {
   std::mt19937_64 rng(20240601);  // pinned algorithm and seed: reproducible
   bytes valid;
   for (const auto& m : samples()) {
@@ -404,7 +404,7 @@ std::string outcome_of(const std::function<envelope()>& f, envelope& out) {
   }
 }
 
-TEST(link_messages, direct_and_reference_decoders_agree) {
+TEST(LinkMessages, DirectAndReferenceDecodersAgree) {
   std::mt19937_64 rng(20261125);  // pinned: reproducible
   std::vector<bytes> bodies;
   for (const auto& m : samples()) {
@@ -450,7 +450,7 @@ TEST(link_messages, direct_and_reference_decoders_agree) {
 }
 
 // What the writer produces is what the reference reads back, for random messages.
-TEST(link_messages, random_messages_round_trip_through_the_reference) {
+TEST(LinkMessages, RandomMessagesRoundTripThroughTheReference) {
   std::mt19937_64 rng(7);
   const auto text = [&] {
     std::string s(rng() % 300, ' ');
@@ -540,7 +540,7 @@ endpoint_options opts(role r) {
   return o;
 }
 
-TEST(link_socket, descriptors_travel_with_their_message) {
+TEST(LinkSocket, DescriptorsTravelWithTheirMessage) {
   socket_pair sp;
   int p1[2], p2[2];
   ASSERT_EQ(::pipe2(p1, O_CLOEXEC), 0);
@@ -583,7 +583,7 @@ TEST(link_socket, descriptors_travel_with_their_message) {
   ::close(p2[1]);
 }
 
-TEST(link_socket, truncated_stream_and_missing_descriptors_are_errors) {
+TEST(LinkSocket, TruncatedStreamAndMissingDescriptorsAreErrors) {
   {
     socket_pair sp;
     bytes b(magic.begin(), magic.end());
@@ -615,7 +615,7 @@ TEST(link_socket, truncated_stream_and_missing_descriptors_are_errors) {
   }
 }
 
-TEST(link_socket, writing_to_a_closed_peer_is_reported_not_a_signal) {
+TEST(LinkSocket, WritingToAClosedPeerIsReportedNotASignal) {
   socket_pair sp;
   ::close(sp.fd[1]);
   sp.fd[1] = -1;
@@ -627,7 +627,7 @@ TEST(link_socket, writing_to_a_closed_peer_is_reported_not_a_signal) {
   EXPECT_EQ(err, "cannot write: Broken pipe");
 }
 
-TEST(link_socket, pipes_carry_the_link_too) {
+TEST(LinkSocket, PipesCarryTheLinkToo) {
   int to_agent[2], to_launcher[2];
   ASSERT_EQ(::pipe2(to_agent, O_CLOEXEC | O_NONBLOCK), 0);
   ASSERT_EQ(::pipe2(to_launcher, O_CLOEXEC | O_NONBLOCK), 0);

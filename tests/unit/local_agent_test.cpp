@@ -36,6 +36,7 @@
 #include "link/endpoint.hpp"
 #include "link/socket.hpp"
 #include "pm/error.hpp"
+#include "support/processes.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/local/spawner.hpp"
 
@@ -71,25 +72,8 @@ std::string hex(std::uint64_t v) {
   return buf;
 }
 
-// Alive = exists and is not a zombie.
-bool alive(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto paren = text.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= text.size()) return false;
-  return text[paren + 2] != 'Z';
-}
-
-bool gone_within(const std::vector<pid_t>& pids, std::chrono::milliseconds limit) {
-  const auto end = steady::now() + limit;
-  for (;;) {
-    bool any = false;
-    for (pid_t p : pids) any = any || alive(p);
-    if (!any) return true;
-    if (steady::now() > end) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-}
+using pm::test::alive;
+using pm::test::all_gone;
 
 // Ends what a test recorded, whatever happened (the guarantee under test may have failed), and
 // reaps those that became children of the test (see subreaper_scope).
@@ -548,7 +532,7 @@ struct raw_link {
 // ---------------------------------------------------------------------------------------------
 // The local transport
 
-TEST(local_agent, finds_pmd_next_to_the_build) {
+TEST(LocalAgent, FindsPmdNextToTheBuild) {
   ::unsetenv("PM_AGENT");
   EXPECT_EQ(fs::canonical(local::default_agent_path()), fs::canonical(pmd_path()));
   ::setenv("PM_AGENT", "/nonexistent/pmd", 1);
@@ -561,7 +545,7 @@ TEST(local_agent, finds_pmd_next_to_the_build) {
   ::unsetenv("PM_AGENT");
 }
 
-TEST(local_agent, runs_ranks_and_hands_over_their_output_pipes) {
+TEST(LocalAgent, RunsRanksAndHandsOverTheirOutputPipes) {
   agent_session s;
   s.connect(job({payload_app({"echo", "hello", "echo-err", "oops", "exit", "3"}),
                  payload_app({"kill", "9"})}));
@@ -589,7 +573,7 @@ TEST(local_agent, runs_ranks_and_hands_over_their_output_pipes) {
   EXPECT_FALSE(fs::exists("/proc/" + std::to_string(agent)));
 }
 
-TEST(local_agent, merged_output_and_stdin_from_the_launcher) {
+TEST(LocalAgent, MergedOutputAndStdinFromTheLauncher) {
   agent_session s;
   auto setup = job({payload_app({"cat", "echo-err", "done"})});
   setup.streams = 1;
@@ -611,7 +595,7 @@ TEST(local_agent, merged_output_and_stdin_from_the_launcher) {
   EXPECT_EQ(s.shutdown(), "");
 }
 
-TEST(local_agent, spawn_failures_are_messages_with_a_code_and_a_reason) {
+TEST(LocalAgent, SpawnFailuresAreMessagesWithACodeAndAReason) {
   const fs::path plain = fs::temp_directory_path() / ("pm-not-exec-" + std::to_string(::getpid()));
   { std::ofstream(plain) << "#!/bin/sh\n"; }
   fs::permissions(plain, fs::perms::owner_read | fs::perms::owner_write);
@@ -639,7 +623,7 @@ TEST(local_agent, spawn_failures_are_messages_with_a_code_and_a_reason) {
 
 // pmd finds the program on its own host: in the rank's PATH (composed from pmd's environment and
 // the job's variables, not from the launcher's), relative to the app's working directory.
-TEST(local_agent, resolves_the_program_in_the_rank_path_and_wdir) {
+TEST(LocalAgent, ResolvesTheProgramInTheRankPathAndWdir) {
   session_options o;
   o.environment = {"PATH=/usr/bin:/bin"};  // no pm_payload there
   agent_session s(o);
@@ -671,7 +655,7 @@ TEST(local_agent, resolves_the_program_in_the_rank_path_and_wdir) {
   EXPECT_EQ(s.shutdown(), "");
 }
 
-TEST(local_agent, signals_reach_the_rank_process_group) {
+TEST(LocalAgent, SignalsReachTheRankProcessGroup) {
   agent_session s;
   s.connect(job({payload_app({"grandchild", "30", "sleep", "30"})}));
   s.send(spawn_of({rank_of(0)}));
@@ -683,11 +667,11 @@ TEST(local_agent, signals_reach_the_rank_process_group) {
   s.send(link::signal_request{{0}, SIGTERM});
   ASSERT_TRUE(s.run_until([&] { return s.got.count<link::exited>() == 1; }));
   EXPECT_EQ(s.got.all<link::exited>()[0].status, exit_status::signaled(SIGTERM));
-  EXPECT_TRUE(gone_within({grandchild}, 2s));  // same process group
+  EXPECT_TRUE(all_gone({grandchild}, 2s));  // same process group
   EXPECT_EQ(s.shutdown(), "");
 }
 
-TEST(local_agent, shutdown_clears_descendants_that_escaped_with_setsid) {
+TEST(LocalAgent, ShutdownClearsDescendantsThatEscapedWithSetsid) {
   agent_session s;
   // The rank leaves a setsid daemon and a plain grandchild behind and exits by itself.
   s.connect(job({payload_app({"daemon", "60", "grandchild", "60", "exit", "0"})}));
@@ -710,7 +694,7 @@ TEST(local_agent, shutdown_clears_descendants_that_escaped_with_setsid) {
 
 // The launcher (a forked child driving a host_link) is SIGKILLed: pmd sees its socket close and
 // kills every rank and descendant, the SIGTERM-ignoring one after the job's grace, then exits 1.
-TEST(local_agent, launcher_sigkill_leaves_nothing_behind) {
+TEST(LocalAgent, LauncherSigkillLeavesNothingBehind) {
   subreaper_scope adopt;  // pmd, orphaned by the launcher's death, becomes our child
   int report[2];
   ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
@@ -753,7 +737,7 @@ TEST(local_agent, launcher_sigkill_leaves_nothing_behind) {
   for (pid_t p : pids) ASSERT_GT(p, 0) << text;
   // pmd, both ranks (one ignores SIGTERM: killed after the 300 ms grace), the setsid daemon and
   // the grandchild.
-  EXPECT_TRUE(gone_within(pids, 3s)) << text;
+  EXPECT_TRUE(all_gone(pids, 3s)) << text;
   // pmd exited by itself, with the code for "launcher lost".
   ASSERT_EQ(::waitpid(pids[0], &status, 0), pids[0]);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
@@ -761,7 +745,7 @@ TEST(local_agent, launcher_sigkill_leaves_nothing_behind) {
 
 // Destroying the transport (an embedder tearing a job down) leaves nothing behind, and nothing
 // keeps running in the io_context afterwards.
-TEST(local_agent, destroying_the_transport_leaves_nothing_behind) {
+TEST(LocalAgent, DestroyingTheTransportLeavesNothingBehind) {
   agent_session s;
   s.connect(job({payload_app({"sleep", "30"})}));
   s.send(spawn_of({rank_of(0)}));
@@ -771,7 +755,7 @@ TEST(local_agent, destroying_the_transport_leaves_nothing_behind) {
   s.link->close();
   s.transport.reset();  // blocks until pmd is gone
   EXPECT_FALSE(fs::exists("/proc/" + std::to_string(agent)));
-  EXPECT_TRUE(gone_within({rank}, 1s));
+  EXPECT_TRUE(all_gone({rank}, 1s));
   s.io.restart();
   const auto handlers = s.io.run_for(100ms);
   EXPECT_LT(handlers, 10u) << "the io_context keeps running handlers for a transport that is gone";
@@ -779,7 +763,7 @@ TEST(local_agent, destroying_the_transport_leaves_nothing_behind) {
 
 // The agent side: a launcher that sends garbage loses its agent: pmd closes the link and clears
 // its ranks (SIGTERM to their groups), then exits 1.
-TEST(local_agent, pmd_answers_garbage_by_closing_the_link_and_clearing_its_ranks) {
+TEST(LocalAgent, PmdAnswersGarbageByClosingTheLinkAndClearingItsRanks) {
   agent_session s;
   ASSERT_TRUE(s.connect_raw()) << s.open_failed.value_or("");
   raw_link r(*s.stream, job_nonce);
@@ -799,14 +783,14 @@ TEST(local_agent, pmd_answers_garbage_by_closing_the_link_and_clearing_its_ranks
   r.read_until([] { return false; });  // until pmd closes the stream
   EXPECT_TRUE(r.eof);
   EXPECT_EQ(r.down.value_or(""), "the agent closed the link");
-  EXPECT_TRUE(gone_within({rank, grandchild}, 1s));
+  EXPECT_TRUE(all_gone({rank, grandchild}, 1s));
   EXPECT_EQ(s.agent_end(),
             "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 1");
 }
 
 // The launcher side: an "agent" that writes garbage after the magic is a lost host, with a reason
 // that names the problem.
-TEST(local_agent, garbage_from_the_agent_ends_the_link_with_a_clear_reason) {
+TEST(LocalAgent, GarbageFromTheAgentEndsTheLinkWithAClearReason) {
   const auto dir = fs::temp_directory_path() / ("pm-fake-pmd-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   {
@@ -831,7 +815,7 @@ TEST(local_agent, garbage_from_the_agent_ends_the_link_with_a_clear_reason) {
   fs::remove_all(dir);
 }
 
-TEST(local_agent, an_agent_that_cannot_start_is_a_clear_error) {
+TEST(LocalAgent, AnAgentThatCannotStartIsAClearError) {
   session_options o;
   o.agent_path = "/nonexistent/pmd";
   agent_session s(o);
@@ -841,7 +825,7 @@ TEST(local_agent, an_agent_that_cannot_start_is_a_clear_error) {
             "cannot start the agent: cannot execute '/nonexistent/pmd': No such file or directory");
 }
 
-TEST(local_agent, a_killed_agent_is_a_lost_host_killed_by_sigkill) {
+TEST(LocalAgent, AKilledAgentIsALostHostKilledBySigkill) {
   subreaper_scope adopt;  // the rank, orphaned with pmd gone, becomes ours to kill and reap
   agent_session s;
   s.connect(job({payload_app({"sleep", "30"})}));
@@ -854,7 +838,7 @@ TEST(local_agent, a_killed_agent_is_a_lost_host_killed_by_sigkill) {
             "the agent pmd (pid " + std::to_string(s.agent_pid) + ") was killed by SIGKILL");
 }
 
-TEST(local_agent, a_terminated_agent_clears_its_ranks_and_says_why) {
+TEST(LocalAgent, ATerminatedAgentClearsItsRanksAndSaysWhy) {
   agent_session s;
   s.connect(job({payload_app({"grandchild", "30", "sleep", "30"})}));
   s.send(spawn_of({rank_of(0)}));
@@ -870,14 +854,14 @@ TEST(local_agent, a_terminated_agent_clears_its_ranks_and_says_why) {
   EXPECT_EQ(errors[0].text, "the agent received SIGTERM");
   ASSERT_EQ(s.got.count<link::exited>(), 1u);  // it still reports what it did
   EXPECT_EQ(s.got.all<link::exited>()[0].status, exit_status::signaled(SIGTERM));
-  EXPECT_TRUE(gone_within({rank, grandchild}, 1s));
+  EXPECT_TRUE(all_gone({rank, grandchild}, 1s));
   EXPECT_EQ(s.agent_end(),
             "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 1");
 }
 
 // A hello with another job's nonce (a stale or foreign launcher): pmd closes the link and exits
 // without running anything.
-TEST(local_agent, a_wrong_nonce_runs_nothing) {
+TEST(LocalAgent, AWrongNonceRunsNothing) {
   const fs::path stamp = fs::temp_directory_path() / ("pm-nonce-" + std::to_string(::getpid()));
   fs::remove(stamp);
   agent_session s;
@@ -901,7 +885,7 @@ TEST(local_agent, a_wrong_nonce_runs_nothing) {
 
 // A launcher that breaks the protocol's order (a spawn before the job's setup) is told why; pmd
 // then ends like a pmd that lost its launcher.
-TEST(local_agent, a_spawn_before_the_job_is_refused_with_an_error) {
+TEST(LocalAgent, ASpawnBeforeTheJobIsRefusedWithAnError) {
   agent_session s;
   ASSERT_TRUE(s.connect_raw()) << s.open_failed.value_or("");
   raw_link r(*s.stream, job_nonce);
@@ -917,7 +901,7 @@ TEST(local_agent, a_spawn_before_the_job_is_refused_with_an_error) {
 }
 
 // What a login shell prints before the agent starts (over ssh, rc files) is skipped.
-TEST(local_agent, noise_before_the_agent_is_skipped) {
+TEST(LocalAgent, NoiseBeforeTheAgentIsSkipped) {
   const auto dir = fs::temp_directory_path() / ("pm-noisy-pmd-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   {
@@ -944,7 +928,7 @@ TEST(local_agent, noise_before_the_agent_is_skipped) {
 
 // An agent command that dies before its hello (a wrong path on the far side): its last words are
 // quoted, and how it ended is known.
-TEST(local_agent, an_agent_that_dies_before_its_hello_is_quoted) {
+TEST(LocalAgent, AnAgentThatDiesBeforeItsHelloIsQuoted) {
   const auto dir = fs::temp_directory_path() / ("pm-dead-pmd-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   {
@@ -971,7 +955,7 @@ TEST(local_agent, an_agent_that_dies_before_its_hello_is_quoted) {
 // An agent that said its last words and exited before the launcher wrote anything: the launcher's
 // first write fails (EPIPE), and what the agent wrote is still read before the link is called
 // down, so the launcher learns why.
-TEST(local_agent, last_words_of_an_agent_that_exited_are_read) {
+TEST(LocalAgent, LastWordsOfAnAgentThatExitedAreRead) {
   const auto dir = fs::temp_directory_path() / ("pm-last-words-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   {
@@ -1015,7 +999,7 @@ TEST(local_agent, last_words_of_an_agent_that_exited_are_read) {
 // ---------------------------------------------------------------------------------------------
 // pmd over pipes (what ssh gives): no descriptor travels, output comes as data frames.
 
-TEST(local_agent, forwards_every_output_byte_over_pipes_in_order) {
+TEST(LocalAgent, ForwardsEveryOutputByteOverPipesInOrder) {
   constexpr std::size_t flood = std::size_t{8} << 20;
   session_options o;
   o.pipes = true;
@@ -1049,7 +1033,7 @@ TEST(local_agent, forwards_every_output_byte_over_pipes_in_order) {
 // Flow control: output the launcher has not acknowledged stops pmd at its window (4 MiB): it
 // stops reading the rank's pipe, so the rank blocks in write() and does not exit, while
 // heartbeats keep the link up. Credit given back, everything arrives.
-TEST(local_agent, unacknowledged_output_blocks_the_rank) {
+TEST(LocalAgent, UnacknowledgedOutputBlocksTheRank) {
   constexpr std::size_t flood = std::size_t{6} << 20;
   constexpr std::uint64_t window = link::endpoint_options{}.send_window;
   session_options o;
@@ -1084,7 +1068,7 @@ TEST(local_agent, unacknowledged_output_blocks_the_rank) {
 // The rank's environment is composed by pmd: its own environment (minus an outer job's identity),
 // then the job's base, the rank's profile variables, the overrides, the app's variables; a later
 // one wins. The launcher's environment does not cross the link.
-TEST(local_agent, pmd_composes_the_rank_environment_from_its_own) {
+TEST(LocalAgent, PmdComposesTheRankEnvironmentFromItsOwn) {
   ::setenv("PM_T_LAUNCHER_ONLY", "1", 1);
   session_options o;
   o.pipes = true;
@@ -1119,7 +1103,7 @@ TEST(local_agent, pmd_composes_the_rank_environment_from_its_own) {
 // A launcher that falls silent (no heartbeat, no byte) is lost: pmd sends SIGTERM to its ranks,
 // SIGKILL after the grace to the one that ignores it, and exits, within silence + grace + margin.
 // While it waits it does not spin, also when a rank writes output that nobody will read.
-TEST(local_agent, a_silent_launcher_is_lost) {
+TEST(LocalAgent, ASilentLauncherIsLost) {
   session_options o;
   o.pipes = true;
   agent_session s(o);
@@ -1153,7 +1137,7 @@ TEST(local_agent, a_silent_launcher_is_lost) {
   EXPECT_EQ(*s.got.down, "the agent closed the link");
   EXPECT_EQ(s.agent_end(),
             "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 1");
-  EXPECT_TRUE(gone_within(ranks, 100ms));
+  EXPECT_TRUE(all_gone(ranks, 100ms));
   // Silence (400 ms), then the grace (500 ms) for the rank that ignores SIGTERM.
   EXPECT_GE(took, 850ms);
   EXPECT_LE(took, 400ms + 500ms + 1000ms);
@@ -1164,7 +1148,7 @@ TEST(local_agent, a_silent_launcher_is_lost) {
 }
 
 // Heartbeats both ways keep a quiet link up well past the silence timeout.
-TEST(local_agent, heartbeats_keep_a_quiet_link_up) {
+TEST(LocalAgent, HeartbeatsKeepAQuietLinkUp) {
   session_options o;
   o.heartbeat = 100ms;
   o.silence = 400ms;

@@ -123,6 +123,42 @@ TEST(MapJob, MaxSlotsIsAHardLimit) {
   EXPECT_EQ(layout(pm::map_job(job(3, pm::map_by::node, true), a)), "aba");
 }
 
+// Where libpm differs from mpirun 4.1.4 (docs/mapping.md), checked with mpirun --display-map on
+// the hostfile "a slots=1 max_slots=2 / b slots=1 max_slots=1".
+TEST(MapJob, MaxSlotsAgainstMpirun414) {
+  auto a = hosts({{"a", 1}, {"b", 1}});
+  a.hosts[0].max_slots = 2;
+  a.hosts[1].max_slots = 1;
+  // Same: without --oversubscribe, slots are the limit and max_slots adds none (mpirun: "not
+  // enough slots" for -np 3).
+  EXPECT_EQ(layout(pm::map_job(job(2), a)), "ab");
+  EXPECT_EQ(mapping_error(job(3), a),
+            "not enough slots: 3 ranks requested, 2 slots available on 2 hosts (add "
+            "--oversubscribe to place more ranks than slots)");
+  // Differs: with --oversubscribe mpirun 4.1.4 ignores max_slots (-np 6 gives a 3, b 3, above
+  // b's max_slots=1); libpm keeps it as the hard limit a hostfile says it is.
+  EXPECT_EQ(mapping_error(job(6, pm::map_by::slot, true), a),
+            "not enough slots: 6 ranks requested, max_slots allows 3 on 2 hosts");
+}
+
+TEST(MapJob, RankByRenumbersWithoutMovingRanks) {
+  // mpirun 4.1.4 -H a:2,b:2 -np 4: --rank-by node gives a 0,2 · b 1,3; --map-by node --rank-by
+  // slot gives a 0,1 · b 2,3.
+  auto a = hosts({{"a", 2}, {"b", 2}});
+  auto by_slot = job(4);
+  by_slot.mapping.ranking = pm::rank_by::node;
+  EXPECT_EQ(layout(pm::map_job(by_slot, a)), "abab");
+  auto by_node = job(4, pm::map_by::node);
+  by_node.mapping.ranking = pm::rank_by::slot;
+  EXPECT_EQ(layout(pm::map_job(by_node, a)), "aabb");
+  // Counts still come from the mapping: -H a:3,b:1 -np 4 --rank-by node: a 0,2,3 · b 1.
+  auto uneven = job(4);
+  uneven.mapping.ranking = pm::rank_by::node;
+  const auto m = pm::map_job(uneven, hosts({{"a", 3}, {"b", 1}}));
+  EXPECT_EQ(layout(m), "abaa");
+  EXPECT_EQ(m.at(3).local_rank, 2u);
+}
+
 TEST(MapJob, OmittedNpMeansEverySlot) {
   EXPECT_EQ(pm::map_job(job(std::nullopt), hosts({{"a", 3}, {"b", 2}})).size(), 5u);
 }
@@ -170,7 +206,7 @@ TEST(MapJob, BadRequests) {
   EXPECT_THROW(pm::map_job(job(1), hosts({{"a", 2}})).at(1), pm::error);
 }
 
-TEST(MapJobTest, JsonMapListsUserAndPortOnlyWhenSet) {
+TEST(MapJob, JsonMapListsUserAndPortOnlyWhenSet) {
   auto a = hosts({{"a", 1}, {"b", 1}});
   a.hosts[1].user = "bob";
   a.hosts[1].port = 2222;

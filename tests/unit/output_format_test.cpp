@@ -9,7 +9,7 @@
 
 namespace {
 
-class utc : public ::testing::Test {
+class Utc : public ::testing::Test {
  protected:
   void SetUp() override {
     const char* tz = std::getenv("TZ");
@@ -30,18 +30,18 @@ class utc : public ::testing::Test {
   std::string old_;
 };
 
-TEST_F(utc, ctime_as_open_mpi_prints_it) {
+TEST_F(Utc, CtimeAsOpenMpiPrintsIt) {
   EXPECT_EQ(pm::io::format_ctime(1795365432), "Sun Nov 22 16:37:12 2026");
   EXPECT_EQ(pm::io::format_ctime(1793599504), "Mon Nov  2 06:05:04 2026");
 }
 
-TEST_F(utc, ctime_cache_formats_once_per_second) {
+TEST_F(Utc, CtimeCacheFormatsOncePerSecond) {
   pm::io::ctime_cache cache;
   EXPECT_EQ(cache.at(1795365432), "Sun Nov 22 16:37:12 2026");
   EXPECT_EQ(cache.at(1795365433), "Sun Nov 22 16:37:13 2026");
 }
 
-TEST(output_format, rfc3339_utc_with_microseconds) {
+TEST(OutputFormat, Rfc3339UtcWithMicroseconds) {
   const auto t = std::chrono::system_clock::time_point(std::chrono::seconds(1795365432)) +
                  std::chrono::microseconds(42);
   EXPECT_EQ(pm::io::format_rfc3339_utc(t), "2026-11-22T16:37:12.000042Z");
@@ -54,7 +54,7 @@ std::string prefix(bool tag, bool ts, std::uint32_t rank, pm::output_stream s,
   return out;
 }
 
-TEST(output_format, tags_as_open_mpi_4_1) {
+TEST(OutputFormat, TagsAsOpenMpi41) {
   EXPECT_EQ(prefix(true, false, 0, pm::output_stream::out), "[1,0]<stdout>:");
   EXPECT_EQ(prefix(true, false, 17, pm::output_stream::err), "[1,17]<stderr>:");
   EXPECT_EQ(prefix(false, true, 3, pm::output_stream::out), "Sun Nov 22 16:37:12 2026<stdout>:");
@@ -62,12 +62,12 @@ TEST(output_format, tags_as_open_mpi_4_1) {
             "Sun Nov 22 16:37:12 2026[1,3]<stderr>:");
 }
 
-TEST(output_format, a_piece_that_continues_is_marked_with_a_plus) {
+TEST(OutputFormat, APieceThatContinuesIsMarkedWithAPlus) {
   EXPECT_EQ(prefix(true, false, 2, pm::output_stream::out, {false, true}), "[1,2]<stdout>+:");
   EXPECT_EQ(prefix(true, false, 2, pm::output_stream::out, {true, false}), "[1,2]<stdout>:");
 }
 
-TEST(output_format, json_lines) {
+TEST(OutputFormat, JsonLines) {
   std::string out;
   pm::io::append_json_line(out, 5, pm::output_stream::err, "2026-11-22T16:37:12.000042Z", "he",
                            "llo \"x\"\t", {});
@@ -84,7 +84,7 @@ TEST(output_format, json_lines) {
       out, "{\"rank\":0,\"stream\":\"stdout\",\"time\":\"T\",\"line\":\"a\",\"continued\":true}\n");
 }
 
-TEST(output_format, json_lines_replace_invalid_utf8_and_stay_parseable) {
+TEST(OutputFormat, JsonLinesReplaceInvalidUtf8AndStayParseable) {
   std::string out;
   pm::io::append_json_line(out, 1, pm::output_stream::out, "T", "caf\xc3\xa9 \xff\x01", "", {});
   const auto j = nlohmann::json::parse(out);
@@ -92,7 +92,7 @@ TEST(output_format, json_lines_replace_invalid_utf8_and_stay_parseable) {
   EXPECT_EQ(j["rank"], 1);
 }
 
-TEST(output_format, rank_directory_padded_to_the_digits_of_the_job_size) {
+TEST(OutputFormat, RankDirectoryPaddedToTheDigitsOfTheJobSize) {
   EXPECT_EQ(pm::io::rank_width(1), 1u);
   EXPECT_EQ(pm::io::rank_width(9), 1u);
   EXPECT_EQ(pm::io::rank_width(10), 2u);  // mpirun -np 10: rank.00 .. rank.09

@@ -145,7 +145,7 @@ std::map<std::pair<std::uint32_t, int>, std::uint64_t> forward(
   return counts;
 }
 
-TEST(output_forwarder, plain_many_ranks_odd_chunks_no_line_cut_no_byte_lost) {
+TEST(OutputForwarder, PlainManyRanksOddChunksNoLineCutNoByteLost) {
   temp_dir dir;
   const std::string path = dir.file("out");
   pm::output_options opt;
@@ -172,7 +172,7 @@ TEST(output_forwarder, plain_many_ranks_odd_chunks_no_line_cut_no_byte_lost) {
   }
 }
 
-TEST(output_forwarder, plain_single_rank_is_byte_exact_with_a_partial_last_line) {
+TEST(OutputForwarder, PlainSingleRankIsByteExactWithAPartialLastLine) {
   temp_dir dir;
   const std::string path = dir.file("out");
   pm::output_options opt;
@@ -183,7 +183,7 @@ TEST(output_forwarder, plain_single_rank_is_byte_exact_with_a_partial_last_line)
   EXPECT_EQ(slurp(path), data);
 }
 
-TEST(output_forwarder, plain_another_ranks_output_starts_on_a_new_line_after_a_partial_one) {
+TEST(OutputForwarder, PlainAnotherRanksOutputStartsOnANewLineAfterAPartialOne) {
   temp_dir dir;
   const std::string path = dir.file("out");
   pm::output_options opt;
@@ -202,7 +202,7 @@ TEST(output_forwarder, plain_another_ranks_output_starts_on_a_new_line_after_a_p
   EXPECT_EQ(slurp(path), "a1\na2\nb1\n");
 }
 
-TEST(output_forwarder, tagged_lines_never_mix_whatever_the_chunks) {
+TEST(OutputForwarder, TaggedLinesNeverMixWhateverTheChunks) {
   temp_dir dir;
   const std::string path = dir.file("out");
   pm::output_options opt;
@@ -231,7 +231,7 @@ TEST(output_forwarder, tagged_lines_never_mix_whatever_the_chunks) {
   EXPECT_EQ(per_rank[6], "last line, no newline\n");  // tagged output is whole lines
 }
 
-TEST(output_forwarder, long_lines_pass_in_marked_pieces) {
+TEST(OutputForwarder, LongLinesPassInMarkedPieces) {
   temp_dir dir;
   pm::output_options opt;
   opt.tag = true;
@@ -253,7 +253,7 @@ TEST(output_forwarder, long_lines_pass_in_marked_pieces) {
   EXPECT_EQ(slurp(dir.file("plain")), line + "\nshort\n");
 }
 
-TEST(output_forwarder, json_lines_carry_rank_stream_time_line_and_flags) {
+TEST(OutputForwarder, JsonLinesCarryRankStreamTimeLineAndFlags) {
   temp_dir dir;
   pm::output_options opt;
   opt.json_lines = true;
@@ -281,7 +281,7 @@ TEST(output_forwarder, json_lines_carry_rank_stream_time_line_and_flags) {
   EXPECT_EQ(c["partial"], true);
 }
 
-TEST(output_forwarder, a_sink_receives_whole_lines) {
+TEST(OutputForwarder, ASinkReceivesWholeLines) {
   pm::output_options opt;
   std::vector<std::string> got;
   opt.sink = [&](std::uint32_t rank, output_stream s, std::string_view line, pm::line_flags f) {
@@ -295,7 +295,7 @@ TEST(output_forwarder, a_sink_receives_whole_lines) {
   EXPECT_EQ(rank2, (std::vector<std::string>{"2stderr:he(partial)"}));
 }
 
-TEST(output_forwarder, per_rank_files_in_open_mpi_layout_and_copied_to_the_terminal) {
+TEST(OutputForwarder, PerRankFilesInOpenMpiLayoutAndCopiedToTheTerminal) {
   temp_dir dir;
   pm::output_options opt;
   opt.output_dir = dir.file("od");
@@ -317,7 +317,7 @@ TEST(output_forwarder, per_rank_files_in_open_mpi_layout_and_copied_to_the_termi
   EXPECT_EQ(split_lines(slurp(dir.file("term"))).size(), 19u);
 }
 
-TEST(output_forwarder, per_rank_files_merged_and_nocopy) {
+TEST(OutputForwarder, PerRankFilesMergedAndNocopy) {
   temp_dir dir;
   pm::output_options opt;
   opt.output_dir = dir.file("od");
@@ -332,7 +332,7 @@ TEST(output_forwarder, per_rank_files_merged_and_nocopy) {
   EXPECT_FALSE(fs::exists(dir.file("od/1/rank.1/stderr")));
 }
 
-TEST(output_forwarder, an_output_dir_that_cannot_be_created_is_an_error) {
+TEST(OutputForwarder, AnOutputDirThatCannotBeCreatedIsAnError) {
   boost::asio::io_context io;
   pm::output_options opt;
   opt.output_dir = "/proc/no/such";
@@ -347,7 +347,7 @@ TEST(output_forwarder, an_output_dir_that_cannot_be_created_is_an_error) {
   }
 }
 
-TEST(output_forwarder, a_blocked_destination_blocks_the_writers_with_bounded_memory) {
+TEST(OutputForwarder, ABlockedDestinationBlocksTheWritersWithBoundedMemory) {
   int dest[2];
   ASSERT_EQ(::pipe2(dest, O_CLOEXEC), 0);
   const std::string data = lines_of(0, 200000);  // 8 MB
@@ -392,7 +392,7 @@ TEST(output_forwarder, a_blocked_destination_blocks_the_writers_with_bounded_mem
   EXPECT_TRUE(got == data);
 }
 
-TEST(output_forwarder, a_closed_destination_is_reported_and_its_writers_get_a_broken_pipe) {
+TEST(OutputForwarder, AClosedDestinationIsReportedAndItsWritersGetABrokenPipe) {
   int dest[2];
   ASSERT_EQ(::pipe2(dest, O_CLOEXEC), 0);
   ::close(dest[0]);  // like `pmrun ... | head -1` after head exited
@@ -420,7 +420,7 @@ TEST(output_forwarder, a_closed_destination_is_reported_and_its_writers_get_a_br
   ::close(dest[1]);
 }
 
-TEST(output_forwarder, a_killed_writer_is_drained_to_the_end) {
+TEST(OutputForwarder, AKilledWriterIsDrainedToTheEnd) {
   temp_dir dir;
   const std::string path = dir.file("out");
   pm::output_options opt;
@@ -598,8 +598,7 @@ std::string with_final_newline(std::string s) {
   return s;
 }
 
-TEST(output_forwarder,
-     pushed_streams_in_random_chunks_arrive_whole_in_order_and_complete_in_every_mode) {
+TEST(OutputForwarder, PushedStreamsInRandomChunksArriveWholeInOrderAndCompleteInEveryMode) {
   const std::vector<output_mode> modes = {
       {"plain"},
       {"tagged", true},
@@ -685,7 +684,7 @@ TEST(output_forwarder,
   }
 }
 
-TEST(output_forwarder, a_pushed_stream_alone_is_byte_exact_with_its_partial_last_line) {
+TEST(OutputForwarder, APushedStreamAloneIsByteExactWithItsPartialLastLine) {
   temp_dir dir;
   pm::output_options opt;
   opt.stdout_fd = open_file(dir.file("out"));
@@ -695,7 +694,7 @@ TEST(output_forwarder, a_pushed_stream_alone_is_byte_exact_with_its_partial_last
   EXPECT_EQ(slurp(dir.file("out")), data);
 }
 
-TEST(output_forwarder, pipes_and_pushed_streams_mix_in_one_job_without_cutting_lines) {
+TEST(OutputForwarder, PipesAndPushedStreamsMixInOneJobWithoutCuttingLines) {
   std::mt19937 rng(7);
   for (const bool tag : {false, true}) {
     SCOPED_TRACE(tag ? "tagged" : "plain");
@@ -729,7 +728,7 @@ TEST(output_forwarder, pipes_and_pushed_streams_mix_in_one_job_without_cutting_l
   }
 }
 
-TEST(output_forwarder, a_congested_destination_pauses_the_producer_and_resumes_it_once_drained) {
+TEST(OutputForwarder, ACongestedDestinationPausesTheProducerAndResumesItOnceDrained) {
   int dest[2];
   ASSERT_EQ(::pipe2(dest, O_CLOEXEC), 0);
   const std::string data = stream_lines(0, output_stream::out, 200000, 40, true);  // 8 MB
@@ -803,7 +802,7 @@ TEST(output_forwarder, a_congested_destination_pauses_the_producer_and_resumes_i
   EXPECT_TRUE(got == data);
 }
 
-TEST(output_forwarder, a_closed_destination_of_pushed_streams_is_reported_once_and_discards) {
+TEST(OutputForwarder, AClosedDestinationOfPushedStreamsIsReportedOnceAndDiscards) {
   int dest[2];
   ASSERT_EQ(::pipe2(dest, O_CLOEXEC), 0);
   ::close(dest[0]);  // like `pmrun ... | head -1` after head exited
@@ -847,7 +846,7 @@ TEST(output_forwarder, a_closed_destination_of_pushed_streams_is_reported_once_a
   ::close(dest[1]);
 }
 
-TEST(output_forwarder, a_pushed_stream_with_a_per_rank_file_keeps_it_after_the_terminal_failed) {
+TEST(OutputForwarder, APushedStreamWithAPerRankFileKeepsItAfterTheTerminalFailed) {
   temp_dir dir;
   int dest[2];
   ASSERT_EQ(::pipe2(dest, O_CLOEXEC), 0);
@@ -879,7 +878,7 @@ TEST(output_forwarder, a_pushed_stream_with_a_per_rank_file_keeps_it_after_the_t
   EXPECT_TRUE(slurp(dir.file("od/1/rank.0/stdout")) == data);
 }
 
-TEST(output_forwarder, on_eof_of_a_pushed_stream_is_posted_and_misuse_is_an_internal_error) {
+TEST(OutputForwarder, OnEofOfAPushedStreamIsPostedAndMisuseIsAnInternalError) {
   boost::asio::io_context io;
   pm::output_options opt;
   std::vector<std::string> lines;
@@ -941,3 +940,131 @@ TEST(output_forwarder, on_eof_of_a_pushed_stream_is_posted_and_misuse_is_an_inte
 }
 
 }  // namespace
+
+// ---- prompts: a partial line shown after a quiet time ------------------------------------------
+
+namespace {
+
+// A pipe whose write end the test holds, so that it decides when bytes come and when they end.
+struct held_pipe {
+  int read_fd = -1, write_fd = -1;
+  held_pipe() {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) == 0) {
+      read_fd = p[0];
+      write_fd = p[1];
+    }
+  }
+  void put(const std::string& s) {
+    EXPECT_EQ(::write(write_fd, s.data(), s.size()), static_cast<ssize_t>(s.size()));
+  }
+  void close() {
+    if (write_fd >= 0) ::close(write_fd);
+    write_fd = -1;
+  }
+  ~held_pipe() { close(); }
+};
+
+}  // namespace
+
+TEST(OutputForwarder, APromptIsShownAfterAQuietTimeAndItsLineIsNeverCut) {
+  temp_dir dir;
+  const std::string path = dir.file("out");
+  pm::output_options opt;
+  opt.stdout_fd = open_file(path);
+  opt.output_dir = dir.file("files");
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 2);
+  held_pipe prompt, other;
+  fwd.attach(0, output_stream::out, prompt.read_fd, nullptr);
+  fwd.attach(1, output_stream::out, other.read_fd, nullptr);
+  prompt.put("Name: ");
+  io.run_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(slurp(path), "Name: ");  // shown, though no newline came (printf "Name: "; read x)
+  other.put("rank 1 says hi\n");     // held: it would cut the prompt's line
+  io.run_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(slurp(path), "Name: ");
+  prompt.put("Bob\n");
+  prompt.close();
+  other.close();
+  bool drained = false;
+  fwd.async_drain([&] { drained = true; });
+  io.run_for(std::chrono::seconds(10));
+  EXPECT_TRUE(drained);
+  ::close(opt.stdout_fd);
+  EXPECT_EQ(slurp(path), "Name: Bob\nrank 1 says hi\n");
+  // Per-rank files get whole lines, as always.
+  EXPECT_EQ(slurp(pm::io::rank_directory(opt.output_dir, 0, 2) + "/stdout"), "Name: Bob\n");
+}
+
+TEST(OutputForwarder, APartialLineWaitsWhileOtherRanksWriteOn) {
+  temp_dir dir;
+  const std::string path = dir.file("out");
+  pm::output_options opt;
+  opt.stdout_fd = open_file(path);
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 2);
+  held_pipe slow, busy;
+  fwd.attach(0, output_stream::out, slow.read_fd, nullptr);
+  fwd.attach(1, output_stream::out, busy.read_fd, nullptr);
+  slow.put("the middle of a line ");  // descheduled here, the others keep writing
+  std::string expected_busy;
+  for (int i = 0; i < 10; ++i) {
+    const std::string line = "busy " + std::to_string(i) + "\n";
+    busy.put(line);
+    expected_busy += line;
+    io.run_for(std::chrono::milliseconds(30));  // shorter than the quiet time
+  }
+  EXPECT_EQ(slurp(path), expected_busy);  // the partial line was not shown
+  slow.put("ends here\n");
+  slow.close();
+  busy.close();
+  fwd.async_drain([] {});
+  io.run_for(std::chrono::seconds(10));
+  ::close(opt.stdout_fd);
+  EXPECT_EQ(slurp(path), expected_busy + "the middle of a line ends here\n");
+}
+
+TEST(OutputForwarder, ALineWrittenInQuickPiecesIsNotShownBeforeItsEnd) {
+  temp_dir dir;
+  const std::string path = dir.file("out");
+  pm::output_options opt;
+  opt.stdout_fd = open_file(path);
+  opt.partial_line_delay = std::chrono::milliseconds(200);
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 1);
+  held_pipe p;
+  fwd.attach(0, output_stream::out, p.read_fd, nullptr);
+  for (int i = 0; i < 5; ++i) {
+    p.put("piece" + std::to_string(i) + " ");
+    io.run_for(std::chrono::milliseconds(60));  // pauses shorter than the quiet time
+    EXPECT_EQ(slurp(path), "") << i;
+  }
+  p.put("end\n");
+  p.close();
+  fwd.async_drain([] {});
+  io.run_for(std::chrono::seconds(10));
+  ::close(opt.stdout_fd);
+  EXPECT_EQ(slurp(path), "piece0 piece1 piece2 piece3 piece4 end\n");
+}
+
+TEST(OutputForwarder, TaggedOutputKeepsAPartialLineUntilItEnds) {
+  temp_dir dir;
+  const std::string path = dir.file("out");
+  pm::output_options opt;
+  opt.stdout_fd = open_file(path);
+  opt.tag = true;
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 1);
+  held_pipe p;
+  fwd.attach(0, output_stream::out, p.read_fd, nullptr);
+  p.put("Name: ");
+  io.run_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(slurp(path), "");  // a tag per piece would cut the line
+  p.put("Bob\n");
+  p.close();
+  fwd.async_drain([] {});
+  io.run_for(std::chrono::seconds(10));
+  ::close(opt.stdout_fd);
+  EXPECT_EQ(slurp(path), "[1,0]<stdout>:Name: Bob\n");
+}

@@ -29,26 +29,26 @@ std::string names(const pm::allocation& a) {
   return s;
 }
 
-TEST(PbsTest, SlotsAreOccurrencesInOrderOfFirstAppearance) {
+TEST(Pbs, SlotsAreOccurrencesInOrderOfFirstAppearance) {
   const auto a = pm::parse_pbs_nodefile("n2\nn1\nn2\n\nn2\nn1\n", "nodes");
   EXPECT_EQ(names(a), "n2:3,n1:2");
   EXPECT_EQ(a.source, pm::allocation_source::pbs);
   EXPECT_TRUE(a.hosts[0].slots_given);
 }
 
-TEST(PbsTest, BlanksAndLineEndsAreIgnored) {
+TEST(Pbs, BlanksAndLineEndsAreIgnored) {
   EXPECT_EQ(names(pm::parse_pbs_nodefile("  n1.cluster \r\nn1.cluster\n\tn2", "nodes")),
             "n1.cluster:2,n2:1");
 }
 
-TEST(PbsTest, Errors) {
+TEST(Pbs, Errors) {
   EXPECT_EQ(parse_error([] { pm::parse_pbs_nodefile("n1\nn 2\n", "/var/spool/aux/1"); }),
             "PBS_NODEFILE /var/spool/aux/1:2: invalid host name 'n 2'");
   EXPECT_EQ(parse_error([] { pm::parse_pbs_nodefile("\n\n", "f"); }),
             "PBS_NODEFILE f: no hosts in it");
 }
 
-TEST(ManagedAllocationTest, PbsThroughTheReader) {
+TEST(ManagedAllocation, PbsThroughTheReader) {
   std::vector<std::string> asked;
   pm::file_reader reader = [&](const std::string& path) {
     asked.push_back(path);
@@ -61,7 +61,7 @@ TEST(ManagedAllocationTest, PbsThroughTheReader) {
   EXPECT_EQ(asked, std::vector<std::string>{"/var/spool/pbs/aux/1"});
 }
 
-TEST(ManagedAllocationTest, SlurmComesFirstAndNothingMeansNone) {
+TEST(ManagedAllocation, SlurmComesFirstAndNothingMeansNone) {
   int reads = 0;
   pm::file_reader reader = [&](const std::string&) {
     ++reads;
@@ -77,14 +77,14 @@ TEST(ManagedAllocationTest, SlurmComesFirstAndNothingMeansNone) {
   EXPECT_EQ(reads, 0);
 }
 
-TEST(ManagedAllocationTest, ReaderErrorsPassThrough) {
+TEST(ManagedAllocation, ReaderErrorsPassThrough) {
   EXPECT_EQ(parse_error([] {
               pm::managed_allocation({{"PBS_NODEFILE", "/nonexistent/aux/9"}}, pm::read_text_file);
             }),
             "cannot read '/nonexistent/aux/9': No such file or directory");
 }
 
-TEST(ReadTextFileTest, ReadsWholeFiles) {
+TEST(ReadTextFile, ReadsWholeFiles) {
   char path[] = "/tmp/pm_read_text_file_XXXXXX";
   const int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
@@ -103,7 +103,7 @@ TEST(ReadTextFileTest, ReadsWholeFiles) {
   EXPECT_EQ(got, text);
 }
 
-TEST(ReadTextFileTest, ErrorsNameTheFileAndTheReason) {
+TEST(ReadTextFile, ErrorsNameTheFileAndTheReason) {
   EXPECT_EQ(parse_error([] { pm::read_text_file("/nonexistent/hostfile"); }),
             "cannot read '/nonexistent/hostfile': No such file or directory");
   EXPECT_EQ(parse_error([] { pm::read_text_file("/"); }), "cannot read '/': Is a directory");

@@ -42,7 +42,7 @@ pm::allocation slurm(const char* nodes, const char* tasks) {
       {{"SLURM_JOB_ID", "1"}, {"SLURM_JOB_NODELIST", nodes}, {"SLURM_TASKS_PER_NODE", tasks}});
 }
 
-TEST(AllocationTest, Basics) {
+TEST(Allocation, Basics) {
   EXPECT_STREQ(pm::to_string(pm::allocation_source::implicit_local), "implicit_local");
   EXPECT_STREQ(pm::to_string(pm::allocation_source::host_list), "host_list");
   EXPECT_STREQ(pm::to_string(pm::allocation_source::hostfile), "hostfile");
@@ -58,14 +58,14 @@ TEST(AllocationTest, Basics) {
   EXPECT_FALSE(a.find("b.example.com"));  // exact names only
 }
 
-TEST(ResolveAllocationTest, NothingGivenMeansThisMachineWithItsCores) {
+TEST(ResolveAllocation, NothingGivenMeansThisMachineWithItsCores) {
   const auto a = pm::resolve_allocation({}, me());
   EXPECT_EQ(names(a), "node1:8*");
   EXPECT_EQ(a.source, pm::allocation_source::implicit_local);
   EXPECT_TRUE(a.hosts[0].slots_given);
 }
 
-TEST(ResolveAllocationTest, OneExplicitSourceIsUsedAsItIs) {
+TEST(ResolveAllocation, OneExplicitSourceIsUsedAsItIs) {
   pm::allocation_inputs in;
   in.host_list = pm::parse_host_list("a:2,b");
   auto a = pm::resolve_allocation(in, me());
@@ -79,7 +79,7 @@ TEST(ResolveAllocationTest, OneExplicitSourceIsUsedAsItIs) {
   EXPECT_FALSE(a.hosts[1].slots_given);  // a remote bare line: known once its agent reports
 }
 
-TEST(ResolveAllocationTest, LocalAliasesMergeIntoOneHostNamedByTheHostname) {
+TEST(ResolveAllocation, LocalAliasesMergeIntoOneHostNamedByTheHostname) {
   pm::allocation_inputs in;
   in.host_list = pm::parse_host_list(
       "n2:2,localhost:2,127.0.0.1:1,node1.example.com:1,10.1.2.3:1,node1-ib,127.0.1.1");
@@ -87,7 +87,7 @@ TEST(ResolveAllocationTest, LocalAliasesMergeIntoOneHostNamedByTheHostname) {
   EXPECT_EQ(names(a), "n2:2,node1:7*");
 }
 
-TEST(ResolveAllocationTest, NamesCompareByShortNameButAddressesExactly) {
+TEST(ResolveAllocation, NamesCompareByShortNameButAddressesExactly) {
   pm::allocation_inputs in;
   in.host_list = pm::parse_host_list("n2.example.com:2,n2:1,n2.other.org");
   EXPECT_EQ(names(pm::resolve_allocation(in, me())), "n2.example.com:4");  // first spelling kept
@@ -95,7 +95,7 @@ TEST(ResolveAllocationTest, NamesCompareByShortNameButAddressesExactly) {
   EXPECT_EQ(names(pm::resolve_allocation(in, me())), "10.0.0.2:3,10.0.0.3:1");
 }
 
-TEST(ResolveAllocationTest, BareLocalHostfileLineMeansCores) {
+TEST(ResolveAllocation, BareLocalHostfileLineMeansCores) {
   pm::allocation_inputs in;
   in.hostfile = pm::parse_hostfile("localhost\nremote\n", "hf");
   const auto a = pm::resolve_allocation(in, me());
@@ -108,7 +108,7 @@ TEST(ResolveAllocationTest, BareLocalHostfileLineMeansCores) {
   EXPECT_EQ(names(pm::resolve_allocation(in, me())), "node1:3*");
 }
 
-TEST(ResolveAllocationTest, HostListSelectsFromTheHostfile) {
+TEST(ResolveAllocation, HostListSelectsFromTheHostfile) {
   pm::allocation_inputs in;
   in.hostfile = pm::parse_hostfile("a slots=4 max_slots=6\nb slots=4\nlocalhost\n", "hf");
   in.host_list = pm::parse_host_list("b:2,a,node1");
@@ -144,7 +144,7 @@ std::string reach(const pm::allocation& a) {
   return s;
 }
 
-TEST(ResolveAllocationTest, UserAndPortSurvive) {
+TEST(ResolveAllocation, UserAndPortSurvive) {
   pm::allocation_inputs in;
   in.hostfile = pm::parse_hostfile("bob@a slots=2\nb port=2222\nc username=al port=22\n", "hf");
   EXPECT_EQ(reach(pm::resolve_allocation(in, me())), "bob@a,b#2222,al@c#22");
@@ -171,7 +171,7 @@ TEST(ResolveAllocationTest, UserAndPortSurvive) {
   EXPECT_TRUE(l.hosts[0].local);
 }
 
-TEST(ResolveAllocationTest, TwoSpellingsOfOneHostMustAgreeOnUserAndPort) {
+TEST(ResolveAllocation, TwoSpellingsOfOneHostMustAgreeOnUserAndPort) {
   pm::allocation_inputs in;
   in.host_list = pm::parse_host_list("bob@n2.example.com,n2:2");
   EXPECT_EQ(parse_error([&] { pm::resolve_allocation(in, me()); }),
@@ -184,7 +184,7 @@ TEST(ResolveAllocationTest, TwoSpellingsOfOneHostMustAgreeOnUserAndPort) {
             "host '127.0.0.1' (node1) is listed again with no port, before with port 2222");
 }
 
-TEST(ResolveAllocationTest, ManagedAllocationAlone) {
+TEST(ResolveAllocation, ManagedAllocationAlone) {
   pm::allocation_inputs in;
   in.managed = slurm("n[1-2]", "2(x2)");
   const auto a = pm::resolve_allocation(in, me());
@@ -195,7 +195,7 @@ TEST(ResolveAllocationTest, ManagedAllocationAlone) {
   EXPECT_EQ(names(pm::resolve_allocation(in, me())), "node1:4*,n2:2");
 }
 
-TEST(ResolveAllocationTest, HostListSelectsFromTheManagedAllocation) {
+TEST(ResolveAllocation, HostListSelectsFromTheManagedAllocation) {
   pm::allocation_inputs in;
   in.managed = slurm("n[1-2]", "2(x2)");
   in.host_list = pm::parse_host_list("n2:1");
@@ -215,7 +215,7 @@ TEST(ResolveAllocationTest, HostListSelectsFromTheManagedAllocation) {
             "host 'p2' is not in the allocation (e1)");
 }
 
-TEST(ResolveAllocationTest, LongAllocationsAreSummarisedInTheMessage) {
+TEST(ResolveAllocation, LongAllocationsAreSummarisedInTheMessage) {
   pm::allocation_inputs in;
   in.managed = slurm("n[1-4]", "1(x4)");
   in.host_list = pm::parse_host_list("x");
@@ -226,7 +226,7 @@ TEST(ResolveAllocationTest, LongAllocationsAreSummarisedInTheMessage) {
             "host 'x' is not in the Slurm allocation (n1, n2, n3 and 97 more)");
 }
 
-TEST(ResolveAllocationTest, InsideABatchAllocationItsOrderAndGrantedSlotsWin) {
+TEST(ResolveAllocation, InsideABatchAllocationItsOrderAndGrantedSlotsWin) {
   // mpirun 4.1 (SLURM_NODELIST=n[1-3] SLURM_TASKS_PER_NODE=4(x3)): -H n3,n1 maps n1 first;
   // -H n2:3 gives 3 slots, -H n2:8 gives 4.
   pm::allocation_inputs in;
@@ -245,7 +245,7 @@ TEST(ResolveAllocationTest, InsideABatchAllocationItsOrderAndGrantedSlotsWin) {
   EXPECT_TRUE(a.hosts[0].slots_given);
 }
 
-TEST(ResolveAllocationTest, HostfileSelectsFromTheManagedAllocation) {
+TEST(ResolveAllocation, HostfileSelectsFromTheManagedAllocation) {
   pm::allocation_inputs in;
   in.managed = slurm("n[1-3]", "4(x3)");
   in.hostfile = pm::parse_hostfile("n3\nx\n", "hf");
@@ -261,7 +261,7 @@ TEST(ResolveAllocationTest, HostfileSelectsFromTheManagedAllocation) {
   EXPECT_EQ(pm::resolve_allocation(in, me()).source, pm::allocation_source::host_list);
 }
 
-TEST(LocalHostTest, IsMe) {
+TEST(LocalHost, IsMe) {
   const auto m = me();
   for (const char* yes : {"node1", "localhost", "127.0.0.1", "127.0.1.1", "127.255.0.9", "::1",
                           "node1.example.com", "node1.elsewhere.org", "10.1.2.3", "node1-ib"}) {
@@ -273,7 +273,7 @@ TEST(LocalHostTest, IsMe) {
   }
 }
 
-TEST(LocalHostTest, HostNameHelpers) {
+TEST(LocalHost, HostNameHelpers) {
   EXPECT_TRUE(pm::model::is_ip_address("10.0.0.2"));
   EXPECT_TRUE(pm::model::is_ip_address("fe80::1"));
   EXPECT_FALSE(pm::model::is_ip_address("cafe.be"));  // hex digits and dots, still a name
@@ -284,7 +284,7 @@ TEST(LocalHostTest, HostNameHelpers) {
   EXPECT_FALSE(pm::model::same_host("10.0.0.2", "10.0.0.3"));
 }
 
-TEST(LocalHostTest, NamesFromTheHostsFile) {
+TEST(LocalHost, NamesFromTheHostsFile) {
   const std::string hosts =
       "127.0.0.1\tlocalhost\n"
       "127.0.1.1 node1.example.com node1   # Debian's line\n"
@@ -299,7 +299,7 @@ TEST(LocalHostTest, NamesFromTheHostsFile) {
   EXPECT_TRUE(pm::model::hosts_file_names("", "node1").empty());
 }
 
-TEST(LocalHostTest, ProbeFindsThisMachine) {
+TEST(LocalHost, ProbeFindsThisMachine) {
   const auto m = pm::local_host_info();
   EXPECT_FALSE(m.hostname.empty());
   EXPECT_GE(m.cores, 1u);

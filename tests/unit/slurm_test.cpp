@@ -26,7 +26,7 @@ std::string names(const pm::allocation& a) {
   return s;
 }
 
-TEST(SlurmHostlistTest, RangesListsAndPadding) {
+TEST(SlurmHostlist, RangesListsAndPadding) {
   EXPECT_EQ(pm::expand_hostlist("node[01-04,07],gpu[1-2]"),
             (names_t{"node01", "node02", "node03", "node04", "node07", "gpu1", "gpu2"}));
   EXPECT_EQ(pm::expand_hostlist("n[098-101]"), (names_t{"n098", "n099", "n100", "n101"}));
@@ -35,20 +35,20 @@ TEST(SlurmHostlistTest, RangesListsAndPadding) {
   EXPECT_EQ(pm::expand_hostlist("[1-2]"), (names_t{"1", "2"}));
 }
 
-TEST(SlurmHostlistTest, SuffixesAndSeveralGroups) {
+TEST(SlurmHostlist, SuffixesAndSeveralGroups) {
   EXPECT_EQ(pm::expand_hostlist("n[1-2]-ib"), (names_t{"n1-ib", "n2-ib"}));
   EXPECT_EQ(pm::expand_hostlist("r[1-2]-n[1-2]"), (names_t{"r1-n1", "r1-n2", "r2-n1", "r2-n2"}));
   EXPECT_EQ(pm::expand_hostlist("r[1,3]n[08-09],x"),
             (names_t{"r1n08", "r1n09", "r3n08", "r3n09", "x"}));
 }
 
-TEST(SlurmHostlistTest, LongNumbers) {
+TEST(SlurmHostlist, LongNumbers) {
   EXPECT_EQ(pm::expand_hostlist("n[0000000001-0000000002]"),
             (names_t{"n0000000001", "n0000000002"}));
   EXPECT_EQ(pm::expand_hostlist("n[123456789012345678]"), (names_t{"n123456789012345678"}));
 }
 
-TEST(SlurmHostlistTest, Errors) {
+TEST(SlurmHostlist, Errors) {
   EXPECT_EQ(parse_error([] { pm::expand_hostlist("node[1-"); }),
             "SLURM_JOB_NODELIST 'node[1-': unbalanced '['");
   EXPECT_EQ(parse_error([] { pm::expand_hostlist("node[1-2,a[3]"); }),
@@ -76,7 +76,7 @@ TEST(SlurmHostlistTest, Errors) {
             "SLURM_STEP_NODELIST 'n[1-': unbalanced '['");
 }
 
-TEST(SlurmHostlistTest, ExpansionIsCappedAtTenMillionNames) {
+TEST(SlurmHostlist, ExpansionIsCappedAtTenMillionNames) {
   EXPECT_EQ(parse_error([] { pm::expand_hostlist("n[1-10000001]"); }),
             "SLURM_JOB_NODELIST 'n[1-10000001]': expands to more than 10000000 hosts");
   EXPECT_EQ(parse_error([] { pm::expand_hostlist("n[1-999999999999999999]"); }),
@@ -88,13 +88,13 @@ TEST(SlurmHostlistTest, ExpansionIsCappedAtTenMillionNames) {
             "SLURM_JOB_NODELIST 'a[1-6000000],b[1-6000000]': expands to more than 10000000 hosts");
 }
 
-TEST(SlurmTasksPerNodeTest, RepeatsAndCounts) {
+TEST(SlurmTasksPerNode, RepeatsAndCounts) {
   EXPECT_EQ(pm::parse_tasks_per_node("2(x3),1", 4), (std::vector<std::uint32_t>{2, 2, 2, 1}));
   EXPECT_EQ(pm::parse_tasks_per_node("72(x2)", 2), (std::vector<std::uint32_t>{72, 72}));
   EXPECT_EQ(pm::parse_tasks_per_node("1,2,3", 3), (std::vector<std::uint32_t>{1, 2, 3}));
 }
 
-TEST(SlurmTasksPerNodeTest, MustCoverExactlyTheNodes) {
+TEST(SlurmTasksPerNode, MustCoverExactlyTheNodes) {
   EXPECT_EQ(parse_error([] { pm::parse_tasks_per_node("2(x3)", 4); }),
             "SLURM_TASKS_PER_NODE '2(x3)': describes 3 nodes, the allocation has 4");
   EXPECT_EQ(parse_error([] { pm::parse_tasks_per_node("2(x3),1", 3); }),
@@ -104,7 +104,7 @@ TEST(SlurmTasksPerNodeTest, MustCoverExactlyTheNodes) {
             "allocation");
 }
 
-TEST(SlurmTasksPerNodeTest, Errors) {
+TEST(SlurmTasksPerNode, Errors) {
   EXPECT_EQ(parse_error([] { pm::parse_tasks_per_node("2(3)", 3); }),
             "SLURM_TASKS_PER_NODE '2(3)': invalid item '2(3)'");
   EXPECT_EQ(parse_error([] { pm::parse_tasks_per_node("2(x0)", 3); }),
@@ -121,14 +121,14 @@ TEST(SlurmTasksPerNodeTest, Errors) {
             "SLURM_JOB_CPUS_PER_NODE '4': describes 1 nodes, the allocation has 2");
 }
 
-TEST(SlurmAllocationTest, NoneOutsideAJob) {
+TEST(SlurmAllocation, NoneOutsideAJob) {
   EXPECT_FALSE(pm::slurm_allocation({}));
   EXPECT_FALSE(pm::slurm_allocation({{"SLURM_JOB_NODELIST", "n[1-2]"}}));  // no job id
   EXPECT_FALSE(pm::slurm_allocation({{"SLURM_JOB_ID", "5"}}));             // no node list
   EXPECT_FALSE(pm::slurm_allocation({{"SLURM_JOB_ID", ""}, {"SLURM_JOB_NODELIST", "n1"}}));
 }
 
-TEST(SlurmAllocationTest, JobVariables) {
+TEST(SlurmAllocation, JobVariables) {
   auto a = pm::slurm_allocation({{"SLURM_JOB_ID", "7"},
                                  {"SLURM_JOB_NODELIST", "node[01-02],gpu1"},
                                  {"SLURM_TASKS_PER_NODE", "4(x2),2"}});
@@ -142,7 +142,7 @@ TEST(SlurmAllocationTest, JobVariables) {
   EXPECT_EQ(names(*a), "n1:1,n2:1");  // no counts at all: one slot each
 }
 
-TEST(SlurmAllocationTest, SlotsFallBackToCpusPerNode) {
+TEST(SlurmAllocation, SlotsFallBackToCpusPerNode) {
   auto a = pm::slurm_allocation({{"SLURM_JOB_ID", "7"},
                                  {"SLURM_JOB_NODELIST", "n[1-3]"},
                                  {"SLURM_JOB_CPUS_PER_NODE", "8(x2),4"}});
@@ -156,7 +156,7 @@ TEST(SlurmAllocationTest, SlotsFallBackToCpusPerNode) {
   EXPECT_EQ(names(*a), "n1:1,n2:1,n3:1");
 }
 
-TEST(SlurmAllocationTest, DividedByCpusPerTaskAtLeastOne) {
+TEST(SlurmAllocation, DividedByCpusPerTaskAtLeastOne) {
   auto a = pm::slurm_allocation({{"SLURM_JOB_ID", "7"},
                                  {"SLURM_JOB_NODELIST", "n[1-3]"},
                                  {"SLURM_JOB_CPUS_PER_NODE", "8(x2),1"},
@@ -171,7 +171,7 @@ TEST(SlurmAllocationTest, DividedByCpusPerTaskAtLeastOne) {
       "SLURM_CPUS_PER_TASK '0': expected a positive integer");
 }
 
-TEST(SlurmAllocationTest, InsideAStepTheStepsNodesAndTasks) {
+TEST(SlurmAllocation, InsideAStepTheStepsNodesAndTasks) {
   const pm::env_map job{{"SLURM_JOB_ID", "7"},
                         {"SLURM_JOB_NODELIST", "n[1-4]"},
                         {"SLURM_TASKS_PER_NODE", "1(x4)"},
@@ -187,7 +187,7 @@ TEST(SlurmAllocationTest, InsideAStepTheStepsNodesAndTasks) {
   EXPECT_EQ(names(*pm::slurm_allocation(env)), "n2:1,n3:1");
 }
 
-TEST(SlurmAllocationTest, ErrorsNameTheVariable) {
+TEST(SlurmAllocation, ErrorsNameTheVariable) {
   EXPECT_EQ(parse_error([] {
               pm::slurm_allocation({{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", "n[1-"}});
             }),

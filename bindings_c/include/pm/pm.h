@@ -359,8 +359,10 @@ typedef struct pm_run_options {
   { PM_RUN_OPTIONS_VERSION, 0, 0, 0, 0, 0, 1, 2, NULL, NULL, NULL, NULL, NULL, NULL }
 
 /* Checks and starts the job: every app's program is resolved first (PM_E_NOT_FOUND,
- * PM_E_NOT_EXECUTABLE: nothing starts). The local transport runs jobs whose ranks are all on
- * one host that is this machine (otherwise PM_E_LAUNCH). Ranks start inside pm_run_poll/wait. */
+ * PM_E_NOT_EXECUTABLE: nothing starts). The local transport runs jobs whose ranks are all on the
+ * allocation's FIRST host, and that host is this machine (localhost, its hostname, or
+ * pm_allocation_local()); any other map is PM_E_LAUNCH naming the first rank elsewhere. Ranks
+ * start inside pm_run_poll/wait. */
 PM_C_API int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options);
 /* Runs the job's event loop for up to `timeout_ms` (0: only what is ready; -1: until the job
  * ends); *finished = 1 once the job ended and its on_finish was called. */
@@ -373,7 +375,9 @@ PM_C_API int pm_run_wait(pm_run* run, int* exit_code);
  * called from any thread (not from a signal handler); takes effect in the next poll/wait. */
 PM_C_API int pm_run_signal(pm_run* run, int signo);
 /* Aborts the job as cancelled (SIGTERM, SIGKILL after the grace). Any thread, like pm_run_signal.
- */
+ * The job then ends with exit code 1, cause PM_CAUSE_ABORT_REQUESTED, failed_rank -1 and the
+ * summary "the job was cancelled: cancelled" (unless a failure, signal or timeout came first
+ * and decided). */
 PM_C_API int pm_run_cancel(pm_run* run);
 PM_C_API int pm_run_finished(const pm_run* run, int* out);
 /* A copy of the report: final once finished, the state so far before. */

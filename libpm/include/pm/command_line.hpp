@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -77,6 +78,8 @@ struct run_options {
   // What to run and where.
   job_spec job;                         ///< apps (MPMD segments) and the mapping policy
   std::vector<std::string> host_lists;  ///< every -H value, for the allocation
+  /// The option each host list was given with (-H, --host, -host), for messages; same index.
+  std::vector<std::string> host_list_options;
   std::optional<std::string> hostfile;  ///< --hostfile / --machinefile
   // What the ranks are told.
   env_exports exports;  ///< -x and the -mca keys that reach ranks
@@ -87,11 +90,15 @@ struct run_options {
   bool timestamp_output = false;
   bool merge_stderr = false;
   bool json_lines = false;
-  std::string output_dir;      ///< --output-filename DIR (Open MPI 4.1 layout)
-  bool output_nocopy = false;  ///< --output-filename DIR:nocopy
+  std::string output_dir;       ///< --output-filename DIR (Open MPI 4.1 layout)
+  bool output_nocopy = false;   ///< --output-filename DIR:nocopy
+  bool output_nojobid = false;  ///< --output-filename DIR:nojobid (DIR/rank.R, no 1/)
   stdin_target input;
   // Failure policy.
   bool abort_on_failure = true;
+  /// --no-abort-on-failure or -mca orte_abort_on_non_zero_status was given (it then wins over
+  /// OMPI_MCA_orte_abort_on_non_zero_status in the environment).
+  bool abort_policy_given = false;
   /// --no-pmix: no PMIx server for the ranks (docs/pmix.md).
   bool pmix = true;
   std::chrono::milliseconds timeout{0};
@@ -101,6 +108,7 @@ struct run_options {
   bool display_map = false;
   std::string display_map_json;  ///< --display-map-json FILE ("-" = stdout)
   bool do_not_launch = false;
+  bool display_allocation = false;  ///< --display-allocation
   // Misc.
   bool allow_run_as_root = false;
   remote_options remote;  ///< how other hosts are reached
@@ -138,6 +146,24 @@ PM_API remote_options resolve_remote_options(const remote_options& given, const 
 
 /// The launch shape for a job with `remote_hosts` hosts other than this machine.
 PM_API launch_shape choose_launch_shape(const remote_options& options, std::size_t remote_hosts);
+
+/// pmrun's arguments with `--app FILE` replaced by the file's app contexts: each line that is
+/// not blank or a '#' comment is one MPMD segment ("-np 2 ./a x"), words split as a shell
+/// would without expansion; the options before it apply to the job. Without --app, `args` as
+/// they are. Reads through `read`; pm::error(errc::usage) for a program also on the command
+/// line or a file with no app context.
+PM_API std::vector<std::string> expand_app_file(std::span<const std::string> args,
+                                                const file_reader& read);
+
+/// What mpirun takes from its environment when the command line leaves it open (mpirun 4.1):
+/// OMPI_MCA_orte_abort_on_non_zero_status (a boolean, as -mca takes it) and MPIEXEC_TIMEOUT
+/// (seconds). The command line wins. A malformed value is pm::error(errc::usage) naming the
+/// variable ("MPIEXEC_TIMEOUT 'abc': expected a positive number of seconds"); mpirun reads
+/// "abc" as 0 and aborts the job at once.
+PM_API void apply_environment_options(run_options& options, const env_map& env);
+
+/// Open MPI's booleans: 1, 0, true, false, yes, no (any case). False when `value` is none.
+PM_API bool parse_mca_boolean(std::string_view value, bool& out);
 
 /// The text `pmrun --help` prints.
 PM_API std::string help_text();

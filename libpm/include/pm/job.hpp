@@ -24,11 +24,19 @@ enum class map_by {
   ppr_node,  ///< ppr:N:node, N ranks on every host
 };
 
+/// How ranks are numbered once placed (--rank-by, Open MPI 4.1): slot numbers host after host,
+/// node deals one rank per host per round. Without it the mapping decides (node: node, else slot).
+enum class rank_by {
+  slot,
+  node,
+};
+
 /// How ranks are placed. Only binding "none" exists (docs/mapping.md says why).
 struct mapping_policy {
   map_by by = map_by::slot;
   std::uint32_t ppr = 0;              ///< N of ppr:N:node
   std::optional<bool> oversubscribe;  ///< nullopt: allowed only for the implicit local allocation
+  std::optional<rank_by> ranking;     ///< --rank-by; nullopt: follow the mapping
 };
 
 struct job_spec {

@@ -17,6 +17,14 @@ namespace pm {
 /// Only hosts the job uses are listed, in allocation order.
 PM_API std::string format_job_map(const rank_map& map, std::uint32_t jobid);
 
+/// Open MPI 4.1's --display-allocation block, in its layout:
+///  ======================   ALLOCATED NODES   ======================
+///  <TAB>a: flags=0x11 slots=2 max_slots=0 slots_inuse=0 state=UP
+///  =================================================================
+/// Every host of the allocation; flags/state as mpirun prints them for its own host (0x11, UP)
+/// and for a host whose daemon has not started yet (0x10, UNKNOWN).
+PM_API std::string format_allocation(const allocation& alloc);
+
 /// The same as JSON: {"jobid":J,"size":N,"total_slots":S,"nodes":[{"name","node","slots",
 /// "max_slots","slots_known","ranks":[{"rank","app","local_rank"}...]}...]}.
 PM_API std::string job_map_json(const rank_map& map, std::uint32_t jobid);

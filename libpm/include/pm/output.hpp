@@ -8,6 +8,7 @@
 // the destination blocks, the ranks block).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -62,9 +63,16 @@ struct output_options {
   std::string output_dir;
   /// --output-filename DIR:nocopy: write the files only, nothing to stdout/stderr.
   bool output_dir_nocopy = false;
+  /// --output-filename DIR:nojobid: DIR/rank.R instead of DIR/1/rank.R (Open MPI 4.1).
+  bool output_dir_nojobid = false;
   /// Longest line passed on whole; a longer one is passed on in pieces of this many bytes, each but
   /// the last marked (docs/output.md). 0: the default, 1 MiB.
   std::size_t max_line = 0;
+  /// Raw terminal output (no tag, timestamp or JSON, no sink): a line without its newline yet
+  /// (a prompt: `printf "Name: "; read x`) is shown after the stream has been quiet this long;
+  /// the rest of the line follows it when it comes, with nothing in between from that stream.
+  /// Per-rank files, sinks and formatted modes always get whole lines. 0: never.
+  std::chrono::milliseconds partial_line_delay{50};
   /// Where stdout / stderr output goes (default: the launcher's own descriptors 1 and 2, which
   /// are never made non-blocking). Not owned: they stay open.
   int stdout_fd = 1;

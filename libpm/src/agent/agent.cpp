@@ -150,7 +150,11 @@ struct agent::state {
     process_spec p;
     p.rank = spec.rank;
     p.argv = app.argv;
-    p.env = compose_rank_environment(base_env, spec.env, setup->overrides, app.env);
+    // Composed only when the driver starts the rank (process_spec::environment).
+    p.profile = std::move(spec.env);
+    p.base = &base_env;
+    p.overrides = &setup->overrides;
+    p.app_env = &app.env;
     p.wdir = app.wdir.empty() ? setup->cwd : app.wdir;
     p.wdir_may_fall_back = app.wdir.empty();
     p.stdin_from_launcher = spec.stdin_from_launcher;
@@ -298,6 +302,12 @@ void agent::handle(agent_time now, event e, std::vector<action>& out) {
 
 bool agent::done() const noexcept {
   return state_->ph == phase::done;
+}
+
+std::vector<std::string> process_spec::environment() const {
+  static const std::vector<std::string> none;
+  return compose_rank_environment(base ? *base : none, profile, overrides ? *overrides : none,
+                                  app_env ? *app_env : none);
 }
 
 }  // namespace pm::agent

@@ -49,8 +49,18 @@ struct options {
 struct process_spec {
   std::uint32_t rank = 0;
   std::vector<std::string> argv;
-  std::vector<std::string> env;  ///< complete, "NAME=value"
-  std::string wdir;              ///< empty: the agent's working directory
+  /// The rank's own profile variables ("NAME=value"), as its spawn request carried them.
+  std::vector<std::string> profile;
+  /// The parts every rank of the job (of its app) shares, owned by the agent that made this spec
+  /// and valid as long as it lives: the base environment, the -x overrides, the app's variables.
+  const std::vector<std::string>* base = nullptr;
+  const std::vector<std::string>* overrides = nullptr;
+  const std::vector<std::string>* app_env = nullptr;
+  /// The complete environment ("NAME=value"), composed now: a driver calls it when it starts the
+  /// rank, so that a spawn request for many ranks never holds many complete environments (a
+  /// 100 KB -x variable once cost 100 KB per queued rank).
+  std::vector<std::string> environment() const;
+  std::string wdir;  ///< empty: the agent's working directory
   /// wdir is the launcher's directory, not one the user named: where it does not exist on this
   /// host, the rank starts in its home directory (as Open MPI does) instead of failing.
   bool wdir_may_fall_back = false;

@@ -48,8 +48,9 @@ std::string unsupported_map_by(std::string_view option, std::string_view value) 
 }
 std::string unsupported_map_by_modifier(std::string_view option, std::string_view value,
                                         std::string_view modifier) {
-  return std::string(option) + " " + q(value) + ": unknown modifier " + q(modifier) +
-         " (OVERSUBSCRIBE and NOOVERSUBSCRIBE are supported)";
+  return std::string(option) + " " + q(value) + ": modifier " + q(modifier) +
+         " is not supported (only OVERSUBSCRIBE and NOOVERSUBSCRIBE are: pmrun does not bind "
+         "ranks or map by topology)";
 }
 std::string unsupported_binding(std::string_view option, std::string_view value) {
   return std::string(option) + " " + q(value) +
@@ -60,7 +61,34 @@ std::string unknown_output_mode(std::string_view option, std::string_view mode) 
          " (tag, timestamp, merge-stderr-to-stdout, json-lines, dir=DIR)";
 }
 std::string bad_boolean(std::string_view option, std::string_view key, std::string_view value) {
-  return std::string(option) + " " + std::string(key) + " " + q(value) + ": expected 0 or 1";
+  return std::string(option) + " " + std::string(key) + " " + q(value) +
+         ": expected a boolean (1, 0, true, false, yes or no)";
+}
+std::string unsupported_rank_by(std::string_view option, std::string_view value) {
+  return model::printable(std::string(option) + " " + q(value) +
+                          ": not supported (use slot or node; pmrun does not bind to cores)");
+}
+std::string misplaced_app_file(std::string_view option, std::string_view file) {
+  return model::printable(std::string(option) + " " + q(file) +
+                          ": an app file goes among the options before any program");
+}
+std::string app_file_and_program(std::string_view option, std::string_view file,
+                                 std::string_view program) {
+  return model::printable(std::string(option) + " " + q(file) +
+                          ": the app file names the programs; " + q(program) +
+                          " follows on the command line");
+}
+std::string empty_app_file(std::string_view option, std::string_view file) {
+  return model::printable(std::string(option) + " " + q(file) + ": no app context in the file");
+}
+std::string empty_mca_key(std::string_view option, std::string_view value) {
+  return model::printable(std::string(option) + " '' " + q(value) +
+                          ": empty parameter name (expected " + std::string(option) +
+                          " KEY VALUE)");
+}
+std::string bad_variable_boolean(std::string_view variable, std::string_view value) {
+  return model::printable(std::string(variable) + "=" + q(value) +
+                          " in the environment: expected a boolean (1, 0, true, false, yes or no)");
 }
 std::string second_hostfile(std::string_view option, std::string_view first,
                             std::string_view second) {

@@ -26,6 +26,13 @@ std::string unsupported_map_by_modifier(std::string_view option, std::string_vie
 std::string unsupported_binding(std::string_view option, std::string_view value);
 std::string unknown_output_mode(std::string_view option, std::string_view mode);
 std::string bad_boolean(std::string_view option, std::string_view key, std::string_view value);
+std::string unsupported_rank_by(std::string_view option, std::string_view value);
+std::string misplaced_app_file(std::string_view option, std::string_view file);
+std::string app_file_and_program(std::string_view option, std::string_view file,
+                                 std::string_view program);
+std::string empty_app_file(std::string_view option, std::string_view file);
+std::string empty_mca_key(std::string_view option, std::string_view value);
+std::string bad_variable_boolean(std::string_view variable, std::string_view value);
 std::string second_hostfile(std::string_view option, std::string_view first,
                             std::string_view second);
 std::string bad_interface(std::string_view option, std::string_view value, std::string_view item);

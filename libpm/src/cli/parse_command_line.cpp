@@ -18,7 +18,8 @@ namespace {
 
 struct parse_state {
   run_options opts;
-  app_context* app = nullptr;  // the segment being parsed
+  app_context* app = nullptr;                   // the segment being parsed
+  std::optional<std::string> default_hostfile;  // --default-hostfile: when no --hostfile comes
 };
 
 using handler =
@@ -100,21 +101,45 @@ void apply_map_by(parse_state& st, std::string_view name, std::string_view value
       st.opts.job.mapping.oversubscribe = true;
     else if (mod == "NOOVERSUBSCRIBE")
       st.opts.job.mapping.oversubscribe = false;
-    else if (mod == "PE=1" || mod == "SPAN" || mod.empty())
-      continue;  // harmless without binding
+    else if (mod.empty())
+      continue;  // "slot:" as mpirun takes it
     else
       throw error(errc::usage, cli::unsupported_map_by_modifier(name, value, parts[next]));
   }
 }
 
+// DIR, or DIR:MODS with MODS a comma list of nocopy and nojobid (Open MPI 4.1's
+// "--output-filename out:nojobid,nocopy"). A last ':' followed by anything else is part of DIR.
 void apply_output_filename(parse_state& st, std::string_view name, std::string_view value) {
   std::string dir(value);
-  if (dir.size() > 7 && dir.ends_with(":nocopy")) {
-    dir.resize(dir.size() - 7);
-    st.opts.output_nocopy = true;
+  bool nocopy = false, nojobid = false;
+  if (const auto colon = dir.rfind(':'); colon != std::string::npos && colon > 0) {
+    bool known = true;
+    bool n_copy = false, n_jobid = false;
+    std::string_view mods(dir);
+    mods.remove_prefix(colon + 1);
+    while (known) {
+      const auto comma = mods.find(',');
+      const auto mod = mods.substr(0, comma);
+      if (mod == "nocopy")
+        n_copy = true;
+      else if (mod == "nojobid")
+        n_jobid = true;
+      else
+        known = false;
+      if (comma == std::string_view::npos) break;
+      mods.remove_prefix(comma + 1);
+    }
+    if (known) {
+      nocopy = n_copy;
+      nojobid = n_jobid;
+      dir.resize(colon);
+    }
   }
   if (dir.empty()) throw error(errc::usage, cli::empty_value(name));
   st.opts.output_dir = dir;
+  st.opts.output_nocopy = st.opts.output_nocopy || nocopy;
+  st.opts.output_nojobid = nojobid;
 }
 
 // Open MPI 5: --output tag,timestamp,merge-stderr-to-stdout,dir=DIR[:nocopy]
@@ -161,21 +186,41 @@ void apply_interfaces(parse_state& st, std::string_view name, std::string_view v
   }
 }
 
+}  // namespace
+
+bool parse_mca_boolean(std::string_view value, bool& out) {
+  // Open MPI's boolean MCA values (4.1 takes these, any case; "on"/"off" it refuses too).
+  std::string v(value);
+  std::transform(v.begin(), v.end(), v.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (v == "1" || v == "true" || v == "yes") {
+    out = true;
+  } else if (v == "0" || v == "false" || v == "no") {
+    out = false;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
 bool mca_boolean(std::string_view name, std::string_view key, std::string_view value) {
-  if (value == "1" || value == "true") return true;
-  if (value == "0" || value == "false") return false;
-  throw error(errc::usage, cli::bad_boolean(name, key, value));
+  bool out = false;
+  if (!parse_mca_boolean(value, out)) throw error(errc::usage, cli::bad_boolean(name, key, value));
+  return out;
 }
 
 void apply_mca(parse_state& st, std::string_view name, std::string_view key,
                std::string_view value) {
-  if (key.empty()) throw error(errc::usage, cli::empty_value(name));
+  if (key.empty()) throw error(errc::usage, cli::empty_mca_key(name, value));
   const std::string option = std::string(name) + " " + std::string(key);
   // Keys that steer pmrun itself; every key, those too, reaches the ranks as OMPI_MCA_key, as
   // mpirun passes each -mca on (checked with mpirun 4.1: plm_rsh_agent, oob_tcp_if_include and
   // orte_abort_on_non_zero_status all appear in the ranks' environment).
   if (key == "orte_abort_on_non_zero_status" || key == "prte_abort_on_non_zero_status") {
     st.opts.abort_on_failure = mca_boolean(name, key, value);
+    st.opts.abort_policy_given = true;
   } else if (key.starts_with("plm_rsh_") || key.starts_with("plm_ssh_")) {
     // Open MPI 4 (rsh) and 5 (ssh) spellings name the same launcher settings.
     const std::string canonical = "plm_ssh_" + std::string(key.substr(8));
@@ -217,10 +262,11 @@ const std::vector<option_spec>& option_table() {
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
          st.opts.host_lists.push_back(v[0]);
+         st.opts.host_list_options.emplace_back(n);
          st.app->hosts.push_back(v[0]);  // names resolved against the allocation later
        },
        scope::per_app},
-      {{"--hostfile", "--machinefile", "--default-hostfile"},
+      {{"--hostfile", "--machinefile"},
        "FILE",
        1,
        "hosts from an Open MPI hostfile (name slots=N max_slots=M)",
@@ -230,6 +276,14 @@ const std::vector<option_spec>& option_table() {
            throw error(errc::usage, cli::second_hostfile(n, *st.opts.hostfile, v[0]));
          }
          st.opts.hostfile = v[0];
+       }},
+      {{"--default-hostfile"},
+       "FILE",
+       1,
+       "the hostfile used when no --hostfile is given (as mpirun)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
+         st.default_hostfile = v[0];
        }},
       {{"--wdir", "--wd", "--cwd", "-wdir"},
        "DIR",
@@ -247,6 +301,29 @@ const std::vector<option_spec>& option_table() {
        "slot (default), node or ppr:N:node; :OVERSUBSCRIBE may follow",
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          apply_map_by(st, n, v[0]);
+       }},
+      {{"--rank-by"},
+       "slot|node",
+       1,
+       "how ranks are numbered once placed (default: as mapped)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         std::string r = v[0];
+         std::transform(r.begin(), r.end(), r.begin(),
+                        [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+         if (r == "slot")
+           st.opts.job.mapping.ranking = rank_by::slot;
+         else if (r == "node")
+           st.opts.job.mapping.ranking = rank_by::node;
+         else
+           throw error(errc::usage, cli::unsupported_rank_by(n, v[0]));
+       }},
+      {{"--npernode", "-N"},
+       "N",
+       1,
+       "N ranks on every host (ppr:N:node)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         st.opts.job.mapping.ppr = parse_number<std::uint32_t>(n, v[0], 1, 1u << 20);
+         st.opts.job.mapping.by = map_by::ppr_node;
        }},
       {{"--bind-to"},
        "none",
@@ -286,6 +363,13 @@ const std::vector<option_spec>& option_table() {
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
          st.opts.display_map_json = v[0];
+       }},
+      {{"--display-allocation"},
+       "",
+       0,
+       "print the allocated hosts (Open MPI 4 format) before launching",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.display_allocation = true;
        }},
       {{"--do-not-launch"},
        "",
@@ -427,9 +511,10 @@ const std::vector<option_spec>& option_table() {
          st.opts.timestamp_output = true;
        }},
       {{"--output-filename"},
-       "DIR[:nocopy]",
+       "DIR[:nojobid,nocopy]",
        1,
-       "also write each rank's output to DIR/1/rank.R/stdout|stderr (:nocopy: only there)",
+       "also write each rank's output to DIR/1/rank.R/stdout|stderr (nojobid: DIR/rank.R; "
+       "nocopy: only there)",
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          apply_output_filename(st, n, v[0]);
        }},
@@ -481,6 +566,7 @@ const std::vector<option_spec>& option_table() {
        "let the other ranks run on when one fails",
        [](parse_state& st, std::string_view, std::span<const std::string>) {
          st.opts.abort_on_failure = false;
+         st.opts.abort_policy_given = true;
        }},
       {{"--timeout"},
        "SECONDS",
@@ -513,10 +599,23 @@ const std::vector<option_spec>& option_table() {
        [](parse_state& st, std::string_view, std::span<const std::string>) {
          st.opts.allow_run_as_root = true;
        }},
+      {{"--app"},
+       "FILE",
+       1,
+       "run the app contexts of FILE, one per line (\"-np 2 ./a x\"; # comments)",
+       [](parse_state&, std::string_view n, std::span<const std::string> v) {
+         // pmrun reads the file first (expand_app_file); here it is only misplaced.
+         throw error(errc::usage, cli::misplaced_app_file(n, v[0]));
+       }},
       {{"--quiet", "-q"},
        "",
        0,
        "accepted for mpirun compatibility",
+       [](parse_state&, std::string_view, std::span<const std::string>) {}},
+      {{"--verbose", "-v"},
+       "",
+       0,
+       "accepted for mpirun compatibility (prints nothing more)",
        [](parse_state&, std::string_view, std::span<const std::string>) {}},
       {{"--help", "-h"},
        "",
@@ -605,10 +704,82 @@ run_options parse_command_line(std::span<const std::string> args) {
     ++i;  // ':'
     if (i >= args.size()) throw error(errc::usage, cli::no_program_in_segment(segment + 1));
   }
+  if (!st.opts.hostfile) st.opts.hostfile = st.default_hostfile;
   if (st.opts.help || st.opts.version) {
     if (st.opts.job.apps.size() == 1 && st.opts.job.apps[0].argv.empty()) st.opts.job.apps.clear();
   }
   return st.opts;
+}
+
+std::vector<std::string> expand_app_file(std::span<const std::string> args,
+                                         const file_reader& read) {
+  // The options before the first program (or the first ':'); --app among them names the file.
+  std::vector<std::string> out;
+  std::optional<std::string> file;
+  std::string file_option;
+  std::size_t i = 0;
+  while (i < args.size() && args[i] != ":" && !args[i].empty() && args[i][0] == '-' &&
+         args[i] != "-" && args[i] != "--") {
+    std::optional<std::string> inline_value;
+    const auto* spec = find_option(args[i], inline_value);
+    const std::size_t values =
+        spec == nullptr || inline_value ? 0 : static_cast<std::size_t>(spec->arity);
+    if (spec != nullptr && spec->names.front() == "--app") {
+      file_option = args[i].substr(0, args[i].find('='));
+      if (inline_value) {
+        file = *inline_value;
+      } else if (i + 1 < args.size()) {
+        file = args[i + 1];
+      } else {
+        throw error(errc::usage, cli::missing_value(file_option, spec->metavar));
+      }
+      i += 1 + values;
+      continue;
+    }
+    for (std::size_t k = 0; k <= values && i + k < args.size(); ++k) out.push_back(args[i + k]);
+    i += 1 + values;
+  }
+  if (!file) return {args.begin(), args.end()};
+  if (i < args.size())
+    throw error(errc::usage, cli::app_file_and_program(file_option, *file, args[i]));
+  const std::string text = read(*file);
+  bool first = true;
+  std::size_t line_number = 0, pos = 0;
+  while (pos < text.size()) {
+    auto end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_number;
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    const auto words =
+        cli::agent_args(file_option + " '" + *file + "' line " + std::to_string(line_number), line);
+    if (words.empty()) continue;
+    if (!first) out.emplace_back(":");
+    out.insert(out.end(), words.begin(), words.end());
+    first = false;
+  }
+  if (first) throw error(errc::usage, cli::empty_app_file(file_option, *file));
+  return out;
+}
+
+void apply_environment_options(run_options& options, const env_map& env) {
+  if (!options.abort_policy_given) {
+    const std::string name = "OMPI_MCA_orte_abort_on_non_zero_status";
+    if (const auto it = env.find(name); it != env.end()) {
+      bool abort = true;
+      if (!parse_mca_boolean(it->second, abort)) {
+        throw error(errc::usage, cli::bad_variable_boolean(name, it->second));
+      }
+      options.abort_on_failure = abort;
+    }
+  }
+  if (options.timeout.count() == 0) {
+    // Empty or 0: no limit (mpirun 4.1 reads 0, and anything not a number, as "abort now").
+    if (const auto it = env.find("MPIEXEC_TIMEOUT"); it != env.end() && !it->second.empty()) {
+      options.timeout = parse_seconds("MPIEXEC_TIMEOUT", it->second);
+    }
+  }
 }
 
 std::string help_text() {
@@ -620,7 +791,7 @@ std::string help_text() {
   for (const auto& spec : option_table()) {
     std::string names;
     for (auto n : spec.names) {
-      if (n == "--n" || n == "--default-hostfile" || n == "--gmca" || n == "-gmca") continue;
+      if (n == "--n" || n == "--gmca" || n == "-gmca") continue;
       if (!names.empty()) names += ", ";
       names += n;
     }

@@ -32,6 +32,15 @@ std::optional<std::string> allocation_name(const allocation& alloc, const local_
   return std::nullopt;
 }
 
+// The option a host list was given with, as the user spelled it (-H, --host, -host).
+std::string option_of(const run_options& options, const std::string& text) {
+  for (std::size_t i = 0; i < options.host_lists.size(); ++i) {
+    if (options.host_lists[i] == text && i < options.host_list_options.size())
+      return options.host_list_options[i];
+  }
+  return "-H";
+}
+
 }  // namespace
 
 resolved_job resolve_job(const run_options& options, const env_map& env, const local_host& me,
@@ -56,7 +65,8 @@ resolved_job resolve_job(const run_options& options, const env_map& env, const l
     allocation merged;
     merged.source = allocation_source::host_list;
     for (const auto& text : options.host_lists) {
-      for (auto& h : parse_host_list(text, "-H").hosts) {
+      const auto option = option_of(options, text);
+      for (auto& h : parse_host_list(text, option).hosts) {
         auto it = std::find_if(merged.hosts.begin(), merged.hosts.end(),
                                [&](const host& m) { return m.name == h.name; });
         if (it == merged.hosts.end()) {
@@ -64,7 +74,7 @@ resolved_job resolve_job(const run_options& options, const env_map& env, const l
           continue;
         }
         if (const auto conflict = model::reach_conflict(*it, h); !conflict.empty()) {
-          throw error(errc::parse, model::printable("-H '" + text + "': host '" + h.name +
+          throw error(errc::parse, model::printable(option + " '" + text + "': host '" + h.name +
                                                     "' is listed again " + conflict));
         }
         it->slots = std::max(it->slots, h.slots);
@@ -92,11 +102,12 @@ resolved_job resolve_job(const run_options& options, const env_map& env, const l
   for (auto& app : out.job.apps) {
     std::vector<std::string> names;
     for (const auto& text : app.hosts) {
-      for (const auto& h : parse_host_list(text, "-H").hosts) {
+      const auto option = option_of(options, text);
+      for (const auto& h : parse_host_list(text, option).hosts) {
         auto name = allocation_name(out.alloc, me, h.name);
         if (!name) {
           throw error(errc::allocation,
-                      "-H '" + text + "': host '" + h.name + "' is not in the allocation");
+                      option + " '" + text + "': host '" + h.name + "' is not in the allocation");
         }
         names.push_back(*name);
       }

@@ -137,7 +137,7 @@ std::optional<std::uint16_t> free_port_on(const std::string& addr) {
 }  // namespace
 
 launch_facts decide_launch_facts(const rank_map& map, const local_host& me,
-                                 std::optional<std::uint16_t> master_port) {
+                                 std::optional<std::uint16_t> master_port, env_profile profiles) {
   const auto& hosts = map.allocation().hosts;
   auto is_local = [&](const host& h) { return h.local || me.is_me(h.name); };
   launch_facts facts;
@@ -146,13 +146,18 @@ launch_facts decide_launch_facts(const rank_map& map, const local_host& me,
   if (map.num_nodes() == 1 && is_local(hosts.at(map.host_of_node(0)))) {
     facts.node_addrs = {"127.0.0.1"};  // nothing leaves the machine
   } else if (map.num_nodes() > 0 && map.size() > 0) {
-    facts.node_addrs.reserve(map.num_nodes());
+    // Each name is looked up only when a rank will read its address: rank 0's always
+    // (MASTER_ADDR), the others only for TF_CONFIG.
+    const auto master_node = map.at(0).node;
+    const bool every_node = has(profiles, env_profile::tf);
+    facts.node_addrs.assign(map.num_nodes(), std::string());
     for (std::uint32_t node = 0; node < map.num_nodes(); ++node) {
+      if (node != master_node && !every_node) continue;
       const auto& h = hosts.at(map.host_of_node(node));
-      facts.node_addrs.push_back(address_of(h, is_local(h)));
+      facts.node_addrs[node] = address_of(h, is_local(h));
     }
-    const auto& rank0 = hosts.at(map.host_of_node(map.at(0).node));
-    facts.master_addr = facts.node_addrs[map.at(0).node];
+    const auto& rank0 = hosts.at(map.host_of_node(master_node));
+    facts.master_addr = facts.node_addrs[master_node];
     master_local = is_local(rank0);
   }
   if (master_port) {

@@ -134,8 +134,9 @@ std::vector<env_var> profile_env(const rank_map& map, std::uint32_t rank, env_pr
     tf.begin_object().key("cluster").begin_object().key("worker").begin_array();
     for (std::uint32_t i = 0; i < map.size(); ++i) {
       const auto q = map.at(i);
-      const auto& addr =
-          q.node < facts.node_addrs.size() ? facts.node_addrs[q.node] : facts.master_addr;
+      const auto& addr = q.node < facts.node_addrs.size() && !facts.node_addrs[q.node].empty()
+                             ? facts.node_addrs[q.node]
+                             : facts.master_addr;
       const std::uint64_t worker_port = std::uint64_t{facts.master_port} + 1 + q.local_rank;
       if (worker_port > 65535) {
         throw error(errc::env, "TF_CONFIG: rank " + number(i) + " would need port " +

@@ -1,9 +1,11 @@
 // A streaming JSON writer for what libpm prints (reports, maps, TF_CONFIG). It appends to one
 // string and keeps only a small stack of open containers: unlike a DOM, nothing is left to
 // destroy, so a failed allocation is a plain std::bad_alloc from an append and never the
-// std::terminate of a DOM destructor that allocates (nlohmann::json's does). The layout is
-// nlohmann's dump(indent) byte for byte (tests/unit/json_writer_test.cpp compares them); invalid
-// UTF-8 in a string becomes U+FFFD instead of an exception.
+// std::terminate of a DOM destructor that allocates (nlohmann::json's does; c_oom_test sweeps
+// pm_map_json and pm_report_json through every allocation). Every scalar — string escapes,
+// invalid UTF-8 as U+FFFD, numbers — is encoded by nlohmann::json itself, so the output is
+// nlohmann's dump(indent) byte for byte (tests/unit/json_writer_test.cpp compares them) and the
+// project has one JSON encoder; this class only lays out objects and arrays.
 #pragma once
 
 #include <charconv>

@@ -62,6 +62,8 @@ class line_assembler {
 
   /// Bytes held (the unterminated tail).
   std::size_t pending() const noexcept { return tail_.size(); }
+  /// The unterminated tail itself (valid until the next feed or finish).
+  std::string_view held() const noexcept { return tail_; }
   std::size_t max_line() const noexcept { return max_line_; }
 
  private:

@@ -74,9 +74,11 @@ std::size_t rank_width(std::size_t job_size) {
   return width;
 }
 
-std::string rank_directory(std::string_view dir, std::uint32_t rank, std::size_t job_size) {
+std::string rank_directory(std::string_view dir, std::uint32_t rank, std::size_t job_size,
+                           bool with_jobid) {
   char buf[48];
-  std::snprintf(buf, sizeof buf, "/1/rank.%0*u", static_cast<int>(rank_width(job_size)), rank);
+  std::snprintf(buf, sizeof buf, with_jobid ? "/1/rank.%0*u" : "/rank.%0*u",
+                static_cast<int>(rank_width(job_size)), rank);
   std::string path(dir);
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   path.append(buf);

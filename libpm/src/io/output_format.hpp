@@ -41,8 +41,10 @@ void append_json_line(std::string& out, std::uint32_t rank, output_stream stream
 /// Digits of the job size: Open MPI 4.1 pads rank.R to this width (10 ranks: rank.00 .. rank.09).
 std::size_t rank_width(std::size_t job_size);
 
-/// "DIR/1/rank.R" with R zero-padded to rank_width(job_size).
-std::string rank_directory(std::string_view dir, std::uint32_t rank, std::size_t job_size);
+/// "DIR/1/rank.R" with R zero-padded to rank_width(job_size); "DIR/rank.R" without the job id
+/// (--output-filename DIR:nojobid, as Open MPI 4.1).
+std::string rank_directory(std::string_view dir, std::uint32_t rank, std::size_t job_size,
+                           bool with_jobid = true);
 
 /// Caches the formatted time for the current second, so per-line timestamps cost no formatting.
 class ctime_cache {

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include <string_view>
 #include <system_error>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "io/line_assembler.hpp"
@@ -71,6 +73,16 @@ struct destination {
   // are asked to pause (output_forwarder::congested); leaving this state runs the resume callback.
   bool over = false;
   const stream_state* open_line = nullptr;  // raw mode: whose unterminated line ends the output
+  // open_line was shown before its end (a prompt, after a quiet time): the other streams' output
+  // is held until that line ends, so that it is never cut (at most queue_limit bytes, then the
+  // line is cut after all). held_open: whose unterminated line ends `held`.
+  bool open_shown = false;
+  // When a stream writing here last fed bytes: a partial line is shown only once the whole
+  // destination has been quiet (a prompt waits while everyone waits; a rank that was merely
+  // descheduled mid-line while the others write on is not shown early).
+  std::chrono::steady_clock::time_point last_feed;
+  std::string held;
+  const stream_state* held_open = nullptr;
   std::vector<stream_state*> parked;
 
   destination() = default;
@@ -95,6 +107,11 @@ struct stream_state {
   std::function<void(std::uint64_t)> on_eof;
   // Text mode: what follows the timestamp, "[1,R]<stdout>:" / "[1,R]<stdout>+:", made once.
   std::string tag_line, tag_piece;
+  // A partial line shown on the raw terminal after a quiet time: `shown` bytes of the assembler's
+  // tail are out already, and are skipped when the line is emitted; `quiet` waits for the
+  // destination to be silent (re-armed from its last feed rather than on every read).
+  std::size_t shown = 0;
+  std::optional<asio::steady_timer> quiet;
 
   explicit stream_state(std::size_t max_line) : assembler(max_line) {}
 };
@@ -134,7 +151,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     guard = !sigpipe_ignored();
     if (!opt.output_dir.empty()) {
       std::error_code ec;
-      const std::string top = opt.output_dir + "/1";
+      const std::string top = opt.output_dir_nojobid ? opt.output_dir : opt.output_dir + "/1";
       std::filesystem::create_directories(top, ec);
       if (ec) {
         throw error(errc::system, "cannot create output directory '" + top + "': " + ec.message());
@@ -232,12 +249,20 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     opt.sink(s.rank, s.which, line, f);
   }
 
+  // What of `prefix` (the assembler's tail) destination `d` still needs: the terminal already
+  // has the part a quiet-time flush showed.
+  static std::string_view unshown(const stream_state& s, const destination* d,
+                                  std::string_view prefix) {
+    return d == s.terminal ? prefix.substr(std::min(s.shown, prefix.size())) : prefix;
+  }
+
   // Complete lines: prefix + body ends with '\n'.
   void emit_whole(stream_state& s, std::string_view prefix, std::string_view body) {
     for (destination* d : {s.terminal, s.file.get()}) {
       if (d == nullptr) continue;
       if (d->format == format_mode::raw) {
-        const slice parts[] = {{prefix.data(), prefix.size()}, {body.data(), body.size()}};
+        const auto p = unshown(s, d, prefix);
+        const slice parts[] = {{p.data(), p.size()}, {body.data(), body.size()}};
         write(*d, s, parts, 2, true);
       } else {
         fmt.clear();
@@ -262,7 +287,8 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     for (destination* d : {s.terminal, s.file.get()}) {
       if (d == nullptr) continue;
       if (d->format == format_mode::raw) {
-        const slice parts[] = {{prefix.data(), prefix.size()}, {body.data(), body.size()}};
+        const auto p = unshown(s, d, prefix);
+        const slice parts[] = {{p.data(), p.size()}, {body.data(), body.size()}};
         write(*d, s, parts, 2, false);
       } else {
         fmt.clear();
@@ -277,11 +303,63 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   struct consumer {
     impl& m;
     stream_state& s;
-    void whole(std::string_view prefix, std::string_view body) { m.emit_whole(s, prefix, body); }
+    // The tail is handed over as `prefix` once; what was shown of it is accounted for then.
+    void whole(std::string_view prefix, std::string_view body) {
+      m.emit_whole(s, prefix, body);
+      s.shown = 0;
+    }
     void piece(std::string_view prefix, std::string_view body, line_flags f) {
       m.emit_piece(s, prefix, body, f);
+      s.shown = 0;
     }
   };
+
+  // ---- partial lines on the terminal (prompts) ----------------------------------------------
+
+  bool shows_partial_lines(const stream_state& s) const {
+    return opt.partial_line_delay.count() > 0 && !opt.sink && s.terminal != nullptr &&
+           s.terminal->format == format_mode::raw;
+  }
+
+  // After a feed: a tail not shown yet waits for the destination to be quiet.
+  void after_feed(stream_state& s) {
+    if (!shows_partial_lines(s)) return;
+    s.terminal->last_feed = std::chrono::steady_clock::now();
+    if (s.assembler.pending() <= s.shown) return;
+    if (s.quiet) return;  // armed: it re-arms itself from last_feed
+    s.quiet.emplace(io);
+    arm_quiet(s, opt.partial_line_delay);
+  }
+
+  void arm_quiet(stream_state& s, std::chrono::steady_clock::duration after) {
+    s.quiet->expires_after(after);
+    s.quiet->async_wait([weak = weak_from_this(), sp = &s](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (!self || ec == asio::error::operation_aborted) return;
+      self->quiet_time(*sp);
+    });
+  }
+
+  void quiet_time(stream_state& s) {
+    if (s.eof) {
+      s.quiet.reset();
+      return;
+    }
+    const auto silent = std::chrono::steady_clock::now() - s.terminal->last_feed;
+    if (silent < opt.partial_line_delay) {
+      arm_quiet(s, opt.partial_line_delay - silent);  // bytes came meanwhile: wait on
+      return;
+    }
+    s.quiet.reset();
+    const auto tail = s.assembler.held();
+    if (tail.size() <= s.shown) return;
+    const auto rest = tail.substr(s.shown);
+    const slice parts[] = {{rest.data(), rest.size()}};
+    destination& d = *s.terminal;
+    write(d, s, parts, 1, false);                // the line stays open: its rest follows directly
+    if (d.open_line == &s) d.open_shown = true;  // (else it was held behind another shown line)
+    s.shown = tail.size();
+  }
 
   // ---- writing -----------------------------------------------------------------------------
 
@@ -345,12 +423,47 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   }
 
   void write(destination& d, const stream_state& s, const slice* parts, int count, bool ends_line) {
+    write_as(d, &s, parts, count, ends_line);
+  }
+
+  // Raw mode: the held output goes out once the shown line has ended (or must be cut).
+  void release_held(destination& d) {
+    d.open_shown = false;
+    if (d.held.empty()) return;
+    const std::string held = std::move(d.held);
+    d.held.clear();
+    const stream_state* who = std::exchange(d.held_open, nullptr);
+    const slice parts[] = {{held.data(), held.size()}};
+    write_as(d, who, parts, 1, who == nullptr);
+  }
+
+  // `who`: the stream the bytes come from (nullptr: complete lines of held output).
+  void write_as(destination& d, const stream_state* who, const slice* parts, int count,
+                bool ends_line) {
+    if (d.format == format_mode::raw && d.open_shown && d.open_line != who) {
+      std::size_t size = 0;
+      for (int i = 0; i < count; ++i) size += parts[i].size;
+      if (d.held.size() + size <= limits.queue_limit) {
+        if (d.held_open != nullptr && d.held_open != who) d.held.push_back('\n');
+        for (int i = 0; i < count; ++i) d.held.append(parts[i].data, parts[i].size);
+        if (size > 0) d.held_open = ends_line ? nullptr : who;
+        return;
+      }
+      release_held(d);  // too much is waiting: the shown line is cut after all
+    }
+    const bool ends_shown_line = d.open_shown && d.open_line == who && ends_line;
+    write_now(d, who, parts, count, ends_line);
+    if (ends_shown_line) release_held(d);
+  }
+
+  void write_now(destination& d, const stream_state* who, const slice* parts, int count,
+                 bool ends_line) {
     iovec iov[4];
     int n = 0;
     std::size_t total = 0;
     if (d.format == format_mode::raw) {
       // Another stream's unterminated line ends the output: finish it, so lines never join.
-      if (d.open_line != nullptr && d.open_line != &s) {
+      if (d.open_line != nullptr && d.open_line != who) {
         iov[n++] = {const_cast<char*>("\n"), 1};
         total += 1;
       }
@@ -361,7 +474,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
       total += parts[i].size;
     }
     if (total == 0) return;
-    if (d.format == format_mode::raw) d.open_line = ends_line ? nullptr : &s;
+    if (d.format == format_mode::raw) d.open_line = ends_line ? nullptr : who;
     if (d.failed) {
       st.bytes_discarded += total;
       return;
@@ -526,6 +639,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
         chunk_time.reset();
         consumer c{*this, s};
         s.assembler.feed(std::string_view(scratch.get(), static_cast<std::size_t>(r)), c);
+        after_feed(s);
         continue;
       }
       if (r < 0 && errno == EINTR) continue;
@@ -546,6 +660,11 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     consumer c{*this, s};
     s.assembler.finish(c);
     s.eof = true;
+    s.quiet.reset();  // cancels a pending quiet-time wait
+    // A shown line that will never end: what waited behind it goes out now, on a new line.
+    if (s.terminal != nullptr && s.terminal->open_shown && s.terminal->open_line == &s) {
+      release_held(*s.terminal);
+    }
     s.pipe.reset();  // closes the read end
     --st.streams_open;
     if (s.file) {
@@ -570,7 +689,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   void check_drain() {
     if (!drain_handler || st.streams_open > 0) return;
     for (const auto& d : terminals) {
-      if (d->queued > 0 && !d->failed) return;
+      if ((d->queued > 0 || !d->held.empty()) && !d->failed) return;
     }
     asio::post(io, std::move(drain_handler));
     drain_handler = nullptr;
@@ -667,6 +786,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     chunk_time.reset();
     consumer c{*this, s};
     s.assembler.feed(std::string_view(bytes.data(), bytes.size()), c);
+    after_feed(s);
   }
 
   void close_stream(std::uint32_t rank, output_stream which) {
@@ -680,7 +800,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
 
   std::unique_ptr<destination> open_rank_file(std::uint32_t rank, output_stream which) {
     auto d = std::make_unique<destination>();
-    const std::string dir = rank_directory(opt.output_dir, rank, job_size);
+    const std::string dir = rank_directory(opt.output_dir, rank, job_size, !opt.output_dir_nojobid);
     d->name = "'" + dir + "/" + std::string(to_string(which)) + "'";
     d->format = (opt.tag || opt.timestamp) ? format_mode::text : format_mode::raw;
     d->counts = false;

@@ -27,6 +27,17 @@ std::string format_job_map(const rank_map& map, std::uint32_t jobid) {
   return out;
 }
 
+std::string format_allocation(const allocation& alloc) {
+  std::string out = "\n======================   ALLOCATED NODES   ======================\n";
+  for (const auto& h : alloc.hosts) {
+    out += "\t" + h.name + ": flags=" + (h.local ? "0x11" : "0x10") +
+           " slots=" + std::to_string(h.slots) + " max_slots=" + std::to_string(h.max_slots) +
+           " slots_inuse=0 state=" + (h.local ? "UP" : "UNKNOWN") + "\n";
+  }
+  out += "=================================================================\n";
+  return out;
+}
+
 std::string job_map_json(const rank_map& map, std::uint32_t jobid) {
   // json_writer, not a DOM: see io/json_writer.hpp (out of memory is a plain std::bad_alloc).
   json_writer w(2);

@@ -232,13 +232,17 @@ rank_map map_job(const job_spec& job, const allocation& alloc) {
                                              : counts_by_node(hosts, usage, np);
     }
 
-    // Ranks: by slot and ppr fill host after host; by node deals one per host per round.
+    // Ranks: by slot and ppr fill host after host; by node deals one per host per round; --rank-by
+    // chooses the numbering apart from the counts (mpirun: --map-by slot --rank-by node on a:2,b:2
+    // gives a 0,2 · b 1,3).
     map.app_first_rank_.push_back(map.size());
     const auto place = [&](std::uint32_t h) {
       map.host_of_rank_.push_back(h);
       map.local_rank_.push_back(usage.used[h]++);
     };
-    if (job.mapping.by == map_by::node) {
+    const auto ranking = job.mapping.ranking.value_or(
+        job.mapping.by == map_by::node ? rank_by::node : rank_by::slot);
+    if (ranking == rank_by::node) {
       std::uint64_t left = np;
       std::vector<std::uint64_t> dealt(hosts.size(), 0);
       while (left > 0) {

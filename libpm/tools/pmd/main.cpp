@@ -262,17 +262,18 @@ void driver::do_spawn(const ag::process_spec& spec) {
     return;
   }
   pm::local::spawn_request req;
+  req.env = spec.environment();  // composed now, for this rank only
   std::string wdir = spec.wdir;
   if (spec.wdir_may_fall_back && !wdir.empty()) {
     struct stat st {};
     if (::stat(wdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      const auto home = ag::find_variable(spec.env, "HOME");
+      const auto home = ag::find_variable(req.env, "HOME");
       wdir = home.empty() ? std::string("/") : std::string(home);
     }
   }
   try {
     // The program is found on this host, in the rank's own PATH and working directory.
-    const auto path = ag::find_variable(spec.env, "PATH");
+    const auto path = ag::find_variable(req.env, "PATH");
     req.path = pm::local::resolve_executable(
         spec.argv.front(), path.empty() ? std::string_view("/usr/local/bin:/usr/bin:/bin") : path,
         wdir);
@@ -286,7 +287,7 @@ void driver::do_spawn(const ag::process_spec& spec) {
     // MPI yields when idle on an oversubscribed host, as under mpirun, unless the user said.
     std::vector<std::string> extra = pmix_->rank_env(spec.rank);
     const auto unset = [&](std::string_view name) {
-      return ag::find_variable(spec.env, name).empty();
+      return ag::find_variable(req.env, name).empty();
     };
     if (pmix_->oversubscribed() && unset("OMPI_MCA_mpi_yield_when_idle")) {
       extra.emplace_back("OMPI_MCA_mpi_yield_when_idle=1");
@@ -298,9 +299,7 @@ void driver::do_spawn(const ag::process_spec& spec) {
       if (unset("OMPI_MCA_pml")) extra.emplace_back("OMPI_MCA_pml=ob1");
       if (unset("OMPI_MCA_btl")) extra.emplace_back("OMPI_MCA_btl=self,vader,tcp");
     }
-    req.env = ag::compose_rank_environment(spec.env, extra, {}, {});
-  } else {
-    req.env = spec.env;
+    req.env = ag::compose_rank_environment(req.env, extra, {}, {});
   }
   req.wdir = wdir;
   // Stdin as input frames (no descriptor came with the spawn): a pipe whose write end pmd feeds.
@@ -319,7 +318,8 @@ void driver::do_spawn(const ag::process_spec& spec) {
   req.stdin_fd = !spec.stdin_from_launcher ? -1 : in_r ? in_r.get() : stdin_.get();
   req.stdout_fd = out_w.get();
   req.stderr_fd = spec.streams == 2 ? err_w.get() : out_w.get();
-  req.nofile = nofile_;  // pmd raised its own limit; ranks get the one it was given
+  req.nofile = nofile_;               // pmd raised its own limit; ranks get the one it was given
+  req.parent_death_signal = SIGKILL;  // a SIGKILLed pmd leaves no rank behind, not even briefly
   pm::local::spawned_process res;
   try {
     res = pm::local::spawn(req);

@@ -2,15 +2,17 @@
 // on one Asio event loop; forward the signals pmrun receives; end as the job ended.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "cli/messages.hpp"
 #include "cli/remote_options.hpp"
@@ -24,6 +26,7 @@
 #include "pm/report.hpp"
 #include "pm/version.hpp"
 #include "transport/local/local_transport.hpp"
+#include "transport/local/nofile_limit.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
 namespace {
@@ -51,14 +54,54 @@ void write_text(const std::string& target, const std::string& text, const char* 
   }
 }
 
-// Hundreds of ranks need more descriptors than the usual soft limit of 1024: raise ours to the hard
-// limit (the ranks get the original back: the agent restores it).
-void raise_nofile_limit() {
-  rlimit lim{};
-  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
+// --report FILE: opened before anything starts (an unwritable path is found before the job runs,
+// as --display-map-json's is), written once however the job ended.
+class report_file {
+ public:
+  explicit report_file(const std::string& path) : path_(path) {
+    if (path_.empty() || path_ == "-") return;
+    out_.open(path_, std::ios::out | std::ios::trunc);
+    if (!out_) {
+      throw pm::error(pm::errc::system,
+                      "--report: cannot write '" + path_ + "': " + std::strerror(errno));
+    }
   }
+  void write(const pm::job_report& report) {
+    if (path_.empty() || written_) return;
+    written_ = true;
+    const auto text = pm::to_json(report) + "\n";
+    if (path_ == "-") {
+      std::cout << text << std::flush;
+      return;
+    }
+    out_ << text;
+    if (!out_.flush()) {
+      throw pm::error(pm::errc::system, "--report: cannot write '" + path_ + "'");
+    }
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+  bool written_ = false;
+};
+
+// The report of a job that never started: every rank pending, with what stopped it.
+pm::job_report unstarted_report(const pm::rank_map& map, int exit_code, pm::cause_kind cause,
+                                std::string summary) {
+  pm::job_report r;
+  r.exit_code = exit_code;
+  r.cause = cause;
+  r.summary = std::move(summary);
+  for (const auto& h : map.allocation().hosts) r.host_names.push_back(h.name);
+  r.ranks.reserve(map.size());
+  for (std::uint32_t i = 0; i < map.size(); ++i) {
+    pm::rank_report rank;
+    rank.rank = i;
+    rank.host = map.at(i).host;
+    r.ranks.push_back(std::move(rank));
+  }
+  return r;
 }
 
 struct prepared_stdin {
@@ -143,34 +186,11 @@ int exit_code_for(const pm::error& e) {
   }
 }
 
-int run(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  const auto options = pm::parse_command_line(args);
-  if (options.help) {
-    std::cout << pm::help_text();
-    return 0;
-  }
-  if (options.version) {
-    std::cout << "pmrun (libpm) " << pm::version_string() << "\n";
-    return 0;
-  }
-  const auto env = pm::current_environment();
-  if (!root_allowed(options, env)) throw pm::error(pm::errc::usage, pm::cli::refuse_root());
-
-  const auto me = pm::local_host_info();
-  const auto resolved = pm::resolve_job(options, env, me, pm::read_text_file);
-  auto map = pm::map_job(resolved.job, resolved.alloc);
-  // Exports are checked before anything is shown or started.
-  auto job_env = pm::make_job_env(env, options.exports, options.profiles, {});
-  const auto jobid = static_cast<std::uint32_t>(getpid() % 65535 + 1);
-  if (options.display_map) std::cout << pm::format_job_map(map, jobid) << std::flush;
-  if (!options.display_map_json.empty()) {
-    write_text(options.display_map_json, pm::job_map_json(map, jobid), "--display-map-json");
-  }
-  if (options.do_not_launch) return 0;
-
-  raise_nofile_limit();
-  job_env.facts = pm::decide_launch_facts(map, me, options.master_port);
+int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm::rank_map map,
+           pm::job_env job_env, const pm::local_host& me, report_file& report_out) {
+  // Hundreds of ranks need more descriptors than the usual 1024; the ranks get the original back.
+  pm::local::raise_nofile_limit();
+  job_env.facts = pm::decide_launch_facts(map, me, options.master_port, options.profiles);
 
   pm::job_request request;
   request.apps = resolved.job.apps;
@@ -185,6 +205,7 @@ int run(int argc, char** argv) {
   request.output.json_lines = options.json_lines;
   request.output.output_dir = options.output_dir;
   request.output.output_dir_nocopy = options.output_nocopy;
+  request.output.output_dir_nojobid = options.output_nojobid;
   request.output.on_error = [](std::string_view message) {
     std::fprintf(stderr, "pmrun: %.*s\n", static_cast<int>(message.size()), message.data());
   };
@@ -239,8 +260,12 @@ int run(int argc, char** argv) {
   if (forwarder) forwarder->stop();
   if (!report) throw pm::error(pm::errc::internal, "the event loop ended before the job");
 
-  if (!options.report_file.empty())
-    write_text(options.report_file, pm::to_json(*report) + "\n", "--report");
+  try {
+    report_out.write(*report);
+  } catch (const pm::error& e) {
+    // The job ran: its exit code stands; the lost report is said once.
+    std::fprintf(stderr, "pmrun: %s\n", e.what());
+  }
   ending_signal = report->cause == pm::cause_kind::signal ? report->signal : 0;
   if (ending_signal != 0) {
     // End by the signal we received, so that shell loops and callers see it.
@@ -253,6 +278,63 @@ int run(int argc, char** argv) {
     raise(ending_signal);
   }
   return report->exit_code;
+}
+
+int run(int argc, char** argv) {
+  const std::vector<std::string> given(argv + 1, argv + argc);
+  const auto args = pm::expand_app_file(given, pm::read_text_file);
+  auto options = pm::parse_command_line(args);
+  if (options.help) {
+    std::cout << pm::help_text();
+    return 0;
+  }
+  if (options.version) {
+    std::cout << "pmrun (libpm) " << pm::version_string() << "\n";
+    return 0;
+  }
+  const auto env = pm::current_environment();
+  pm::apply_environment_options(options, env);
+  if (!root_allowed(options, env)) throw pm::error(pm::errc::usage, pm::cli::refuse_root());
+
+  const auto me = pm::local_host_info();
+  const auto resolved = pm::resolve_job(options, env, me, pm::read_text_file);
+  auto map = pm::map_job(resolved.job, resolved.alloc);
+  // Exports are checked before anything is shown or started.
+  auto job_env = pm::make_job_env(env, options.exports, options.profiles, {});
+  const auto jobid = static_cast<std::uint32_t>(getpid() % 65535 + 1);
+  report_file report_out(options.report_file);
+  if (options.display_allocation) std::cout << pm::format_allocation(resolved.alloc) << std::flush;
+  if (options.display_map) std::cout << pm::format_job_map(map, jobid) << std::flush;
+  if (!options.display_map_json.empty()) {
+    write_text(options.display_map_json, pm::job_map_json(map, jobid), "--display-map-json");
+  }
+  if (options.do_not_launch) {
+    report_out.write(
+        unstarted_report(map, 0, pm::cause_kind::none, "not launched (--do-not-launch)"));
+    return 0;
+  }
+  // What the report says if the launch fails before anything starts (built only when asked for).
+  std::optional<pm::job_report> unstarted;
+  if (!options.report_file.empty()) unstarted = unstarted_report(map, 0, pm::cause_kind::none, {});
+  try {
+    return launch(options, resolved, std::move(map), std::move(job_env), me, report_out);
+  } catch (const pm::error& e) {
+    // Nothing started (a program not found or not executable, the agent could not start): the
+    // report says so, so that a 127 here is told from a rank that exited 127. A usage error
+    // (2) is no launch and gets no report, as before mapping.
+    const auto code = exit_code_for(e);
+    if (unstarted && code != pm::exit_codes::usage) {
+      unstarted->exit_code = code;
+      unstarted->cause = pm::cause_kind::spawn_failed;
+      unstarted->summary = e.what();
+      try {
+        report_out.write(*unstarted);
+      } catch (const pm::error& lost) {
+        std::fprintf(stderr, "pmrun: %s\n", lost.what());
+      }
+    }
+    throw;
+  }
 }
 
 }  // namespace

@@ -35,6 +35,17 @@ check check_file(const std::string& path, int& error_number) {
   return check::ok;
 }
 
+// The rank execs its program after its chdir into `wdir`: a path found relative to this
+// process's directory (a relative -wdir, `-wdir w1 ./app`) is made absolute, or the exec would
+// look for w1/w1/app.
+std::string usable_after_chdir(std::string path, std::string_view wdir) {
+  if (wdir.empty() || path.front() == '/') return path;
+  std::string here(4096, '\0');
+  if (getcwd(here.data(), here.size()) == nullptr) return path;
+  here.resize(std::strlen(here.c_str()));
+  return join(here, path);
+}
+
 }  // namespace
 
 std::string resolve_executable(std::string_view program, std::string_view path_env,
@@ -46,7 +57,7 @@ std::string resolve_executable(std::string_view program, std::string_view path_e
     int e = 0;
     switch (check_file(path, e)) {
       case check::ok:
-        return path;
+        return usable_after_chdir(path, wdir);
       case check::missing:
         throw error(
             e == ENOENT ? errc::not_found : errc::not_executable,
@@ -71,7 +82,7 @@ std::string resolve_executable(std::string_view program, std::string_view path_e
     const std::string candidate = join(base, program);
     int e = 0;
     const auto result = check_file(candidate, e);
-    if (result == check::ok) return candidate;
+    if (result == check::ok) return usable_after_chdir(candidate, wdir);
     if (result == check::not_executable && not_executable.empty()) not_executable = candidate;
     start = end + 1;
   }

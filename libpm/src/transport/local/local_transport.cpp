@@ -21,6 +21,7 @@
 
 #include "link/socket.hpp"
 #include "pm/error.hpp"
+#include "transport/local/nofile_limit.hpp"
 #include "transport/local/spawner.hpp"
 
 extern char** environ;
@@ -214,6 +215,9 @@ void local_transport::open(const agent_target& target, std::function<void(agent_
     if (req.env.empty()) {
       for (char** e = environ; *e != nullptr; ++e) req.env.emplace_back(*e);
     }
+    // The launcher may have raised its descriptor limit: pmd starts with the one it was given,
+    // and hands that on to the ranks.
+    req.nofile = original_nofile_limit();
     // pmd speaks the link on its stdin and stdout, the same socket here; its stderr is ours, for
     // last-resort diagnostics.
     req.stdin_fd = theirs.get();

@@ -4,12 +4,16 @@
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include "pm/error.hpp"
 
@@ -35,6 +39,8 @@ struct child_plan {
   bool new_group;
   bool restore_nofile;
   rlimit nofile;
+  int parent_death_signal;
+  pid_t parent;            // the spawner's pid, to notice that it died before the signal was armed
   volatile int error = 0;  // written by the child when it fails: errno
 };
 
@@ -51,6 +57,10 @@ int child_main(void* arg) {
     _exit(exec_failure_code(errno));
   };
   if (plan->new_group && setpgid(0, 0) != 0) return fail();
+  if (plan->parent_death_signal != 0) {
+    if (prctl(PR_SET_PDEATHSIG, plan->parent_death_signal) != 0) return fail();
+    if (getppid() != plan->parent) _exit(128 + plan->parent_death_signal);  // died meanwhile
+  }
   // Default dispositions: a handler of the parent must not run in the child, an ignored signal
   // (SIGPIPE, SIGINT from nohup) must not stay ignored in the rank.
   struct sigaction dfl {};
@@ -95,7 +105,36 @@ std::vector<char*> c_strings(const std::vector<std::string>& list) {
   return out;
 }
 
+// The interpreter a script's "#!" line names, when that interpreter does not exist: execve then
+// fails with ENOENT though the script is there, and "No such file or directory" alone would send
+// the user looking for the script. Read only on this failure path.
+std::optional<std::string> missing_interpreter(const spawn_request& request) {
+  std::string path = request.path;
+  if (path.front() != '/' && !request.wdir.empty()) path = request.wdir + "/" + path;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char head[256];
+  const auto n = read(fd, head, sizeof head);
+  close(fd);
+  if (n < 3 || head[0] != '#' || head[1] != '!') return std::nullopt;
+  const std::string_view line(head + 2, static_cast<std::size_t>(n) - 2);
+  const auto start = line.find_first_not_of(" \t");
+  if (start == std::string_view::npos) return std::nullopt;
+  const auto end = line.find_first_of(" \t\r\n", start);
+  std::string interpreter(line.substr(start, end == std::string_view::npos ? end : end - start));
+  struct stat st {};
+  if (interpreter.empty() || stat(interpreter.c_str(), &st) == 0) return std::nullopt;
+  return interpreter;
+}
+
 [[noreturn]] void exec_failed(const spawn_request& request, int error_number) {
+  if (error_number == ENOENT) {
+    if (auto interpreter = missing_interpreter(request)) {
+      const auto& shown = request.argv.empty() ? request.path : request.argv.front();
+      throw error(errc::not_found, "cannot execute '" + shown + "': its interpreter '" +
+                                       *interpreter + "' (#! line) does not exist");
+    }
+  }
   const std::string what = error_number == ENOENT && !request.wdir.empty()
                                ? "cannot execute '" + request.path + "' in '" + request.wdir + "'"
                                : "cannot execute '" + request.path + "'";
@@ -159,6 +198,8 @@ spawned_process spawn(const spawn_request& request) {
   plan.new_group = request.new_process_group;
   plan.restore_nofile = request.nofile.has_value();
   if (request.nofile) plan.nofile = *request.nofile;
+  plan.parent_death_signal = request.parent_death_signal;
+  plan.parent = getpid();
 
   static bool clone_refused = false;  // remembered: the fallback is taken without retrying
   if (!clone_refused) {

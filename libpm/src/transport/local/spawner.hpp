@@ -29,6 +29,10 @@ struct spawn_request {
   int stderr_fd = -1;             ///< -1: /dev/null; may equal stdout_fd (merged)
   bool new_process_group = true;  ///< setpgid(0, 0): signals reach the rank and its children
   std::optional<rlimit> nofile;   ///< RLIMIT_NOFILE to restore in the child
+  /// PR_SET_PDEATHSIG: the signal the child gets when the calling THREAD ends (0: none). For a
+  /// helper that spawns from one thread that lives as long as it (pmd): its ranks then die at
+  /// once when it is SIGKILLed. Not for embedders, whose spawning thread may end early.
+  int parent_death_signal = 0;
 };
 
 struct spawned_process {

@@ -129,7 +129,7 @@ struct scenario {
   /// MPMD: the job's app contexts in order (ranks numbered across them, as mpirun does).
   /// Empty: one app of `np` ranks.
   std::vector<app_segment> apps;
-  mapping_policy mapping{map_by::slot, 0, false};
+  mapping_policy mapping{map_by::slot, 0, false, std::nullopt};
   controller_options control{};
   latency_model latency{};
   process_script default_script{};
