@@ -187,7 +187,8 @@ int exit_code_for(const pm::error& e) {
 }
 
 int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm::rank_map map,
-           pm::job_env job_env, const pm::local_host& me, report_file& report_out) {
+           pm::job_env job_env, const pm::local_host& me, const pm::env_map& env,
+           report_file& report_out) {
   // Hundreds of ranks need more descriptors than the usual 1024; the ranks get the original back.
   pm::local::raise_nofile_limit();
   job_env.facts = pm::decide_launch_facts(map, me, options.master_port, options.profiles);
@@ -317,7 +318,7 @@ int run(int argc, char** argv) {
   std::optional<pm::job_report> unstarted;
   if (!options.report_file.empty()) unstarted = unstarted_report(map, 0, pm::cause_kind::none, {});
   try {
-    return launch(options, resolved, std::move(map), std::move(job_env), me, report_out);
+    return launch(options, resolved, std::move(map), std::move(job_env), me, env, report_out);
   } catch (const pm::error& e) {
     // Nothing started (a program not found or not executable, the agent could not start): the
     // report says so, so that a 127 here is told from a rank that exited 127. A usage error
