@@ -20,6 +20,11 @@ inline void check_hosts(const allocation& a) {
 /// Resolves the allocation as pmrun would for this source and maps one rank per slot (when the
 /// job is small enough to map, max_mapped_ranks).
 inline void resolve_and_map(const allocation_inputs& inputs) {
+  // resolve_allocation is linear, but a few microseconds a host: the parsers' own cap (a Slurm
+  // list of 10,000,000 names, docs/allocation.md) would take a minute in this build.
+  for (const auto* a : {&inputs.managed, &inputs.hostfile, &inputs.host_list}) {
+    if (*a && (*a)->hosts.size() > max_resolved_hosts) return;
+  }
   const local_host me = fixed_local_host();
   allocation resolved;
   if (!attempt([&] { resolved = resolve_allocation(inputs, me); })) return;
