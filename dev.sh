@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # libpm's one set-up script: installs what is missing (Debian 12 packages), builds, runs.
 #   ./dev.sh run    install, build, run a local pmrun job (the main job)
-#   ./dev.sh test   install, build, run the whole test suite
+#   ./dev.sh test   install, build, run the whole test suite, then again under the sanitizers
 #   ./dev.sh deps   only install what is missing
 #   ./dev.sh build  only build (preset "release" into build/)
 #   ./dev.sh bench  install the peers (mpich for mpiexec.hydra), build, run tests/bench
@@ -12,7 +12,8 @@ cd "$(dirname "$0")"
 PACKAGES=(cmake g++ make pkg-config clang-format
   libboost1.81-dev libboost-filesystem1.81-dev libpmix-dev openmpi-bin libopenmpi-dev python3-mpi4py
   libgtest-dev libgmock-dev librapidcheck-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev
-  openssh-server openssh-client iproute2 procps python3)
+  openssh-server openssh-client iproute2 procps python3
+  clang libclang-rt-14-dev)  # the asan build and the fuzz targets (docs/fuzzing.md)
 BENCH_PACKAGES=(mpich)
 
 install_missing() {
@@ -33,6 +34,43 @@ build() {
   cmake --build --preset release -j "$(nproc)"
 }
 
+# What `./dev.sh test` runs under the sanitizers (docs/fuzzing.md, "Sanitizers in CI"): under
+# ASan+UBSan every label but the slowest (multihost, mpi; they stay in the release run), with the
+# fuzz targets' smoke runs; under TSan the tests whose code runs threads, by test name.
+ASAN_LABELS='^(unit|property|sim|c|integration|fuzz)$'
+TSAN_TARGETS=(output_forwarder_test pmix_job_info_test c_launch_test pmd pm_payload)
+TSAN_TESTS='^(output_forwarder|PmixJobInfo|PmixCompletion)\.|^c\.c_launch_test$'
+
+# ctest, whose summary line is kept for the total that closes `./dev.sh test`.
+ctest_total=0
+ctest_failed=0
+ctest_phases=()
+ctest_broken=0
+run_ctest() {
+  local name=$1 log rc=0 line
+  shift
+  log=$(mktemp)
+  ctest "$@" 2>&1 | tee "$log" || rc=$?
+  line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
+  rm -f "$log"
+  if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+    ctest_failed=$((ctest_failed + BASH_REMATCH[1]))
+    ctest_total=$((ctest_total + BASH_REMATCH[2]))
+  fi
+  [ "$rc" -eq 0 ] || ctest_broken=1
+  ctest_phases+=("$name: ${line:-ctest ran no test (exit $rc)}")
+}
+
+# The three runs' summaries, then one line in ctest's words for all of them; fails if any failed.
+close_test_run() {
+  echo
+  printf '%s\n' "${ctest_phases[@]}"
+  local passed=100
+  [ "$ctest_total" -eq 0 ] || passed=$(((ctest_total - ctest_failed) * 100 / ctest_total))
+  echo "${passed}% tests passed, ${ctest_failed} tests failed out of ${ctest_total}"
+  [ "$ctest_failed" -eq 0 ] && [ "$ctest_broken" -eq 0 ]
+}
+
 case "${1:-}" in
   deps) install_missing "${PACKAGES[@]}" ;;
   build) build ;;
@@ -46,7 +84,14 @@ case "${1:-}" in
   test)
     install_missing "${PACKAGES[@]}"
     build
-    ctest --preset release --output-on-failure
+    run_ctest release --preset release --output-on-failure
+    cmake --preset asan -DPM_BUILD_BENCH=OFF >/dev/null
+    cmake --build --preset asan -j "$(nproc)"
+    run_ctest asan --preset asan -L "$ASAN_LABELS"
+    cmake --preset tsan -DPM_BUILD_BENCH=OFF -DPM_BUILD_EXAMPLES=OFF >/dev/null
+    cmake --build --preset tsan -j "$(nproc)" --target "${TSAN_TARGETS[@]}"
+    run_ctest tsan --preset tsan -R "$TSAN_TESTS"
+    close_test_run
     ;;
   bench)
     install_missing "${PACKAGES[@]}" "${BENCH_PACKAGES[@]}"

@@ -82,7 +82,7 @@ template <class... F>
 struct overloaded : F... {
   using F::operator()...;
 };
-// Clang 14 does not deduce aggregate template arguments yet (the fuzz build uses it).
+// Clang 14 does not deduce aggregate template arguments yet (the asan build uses it).
 template <class... F>
 overloaded(F...) -> overloaded<F...>;
 
