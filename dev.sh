@@ -35,9 +35,9 @@ build() {
 }
 
 # What `./dev.sh test` runs under the sanitizers (docs/fuzzing.md, "Sanitizers in CI"): under
-# ASan+UBSan every label but the slowest (multihost, mpi; they stay in the release run), with the
-# fuzz targets' smoke runs; under TSan the tests whose code runs threads, by test name.
-ASAN_LABELS='^(unit|property|sim|c|integration|fuzz)$'
+# ASan+UBSan every label but multihost, mpi and package (slow, or about the build; the release
+# run has them), with the fuzz targets' smoke runs; under TSan the tests whose code runs threads.
+ASAN_LABELS='^(unit|property|sim|c|integration|example|fuzz)$'
 TSAN_TARGETS=(output_forwarder_test pmix_job_info_test c_launch_test pmd pm_payload)
 TSAN_TESTS='^(output_forwarder|PmixJobInfo|PmixCompletion)\.|^c\.c_launch_test$'
 
