@@ -38,8 +38,9 @@ build() {
 # ASan+UBSan every label but multihost, mpi and package (slow, or about the build; the release
 # run has them), with the fuzz targets' smoke runs; under TSan the tests whose code runs threads.
 ASAN_LABELS='^(unit|property|sim|c|integration|example|fuzz)$'
-TSAN_TARGETS=(output_forwarder_test pmix_job_info_test c_launch_test pmd pm_payload)
-TSAN_TESTS='^(output_forwarder|PmixJobInfo|PmixCompletion)\.|^c\.c_launch_test$'
+TSAN_TARGETS=(output_forwarder_test local_agent_test job_runner_test pmix_job_info_test c_launch_test
+  pmd pm_payload)
+TSAN_TESTS='^(output_forwarder|local_agent|JobRunner|PmixJobInfo|PmixCompletion)\.|^c\.c_launch_test$'
 
 # ctest, whose summary line is kept for the total that closes `./dev.sh test`.
 ctest_total=0

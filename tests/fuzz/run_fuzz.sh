@@ -3,9 +3,8 @@
 # (tests/fuzz/corpus/TARGET), then fuzzes for SECONDS with its format's dictionary.
 #   tests/fuzz/run_fuzz.sh BUILD_DIR SECONDS [TARGET...]     (no TARGET: every one built)
 # New inputs go to BUILD_DIR/fuzz-work/TARGET/corpus (the checked-in seeds are never written);
-# a crash, a sanitizer report, a leak, a slow input (10 s; Slurm: 120 s), 2 GB of memory
-# (Slurm: 4 GB) or a single allocation of more than 1 GB stops the run and leaves the input in
-# BUILD_DIR/fuzz-work/TARGET/artifacts.
+# a crash, a sanitizer report, a leak, a slow input (10 s), 2 GB of memory or a single allocation of
+# more than 1 GB stops the run and leaves the input in BUILD_DIR/fuzz-work/TARGET/artifacts.
 # Extra libFuzzer flags come from PM_FUZZ_FLAGS (e.g. PM_FUZZ_FLAGS="-jobs=2 -workers=2").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,27 +24,12 @@ dictionary() {
   esac
 }
 
-# Seconds and megabytes one input may take: a Slurm list at the parsers' cap (10,000,000 names,
-# docs/allocation.md) takes about 40 s and 1.9 GB in this build on a loaded machine.
-input_timeout() {
-  case "$1" in
-    fuzz_slurm_*) echo 120 ;;
-    *) echo 10 ;;
-  esac
-}
-rss_limit() {
-  case "$1" in
-    fuzz_slurm_*) echo 4096 ;;
-    *) echo 2048 ;;
-  esac
-}
-
 for t in "${targets[@]}"; do
   work="$build/fuzz-work/$t"
   mkdir -p "$work/corpus" "$work/artifacts"
   echo "== $t: ${seconds}s"
   # shellcheck disable=SC2086
-  "$build/fuzz/$t" -max_total_time="$seconds" -timeout="$(input_timeout "$t")" -rss_limit_mb="$(rss_limit "$t")" \
+  "$build/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -malloc_limit_mb=1024 -print_final_stats=1 -dict="$here/dict/$(dictionary "$t").dict" \
     -artifact_prefix="$work/artifacts/" ${PM_FUZZ_FLAGS:-} "$work/corpus" "$here/corpus/$t"
 done
