@@ -40,4 +40,15 @@ TEST(FuzzRegressions, QuotedOptionValuesStayOnOneLine) {
             std::string::npos);
 }
 
+// fuzz_command_line: an unknown --env-profiles word holding a newline made a two-line error.
+TEST(FuzzRegressions, AnUnknownEnvProfileWithANewlineIsQuotedOnOneLine) {
+  const std::vector<std::string> args = {"--env-profiles",
+                                         "ompi,a-\n\x01"
+                                         "b",
+                                         "app"};
+  EXPECT_EQ(error_of([&] { pm::parse_command_line(args); }),
+            "--env-profiles: unknown profile 'a-\\n\\x01b' (known: ompi, torch, tf, azureml, "
+            "slurm, hydra, all, none, default)");
+}
+
 }  // namespace
