@@ -58,7 +58,8 @@ run_ctest() {
     ctest_failed=$((ctest_failed + BASH_REMATCH[1]))
     ctest_total=$((ctest_total + BASH_REMATCH[2]))
   fi
-  [ "$rc" -eq 0 ] || ctest_broken=1
+  # A failure, or no test at all (a label or name that matches nothing), fails the run.
+  [ "$rc" -eq 0 ] && [ -n "$line" ] || ctest_broken=1
   ctest_phases+=("$name: ${line:-ctest ran no test (exit $rc)}")
 }
 
