@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # libpm's one set-up script: installs what is missing (Debian 12 packages), builds, runs.
 #   ./dev.sh run    install, build, run a local pmrun job (the main job)
-#   ./dev.sh test   install, build, run the whole test suite
+#   ./dev.sh test   install, build, run the whole test suite, then again under the sanitizers
 #   ./dev.sh deps   only install what is missing
 #   ./dev.sh build  only build (preset "release" into build/)
 #   ./dev.sh bench  install the peers (mpich for mpiexec.hydra), build, run tests/bench
@@ -13,7 +13,8 @@ PACKAGES=(cmake g++ make pkg-config clang-format
   libboost1.81-dev libboost-filesystem1.81-dev libpmix-dev openmpi-bin libopenmpi-dev python3-mpi4py
   libgtest-dev libgmock-dev librapidcheck-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev
   openssh-server openssh-client iproute2 procps python3
-  slurmctld slurmd slurm-client munge)
+  slurmctld slurmd slurm-client munge
+  clang libclang-rt-14-dev)  # the asan build and the fuzz targets (docs/fuzzing.md)
 BENCH_PACKAGES=(mpich)
 
 install_missing() {
@@ -34,6 +35,51 @@ build() {
   cmake --build --preset release -j "$(nproc)"
 }
 
+# What `./dev.sh test` runs under the sanitizers (docs/fuzzing.md, "Sanitizers in CI"), sized to
+# keep CI well under 30 minutes on 2 cores: under ASan+UBSan the code that reads what users and
+# peers send (parsers, the agent link, the agent and the controller, the output layer, the
+# transports' pure parts) with the fuzz targets' smoke runs; under TSan the tests whose code runs
+# threads. The release run has everything.
+ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_test
+  link_endpoint_test link_messages_test command_line_test hostfile_test host_list_test slurm_test
+  pbs_test output_forwarder_test line_assembler_test job_runner_test local_agent_test
+  srun_transport_test fuzz_regressions_test pmd pm_payload)
+ASAN_TESTS='^(Agent|Controller|ControllerState|FenceTable|LinkEndpoint|LinkFrame|LinkFuzz|LinkMessages|LinkPreamble|LinkSocket|CommandLine|Hostfile|HostList|SlurmAllocation|SlurmHostlist|SlurmTasksPerNode|ManagedAllocation|Pbs|ReadTextFile|OutputForwarder|ForEachLine|LineAssembler|JobRunner|LocalAgent|CallerGate|ConnectBack|SrunCommand|SrunTransport|FuzzRegressions)\.|^fuzz\.'
+TSAN_TARGETS=(output_forwarder_test local_agent_test job_runner_test pmix_job_info_test c_launch_test
+  pmd pm_payload)
+TSAN_TESTS='^(OutputForwarder|LocalAgent|JobRunner|PmixJobInfo|PmixCompletion)\.|^c\.c_launch_test$'
+
+# ctest, whose summary line is kept for the total that closes `./dev.sh test`.
+ctest_total=0
+ctest_failed=0
+ctest_phases=()
+ctest_broken=0
+run_ctest() {
+  local name=$1 log rc=0 line
+  shift
+  log=$(mktemp)
+  ctest "$@" 2>&1 | tee "$log" || rc=$?
+  line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
+  rm -f "$log"
+  if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+    ctest_failed=$((ctest_failed + BASH_REMATCH[1]))
+    ctest_total=$((ctest_total + BASH_REMATCH[2]))
+  fi
+  # A failure, or no test at all (a label or name that matches nothing), fails the run.
+  [ "$rc" -eq 0 ] && [ -n "$line" ] || ctest_broken=1
+  ctest_phases+=("$name: ${line:-ctest ran no test (exit $rc)}")
+}
+
+# The three runs' summaries, then one line in ctest's words for all of them; fails if any failed.
+close_test_run() {
+  echo
+  printf '%s\n' "${ctest_phases[@]}"
+  local passed=100
+  [ "$ctest_total" -eq 0 ] || passed=$(((ctest_total - ctest_failed) * 100 / ctest_total))
+  echo "${passed}% tests passed, ${ctest_failed} tests failed out of ${ctest_total}"
+  [ "$ctest_failed" -eq 0 ] && [ "$ctest_broken" -eq 0 ]
+}
+
 case "${1:-}" in
   deps) install_missing "${PACKAGES[@]}" ;;
   build) build ;;
@@ -47,7 +93,14 @@ case "${1:-}" in
   test)
     install_missing "${PACKAGES[@]}"
     build
-    ctest --preset release --output-on-failure
+    run_ctest release --preset release --output-on-failure
+    cmake --preset asan -DPM_BUILD_BENCH=OFF -DPM_BUILD_EXAMPLES=OFF >/dev/null
+    cmake --build --preset asan -j "$(nproc)" --target "${ASAN_TARGETS[@]}"
+    run_ctest asan --preset asan -R "$ASAN_TESTS"
+    cmake --preset tsan -DPM_BUILD_BENCH=OFF -DPM_BUILD_EXAMPLES=OFF >/dev/null
+    cmake --build --preset tsan -j "$(nproc)" --target "${TSAN_TARGETS[@]}"
+    run_ctest tsan --preset tsan -R "$TSAN_TESTS"
+    close_test_run
     ;;
   bench)
     install_missing "${PACKAGES[@]}" "${BENCH_PACKAGES[@]}"

@@ -110,6 +110,9 @@ template <class... F>
 struct overloaded : F... {
   using F::operator()...;
 };
+// Clang 14 does not deduce aggregate template arguments yet (the asan build uses it).
+template <class... F>
+overloaded(F...) -> overloaded<F...>;
 
 // The first failure the controller was fed, as the contract defines failures.
 struct failure_seen {

@@ -4,8 +4,10 @@
 
 namespace pm::cli {
 namespace {
+// Quoted with control characters spelled out: a value may hold a newline, the message stays one
+// line.
 std::string q(std::string_view s) {
-  return "'" + std::string(s) + "'";
+  return "'" + model::printable(s) + "'";
 }
 }  // namespace
 
@@ -61,7 +63,7 @@ std::string unknown_output_mode(std::string_view option, std::string_view mode) 
          " (tag, timestamp, merge-stderr-to-stdout, json-lines, dir=DIR)";
 }
 std::string bad_boolean(std::string_view option, std::string_view key, std::string_view value) {
-  return std::string(option) + " " + std::string(key) + " " + q(value) +
+  return std::string(option) + " " + model::printable(key) + " " + q(value) +
          ": expected a boolean (1, 0, true, false, yes or no)";
 }
 std::string unsupported_rank_by(std::string_view option, std::string_view value) {

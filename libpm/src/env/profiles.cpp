@@ -6,6 +6,7 @@
 #include <string>
 
 #include "io/json_writer.hpp"
+#include "model/printable.hpp"
 #include "pm/env.hpp"
 #include "pm/error.hpp"
 
@@ -60,7 +61,7 @@ env_profile parse_env_profiles(std::string_view text) {
     }
     if (found == nullptr) {
       throw error(errc::usage,
-                  "--env-profiles: unknown profile '" + std::string(word) +
+                  "--env-profiles: unknown profile '" + model::printable(word) +
                       "' (known: ompi, torch, tf, azureml, slurm, hydra, all, none, default)");
     }
     // Words apply left to right: "all,-tf" and "-tf,all" differ, as a user reading them expects;

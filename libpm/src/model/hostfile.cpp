@@ -125,10 +125,11 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
       }
       const auto key = fields[f].substr(0, eq);
       const auto value = fields[f].substr(eq + 1);
-      auto given_twice = [&] {
+      // `name` is a structured binding, which clang 14 cannot capture: captured by copy.
+      auto given_twice = [&, host_name = name] {
         return error(errc::parse,
                      model::printable(where + "'" + std::string(key) + "' given twice for '" +
-                                      std::string(name) + "'"));
+                                      std::string(host_name) + "'"));
       };
       // Open MPI's lexer also takes user_name= and user-name= (not user=: a parse error there).
       if (key == "username" || key == "user_name" || key == "user-name") {
