@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const auto rank = s->spec.rank;
         check(!s->spec.argv.empty() && !s->spec.argv.front().empty(),
               "the agent asked to spawn a rank without a program");
-        for (const auto& entry : s->spec.env) {
+        for (const auto& entry : s->spec.environment()) {
           check(entry.find('=') != std::string::npos, "a rank's environment entry has no '='");
           check(entry.rfind("OMPI_COMM_WORLD_RANK=9", 0) != 0,
                 "an outer job's identity reached a rank");
