@@ -270,13 +270,15 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     post(abort_requested{a.rank, a.status, text});
   }
 
-  // A rank left MPI without MPI_Finalize: its peers would wait for it in their next fence, so
-  // the job ends, as mpirun ends it ("exited without calling finalize").
+  // A rank left MPI without MPI_Finalize (an exit or a signal): its peers would wait for it in
+  // their next fence, so the job ends, as mpirun ends it ("exited without calling finalize"),
+  // also where the abort policy is off: those peers have no other way out.
   void on_unfinalized(std::uint32_t h, const link::pmix_unfinalized& u) {
     if (u.rank >= req.map.size() || req.map.at(u.rank).host != h) return;
-    post(abort_requested{std::nullopt, u.code != 0 ? u.code : 1,
-                         "rank " + std::to_string(u.rank) + " on " + host_info(h).name +
-                             " exited with code " + std::to_string(u.code) +
+    const int code = u.status.shell_code();
+    post(abort_requested{std::nullopt, code != 0 ? code : 1,
+                         "rank " + std::to_string(u.rank) + " on " + host_info(h).name + " " +
+                             u.status.describe() +
                              " without calling MPI_Finalize (PMIx_Finalize)"});
   }
 

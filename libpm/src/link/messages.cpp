@@ -558,11 +558,17 @@ struct encoder {
   }
   void operator()(const pmix_unfinalized& m) const {
     begin(2);
-    w.key("code");
-    w.sint(m.code);
+    if (!m.status.is_signal()) {
+      w.key("code");
+      w.sint(m.status.code());
+    }
     fds_field();
     w.key("rank");
     w.uint(m.rank);
+    if (m.status.is_signal()) {
+      w.key("signal");
+      w.sint(m.status.signal());
+    }
     type_field();
   }
   void operator()(const modex_request& m) const {
@@ -1146,7 +1152,15 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
   } else if (type == "notice") {
     e.msg = agent_notice{r.str("text")};
   } else if (type == "unfinalized") {
-    e.msg = pmix_unfinalized{r.u32("rank"), r.small_int("code", 0, 255)};
+    pmix_unfinalized m;
+    m.rank = r.u32("rank");
+    const bool has_code = r.has("code"), has_signal = r.has("signal");
+    if (has_code == has_signal) {
+      fail("'unfinalized' message needs exactly one of 'code' and 'signal'");
+    }
+    m.status = has_code ? exit_status::exited(r.small_int("code", 0, 255))
+                        : exit_status::signaled(r.small_int("signal", 1, max_signal));
+    e.msg = m;
   } else if (type == "modex") {
     modex_request m;
     m.id = r.unsigned_field(r.field("id"), "id", std::numeric_limits<std::uint64_t>::max(),

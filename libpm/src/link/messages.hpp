@@ -197,11 +197,12 @@ struct pmix_abort {
   std::string message;
   friend bool operator==(const pmix_abort&, const pmix_abort&) = default;
 };
-/// A rank that connected to PMIx (MPI_Init) exited with `code` without PMIx_Finalize: its peers
-/// may wait for it in their next fence for ever, so the job ends (as under mpirun).
+/// A rank that connected to PMIx (MPI_Init) ended without PMIx_Finalize, by an exit or a signal:
+/// its peers may wait for it in their next fence for ever, so the job ends (as under mpirun), even
+/// where the abort policy is off. Encoded as `exited` is: exactly one of `code` and `signal`.
 struct pmix_unfinalized {
   std::uint32_t rank = 0;
-  int code = 0;
+  exit_status status;
   friend bool operator==(const pmix_unfinalized&, const pmix_unfinalized&) = default;
 };
 /// This host's part of a fence among ranks of several hosts (PMIx completes fences among local

@@ -608,9 +608,7 @@ void driver::on_pidfd(std::uint32_t rank) {
   if (pmix_) {
     // Upcalls queued before the exit (its PMIx_Finalize) count: run them first.
     pmix_->on_ready();
-    if (!status.is_signal() && pmix_->unfinalized(rank)) {
-      send_now(ln::pmix_unfinalized{rank, status.code()});
-    }
+    if (pmix_->unfinalized(rank)) send_now(ln::pmix_unfinalized{rank, status});
   }
   feed(ag::rank_exited{rank, status});
 }
