@@ -8,15 +8,18 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/messages.hpp"
 #include "cli/remote_options.hpp"
 #include "driver/stdin_forwarder.hpp"
+#include "job_status.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
 #include "pm/job_map.hpp"
@@ -188,7 +191,7 @@ int exit_code_for(const pm::error& e) {
 
 int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm::rank_map map,
            pm::job_env job_env, const pm::local_host& me, const pm::env_map& env,
-           report_file& report_out) {
+           report_file& report_out, const std::vector<std::string>& command) {
   // Hundreds of ranks need more descriptors than the usual 1024; the ranks get the original back.
   pm::local::raise_nofile_limit();
   job_env.facts = pm::decide_launch_facts(map, me, options.master_port, options.profiles);
@@ -254,9 +257,26 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
       };
   signals.async_wait(on_signal);
 
+  // `pmrun --ps` from another shell sees this job (job_status.hpp).
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<pm::tools::job_status_server> status;
+  status.emplace(io, pm::tools::status_directory(env), [&] {
+    const auto now = runner->report();
+    nlohmann::json doc;
+    doc["pmrun_pid"] = static_cast<std::int64_t>(getpid());
+    doc["command"] = command;
+    doc["hosts"] = now.host_names;
+    doc["elapsed_s"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    doc["running"] = !runner->finished();
+    doc["report"] = nlohmann::json::parse(pm::to_json(now));
+    return doc.dump();
+  });
+
   runner->start();
   while (!report && io.run_one() > 0) {
   }
+  status.reset();
   signals.cancel();
   if (forwarder) forwarder->stop();
   if (!report) throw pm::error(pm::errc::internal, "the event loop ended before the job");
@@ -283,6 +303,9 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
 
 int run(int argc, char** argv) {
   const std::vector<std::string> given(argv + 1, argv + argc);
+  if (!given.empty() && given.front() == "--ps") {
+    return pm::tools::show_jobs({given.begin() + 1, given.end()}, pm::current_environment());
+  }
   const auto args = pm::expand_app_file(given, pm::read_text_file);
   auto options = pm::parse_command_line(args);
   if (options.help) {
@@ -318,7 +341,10 @@ int run(int argc, char** argv) {
   std::optional<pm::job_report> unstarted;
   if (!options.report_file.empty()) unstarted = unstarted_report(map, 0, pm::cause_kind::none, {});
   try {
-    return launch(options, resolved, std::move(map), std::move(job_env), me, env, report_out);
+    std::vector<std::string> command{"pmrun"};
+    command.insert(command.end(), given.begin(), given.end());
+    return launch(options, resolved, std::move(map), std::move(job_env), me, env, report_out,
+                  command);
   } catch (const pm::error& e) {
     // Nothing started (a program not found or not executable, the agent could not start): the
     // report says so, so that a 127 here is told from a rank that exited 127. A usage error
