@@ -140,6 +140,28 @@ TEST(PmrunTree, RanksRunOnTheirHostsStartedByTheirParentWithTheContractEnvironme
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 
+TEST(PmrunTree, ADepthThreeHostIsRelayedTwiceAndItsRankExitCodeIsTheJobs) {
+  NEED_HOSTS();
+  multihost_fixture f(7);
+  // Fan-out 2 over 7 hosts: node3 (node1's child) starts node7, whose bytes are child_data
+  // inside child_data.
+  const auto r = run_command(
+      pmrun_tree(f, {"-H", hosts_each(f, 1), "-np", "7", "sh", "-c",
+                     "echo \"rank=$OMPI_COMM_WORLD_RANK host=$(hostname) from=${SSH_CLIENT%% *}\"; "
+                     "[ $OMPI_COMM_WORLD_RANK != 6 ] || exit 5"}),
+      60s);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_NE(r.out.find("rank=6 host=" + f.hosts()[6].name + " from=" + f.hosts()[2].ip + "\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("rank=2 host=" + f.hosts()[2].name + " from=" + f.hosts()[0].ip + "\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("rank 6 on " + f.hosts()[6].name + " exited with code 5"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
 TEST(PmrunTree, ADepthTwoRanksExitCodeIsTheJobs) {
   NEED_HOSTS();
   multihost_fixture f(5);
