@@ -374,7 +374,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   void open_link(std::uint32_t h) {
     // A relayed host's parent needs its own link first (it has ranks too: the plan is over the
     // job's hosts).
-    if (auto it = tree_parent.find(h); it != tree_parent.end()) link_to(it->second);
+    // (Not while the parent waits to retry its own connection: its retry opens it.)
+    if (auto it = tree_parent.find(h); it != tree_parent.end() && hosts[it->second].attempts == 0) {
+      link_to(it->second);
+    }
     auto& hs = hosts[h];
     ++hs.attempts;
     hs.agent.reset();
