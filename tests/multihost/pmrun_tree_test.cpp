@@ -231,6 +231,36 @@ TEST(PmrunTree, AKilledMiddleHostLosesItsWholeSubtreeAtOnce) {
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 
+TEST(PmrunTree, APartitionedMiddleHostEndsTheJobAndNothingIsLeftBelowIt) {
+  NEED_HOSTS();
+  multihost_fixture f(5);
+  const std::string err_path = f.state_dir() + "/tree-partition.err";
+  const pid_t pid = start_pmrun(
+      pmrun_tree(f, {"-H", hosts_each(f, 2), "-np", "10", pm::test::payload_path(), "sleep", "60"}),
+      err_path);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
+  const auto victim = f.hosts()[0].name;  // node1: cut off with the links of node3 and node4
+  const auto cut = std::chrono::steady_clock::now();
+  f.partition(victim);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const auto took = std::chrono::steady_clock::now() - cut;
+  const std::string err = read_file(err_path);
+  ASSERT_TRUE(WIFEXITED(status)) << err;
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_LT(took, 8s) << err;
+  EXPECT_NE(err.find("no word from the agent"), std::string::npos) << err;
+  EXPECT_NE(err.find("host " + victim + " was lost"), std::string::npos) << err;
+  EXPECT_NE(
+      err.find("with it the hosts it relayed: " + f.hosts()[2].name + ", " + f.hosts()[3].name),
+      std::string::npos)
+      << err;
+  // node1 and the hosts below it stop hearing the launcher and end their ranks by themselves.
+  EXPECT_TRUE(hosts_clean(f, 15s)) << left_on_hosts(f);
+  f.heal(victim);
+}
+
 TEST(PmrunTree, PmrunKilledLeavesNothingOnAnyHostAtAnyDepth) {
   NEED_HOSTS();
   multihost_fixture f(5);

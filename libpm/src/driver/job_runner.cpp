@@ -717,12 +717,20 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       relay->parent_down(h);
     }
     if (!expected && greeted && !hs.lost_with_parent) {
-      auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(300));
+      // A relayed host that falls silent may be the first sign of its parent's partition (its
+      // parent's last heartbeat may be up to one interval younger): wait that long more, so
+      // that the parent is reported with its subtree.
+      auto wait = std::chrono::milliseconds(300);
+      if (tree_parent.contains(h)) wait += req.remote.heartbeat_interval;
+      auto timer = std::make_shared<asio::steady_timer>(io, wait);
       timer->async_wait([weak = weak_from_this(), h, reason, reported,
                          timer](const boost::system::error_code& ec) {
         auto self = weak.lock();
         if (ec || !self || *reported) return;
         *reported = true;
+        // A relayed host whose parent went down meanwhile (a partition silences both at once)
+        // is reported with its parent.
+        if (self->hosts[h].lost_with_parent) return;
         self->lose(h, reason);
       });
     }
