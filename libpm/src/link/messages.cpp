@@ -591,6 +591,44 @@ struct encoder {
     w.uint(m.id);
     type_field();
   }
+  void operator()(const child_open& m) const {
+    begin(2);
+    w.key("argv");
+    w.strings(m.argv);
+    fds_field();
+    w.key("host");
+    w.uint(m.host);
+    type_field();
+  }
+  void operator()(const child_data& m) const {
+    begin(2);
+    w.key("bytes");
+    w.str(m.bytes);
+    fds_field();
+    w.key("host");
+    w.uint(m.host);
+    type_field();
+  }
+  void operator()(const child_close& m) const {
+    begin(1);
+    fds_field();
+    w.key("host");
+    w.uint(m.host);
+    type_field();
+  }
+  void operator()(const child_closed& m) const {
+    begin(4);
+    w.key("code");
+    w.sint(m.code);
+    fds_field();
+    w.key("host");
+    w.uint(m.host);
+    w.key("said");
+    w.str(m.said);
+    w.key("signal");
+    w.sint(m.signo);
+    type_field();
+  }
   // heartbeat, suspend, resume, shutdown, shutdown_done: the type alone.
   template <class T>
   void operator()(const T&) const {
@@ -610,7 +648,8 @@ constexpr std::string_view names[] = {
     "hello",        "heartbeat",     "ack",           "job",         "spawn",        "signal",
     "input_closed", "suspend",       "resume",        "shutdown",    "started",      "spawn_failed",
     "exited",       "stream_closed", "shutdown_done", "error",       "fence_result", "pmix_abort",
-    "fence",        "modex",         "modex_reply",   "unfinalized", "notice"};
+    "fence",        "modex",         "modex_reply",   "unfinalized", "notice",       "child_open",
+    "child_data",   "child_close",   "child_closed"};
 static_assert(std::size(names) == std::variant_size_v<message>);
 
 // ---- the direct decoder ----
@@ -896,6 +935,10 @@ std::optional<envelope> decode_fast(std::span<const std::uint8_t> body) {
     ok = u32("rank", m.rank) && f.range("stream", 1, 2, stream) && f.u("bytes", m.bytes);
     m.stream = stream == 1 ? output_stream::out : output_stream::err;
     e.msg = m;
+  } else if (type == "child_data") {
+    child_data m;
+    ok = u32("host", m.host) && f.str("bytes", m.bytes);
+    e.msg = std::move(m);
   } else if (type == "heartbeat") {
     e.msg = heartbeat{};
   } else if (type == "ack") {
@@ -1005,14 +1048,15 @@ sender sent_by(const message& m) noexcept {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, hello> || std::is_same_v<T, heartbeat> ||
                       std::is_same_v<T, ack> || std::is_same_v<T, modex_request> ||
-                      std::is_same_v<T, modex_reply>) {
+                      std::is_same_v<T, modex_reply> || std::is_same_v<T, child_data>) {
           return sender::either;
         } else if constexpr (std::is_same_v<T, started> || std::is_same_v<T, spawn_failed> ||
                              std::is_same_v<T, exited> || std::is_same_v<T, stream_closed> ||
                              std::is_same_v<T, shutdown_done> || std::is_same_v<T, agent_error> ||
                              std::is_same_v<T, pmix_abort> || std::is_same_v<T, pmix_unfinalized> ||
                              std::is_same_v<T, agent_notice> ||
-                             std::is_same_v<T, fence_contribution>) {
+                             std::is_same_v<T, fence_contribution> ||
+                             std::is_same_v<T, child_closed>) {
           return sender::agent;
         } else {
           return sender::launcher;
@@ -1174,6 +1218,19 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
     m.found = r.boolean("found");
     m.data = r.str("data");
     e.msg = std::move(m);
+  } else if (type == "child_open") {
+    child_open m;
+    m.host = r.u32("host");
+    m.argv = r.strings("argv");
+    if (m.argv.empty()) fail("'child_open' message needs a command line");
+    e.msg = std::move(m);
+  } else if (type == "child_data") {
+    e.msg = child_data{r.u32("host"), r.str("bytes")};
+  } else if (type == "child_close") {
+    e.msg = child_close{r.u32("host")};
+  } else if (type == "child_closed") {
+    e.msg = child_closed{r.u32("host"), r.small_int("code", -1, 255),
+                         r.small_int("signal", 0, max_signal), r.str("said")};
   } else if (type == "fence") {
     fence_contribution m;
     m.members = decode_members(r);

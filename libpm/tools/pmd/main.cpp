@@ -41,6 +41,7 @@
 #include "agent/children.hpp"
 #include "agent/host_facts.hpp"
 #include "agent/rank_env.hpp"
+#include "child_agents.hpp"
 #include "link/endpoint.hpp"
 #include "link/socket.hpp"
 #include "pm/error.hpp"
@@ -53,6 +54,8 @@
 #ifndef P_PIDFD
 #define P_PIDFD 3
 #endif
+
+extern char** environ;
 
 namespace {
 
@@ -122,6 +125,7 @@ class driver {
   int next_timeout_ms() const;
   void start_pmix(const ln::pmix_job& job);
   void send_now(const ln::message& m);
+  void on_child_message(ln::message& m);
 
   // epoll tags: the kind in the top byte, the rank below.
   static constexpr std::uint64_t tag_link_in = 1ull << 56;
@@ -154,7 +158,8 @@ class driver {
   std::vector<ag::action> actions_;
   std::optional<int> exit_code_;
   std::optional<rlimit> nofile_;
-  std::unique_ptr<pmd::pmix_gateway> pmix_;  // when the job's ranks get PMIx
+  std::unique_ptr<pmd::pmix_gateway> pmix_;      // when the job's ranks get PMIx
+  std::unique_ptr<pmd::child_agents> children_;  // the tree launch: agents this one started
   std::vector<char> buffer_ = std::vector<char>(std::size_t{256} << 10);
 };
 
@@ -226,6 +231,7 @@ void driver::execute(ag::action& a) {
   } else if (std::holds_alternative<ag::reap_orphans>(a)) {
     std::vector<pid_t> orphans = ag::list_children();
     std::erase_if(orphans, [&](pid_t pid) {
+      if (children_ && children_->owns(pid)) return true;  // reaped through their pidfds
       for (const auto& [rank, r] : ranks_) {
         if (r.pid == pid) return true;  // rank leaders stay zombies until the sweep
       }
@@ -236,11 +242,24 @@ void driver::execute(ag::action& a) {
     // Rank groups got SIGKILL before this action, so reaping their leaders is safe now.
     // A child that leads a group (a rank, or a descendant that called setsid) takes its group
     // along; its pid cannot name another group while it is our child, alive or zombie.
-    for (const pid_t pid : ag::list_children()) {
-      ::kill(-pid, SIGKILL);
-      ::kill(pid, SIGKILL);
+    if (children_ && !children_->empty()) {
+      // Child agents' ssh end by themselves once their stdin is closed (their agents clear
+      // their own ranks first); they still count as children left, so the sweep comes back.
+      children_->end_all();
+      std::vector<pid_t> others = ag::list_children();
+      std::erase_if(others, [&](pid_t pid) { return children_->owns(pid); });
+      for (const pid_t pid : others) {
+        ::kill(-pid, SIGKILL);
+        ::kill(pid, SIGKILL);
+      }
+      ag::reap_ended(others);
+    } else {
+      for (const pid_t pid : ag::list_children()) {
+        ::kill(-pid, SIGKILL);
+        ::kill(pid, SIGKILL);
+      }
+      ag::reap_all_ended();
     }
-    ag::reap_all_ended();
     for (auto& [rank, r] : ranks_) r.pidfd.reset();  // their exits are of no interest any more
     pending_.push_back(ag::swept{ag::list_children().size()});
   } else if (auto* x = std::get_if<ag::exit_agent>(&a)) {
@@ -465,6 +484,7 @@ void driver::flush() {
     lose_link("the link broke: " + error);
     return;
   }
+  if (children_) children_->resume();
   const bool need = !ep_.output().empty();
   if (need != want_write_) {
     want_write_ = need;
@@ -493,6 +513,7 @@ void driver::lose_link(const std::string& reason) {
   }
   paused_.clear();
   if (pmix_) pmix_->release_aborts();
+  if (children_) children_->end_all();  // their agents see their launcher gone too
   feed(ag::channel_lost{reason});
 }
 
@@ -520,6 +541,12 @@ void driver::on_link_events(std::vector<ln::link_event>& events) {
             return;
           }
         }
+      }
+      if (std::holds_alternative<ln::child_open>(m->msg) ||
+          std::holds_alternative<ln::child_data>(m->msg) ||
+          std::holds_alternative<ln::child_close>(m->msg)) {
+        on_child_message(m->msg);
+        continue;
       }
       if (const auto* f = std::get_if<ln::fence_result>(&m->msg)) {
         if (pmix_) pmix_->fence_done(*f);
@@ -683,6 +710,8 @@ int driver::run() {
         write_input(rank);
       } else if (kind == tag_pmix) {
         if (pmix_) pmix_->on_ready();
+      } else if (pmd::child_agents::owns_tag(tag)) {
+        if (children_) children_->on_event(tag);
       }
     }
     if (link_open_) {
@@ -715,6 +744,28 @@ void driver::send_now(const ln::message& m) {
   if (!link_open_) return;
   ep_.send(m);
   flush();
+}
+
+void driver::on_child_message(ln::message& m) {
+  if (!children_) {
+    pmd::child_agents::hooks h;
+    h.watch = [this](int fd, std::uint32_t events, std::uint64_t tag) { watch(fd, events, tag); };
+    h.unwatch = [this](int fd) { unwatch(fd); };
+    h.send = [this](const ln::message& msg) {
+      if (link_open_) ep_.send(msg);
+    };
+    h.queued = [this] { return ep_.output().size(); };
+    std::vector<std::string> env;  // pmd's own: the launcher's never reaches this host
+    for (char** e = ::environ; *e != nullptr; ++e) env.emplace_back(*e);
+    children_ = std::make_unique<pmd::child_agents>(std::move(h), std::move(env));
+  }
+  if (const auto* o = std::get_if<ln::child_open>(&m)) {
+    children_->open(*o);
+  } else if (auto* d = std::get_if<ln::child_data>(&m)) {
+    children_->data(*d);
+  } else if (const auto* c = std::get_if<ln::child_close>(&m)) {
+    children_->close(c->host);
+  }
 }
 
 void driver::start_pmix(const ln::pmix_job& job) {

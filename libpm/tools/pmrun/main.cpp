@@ -152,12 +152,16 @@ void prepare_stdin(const pm::stdin_target& target, std::uint32_t size, prepared_
 
 // How other hosts are reached, from what the command line and the environment said.
 pm::remote_launch remote_launch_of(const pm::remote_options& o, const std::string& local_pmd,
-                                   const pm::env_map& env) {
-  if (o.launch == pm::launch_shape::tree && o.launcher != pm::launcher_choice::srun) {
-    throw pm::error(pm::errc::usage,
-                    "--launch tree: the tree launch is not available yet; use --launch flat");
-  }
+                                   const pm::env_map& env, const pm::rank_map& map) {
   pm::remote_launch r;
+  // ssh only: srun starts every agent with one step of its own.
+  std::size_t remote_hosts = 0;
+  for (std::uint32_t n = 0; n < map.num_nodes(); ++n) {
+    if (!map.allocation().hosts.at(map.host_of_node(n)).local) ++remote_hosts;
+  }
+  r.tree = o.launcher != pm::launcher_choice::srun &&
+           pm::choose_launch_shape(o, remote_hosts) == pm::launch_shape::tree;
+  r.tree_fanout = o.tree_fanout;
   r.rsh_agent = o.rsh_agent;
   if (o.rsh_args) r.rsh_args = *o.rsh_args;
   r.agent_path = pm::ssh::remote_agent_path(o.launch_agent, o.prefix, local_pmd);
@@ -217,7 +221,7 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   prepare_stdin(options.input, map.size(), input);
   request.master_port_fixed = options.master_port.has_value();
   request.agent_path = pm::local::default_agent_path();
-  request.remote = remote_launch_of(resolved.remote, request.agent_path, env);
+  request.remote = remote_launch_of(resolved.remote, request.agent_path, env, map);
   request.stdin_fd = input.fd_for_ranks;
   request.stdin_rank = input.rank;
   request.per_rank_stdin = input.per_rank;
