@@ -67,13 +67,14 @@ struct message_in {
   message msg;
   std::uint32_t fds = 0;
 };
-/// Output bytes of a rank (launcher side). `bytes` is valid until the next call to received().
+/// Output bytes of a rank (launcher side). `bytes` is valid until the next call to received(),
+/// as long as the bytes given to received() are (it may point into them).
 struct output_in {
   std::uint32_t rank;
   output_stream stream;
   std::span<const std::uint8_t> bytes;
 };
-/// Stdin bytes for a rank (agent side). Valid until the next call to received().
+/// Stdin bytes for a rank (agent side). Valid as output_in's.
 struct input_in {
   std::uint32_t rank;
   std::span<const std::uint8_t> bytes;
