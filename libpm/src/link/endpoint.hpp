@@ -167,13 +167,13 @@ class endpoint {
   bool greeted_ = false;
   bool down_ = false;
   bool peer_suspended_ = false;
+  bool credit_exhausted_ = false;  // credit() hit 0: tell the driver when it opens again
   link_time started_at_{0};
   link_time last_heard_{0};
   link_time next_beat_{0};
-  std::uint64_t sent_data_ = 0;    // data bytes queued
-  std::uint64_t acked_data_ = 0;   // of those, acknowledged by the peer
-  std::uint64_t unacked_in_ = 0;   // received data consumed but not yet acknowledged
-  bool credit_exhausted_ = false;  // credit() hit 0: tell the driver when it opens again
+  std::uint64_t sent_data_ = 0;   // data bytes queued
+  std::uint64_t acked_data_ = 0;  // of those, acknowledged by the peer
+  std::uint64_t unacked_in_ = 0;  // received data consumed but not yet acknowledged
 };
 
 }  // namespace pm::link

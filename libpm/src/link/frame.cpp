@@ -172,7 +172,7 @@ std::optional<std::size_t> preamble_scanner::scan(std::span<const std::uint8_t> 
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     const std::uint8_t b = bytes[i];
     if (b == magic[matched_]) {
-      if (++matched_ == magic.size()) {
+      if (std::size_t{++matched_} == magic.size()) {
         found_ = true;
         return i + 1;
       }

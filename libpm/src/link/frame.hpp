@@ -105,10 +105,10 @@ class preamble_scanner {
 
  private:
   std::size_t max_noise_;
-  std::size_t matched_ = 0;  // bytes of the magic matched so far
   std::size_t noise_ = 0;
+  std::string kept_;          // the first bytes of noise
+  std::uint8_t matched_ = 0;  // bytes of the magic matched so far
   bool found_ = false;
-  std::string kept_;  // the first bytes of noise
 };
 
 }  // namespace pm::link

@@ -899,6 +899,100 @@ struct fast_fields {
   bool array(std::string_view key, std::size_t& n) { return at(key) && r.array_header(n); }
 };
 
+// The messages every rank causes (started, exited, stream_closed) and the link's own (heartbeat,
+// ack), read in one pass with no field table: a flat map of integers and the type, each key once,
+// exactly the fields the type has (and fds). Anything else declines to decode_fast, which accepts
+// the same bodies with the same result: this path changes what a message costs, never the answer.
+std::optional<envelope> decode_small(std::span<const std::uint8_t> body) {
+  enum field : unsigned { f_bytes, f_code, f_fds, f_pid, f_rank, f_signal, f_stream, f_count };
+  constexpr auto bit = [](field f) { return 1u << f; };
+  fast_reader r(body);
+  std::size_t n = 0;
+  if (!r.map_header(n) || n > f_count + 1) return std::nullopt;
+  std::uint64_t v[f_count];
+  bool neg[f_count];
+  unsigned seen = 0;
+  std::string_view type;
+  bool typed = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string_view k;
+    if (!r.str(k)) return std::nullopt;
+    if (k == "type") {
+      if (typed || !r.str(type)) return std::nullopt;
+      typed = true;
+      continue;
+    }
+    field f{};
+    if (k == "rank") {
+      f = f_rank;
+    } else if (k == "pid") {
+      f = f_pid;
+    } else if (k == "stream") {
+      f = f_stream;
+    } else if (k == "bytes") {
+      f = f_bytes;
+    } else if (k == "code") {
+      f = f_code;
+    } else if (k == "signal") {
+      f = f_signal;
+    } else if (k == "fds") {
+      f = f_fds;
+    } else {
+      return std::nullopt;
+    }
+    if ((seen & bit(f)) != 0 || !r.integer(v[f], neg[f])) return std::nullopt;
+    seen |= bit(f);
+  }
+  if (!typed || !r.at_end()) return std::nullopt;
+  constexpr std::uint64_t u32_max = std::numeric_limits<std::uint32_t>::max();
+  const auto u32 = [&](field f, std::uint32_t& out) {
+    if (neg[f] || v[f] > u32_max) return false;
+    out = static_cast<std::uint32_t>(v[f]);
+    return true;
+  };
+  const auto range = [&](field f, std::int64_t lo, std::int64_t hi, int& out) {
+    const auto x = static_cast<std::int64_t>(v[f]);
+    if ((!neg[f] && v[f] > static_cast<std::uint64_t>(hi)) || x < lo || x > hi) return false;
+    out = static_cast<int>(x);
+    return true;
+  };
+  envelope e;
+  if ((seen & bit(f_fds)) != 0 && !u32(f_fds, e.fds)) return std::nullopt;
+  const unsigned fields = seen & ~bit(f_fds);
+  bool ok = false;
+  if (type == "started" && fields == (bit(f_pid) | bit(f_rank))) {
+    started m;
+    ok = u32(f_rank, m.rank) &&
+         (neg[f_pid] || v[f_pid] <= std::uint64_t{std::numeric_limits<std::int64_t>::max()});
+    m.pid = static_cast<std::int64_t>(v[f_pid]);
+    e.msg = m;
+  } else if (type == "exited" &&
+             (fields == (bit(f_rank) | bit(f_code)) || fields == (bit(f_rank) | bit(f_signal)))) {
+    exited m;
+    int x = 0;
+    const bool by_code = (fields & bit(f_code)) != 0;
+    ok = u32(f_rank, m.rank) &&
+         (by_code ? range(f_code, 0, 255, x) : range(f_signal, 1, max_signal, x));
+    m.status = by_code ? exit_status::exited(x) : exit_status::signaled(x);
+    e.msg = m;
+  } else if (type == "stream_closed" && fields == (bit(f_bytes) | bit(f_rank) | bit(f_stream))) {
+    stream_closed m;
+    int stream = 0;
+    ok = u32(f_rank, m.rank) && range(f_stream, 1, 2, stream) && !neg[f_bytes];
+    m.stream = stream == 1 ? output_stream::out : output_stream::err;
+    m.bytes = v[f_bytes];
+    e.msg = m;
+  } else if (type == "heartbeat" && fields == 0) {
+    e.msg = heartbeat{};
+    ok = true;
+  } else if (type == "ack" && fields == bit(f_bytes)) {
+    ok = !neg[f_bytes];
+    e.msg = ack{v[f_bytes]};
+  }
+  if (!ok || e.fds > max_fds(e.msg)) return std::nullopt;
+  return e;
+}
+
 std::optional<envelope> decode_fast(std::span<const std::uint8_t> body) {
   fast_reader r(body);
   fast_map top;
@@ -1226,6 +1320,7 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
 }
 
 envelope decode(std::span<const std::uint8_t> body) {
+  if (auto e = decode_small(body)) return std::move(*e);
   if (auto e = decode_fast(body)) return std::move(*e);
   return decode_reference(body);
 }
