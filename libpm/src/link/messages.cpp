@@ -302,7 +302,7 @@ class writer {
     for (const auto& x : v) str(x);
   }
   /// Appends what is still buffered to the output vector; call once the message is written.
-  void flush() {
+  [[gnu::noinline]] void flush() {
     out_.insert(out_.end(), buf_, buf_ + n_);
     n_ = 0;
   }
@@ -311,8 +311,9 @@ class writer {
   // Bytes gather in a buffer on the stack and reach the vector in one insert per message (or per
   // full buffer): a push_back per byte cost a capacity check and a call each.
   static constexpr std::size_t capacity = 512;
-  void put(std::uint8_t b) {
-    if (n_ == capacity) flush();
+  [[gnu::always_inline]] void put(std::uint8_t b) {
+    if (n_ == capacity) [[unlikely]]
+      flush();
     buf_[n_++] = b;
   }
   void raw(const char* p, std::size_t n) {
@@ -899,6 +900,12 @@ struct fast_fields {
   bool array(std::string_view key, std::size_t& n) { return at(key) && r.array_header(n); }
 };
 
+// A key or type name against a literal: compared at a fixed length (inlined, no memcmp call).
+template <std::size_t N>
+bool is(std::string_view s, const char (&literal)[N]) {
+  return s.size() == N - 1 && std::memcmp(s.data(), literal, N - 1) == 0;
+}
+
 // The messages every rank causes (started, exited, stream_closed) and the link's own (heartbeat,
 // ack), read in one pass with no field table: a flat map of integers and the type, each key once,
 // exactly the fields the type has (and fds). Anything else declines to decode_fast, which accepts
@@ -917,25 +924,25 @@ std::optional<envelope> decode_small(std::span<const std::uint8_t> body) {
   for (std::size_t i = 0; i < n; ++i) {
     std::string_view k;
     if (!r.str(k)) return std::nullopt;
-    if (k == "type") {
+    if (is(k, "type")) {
       if (typed || !r.str(type)) return std::nullopt;
       typed = true;
       continue;
     }
     field f{};
-    if (k == "rank") {
+    if (is(k, "rank")) {
       f = f_rank;
-    } else if (k == "pid") {
+    } else if (is(k, "pid")) {
       f = f_pid;
-    } else if (k == "stream") {
+    } else if (is(k, "stream")) {
       f = f_stream;
-    } else if (k == "bytes") {
+    } else if (is(k, "bytes")) {
       f = f_bytes;
-    } else if (k == "code") {
+    } else if (is(k, "code")) {
       f = f_code;
-    } else if (k == "signal") {
+    } else if (is(k, "signal")) {
       f = f_signal;
-    } else if (k == "fds") {
+    } else if (is(k, "fds")) {
       f = f_fds;
     } else {
       return std::nullopt;
@@ -960,13 +967,13 @@ std::optional<envelope> decode_small(std::span<const std::uint8_t> body) {
   if ((seen & bit(f_fds)) != 0 && !u32(f_fds, e.fds)) return std::nullopt;
   const unsigned fields = seen & ~bit(f_fds);
   bool ok = false;
-  if (type == "started" && fields == (bit(f_pid) | bit(f_rank))) {
+  if (is(type, "started") && fields == (bit(f_pid) | bit(f_rank))) {
     started m;
     ok = u32(f_rank, m.rank) &&
          (neg[f_pid] || v[f_pid] <= std::uint64_t{std::numeric_limits<std::int64_t>::max()});
     m.pid = static_cast<std::int64_t>(v[f_pid]);
     e.msg = m;
-  } else if (type == "exited" &&
+  } else if (is(type, "exited") &&
              (fields == (bit(f_rank) | bit(f_code)) || fields == (bit(f_rank) | bit(f_signal)))) {
     exited m;
     int x = 0;
@@ -975,17 +982,17 @@ std::optional<envelope> decode_small(std::span<const std::uint8_t> body) {
          (by_code ? range(f_code, 0, 255, x) : range(f_signal, 1, max_signal, x));
     m.status = by_code ? exit_status::exited(x) : exit_status::signaled(x);
     e.msg = m;
-  } else if (type == "stream_closed" && fields == (bit(f_bytes) | bit(f_rank) | bit(f_stream))) {
+  } else if (is(type, "stream_closed") && fields == (bit(f_bytes) | bit(f_rank) | bit(f_stream))) {
     stream_closed m;
     int stream = 0;
     ok = u32(f_rank, m.rank) && range(f_stream, 1, 2, stream) && !neg[f_bytes];
     m.stream = stream == 1 ? output_stream::out : output_stream::err;
     m.bytes = v[f_bytes];
     e.msg = m;
-  } else if (type == "heartbeat" && fields == 0) {
+  } else if (is(type, "heartbeat") && fields == 0) {
     e.msg = heartbeat{};
     ok = true;
-  } else if (type == "ack" && fields == bit(f_bytes)) {
+  } else if (is(type, "ack") && fields == bit(f_bytes)) {
     ok = !neg[f_bytes];
     e.msg = ack{v[f_bytes]};
   }
