@@ -100,7 +100,6 @@ struct host_rec {
   std::int64_t agent_detect_at = -1;  // its agent gave up on the launcher
   std::int64_t last_death = -1;
   std::int64_t late_call = -1;  // connect-back fault: the agent calls only then
-  std::string greeting;         // connect-back: what arrived of the call's greeting line
 };
 
 std::uint32_t encode(exit_status s);
@@ -222,6 +221,8 @@ class world {
   std::uint64_t nonce_;
   std::string token_;                      // connect-back: the job's token, from the seed
   std::optional<srun::caller_gate> gate_;  // connect-back: the launcher's
+  // Connect-back: per host, what arrived of its agent's greeting line (until the gate decided).
+  std::unordered_map<std::uint32_t, std::string> greetings_;
   std::vector<process_script> scripts_;
   std::vector<proc_rec> procs_;
   std::vector<host_rec> hosts_;

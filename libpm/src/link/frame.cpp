@@ -182,9 +182,10 @@ std::optional<std::size_t> preamble_scanner::scan(std::span<const std::uint8_t> 
     // (NUL), so a mismatching NUL may start a new match.
     const bool restarts = b == magic[0];
     noise_ += matched_ + (restarts ? 0 : 1);
-    if (kept_.size() < 512) {
-      for (std::size_t k = 0; k < matched_; ++k) kept_.push_back(static_cast<char>(magic[k]));
-      if (!restarts) kept_.push_back(static_cast<char>(b));
+    if (!kept_) kept_ = std::make_unique<std::string>();
+    if (kept_->size() < 512) {
+      for (std::size_t k = 0; k < matched_; ++k) kept_->push_back(static_cast<char>(magic[k]));
+      if (!restarts) kept_->push_back(static_cast<char>(b));
     }
     matched_ = restarts ? 1 : 0;
     if (noise_ > max_noise_) {
@@ -197,7 +198,8 @@ std::optional<std::size_t> preamble_scanner::scan(std::span<const std::uint8_t> 
 
 std::string preamble_scanner::noise_text() const {
   std::string shown;
-  for (char c : kept_) {
+  if (!kept_) return shown;
+  for (char c : *kept_) {
     if (c == '\n' && shown.empty()) continue;  // skip leading blank lines
     if (c == '\n' || shown.size() >= 200) break;
     const auto u = static_cast<unsigned char>(c);

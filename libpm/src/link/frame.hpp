@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -106,8 +107,8 @@ class preamble_scanner {
  private:
   std::size_t max_noise_;
   std::size_t noise_ = 0;
-  std::string kept_;          // the first bytes of noise
-  std::uint8_t matched_ = 0;  // bytes of the magic matched so far
+  std::unique_ptr<std::string> kept_;  // the first bytes of noise (rare: allocated when it comes)
+  std::uint8_t matched_ = 0;           // bytes of the magic matched so far
   bool found_ = false;
 };
 
