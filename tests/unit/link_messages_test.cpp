@@ -157,6 +157,49 @@ TEST(LinkFrame, RoundTripsEveryMessageAndDataFedByteByByte) {
   EXPECT_EQ(data[1], std::make_pair(frame_kind::input, out_bytes));
 }
 
+// feed_view() reads whole frames where they are and keeps only a partial one: cut anywhere, with
+// views and copies mixed, the same frames come out as from feed(), and a cut frame is finished.
+TEST(LinkFrame, ViewsCutAnywhereGiveTheSameFramesAsCopies) {
+  bytes stream;
+  for (const auto& m : samples()) {
+    append_message(stream, m, std::holds_alternative<spawn_request>(m) ? 1 : 0);
+  }
+  append_output_frame(stream, 7, output_stream::out, bytes{'o', 'k', '\n'});
+  const auto frames_of = [](frame_decoder& d, std::vector<bytes>& got) {
+    while (auto f = d.next()) {
+      bytes b{static_cast<std::uint8_t>(f->kind)};
+      b.insert(b.end(), f->payload.begin(), f->payload.end());
+      got.push_back(std::move(b));
+    }
+  };
+  std::vector<bytes> want;
+  frame_decoder whole;
+  whole.feed(stream);
+  frames_of(whole, want);
+  ASSERT_EQ(want.size(), samples().size() + 1);
+  for (std::size_t cut = 0; cut <= stream.size(); ++cut) {
+    for (int copy_second = 0; copy_second < 2; ++copy_second) {
+      frame_decoder d;
+      std::vector<bytes> got;
+      // Each view lives only while its frames are taken, as a driver's read buffer.
+      bytes first(stream.begin(), stream.begin() + static_cast<std::ptrdiff_t>(cut));
+      d.feed_view(first);
+      frames_of(d, got);
+      std::fill(first.begin(), first.end(), 0xee);  // a partial frame must have been copied
+      bytes second(stream.begin() + static_cast<std::ptrdiff_t>(cut), stream.end());
+      if (copy_second != 0) {
+        d.feed(second);
+      } else {
+        d.feed_view(second);
+      }
+      frames_of(d, got);
+      EXPECT_EQ(d.buffered(), 0u);
+      d.finish();
+      ASSERT_EQ(got, want) << "cut at " << cut;
+    }
+  }
+}
+
 TEST(LinkFrame, HeaderIsBigEndianLengthThenTheKind) {
   const bytes f = frame_of(bytes(300, 0x90));
   ASSERT_EQ(f.size(), 305u);
