@@ -89,6 +89,7 @@ TEST_F(PmrunStatus, PsShowsARunningJobsRanksHostsPidsAndStates) {
   const auto doc = wait_for(job.pid, [](const nlohmann::json& d) {
     return d["report"]["ranks"][2]["state"] == "exited";
   });
+  SCOPED_TRACE("status document: " + doc.dump());
   EXPECT_EQ(doc["pmrun_pid"], job.pid);
   EXPECT_EQ(doc["running"], true);
   EXPECT_EQ(doc["command"][2], "--no-abort-on-failure");
@@ -118,7 +119,8 @@ TEST_F(PmrunStatus, PsShowsARunningJobsRanksHostsPidsAndStates) {
   kill(job.pid, SIGTERM);
   const int status = job.wait_status();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
-  EXPECT_TRUE(dir_entries(dir).empty());
+  const auto left = dir_entries(dir);
+  EXPECT_TRUE(left.empty()) << left.size() << " left, the first: " << (left.empty() ? "" : left[0]);
   EXPECT_TRUE(pm::test::all_gone(pids));
 }
 
