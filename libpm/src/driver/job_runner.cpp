@@ -4,6 +4,7 @@
 // the end. docs/architecture.md, docs/agent-link.md.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,7 +51,11 @@ std::vector<std::string> joined(const std::vector<env_var>& vars) {
   return out;
 }
 
+// One getrandom() call: std::random_device probes the CPU (cpuid, which traps in a virtual
+// machine) before its first number, on every launch.
 std::uint64_t fresh_nonce() {
+  std::uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) == static_cast<ssize_t>(sizeof v)) return v;
   std::random_device rd;
   return (std::uint64_t{rd()} << 32) ^ rd();
 }
