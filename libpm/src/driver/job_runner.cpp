@@ -76,7 +76,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
         cb(std::move(callbacks_)),
         ctl(req.map, req.control),
         epoch(std::chrono::steady_clock::now()),
-        nonce(fresh_nonce()) {}
+        nonce(local::early_agent_nonce().value_or(fresh_nonce())) {}
 
   // One host's agent link and what the job waits for on it.
   struct host_state {

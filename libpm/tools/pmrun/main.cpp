@@ -2,6 +2,7 @@
 // on one Asio event loop; forward the signals pmrun receives; end as the job ended.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -305,6 +306,22 @@ int run(int argc, char** argv) {
   const auto env = pm::current_environment();
   pm::apply_environment_options(options, env);
   if (!root_allowed(options, env)) throw pm::error(pm::errc::usage, pm::cli::refuse_root());
+  // This machine's pmd starts now, so that its exec overlaps the work below (the allocation, the
+  // map, the environment); the job adopts it. One nobody adopts (the job runs on other hosts
+  // only, or is refused below) is killed and reaped on the way out.
+  struct early_agent_guard {
+    ~early_agent_guard() { pm::local::discard_early_agent(); }
+  } early_guard;
+  if (!options.do_not_launch) {
+    std::uint64_t nonce = 0;
+    try {
+      if (getrandom(&nonce, sizeof nonce, 0) == static_cast<ssize_t>(sizeof nonce)) {
+        pm::local::start_agent_early(pm::local::default_agent_path(), nonce);
+      }
+    } catch (const pm::error&) {
+      // No pmd to be found: the launch says so, with the places it looked.
+    }
+  }
 
   const auto me = pm::local_host_info();
   const auto resolved = pm::resolve_job(options, env, me, pm::read_text_file);
