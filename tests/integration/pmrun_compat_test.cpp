@@ -321,8 +321,8 @@ struct counted_agent {
   temp_dir dir;
   counted_agent() {
     write_file(dir / "pmd",
-               "#!/bin/sh\necho $$ >> '" + (dir / "starts") + "'\nexec '" +
-                   std::string(PM_BINARY_DIR) + "/bin/pmd' \"$@\"\n",
+               "#!/bin/sh\necho $$ >> '" + (dir / "starts") + "'\nenv > '" + (dir / "env") +
+                   "'\nexec '" + std::string(PM_BINARY_DIR) + "/bin/pmd' \"$@\"\n",
                true);
   }
   std::vector<pid_t> starts() const {
@@ -354,4 +354,19 @@ TEST(PmrunEarlyAgent, APmdNobodyAdoptsIsGoneWhenPmrunExits) {
   // Killed and reaped before pmrun exited: the pid names no process (not even a zombie).
   EXPECT_EQ(::kill(pids.front(), 0), -1);
   EXPECT_EQ(errno, ESRCH);
+}
+
+TEST(PmrunEarlyAgent, AnOuterJobsIdentityReachesNeitherPmdNorTheRanks) {
+  // pmrun inside a rank of another job: that job's identity must not reach pmd (its PMIx server)
+  // nor the ranks; settings (PMIX_MCA_*) pass.
+  counted_agent agent;
+  auto r = shell(agent.dir.path, "PM_AGENT='" + (agent.dir / "pmd") +
+                                     "' PMIX_RANK=5 OMPI_COMM_WORLD_RANK=9 PMIX_MCA_x=1 " +
+                                     pmrun_words() + " --no-pmix -np 1 sh -c 'echo r=$PMIX_RANK'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "r=\n");
+  const std::string env = read_file(agent.dir / "env");
+  EXPECT_EQ(env.find("PMIX_RANK="), std::string::npos) << env;
+  EXPECT_EQ(env.find("OMPI_COMM_WORLD_RANK="), std::string::npos) << env;
+  EXPECT_NE(env.find("PMIX_MCA_x=1"), std::string::npos) << env;
 }

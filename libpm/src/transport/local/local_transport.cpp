@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "link/socket.hpp"
+#include "pm/env.hpp"
 #include "pm/error.hpp"
 #include "transport/local/nofile_limit.hpp"
 #include "transport/local/spawner.hpp"
@@ -151,8 +152,17 @@ void start_agent_early(const std::string& path, std::uint64_t nonce) {
   if (pending_early) return;
   try {
     link::owned_fd ours;
+    // This process's environment without an outer job's identity (OMPI_COMM_WORLD_*, PMIX_*,
+    // SLURM_STEP_*, ...), as the job's base environment would have it: pmd's own PMIx server must
+    // not see the identity of a job pmrun runs inside.
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view entry = *e;
+      if (!is_outer_job_identity(entry.substr(0, entry.find('=')))) env.emplace_back(entry);
+    }
     early_agent a;
-    a.process = spawn_agent(path, {path, "--stdio", "--nonce", hex_nonce(nonce)}, {}, ours);
+    a.process =
+        spawn_agent(path, {path, "--stdio", "--nonce", hex_nonce(nonce)}, std::move(env), ours);
     a.path = path;
     a.nonce = nonce;
     a.fd = ours.release();

@@ -30,8 +30,8 @@ std::string default_agent_path();
 
 /// An agent started before the job is known, so that its exec overlaps the launcher's own work
 /// (parsing, mapping, the environment: pmrun calls this first). It runs with this process's
-/// environment, which pmd turns into the ranks' base just as it does the job's base environment
-/// (the outer job's identity left out, the -mca exports sent with the job). The next
+/// environment less an outer job's identity (pm::is_outer_job_identity), which pmd turns into the
+/// ranks' base as it does the job's base environment (the -mca exports come with the job). The next
 /// local_transport::open() of this machine with the same agent path adopts it; the job must use
 /// early_agent_nonce() as its nonce (job_runner does). At most one is pending; starting it is
 /// best effort (nothing happens when pmd cannot be found or started: open() says why later).
