@@ -1,7 +1,8 @@
 # pmd: the node agent (docs/agent.md). Included from libpm/tools/CMakeLists.txt; paths are
 # relative to this file so that it does not depend on the includer.
 add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp ${CMAKE_CURRENT_LIST_DIR}/pmd/pmix_gateway.cpp
-                   ${CMAKE_CURRENT_LIST_DIR}/pmd/tcp_relay.cpp)
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/tcp_relay.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/child_agents.cpp)
 target_link_libraries(pmd PRIVATE libpm::libpm)
 target_include_directories(pmd PRIVATE ${PROJECT_SOURCE_DIR}/libpm/src)
 pm_target_warnings(pmd)

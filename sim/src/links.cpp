@@ -103,9 +103,10 @@ bool world::pass_call(std::uint32_t host, host_rec& h, const virtual_stream::pie
   if (h.call_refused || p.what != virtual_stream::kind::bytes) return false;  // a closed caller
   const auto nl = std::find(bytes.begin(), bytes.end(), std::uint8_t{'\n'});
   const auto take = static_cast<std::size_t>(nl - bytes.begin()) + (nl != bytes.end() ? 1 : 0);
-  h.greeting.append(reinterpret_cast<const char*>(bytes.data()), take);
+  auto& greeting = greetings_[host];
+  greeting.append(reinterpret_cast<const char*>(bytes.data()), take);
   bytes = bytes.subspan(take);
-  const auto v = gate_->judge(h.greeting);
+  const auto v = gate_->judge(greeting);
   if (v.kind == srun::caller_gate::verdict::more) return false;
   ++result_.stats.calls;
   if (v.kind == srun::caller_gate::verdict::refuse) {
@@ -119,7 +120,7 @@ bool world::pass_call(std::uint32_t host, host_rec& h, const virtual_stream::pie
     // Its second call (a retried connect) comes right behind the first: refused.
     ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::duplicate_call)];
     ++result_.stats.calls;
-    const auto again = gate_->judge(h.greeting);
+    const auto again = gate_->judge(greeting);
     if (again.kind == srun::caller_gate::verdict::accept) {
       correctness("a second caller became the stream of " + host_name(host));
     } else {

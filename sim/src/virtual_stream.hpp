@@ -12,6 +12,7 @@
 // it. Not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -78,6 +79,9 @@ class virtual_stream {
       small_ += static_cast<std::uint8_t>(sizeof p + bytes.size());
       return;
     }
+    // One allocation for the piece (an inline start, its header and bytes), not one per insert.
+    const std::size_t need = size() + sizeof p + bytes.size();
+    if (heap_.capacity() < need) heap_.reserve(std::max(need, 2 * heap_.capacity()));
     if (heap_.empty()) heap_.assign(inline_, inline_ + small_);
     heap_.insert(heap_.end(), h, h + sizeof p);
     heap_.insert(heap_.end(), bytes.begin(), bytes.end());

@@ -84,7 +84,12 @@ struct host_rec {
   bool touched = false;                     // in world::touched_ this event
   bool down_loud = false, up_loud = false;  // output other than heartbeats this event
   bool partition_fired = false;
-  bool partition_noticed = false;    // a side of its link went down during its partition
+  bool partition_noticed = false;  // a side of its link went down during its partition
+  // Connect-back (scenario::connect_back): its agent's call, as the launcher's caller_gate saw it.
+  bool called = false;               // the gate accepted its agent: the link's bytes flow
+  bool call_refused = false;         // the gate refused its agent's call: the connection is closed
+  bool lost_call = false;            // fault: the call never arrives
+  bool dup_call = false;             // fault: the agent calls twice
   std::int64_t launcher_start = -1;  // when the launcher began reaching it (its end started)
   std::int64_t agent_start = -1;     // when its agent runs
   std::int64_t spawn_free = 0;       // when its agent can fork the next rank
@@ -94,13 +99,7 @@ struct host_rec {
   std::int64_t detect_bound = -1;     // the latest its loss may be noticed after a fault
   std::int64_t agent_detect_at = -1;  // its agent gave up on the launcher
   std::int64_t last_death = -1;
-  // Connect-back (scenario::connect_back): its agent's call, as the launcher's caller_gate saw it.
-  bool called = false;          // the gate accepted its agent: the link's bytes flow
-  bool call_refused = false;    // the gate refused its agent's call: the connection is closed
-  bool lost_call = false;       // fault: the call never arrives
-  bool dup_call = false;        // fault: the agent calls twice
-  std::int64_t late_call = -1;  // fault: the agent calls only then
-  std::string greeting;         // what arrived of the call's greeting line
+  std::int64_t late_call = -1;  // connect-back fault: the agent calls only then
 };
 
 std::uint32_t encode(exit_status s);
@@ -222,6 +221,8 @@ class world {
   std::uint64_t nonce_;
   std::string token_;                      // connect-back: the job's token, from the seed
   std::optional<srun::caller_gate> gate_;  // connect-back: the launcher's
+  // Connect-back: per host, what arrived of its agent's greeting line (until the gate decided).
+  std::unordered_map<std::uint32_t, std::string> greetings_;
   std::vector<process_script> scripts_;
   std::vector<proc_rec> procs_;
   std::vector<host_rec> hosts_;

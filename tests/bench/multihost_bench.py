@@ -10,11 +10,13 @@ taken within a round (the machines are shared and noisy: absolute times drift, r
   partition  6 ranks sleep; `hosts.sh partition node2`: cut -> exit (mpirun capped), leftovers
   output     2 hosts x 2 ranks x MiB of 100-byte lines into one file, beside the same writers
              under 4 parallel plain ssh (the floor); lines cut, lost or out of order per rank
+  tree       8 and 16 hosts x 2 ranks of /bin/true: pmrun --launch flat, --launch tree with
+             fan-out 4 and 2, and the default (auto), beside mpirun; ratios to flat and mpirun
 
 crash and partition bring up a fresh fixture for every run (outside the timed part); the others
 share one. Every fixture is torn down on exit, also on Ctrl-C or SIGTERM.
 Usage: multihost_bench.py PMRUN [--payload PATH] [--rounds R]
-                          [--only launch,failure,crash,partition,output] [--output-mib M]
+                          [--only launch,failure,crash,partition,output,tree] [--output-mib M]
                           [--partition-cap SECONDS]
 PMRUN is a built pmrun (pmd next to it); the payload defaults to PMRUN/../../tests/pm_payload.
 Needs root, the fixture's tools (hosts.sh probe) and, for the mpirun column, mpirun.openmpi.
@@ -527,6 +529,54 @@ def bench_output(cfg, fx, rounds, summary, tmp, mib):
 # --- main ----------------------------------------------------------------------------------------
 
 
+# --- 6. tree launch ------------------------------------------------------------------------------
+
+
+def bench_tree(cfg, rounds, summary):
+    shapes = {"flat": ["--launch", "flat"], "tree k=4": ["--launch", "tree", "--tree-fanout", "4"],
+              "tree k=2": ["--launch", "tree", "--tree-fanout", "2"], "auto": []}
+    for hosts in (8, 16):
+        fx = Fixture(hosts)
+        try:
+            say(f"\n## tree: {hosts} hosts x 2 ranks of /bin/true ({rounds} rounds; load {load()})")
+            base = contenders(cfg, fx, fx.hosts, ["/bin/true"])
+            cs = {}
+            for name, extra in shapes.items():
+                argv = list(base["pmrun"])
+                cs[name] = argv[:1] + extra + argv[1:]
+            if "mpirun" in base:
+                cs["mpirun"] = base["mpirun"]
+            times = {k: [] for k in cs}
+            ratios = {k: [] for k in cs}  # per round: to flat
+            to_mpirun = {k: [] for k in cs}
+            codes = {k: collections.Counter() for k in cs}
+            for _ in range(rounds):
+                this = {}
+                for name in random.sample(list(cs), len(cs)):
+                    t0 = time.monotonic()
+                    t, rc = run_to_end(start(cs[name]))
+                    codes[name][rc if t is not None else f"hang > {HANG_S:.0f} s"] += 1
+                    if t is not None:
+                        this[name] = t - t0
+                        times[name].append(this[name])
+                for name, t in this.items():
+                    if "flat" in this:
+                        ratios[name].append(t / this["flat"])
+                    if "mpirun" in this:
+                        to_mpirun[name].append(t / this["mpirun"])
+            say("| contender | wall s (median) | / flat | / mpirun | exit codes |")
+            say("|---|---|---|---|---|")
+            for name in cs:
+                say(f"| {name} | {med(times[name])} | {med(ratios[name], '{:.2f}x')} | "
+                    f"{med(to_mpirun[name], '{:.2f}x')} | {dict(codes[name])} |")
+            summary.append((f"launch {hosts}x2 tree k=4, s", med(times["tree k=4"]),
+                            med(times.get("mpirun", [])), med(to_mpirun["tree k=4"], "{:.2f}x") +
+                            f" (flat {med(times['flat'])} s, tree/flat "
+                            f"{med(ratios['tree k=4'], '{:.2f}x')})", "-"))
+        finally:
+            fx.down()
+
+
 def on_signal(signum, _frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -553,7 +603,7 @@ def main():
     if probe.returncode != 0:
         sys.exit(f"multihost_bench: no fake hosts here: {probe.stdout.strip()}")
     only = args.only.split(",")
-    unknown = set(only) - {"launch", "failure", "crash", "partition", "output"}
+    unknown = set(only) - {"launch", "failure", "crash", "partition", "output", "tree"}
     if unknown:
         sys.exit(f"multihost_bench: unknown part(s) {','.join(sorted(unknown))}")
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -581,6 +631,8 @@ def main():
             bench_fault(cfg, args.rounds, summary, tmp, "crash", "node3", HANG_S)
         if "partition" in only:
             bench_fault(cfg, args.rounds, summary, tmp, "partition", "node2", args.partition_cap)
+        if "tree" in only:
+            bench_tree(cfg, 2 * args.rounds, summary)
         say(f"\n## Summary (medians; {args.rounds} rounds, launch {2 * args.rounds}; "
             f"{time.monotonic() - started:.0f} s; load average at the end {load()})")
         say("| what | pmrun | mpirun | ratio pmrun/mpirun | goal |")

@@ -175,6 +175,13 @@ TEST_F(PmrunMpi, ARankLeavingWithoutMpiFinalizeEndsTheJob) {
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_NE(r.err.find("exited with code 5 without calling MPI_Finalize"), std::string::npos)
       << r.err;
+  // Killed by a signal: the abort policy is off, but its peers would still wait for it.
+  r = pmrun({"--no-abort-on-failure", "-np", "3", python, script, "kill"}, 60s);
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
+  EXPECT_NE(r.err.find("rank 1 on"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("was killed by SIGKILL without calling MPI_Finalize"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("passed the barrier"), std::string::npos);
   expect_nothing_left();
 }
 

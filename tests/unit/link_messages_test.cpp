@@ -87,11 +87,18 @@ std::vector<message> samples() {
           pmix_abort{3, 42, "N/A"},
           pmix_abort{0, -1, ""},
           modex_request{1ull << 40, 5},
-          pmix_unfinalized{2, 0},
+          pmix_unfinalized{2, exit_status::exited(0)},
+          pmix_unfinalized{4, exit_status::signaled(9)},
           agent_notice{"PMIx server: cannot load x"},
-          pmix_unfinalized{9, 255},
+          pmix_unfinalized{9, exit_status::exited(255)},
           modex_reply{1ull << 40, true, std::string("\0\1\2", 3)},
           modex_reply{7, false, ""},
+          child_open{4, {"ssh", "-F", "/a b/cfg", "node5", "/opt/pm/bin/pmd --stdio --nonce 1f"}},
+          child_data{4, std::string("\0pmlink\0\xff", 9)},
+          child_data{1u << 31, ""},
+          child_close{4},
+          child_closed{4, 255, 0, "ssh: connect to host node5 port 22: Connection refused"},
+          child_closed{7, -1, 9, ""},
           hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
           hello{protocol_version, 1, 4242, "node1", {"10.0.0.2%eth0", "10.1.0.2%ib0"}, 40123},
           heartbeat{},
@@ -148,6 +155,49 @@ TEST(LinkFrame, RoundTripsEveryMessageAndDataFedByteByByte) {
   ASSERT_EQ(data.size(), 2u);
   EXPECT_EQ(data[0], std::make_pair(frame_kind::output, out_bytes));
   EXPECT_EQ(data[1], std::make_pair(frame_kind::input, out_bytes));
+}
+
+// feed_view() reads whole frames where they are and keeps only a partial one: cut anywhere, with
+// views and copies mixed, the same frames come out as from feed(), and a cut frame is finished.
+TEST(LinkFrame, ViewsCutAnywhereGiveTheSameFramesAsCopies) {
+  bytes stream;
+  for (const auto& m : samples()) {
+    append_message(stream, m, std::holds_alternative<spawn_request>(m) ? 1 : 0);
+  }
+  append_output_frame(stream, 7, output_stream::out, bytes{'o', 'k', '\n'});
+  const auto frames_of = [](frame_decoder& d, std::vector<bytes>& got) {
+    while (auto f = d.next()) {
+      bytes b{static_cast<std::uint8_t>(f->kind)};
+      b.insert(b.end(), f->payload.begin(), f->payload.end());
+      got.push_back(std::move(b));
+    }
+  };
+  std::vector<bytes> want;
+  frame_decoder whole;
+  whole.feed(stream);
+  frames_of(whole, want);
+  ASSERT_EQ(want.size(), samples().size() + 1);
+  for (std::size_t cut = 0; cut <= stream.size(); ++cut) {
+    for (int copy_second = 0; copy_second < 2; ++copy_second) {
+      frame_decoder d;
+      std::vector<bytes> got;
+      // Each view lives only while its frames are taken, as a driver's read buffer.
+      bytes first(stream.begin(), stream.begin() + static_cast<std::ptrdiff_t>(cut));
+      d.feed_view(first);
+      frames_of(d, got);
+      std::fill(first.begin(), first.end(), 0xee);  // a partial frame must have been copied
+      bytes second(stream.begin() + static_cast<std::ptrdiff_t>(cut), stream.end());
+      if (copy_second != 0) {
+        d.feed(second);
+      } else {
+        d.feed_view(second);
+      }
+      frames_of(d, got);
+      EXPECT_EQ(d.buffered(), 0u);
+      d.finish();
+      ASSERT_EQ(got, want) << "cut at " << cut;
+    }
+  }
 }
 
 TEST(LinkFrame, HeaderIsBigEndianLengthThenTheKind) {

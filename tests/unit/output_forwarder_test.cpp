@@ -1068,3 +1068,55 @@ TEST(OutputForwarder, TaggedOutputKeepsAPartialLineUntilItEnds) {
   ::close(opt.stdout_fd);
   EXPECT_EQ(slurp(path), "[1,0]<stdout>:Name: Bob\n");
 }
+
+TEST(OutputForwarder, AStalledDestinationNeverShowsAPartialLineThatGoesOn) {
+  // Every rank stops when the terminal stops reading: that quiet is the destination's, not a
+  // prompt's. A line cut at a read boundary must not be shown early, or the lines that pile up
+  // behind it would cut it (issue 11's tree tests saw 2 extra newlines after a 5 s stall).
+  int dest[2];
+  ASSERT_EQ(::pipe2(dest, O_CLOEXEC), 0);
+  pm::output_options opt;
+  opt.stdout_fd = dest[1];
+  pm::io::forwarder_limits limits;
+  limits.queue_limit = 64 << 10;
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 2, limits);
+  // Ranks on other hosts: their bytes come pushed, in pieces cut anywhere.
+  fwd.open_stream(0, output_stream::out, nullptr);
+  fwd.open_stream(1, output_stream::out, nullptr);
+  std::string lines;
+  for (int i = 0; lines.size() < (256u << 10); ++i)
+    lines += "rank 1 line " + std::to_string(i) + "\n";
+  fwd.push(1, output_stream::out, lines);  // more than the unread pipe and the queue take
+  fwd.push(0, output_stream::out, std::string_view("the middle of a line "));
+  io.run_for(std::chrono::milliseconds(300));  // the terminal reads nothing meanwhile
+  fwd.push(1, output_stream::out, lines);
+  fwd.push(0, output_stream::out, std::string_view("ends here\n"));
+  fwd.close_stream(0, output_stream::out);
+  fwd.close_stream(1, output_stream::out);
+  bool drained = false;
+  fwd.async_drain([&] { drained = true; });
+  ::fcntl(dest[0], F_SETFL, O_NONBLOCK);
+  std::string got;
+  char buf[65536];
+  for (int i = 0; i < 1000 && !drained; ++i) {
+    io.run_for(std::chrono::milliseconds(5));
+    for (ssize_t n; (n = ::read(dest[0], buf, sizeof buf)) > 0;)
+      got.append(buf, static_cast<std::size_t>(n));
+  }
+  EXPECT_TRUE(drained);
+  for (ssize_t n; (n = ::read(dest[0], buf, sizeof buf)) > 0;)
+    got.append(buf, static_cast<std::size_t>(n));
+  ::close(dest[0]);
+  ::close(dest[1]);
+  EXPECT_EQ(got.size(), 2 * lines.size() + std::string("the middle of a line ends here\n").size());
+  EXPECT_NE(got.find("\nthe middle of a line ends here\n"), std::string::npos)
+      << got.substr(got.find("the middle") - 40, 120);
+  std::istringstream in(got);
+  std::size_t count = 0;
+  for (std::string line; std::getline(in, line); ++count) {
+    EXPECT_TRUE(line.starts_with("rank 1 line ") || line == "the middle of a line ends here")
+        << "cut: '" << line << "'";
+  }
+  EXPECT_EQ(count, 2 * static_cast<std::size_t>(std::count(lines.begin(), lines.end(), '\n')) + 1);
+}

@@ -52,8 +52,14 @@ struct remote_launch {
   std::uint32_t heartbeat_misses = 4;
   /// An agent that has not said hello this long after its start is lost.
   std::chrono::milliseconds hello_timeout{20000};
-  /// At most this many agent start-ups (ssh connections being set up) at once.
+  /// At most this many agent start-ups (ssh connections being set up) at once; in a tree, at
+  /// most this many per parent agent.
   std::uint32_t max_concurrent = 32;
+  /// ssh only: a tree launch (docs/multihost.md, "The tree launch"). The launcher starts the
+  /// first `tree_fanout` other hosts; the agent of each starts the next `tree_fanout` with the ssh
+  /// command line the launcher built, and relays their links, level by level.
+  bool tree = false;
+  std::uint32_t tree_fanout = 32;
   /// ssh's exit 255 before the agent answered (a refused or dropped connection) is retried this
   /// many times, with jittered backoff.
   std::uint32_t connect_retries = 3;

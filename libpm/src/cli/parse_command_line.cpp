@@ -807,6 +807,8 @@ std::string help_text() {
   out +=
       "\nOther hosts are reached with ssh: -mca plm_rsh_agent \"ssh ARGS\" (or PM_RSH_AGENT) and\n"
       "-mca plm_rsh_args ARGS change the command; docs/multihost.md has the details.\n"
+      "\npmrun --ps [PID] [--json] shows the running pmrun jobs of this user, or one job's ranks\n"
+      "with their hosts, pids and states.\n"
       "\nExit status: the first failing rank's code (128+N for signal N), 124 timeout,\n"
       "125 launcher failure, 126/127 program not executable/not found, 2 bad usage,\n"
       "213 host lost. docs/exit-codes.md has the full table.\n";

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
@@ -24,10 +25,12 @@
 #include "driver/host_link.hpp"
 #include "driver/master_address.hpp"
 #include "io/output_forwarder.hpp"
+#include "link/launch_plan.hpp"
 #include "pm/error.hpp"
 #include "pm/launcher.hpp"
 #include "transport/local/executable.hpp"
 #include "transport/local/local_transport.hpp"
+#include "transport/relay/relay_transport.hpp"
 #include "transport/routing.hpp"
 
 namespace pm {
@@ -86,9 +89,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     std::string agent_error;                    // what the agent said before it closed
     std::uint32_t attempts = 0;
     bool shutdown_sent = false;
-    bool closed = false;         // the link is over and its transport was told
-    bool lost_told = false;      // host_lost went to the controller
-    std::uint64_t held_ack = 0;  // output consumed while the destination was congested
+    bool closed = false;            // the link is over and its transport was told
+    bool lost_told = false;         // host_lost went to the controller
+    std::uint64_t held_ack = 0;     // output consumed while the destination was congested
+    bool lost_with_parent = false;  // tree: relayed by a host that was lost; reported with it
   };
 
   asio::io_context& io;
@@ -98,6 +102,14 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   std::chrono::steady_clock::time_point epoch;
   std::uint64_t nonce;
   std::unique_ptr<transport_router> router;
+  // The tree launch: hosts started by another host's agent (their plan parent), and the
+  // transport that reaches them through it.
+  std::unordered_map<std::uint32_t, std::uint32_t> tree_parent;
+  std::shared_ptr<relay::relay_transport> relay;
+  pm::transport& transport_for(std::uint32_t h) {
+    if (relay && tree_parent.contains(h)) return *relay;
+    return *router;
+  }
   std::unique_ptr<io::output_forwarder> out;
   std::deque<event> queue;
   bool drain_posted = false;
@@ -275,13 +287,15 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     post(abort_requested{a.rank, a.status, text});
   }
 
-  // A rank left MPI without MPI_Finalize: its peers would wait for it in their next fence, so
-  // the job ends, as mpirun ends it ("exited without calling finalize").
+  // A rank left MPI without MPI_Finalize (an exit or a signal): its peers would wait for it in
+  // their next fence, so the job ends, as mpirun ends it ("exited without calling finalize"),
+  // also where the abort policy is off: those peers have no other way out.
   void on_unfinalized(std::uint32_t h, const link::pmix_unfinalized& u) {
     if (u.rank >= req.map.size() || req.map.at(u.rank).host != h) return;
-    post(abort_requested{std::nullopt, u.code != 0 ? u.code : 1,
-                         "rank " + std::to_string(u.rank) + " on " + host_info(h).name +
-                             " exited with code " + std::to_string(u.code) +
+    const int code = u.status.shell_code();
+    post(abort_requested{std::nullopt, code != 0 ? code : 1,
+                         "rank " + std::to_string(u.rank) + " on " + host_info(h).name + " " +
+                             u.status.describe() +
                              " without calling MPI_Finalize (PMIx_Finalize)"});
   }
 
@@ -365,6 +379,12 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   }
 
   void open_link(std::uint32_t h) {
+    // A relayed host's parent needs its own link first (it has ranks too: the plan is over the
+    // job's hosts).
+    // (Not while the parent waits to retry its own connection: its retry opens it.)
+    if (auto it = tree_parent.find(h); it != tree_parent.end() && hosts[it->second].attempts == 0) {
+      link_to(it->second);
+    }
     auto& hs = hosts[h];
     ++hs.attempts;
     hs.agent.reset();
@@ -390,7 +410,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     hs.link = driver::host_link::create(io, link_options(h), std::move(lc), epoch);
     hs.link->send(setup_for(h));
     auto link = hs.link;
-    router->open(
+    transport_for(h).open(
         target_for(h), [link](agent_stream s) { link->attach(s); },
         [weak, h, link](std::string reason) {
           auto self = weak.lock();
@@ -404,7 +424,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   void on_greeted(std::uint32_t h, const link::hello& agent) {
     auto& hs = hosts[h];
     hs.agent = agent;
-    router->established(h);
+    transport_for(h).established(h);
+    if (relay) relay->parent_greeted(h);
     if (!facts_ready) decide_facts();
     if (facts_ready) flush_spawns(h);
   }
@@ -609,6 +630,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
             on_modex_request(h, x);
           } else if constexpr (std::is_same_v<T, link::modex_reply>) {
             on_modex_reply(h, x);
+          } else if constexpr (std::is_same_v<T, link::child_data> ||
+                               std::is_same_v<T, link::child_closed>) {
+            if (relay) relay->from_parent(h, m);
           }
         },
         m);
@@ -694,24 +718,37 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     const bool greeted = hs.agent.has_value();
     auto link = hs.link;
     auto reported = std::make_shared<bool>(false);
-    if (!expected && greeted) {
-      auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(300));
+    // The hosts it relays lose their links with it, now; they are reported right after it.
+    if (relay && greeted) {
+      if (!expected) mark_subtree(h);
+      relay->parent_down(h);
+    }
+    if (!expected && greeted && !hs.lost_with_parent) {
+      // A relayed host that falls silent may be the first sign of its parent's partition (its
+      // parent's last heartbeat may be up to one interval younger): wait that long more, so
+      // that the parent is reported with its subtree.
+      auto wait = std::chrono::milliseconds(300);
+      if (tree_parent.contains(h)) wait += req.remote.heartbeat_interval;
+      auto timer = std::make_shared<asio::steady_timer>(io, wait);
       timer->async_wait([weak = weak_from_this(), h, reason, reported,
                          timer](const boost::system::error_code& ec) {
         auto self = weak.lock();
         if (ec || !self || *reported) return;
         *reported = true;
+        // A relayed host whose parent went down meanwhile (a partition silences both at once)
+        // is reported with its parent.
+        if (self->hosts[h].lost_with_parent) return;
         self->lose(h, reason);
       });
     }
-    router->close(
+    transport_for(h).close(
         h, [weak = weak_from_this(), h, reason, expected, greeted, link, reported](agent_end end) {
           auto self = weak.lock();
           if (!self) return;
           auto& st = self->hosts[h];
           if (st.link != link) return;
           st.closed = true;
-          if (expected || *reported) {
+          if (expected || *reported || st.lost_with_parent) {
             self->maybe_all_closed();
             return;
           }
@@ -723,6 +760,27 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
           }
           self->lose(h, end.how.empty() ? reason : reason + " (" + end.how + ")");
         });
+  }
+
+  // The hosts whose links went through `h` (its children in the plan, theirs, ...).
+  std::vector<std::uint32_t> relayed_by(std::uint32_t h) const {
+    std::vector<std::uint32_t> found;
+    for (std::size_t i = 0; i <= found.size(); ++i) {
+      const std::uint32_t parent = i == 0 ? h : found[i - 1];
+      for (const auto& [child, p] : tree_parent) {
+        if (p == parent) found.push_back(child);
+      }
+    }
+    return found;
+  }
+
+  void mark_subtree(std::uint32_t h) {
+    for (const auto d : relayed_by(h)) {
+      auto it = hosts.find(d);
+      if (it != hosts.end() && it->second.link && !it->second.lost_told) {
+        it->second.lost_with_parent = true;
+      }
+    }
   }
 
   void retry_later(std::uint32_t h) {
@@ -757,8 +815,24 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     }
     if (hs.lost_told) return;
     hs.lost_told = true;
+    if (relay) relay->parent_down(h);  // a host that never came up started none of its children
     end_pushed_streams(h);
-    post(host_lost{h, reason});
+    // Its subtree is lost with it: one line names them all, and each is lost right after it.
+    std::vector<std::uint32_t> with_it;
+    for (const auto d : relayed_by(h)) {
+      auto it = hosts.find(d);
+      if (it != hosts.end() && it->second.lost_with_parent && !it->second.lost_told) {
+        with_it.push_back(d);
+      }
+    }
+    std::sort(with_it.begin(), with_it.end());
+    std::string names;
+    for (const auto d : with_it) names += (names.empty() ? "" : ", ") + host_info(d).name;
+    post(host_lost{h,
+                   with_it.empty() ? reason : reason + "; with it the hosts it relayed: " + names});
+    for (const auto d : with_it) {
+      lose(d, "host " + host_info(h).name + ", which relayed its link, was lost");
+    }
     // Requests this host will never answer fail now: no rank waits for ever (ompi#7628).
     for (auto it = modex_routes.begin(); it != modex_routes.end();) {
       if (it->second.owner != h) {
@@ -842,6 +916,40 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     f();
   }
 
+  // The tree launch (ssh only): the plan over the job's other hosts in node order; a host whose
+  // parent is another host is reached through that host's agent.
+  void plan_tree() {
+    if (!req.remote.tree || req.remote_transport || req.remote.launcher != agent_launcher::ssh) {
+      return;
+    }
+    std::vector<std::uint32_t> remote;
+    for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
+      const auto h = req.map.host_of_node(n);
+      if (!host_info(h).local) remote.push_back(h);
+    }
+    const link::launch_plan_options shape{link::launch_shape::tree,
+                                          std::max<std::uint32_t>(1, req.remote.tree_fanout)};
+    for (std::uint32_t i = 0; i < remote.size(); ++i) {
+      const auto step = link::plan_step(i, shape);
+      if (step.parent != link::by_launcher) tree_parent[remote[i]] = remote[step.parent];
+    }
+    if (tree_parent.empty()) return;
+    relay::relay_hooks hooks;
+    std::weak_ptr<impl> weak = weak_from_this();
+    hooks.send = [weak](std::uint32_t parent, const link::message& m) {
+      if (auto self = weak.lock()) self->send_to(parent, m);
+    };
+    hooks.parent_of = [weak](std::uint32_t h) {
+      auto self = weak.lock();
+      return self ? self->tree_parent.at(h) : 0;
+    };
+    hooks.name_of = [weak](std::uint32_t h) {
+      auto self = weak.lock();
+      return self ? self->host_info(h).name : std::string();
+    };
+    relay = std::make_shared<relay::relay_transport>(io, req.remote, std::move(hooks));
+  }
+
   void start() {
     out = std::make_unique<io::output_forwarder>(io, req.output, req.map.size());
     out->set_resume_callback([weak = weak_from_this()] {
@@ -860,6 +968,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     }
     if (!req.remote.notice) req.remote.notice = cb.on_message;
     router = std::make_unique<transport_router>(io, req.remote, req.remote_transport);
+    plan_tree();
     if (req.pmix) {
       char ns[64];
       std::snprintf(ns, sizeof ns, "pmrun.%d.%08llx", static_cast<int>(::getpid()),

@@ -401,6 +401,13 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
       arm_quiet(s, opt.partial_line_delay - silent);  // bytes came meanwhile: wait on
       return;
     }
+    if (s.terminal->queued > 0 || s.terminal->waiting) {
+      // The destination is the one that is slow (a stalled terminal or pipe): everyone stopped
+      // because output waits, not because a rank waits for input. Showing the tail now would cut
+      // a line that goes on once the queue drains, so wait on.
+      arm_quiet(s, opt.partial_line_delay);
+      return;
+    }
     s.quiet.reset();
     const auto tail = s.assembler.held();
     if (tail.size() <= s.shown) return;

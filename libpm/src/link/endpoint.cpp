@@ -162,7 +162,8 @@ void endpoint::received(link_time now, std::span<const std::uint8_t> bytes,
       bytes = bytes.subspan(*at);
     }
     if (greeted_) last_heard_ = now;
-    decoder_.feed(bytes);
+    // Whole frames are read where they arrived (no copy); only a partial one is kept.
+    decoder_.feed_view(bytes);
     while (!down_) {
       const auto f = decoder_.next();
       if (!f) break;
@@ -171,6 +172,7 @@ void endpoint::received(link_time now, std::span<const std::uint8_t> bytes,
   } catch (const pm::error& e) {
     fail(out, e.what());
   }
+  if (down_) decoder_ = frame_decoder();  // it may still point into `bytes`
 }
 
 void endpoint::closed(link_time /*now*/, std::vector<link_event>& out, const std::string& why) {

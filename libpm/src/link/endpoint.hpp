@@ -67,13 +67,14 @@ struct message_in {
   message msg;
   std::uint32_t fds = 0;
 };
-/// Output bytes of a rank (launcher side). `bytes` is valid until the next call to received().
+/// Output bytes of a rank (launcher side). `bytes` is valid until the next call to received(),
+/// as long as the bytes given to received() are (it may point into them).
 struct output_in {
   std::uint32_t rank;
   output_stream stream;
   std::span<const std::uint8_t> bytes;
 };
-/// Stdin bytes for a rank (agent side). Valid until the next call to received().
+/// Stdin bytes for a rank (agent side). Valid as output_in's.
 struct input_in {
   std::uint32_t rank;
   std::span<const std::uint8_t> bytes;
@@ -166,13 +167,13 @@ class endpoint {
   bool greeted_ = false;
   bool down_ = false;
   bool peer_suspended_ = false;
+  bool credit_exhausted_ = false;  // credit() hit 0: tell the driver when it opens again
   link_time started_at_{0};
   link_time last_heard_{0};
   link_time next_beat_{0};
-  std::uint64_t sent_data_ = 0;    // data bytes queued
-  std::uint64_t acked_data_ = 0;   // of those, acknowledged by the peer
-  std::uint64_t unacked_in_ = 0;   // received data consumed but not yet acknowledged
-  bool credit_exhausted_ = false;  // credit() hit 0: tell the driver when it opens again
+  std::uint64_t sent_data_ = 0;   // data bytes queued
+  std::uint64_t acked_data_ = 0;  // of those, acknowledged by the peer
+  std::uint64_t unacked_in_ = 0;  // received data consumed but not yet acknowledged
 };
 
 }  // namespace pm::link

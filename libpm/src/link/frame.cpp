@@ -74,6 +74,12 @@ void append_input_frame(std::vector<std::uint8_t>& out, std::uint32_t rank,
 }
 
 void frame_decoder::feed(std::span<const std::uint8_t> bytes) {
+  if (!view_.empty()) {
+    // What a view still holds goes first, copied (bytes must follow it).
+    const auto held = view_;
+    view_ = {};
+    feed(held);
+  }
   // Compact once the consumed prefix dominates, so a long-lived link does not grow.
   if (start_ > 0 && start_ >= buffer_.size() / 2) {
     buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(start_));
@@ -82,17 +88,47 @@ void frame_decoder::feed(std::span<const std::uint8_t> bytes) {
   buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
 }
 
+void frame_decoder::feed_view(std::span<const std::uint8_t> bytes) {
+  if (buffer_.size() - start_ != 0 || !view_.empty()) {
+    feed(bytes);  // behind a partial frame: joined in the buffer
+    return;
+  }
+  buffer_.clear();
+  start_ = 0;
+  view_ = bytes;
+}
+
 std::optional<frame> frame_decoder::next() {
-  if (buffered() < frame_header_bytes) return std::nullopt;
-  const std::uint8_t* p = buffer_.data() + start_;
+  std::size_t used = 0;
+  if (!view_.empty()) {
+    auto f = take(view_.data(), view_.size(), used);
+    if (f) {
+      view_ = view_.subspan(used);
+      return f;
+    }
+    // A partial frame: kept until the rest arrives.
+    const auto held = view_;
+    view_ = {};
+    feed(held);
+    return std::nullopt;
+  }
+  auto f = take(buffer_.data() + start_, buffer_.size() - start_, used);
+  if (f) start_ += used;
+  return f;
+}
+
+// The frame at p if all of it is there (`used`: its bytes), else nothing.
+std::optional<frame> frame_decoder::take(const std::uint8_t* p, std::size_t available,
+                                         std::size_t& used) const {
+  if (available < frame_header_bytes) return std::nullopt;
   const std::uint32_t n = get_u32(p);
   if (n == 0) fail("empty frame");
   if (n > max_body_) {
     fail("frame of " + std::to_string(n) + " bytes exceeds the " + size_text(max_body_) + " limit");
   }
-  if (buffered() < frame_header_bytes + n) return std::nullopt;
+  if (available < frame_header_bytes + n) return std::nullopt;
   const std::uint8_t* body = p + frame_header_bytes;
-  start_ += frame_header_bytes + n;
+  used = frame_header_bytes + n;
   frame f;
   switch (body[0]) {
     case static_cast<std::uint8_t>(frame_kind::control):
@@ -126,7 +162,7 @@ void frame_decoder::finish() const {
   if (buffered() < frame_header_bytes) {
     fail("stream ended inside a frame header (" + std::to_string(buffered()) + " of 4 bytes)");
   }
-  const std::uint32_t n = get_u32(buffer_.data() + start_);
+  const std::uint32_t n = get_u32(view_.empty() ? buffer_.data() + start_ : view_.data());
   fail("stream ended inside a frame (" + std::to_string(buffered() - frame_header_bytes) + " of " +
        std::to_string(n) + " bytes)");
 }
@@ -136,7 +172,7 @@ std::optional<std::size_t> preamble_scanner::scan(std::span<const std::uint8_t> 
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     const std::uint8_t b = bytes[i];
     if (b == magic[matched_]) {
-      if (++matched_ == magic.size()) {
+      if (std::size_t{++matched_} == magic.size()) {
         found_ = true;
         return i + 1;
       }
@@ -146,9 +182,10 @@ std::optional<std::size_t> preamble_scanner::scan(std::span<const std::uint8_t> 
     // (NUL), so a mismatching NUL may start a new match.
     const bool restarts = b == magic[0];
     noise_ += matched_ + (restarts ? 0 : 1);
-    if (kept_.size() < 512) {
-      for (std::size_t k = 0; k < matched_; ++k) kept_.push_back(static_cast<char>(magic[k]));
-      if (!restarts) kept_.push_back(static_cast<char>(b));
+    if (!kept_) kept_ = std::make_unique<std::string>();
+    if (kept_->size() < 512) {
+      for (std::size_t k = 0; k < matched_; ++k) kept_->push_back(static_cast<char>(magic[k]));
+      if (!restarts) kept_->push_back(static_cast<char>(b));
     }
     matched_ = restarts ? 1 : 0;
     if (noise_ > max_noise_) {
@@ -161,7 +198,8 @@ std::optional<std::size_t> preamble_scanner::scan(std::span<const std::uint8_t> 
 
 std::string preamble_scanner::noise_text() const {
   std::string shown;
-  for (char c : kept_) {
+  if (!kept_) return shown;
+  for (char c : *kept_) {
     if (c == '\n' && shown.empty()) continue;  // skip leading blank lines
     if (c == '\n' || shown.size() >= 200) break;
     const auto u = static_cast<unsigned char>(c);

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -60,13 +61,17 @@ class frame_decoder {
 
   /// Appends received bytes. Invalidates the payloads of frames returned before.
   void feed(std::span<const std::uint8_t> bytes);
+  /// As feed(), without copying what holds whole frames: next() reads them in `bytes` itself
+  /// (their payloads point there), so `bytes` must stay valid until next() returned nothing; a
+  /// partial frame left at its end is copied then. For a caller that takes every frame at once.
+  void feed_view(std::span<const std::uint8_t> bytes);
   /// The next whole frame, or nothing until more bytes arrive. Throws pm::error for an empty,
   /// oversized or malformed frame (the stream cannot be resynchronised after that: drop it).
   std::optional<frame> next();
   /// Call at end of stream: throws pm::error if a frame was cut off.
   void finish() const;
   /// Bytes received but not yet returned as a frame.
-  std::size_t buffered() const noexcept { return buffer_.size() - start_; }
+  std::size_t buffered() const noexcept { return buffer_.size() - start_ + view_.size(); }
   /// Frees the buffer if it holds no partial frame (invalidates the payloads returned before).
   void shrink() {
     if (buffered() != 0) return;
@@ -75,9 +80,12 @@ class frame_decoder {
   }
 
  private:
+  std::optional<frame> take(const std::uint8_t* p, std::size_t available, std::size_t& used) const;
+
   std::size_t max_body_;
   std::vector<std::uint8_t> buffer_;
-  std::size_t start_ = 0;  // first byte not yet consumed
+  std::size_t start_ = 0;               // first byte not yet consumed
+  std::span<const std::uint8_t> view_;  // fed by feed_view(), read before buffer_ grows again
 };
 
 /// Finds the peer's magic in the first bytes of a stream; what comes before it is noise (a login
@@ -98,10 +106,10 @@ class preamble_scanner {
 
  private:
   std::size_t max_noise_;
-  std::size_t matched_ = 0;  // bytes of the magic matched so far
   std::size_t noise_ = 0;
+  std::unique_ptr<std::string> kept_;  // the first bytes of noise (rare: allocated when it comes)
+  std::uint8_t matched_ = 0;           // bytes of the magic matched so far
   bool found_ = false;
-  std::string kept_;  // the first bytes of noise
 };
 
 }  // namespace pm::link

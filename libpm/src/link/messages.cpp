@@ -1,6 +1,7 @@
 #include "link/messages.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -238,39 +239,41 @@ void check_fds(std::string_view type, std::uint32_t fds, std::uint32_t max) {
 class writer {
  public:
   explicit writer(std::vector<std::uint8_t>& out) : out_(out) {}
+  writer(const writer&) = delete;
+  writer& operator=(const writer&) = delete;
   void map(std::size_t n) { header(n, 0x80, 15, 0xde, 0xdf); }
   void array(std::size_t n) { header(n, 0x90, 15, 0xdc, 0xdd); }
   void str(std::string_view s) {
     const auto n = s.size();
     if (n <= 31) {
-      out_.push_back(static_cast<std::uint8_t>(0xa0 | n));
+      put(static_cast<std::uint8_t>(0xa0 | n));
     } else if (n <= 0xff) {
-      out_.push_back(0xd9);
-      out_.push_back(static_cast<std::uint8_t>(n));
+      put(0xd9);
+      be(n, 1);
     } else if (n <= 0xffff) {
-      out_.push_back(0xda);
+      put(0xda);
       be(n, 2);
     } else {
-      out_.push_back(0xdb);
+      put(0xdb);
       be(n, 4);
     }
-    out_.insert(out_.end(), s.begin(), s.end());
+    raw(s.data(), n);
   }
   void key(std::string_view k) { str(k); }
   void uint(std::uint64_t v) {
     if (v < 128) {
-      out_.push_back(static_cast<std::uint8_t>(v));
+      put(static_cast<std::uint8_t>(v));
     } else if (v <= 0xff) {
-      out_.push_back(0xcc);
+      put(0xcc);
       be(v, 1);
     } else if (v <= 0xffff) {
-      out_.push_back(0xcd);
+      put(0xcd);
       be(v, 2);
     } else if (v <= 0xffffffffull) {
-      out_.push_back(0xce);
+      put(0xce);
       be(v, 4);
     } else {
-      out_.push_back(0xcf);
+      put(0xcf);
       be(v, 8);
     }
   }
@@ -278,44 +281,71 @@ class writer {
     if (v >= 0) {
       uint(static_cast<std::uint64_t>(v));
     } else if (v >= -32) {
-      out_.push_back(static_cast<std::uint8_t>(static_cast<std::int8_t>(v)));
+      put(static_cast<std::uint8_t>(static_cast<std::int8_t>(v)));
     } else if (v >= INT8_MIN) {
-      out_.push_back(0xd0);
+      put(0xd0);
       be(static_cast<std::uint64_t>(v), 1);
     } else if (v >= INT16_MIN) {
-      out_.push_back(0xd1);
+      put(0xd1);
       be(static_cast<std::uint64_t>(v), 2);
     } else if (v >= INT32_MIN) {
-      out_.push_back(0xd2);
+      put(0xd2);
       be(static_cast<std::uint64_t>(v), 4);
     } else {
-      out_.push_back(0xd3);
+      put(0xd3);
       be(static_cast<std::uint64_t>(v), 8);
     }
   }
-  void boolean(bool b) { out_.push_back(b ? 0xc3 : 0xc2); }
+  void boolean(bool b) { put(b ? 0xc3 : 0xc2); }
   void strings(const std::vector<std::string>& v) {
     array(v.size());
     for (const auto& x : v) str(x);
   }
+  /// Appends what is still buffered to the output vector; call once the message is written.
+  [[gnu::noinline]] void flush() {
+    out_.insert(out_.end(), buf_, buf_ + n_);
+    n_ = 0;
+  }
 
  private:
+  // Bytes gather in a buffer on the stack and reach the vector in one insert per message (or per
+  // full buffer): a push_back per byte cost a capacity check and a call each.
+  static constexpr std::size_t capacity = 512;
+  [[gnu::always_inline]] void put(std::uint8_t b) {
+    if (n_ == capacity) [[unlikely]]
+      flush();
+    buf_[n_++] = b;
+  }
+  void raw(const char* p, std::size_t n) {
+    if (n > capacity - n_) {
+      flush();
+      if (n > capacity / 2) {
+        out_.insert(out_.end(), p, p + n);
+        return;
+      }
+    }
+    std::memcpy(buf_ + n_, p, n);
+    n_ += n;
+  }
   void header(std::size_t n, std::uint8_t fix, std::size_t fix_max, std::uint8_t b16,
               std::uint8_t b32) {
     if (n <= fix_max) {
-      out_.push_back(static_cast<std::uint8_t>(fix | n));
+      put(static_cast<std::uint8_t>(fix | n));
     } else if (n <= 0xffff) {
-      out_.push_back(b16);
+      put(b16);
       be(n, 2);
     } else {
-      out_.push_back(b32);
+      put(b32);
       be(n, 4);
     }
   }
   void be(std::uint64_t v, int bytes) {
-    for (int i = bytes - 1; i >= 0; --i) out_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+    if (n_ + 8 > capacity) flush();
+    for (int i = bytes - 1; i >= 0; --i) buf_[n_++] = static_cast<std::uint8_t>(v >> (8 * i));
   }
   std::vector<std::uint8_t>& out_;
+  std::size_t n_ = 0;
+  std::uint8_t buf_[capacity];
 };
 
 // Each message as a map, its keys in sorted order (as nlohmann's std::map writes them).
@@ -558,11 +588,17 @@ struct encoder {
   }
   void operator()(const pmix_unfinalized& m) const {
     begin(2);
-    w.key("code");
-    w.sint(m.code);
+    if (!m.status.is_signal()) {
+      w.key("code");
+      w.sint(m.status.code());
+    }
     fds_field();
     w.key("rank");
     w.uint(m.rank);
+    if (m.status.is_signal()) {
+      w.key("signal");
+      w.sint(m.status.signal());
+    }
     type_field();
   }
   void operator()(const modex_request& m) const {
@@ -585,6 +621,44 @@ struct encoder {
     w.uint(m.id);
     type_field();
   }
+  void operator()(const child_open& m) const {
+    begin(2);
+    w.key("argv");
+    w.strings(m.argv);
+    fds_field();
+    w.key("host");
+    w.uint(m.host);
+    type_field();
+  }
+  void operator()(const child_data& m) const {
+    begin(2);
+    w.key("bytes");
+    w.str(m.bytes);
+    fds_field();
+    w.key("host");
+    w.uint(m.host);
+    type_field();
+  }
+  void operator()(const child_close& m) const {
+    begin(1);
+    fds_field();
+    w.key("host");
+    w.uint(m.host);
+    type_field();
+  }
+  void operator()(const child_closed& m) const {
+    begin(4);
+    w.key("code");
+    w.sint(m.code);
+    fds_field();
+    w.key("host");
+    w.uint(m.host);
+    w.key("said");
+    w.str(m.said);
+    w.key("signal");
+    w.sint(m.signo);
+    type_field();
+  }
   // heartbeat, suspend, resume, shutdown, shutdown_done: the type alone.
   template <class T>
   void operator()(const T&) const {
@@ -604,7 +678,8 @@ constexpr std::string_view names[] = {
     "hello",        "heartbeat",     "ack",           "job",         "spawn",        "signal",
     "input_closed", "suspend",       "resume",        "shutdown",    "started",      "spawn_failed",
     "exited",       "stream_closed", "shutdown_done", "error",       "fence_result", "pmix_abort",
-    "fence",        "modex",         "modex_reply",   "unfinalized", "notice"};
+    "fence",        "modex",         "modex_reply",   "unfinalized", "notice",       "child_open",
+    "child_data",   "child_close",   "child_closed"};
 static_assert(std::size(names) == std::variant_size_v<message>);
 
 // ---- the direct decoder ----
@@ -771,29 +846,38 @@ class fast_map {
   // Reads the map at the reader's position; declines duplicate keys and more than 16 fields.
   bool read(fast_reader& r, int depth) {
     std::size_t n = 0;
+    count_ = 0;
     if (!r.map_header(n) || n > max_fields) return false;
-    count_ = n;
     for (std::size_t i = 0; i < n; ++i) {
-      if (!r.str(keys_[i])) return false;
-      for (std::size_t k = 0; k < i; ++k) {
-        if (keys_[k] == keys_[i]) return false;
+      std::string_view k;
+      if (!r.str(k)) return false;
+      for (std::size_t j = 0; j < i; ++j) {
+        if (keys_[j].view() == k) return false;
       }
+      keys_[i] = key_ref{k.data(), k.size()};
       values_[i] = r.pos();
+      count_ = i + 1;
       if (!r.skip(depth + 1)) return false;
     }
     return true;
   }
   const std::uint8_t* find(std::string_view key) const {
     for (std::size_t i = 0; i < count_; ++i) {
-      if (keys_[i] == key) return values_[i];
+      if (keys_[i].view() == key) return values_[i];
     }
     return nullptr;
   }
 
  private:
   static constexpr std::size_t max_fields = 16;
-  std::string_view keys_[max_fields];
-  const std::uint8_t* values_[max_fields] = {};
+  // Left uninitialised (only the first count_ are read): zeroing them cost more than the lookups.
+  struct key_ref {
+    const char* p;
+    std::size_t n;
+    std::string_view view() const { return {p, n}; }
+  };
+  key_ref keys_[max_fields];
+  const std::uint8_t* values_[max_fields];
   std::size_t count_ = 0;
 };
 
@@ -861,6 +945,106 @@ struct fast_fields {
   bool array(std::string_view key, std::size_t& n) { return at(key) && r.array_header(n); }
 };
 
+// A key or type name against a literal: compared at a fixed length (inlined, no memcmp call).
+template <std::size_t N>
+bool is(std::string_view s, const char (&literal)[N]) {
+  return s.size() == N - 1 && std::memcmp(s.data(), literal, N - 1) == 0;
+}
+
+// The messages every rank causes (started, exited, stream_closed) and the link's own (heartbeat,
+// ack), read in one pass with no field table: a flat map of integers and the type, each key once,
+// exactly the fields the type has (and fds). Anything else declines to decode_fast, which accepts
+// the same bodies with the same result: this path changes what a message costs, never the answer.
+std::optional<envelope> decode_small(std::span<const std::uint8_t> body) {
+  enum field : unsigned { f_bytes, f_code, f_fds, f_pid, f_rank, f_signal, f_stream, f_count };
+  constexpr auto bit = [](field f) { return 1u << f; };
+  fast_reader r(body);
+  std::size_t n = 0;
+  if (!r.map_header(n) || n > f_count + 1) return std::nullopt;
+  std::uint64_t v[f_count];
+  bool neg[f_count];
+  unsigned seen = 0;
+  std::string_view type;
+  bool typed = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string_view k;
+    if (!r.str(k)) return std::nullopt;
+    if (is(k, "type")) {
+      if (typed || !r.str(type)) return std::nullopt;
+      typed = true;
+      continue;
+    }
+    field f{};
+    if (is(k, "rank")) {
+      f = f_rank;
+    } else if (is(k, "pid")) {
+      f = f_pid;
+    } else if (is(k, "stream")) {
+      f = f_stream;
+    } else if (is(k, "bytes")) {
+      f = f_bytes;
+    } else if (is(k, "code")) {
+      f = f_code;
+    } else if (is(k, "signal")) {
+      f = f_signal;
+    } else if (is(k, "fds")) {
+      f = f_fds;
+    } else {
+      return std::nullopt;
+    }
+    if ((seen & bit(f)) != 0 || !r.integer(v[f], neg[f])) return std::nullopt;
+    seen |= bit(f);
+  }
+  if (!typed || !r.at_end()) return std::nullopt;
+  constexpr std::uint64_t u32_max = std::numeric_limits<std::uint32_t>::max();
+  const auto u32 = [&](field f, std::uint32_t& out) {
+    if (neg[f] || v[f] > u32_max) return false;
+    out = static_cast<std::uint32_t>(v[f]);
+    return true;
+  };
+  const auto range = [&](field f, std::int64_t lo, std::int64_t hi, int& out) {
+    const auto x = static_cast<std::int64_t>(v[f]);
+    if ((!neg[f] && v[f] > static_cast<std::uint64_t>(hi)) || x < lo || x > hi) return false;
+    out = static_cast<int>(x);
+    return true;
+  };
+  envelope e;
+  if ((seen & bit(f_fds)) != 0 && !u32(f_fds, e.fds)) return std::nullopt;
+  const unsigned fields = seen & ~bit(f_fds);
+  bool ok = false;
+  if (is(type, "started") && fields == (bit(f_pid) | bit(f_rank))) {
+    started m;
+    ok = u32(f_rank, m.rank) &&
+         (neg[f_pid] || v[f_pid] <= std::uint64_t{std::numeric_limits<std::int64_t>::max()});
+    m.pid = static_cast<std::int64_t>(v[f_pid]);
+    e.msg = m;
+  } else if (is(type, "exited") &&
+             (fields == (bit(f_rank) | bit(f_code)) || fields == (bit(f_rank) | bit(f_signal)))) {
+    exited m;
+    int x = 0;
+    const bool by_code = (fields & bit(f_code)) != 0;
+    ok = u32(f_rank, m.rank) &&
+         (by_code ? range(f_code, 0, 255, x) : range(f_signal, 1, max_signal, x));
+    m.status = by_code ? exit_status::exited(x) : exit_status::signaled(x);
+    e.msg = m;
+  } else if (is(type, "stream_closed") && fields == (bit(f_bytes) | bit(f_rank) | bit(f_stream))) {
+    stream_closed m;
+    int stream = 0;
+    ok = u32(f_rank, m.rank) && range(f_stream, 1, 2, stream) && !neg[f_bytes];
+    m.stream = stream == 1 ? output_stream::out : output_stream::err;
+    m.bytes = v[f_bytes];
+    e.msg = m;
+  } else if (is(type, "heartbeat") && fields == 0) {
+    e.msg = heartbeat{};
+    ok = true;
+  } else if (is(type, "ack") && fields == bit(f_bytes)) {
+    ok = !neg[f_bytes];
+    e.msg = ack{v[f_bytes]};
+  }
+  if (!ok || e.fds > max_fds(e.msg)) return std::nullopt;
+  return e;
+}
+
 std::optional<envelope> decode_fast(std::span<const std::uint8_t> body) {
   fast_reader r(body);
   fast_map top;
@@ -890,6 +1074,10 @@ std::optional<envelope> decode_fast(std::span<const std::uint8_t> body) {
     ok = u32("rank", m.rank) && f.range("stream", 1, 2, stream) && f.u("bytes", m.bytes);
     m.stream = stream == 1 ? output_stream::out : output_stream::err;
     e.msg = m;
+  } else if (type == "child_data") {
+    child_data m;
+    ok = u32("host", m.host) && f.str("bytes", m.bytes);
+    e.msg = std::move(m);
   } else if (type == "heartbeat") {
     e.msg = heartbeat{};
   } else if (type == "ack") {
@@ -900,6 +1088,8 @@ std::optional<envelope> decode_fast(std::span<const std::uint8_t> body) {
     spawn_request m;
     std::size_t n = 0;
     ok = f.array("ranks", n);
+    // Capped: a hostile count (up to the body's size) must not allocate ahead of its elements.
+    if (ok) m.ranks.reserve(std::min<std::size_t>(n, 1024));
     const std::uint8_t* next = r.pos();
     for (std::size_t i = 0; ok && i < n; ++i) {
       r.seek(next);
@@ -917,6 +1107,8 @@ std::optional<envelope> decode_fast(std::span<const std::uint8_t> body) {
     signal_request m;
     std::size_t n = 0;
     ok = f.array("ranks", n);
+    // Capped: a hostile count (up to the body's size) must not allocate ahead of its elements.
+    if (ok) m.ranks.reserve(std::min<std::size_t>(n, 1024));
     for (std::size_t i = 0; ok && i < n; ++i) {
       std::uint64_t v = 0;
       bool neg = false;
@@ -999,14 +1191,15 @@ sender sent_by(const message& m) noexcept {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, hello> || std::is_same_v<T, heartbeat> ||
                       std::is_same_v<T, ack> || std::is_same_v<T, modex_request> ||
-                      std::is_same_v<T, modex_reply>) {
+                      std::is_same_v<T, modex_reply> || std::is_same_v<T, child_data>) {
           return sender::either;
         } else if constexpr (std::is_same_v<T, started> || std::is_same_v<T, spawn_failed> ||
                              std::is_same_v<T, exited> || std::is_same_v<T, stream_closed> ||
                              std::is_same_v<T, shutdown_done> || std::is_same_v<T, agent_error> ||
                              std::is_same_v<T, pmix_abort> || std::is_same_v<T, pmix_unfinalized> ||
                              std::is_same_v<T, agent_notice> ||
-                             std::is_same_v<T, fence_contribution>) {
+                             std::is_same_v<T, fence_contribution> ||
+                             std::is_same_v<T, child_closed>) {
           return sender::agent;
         } else {
           return sender::launcher;
@@ -1020,6 +1213,7 @@ std::vector<std::uint8_t> encode(const message& m, std::uint32_t fds) {
   std::vector<std::uint8_t> out;
   writer w(out);
   std::visit(encoder{w, fds, type_name(m)}, m);
+  w.flush();
   return out;
 }
 
@@ -1028,9 +1222,12 @@ void append_message(std::vector<std::uint8_t>& out, const message& m, std::uint3
   // Framed in place: a header and the kind first, the body written behind them, then the length
   // patched in (append_control_frame's limits apply).
   const std::size_t at = out.size();
+  // Room for a small message at once (an emptied buffer would otherwise grow 5, 10, 20, 40).
+  if (out.capacity() - at < 64) out.reserve(std::max(at + 64, 2 * out.capacity()));
   out.insert(out.end(), frame_header_bytes + 1, 0);
   writer w(out);
   std::visit(encoder{w, fds, type_name(m)}, m);
+  w.flush();
   const std::size_t n = out.size() - at - frame_header_bytes;  // kind + body
   if (n > max_frame_bytes) {
     out.resize(at);
@@ -1146,7 +1343,15 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
   } else if (type == "notice") {
     e.msg = agent_notice{r.str("text")};
   } else if (type == "unfinalized") {
-    e.msg = pmix_unfinalized{r.u32("rank"), r.small_int("code", 0, 255)};
+    pmix_unfinalized m;
+    m.rank = r.u32("rank");
+    const bool has_code = r.has("code"), has_signal = r.has("signal");
+    if (has_code == has_signal) {
+      fail("'unfinalized' message needs exactly one of 'code' and 'signal'");
+    }
+    m.status = has_code ? exit_status::exited(r.small_int("code", 0, 255))
+                        : exit_status::signaled(r.small_int("signal", 1, max_signal));
+    e.msg = m;
   } else if (type == "modex") {
     modex_request m;
     m.id = r.unsigned_field(r.field("id"), "id", std::numeric_limits<std::uint64_t>::max(),
@@ -1160,6 +1365,19 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
     m.found = r.boolean("found");
     m.data = r.str("data");
     e.msg = std::move(m);
+  } else if (type == "child_open") {
+    child_open m;
+    m.host = r.u32("host");
+    m.argv = r.strings("argv");
+    if (m.argv.empty()) fail("'child_open' message needs a command line");
+    e.msg = std::move(m);
+  } else if (type == "child_data") {
+    e.msg = child_data{r.u32("host"), r.str("bytes")};
+  } else if (type == "child_close") {
+    e.msg = child_close{r.u32("host")};
+  } else if (type == "child_closed") {
+    e.msg = child_closed{r.u32("host"), r.small_int("code", -1, 255),
+                         r.small_int("signal", 0, max_signal), r.str("said")};
   } else if (type == "fence") {
     fence_contribution m;
     m.members = decode_members(r);
@@ -1180,6 +1398,7 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
 }
 
 envelope decode(std::span<const std::uint8_t> body) {
+  if (auto e = decode_small(body)) return std::move(*e);
   if (auto e = decode_fast(body)) return std::move(*e);
   return decode_reference(body);
 }

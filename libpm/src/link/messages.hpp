@@ -28,8 +28,9 @@
 namespace pm::link {
 
 /// Bumped on any incompatible change; both sides refuse a peer with another version.
-// 3: magic, nonce, job setup, data frames; 4: PMIx (job facts, abort, fences)
-inline constexpr std::uint32_t protocol_version = 4;
+// 3: magic, nonce, job setup, data frames; 4: PMIx (job facts, abort, fences); 5: the tree launch
+// (child_open, child_data, child_close, child_closed)
+inline constexpr std::uint32_t protocol_version = 5;
 
 // ---- both ways ----
 /// First message each way, right after the magic. The nonce is the job's: the launcher hands it
@@ -164,6 +165,36 @@ struct shutdown_request {
   friend bool operator==(const shutdown_request&, const shutdown_request&) = default;
 };
 
+// ---- the tree launch (docs/multihost.md, "The tree launch") ----
+/// Launcher -> agent: run `argv` (the complete ssh command line the launcher built for host
+/// `host`, whose plan parent this agent is) and relay its stdin and stdout as child_data.
+struct child_open {
+  std::uint32_t host = 0;
+  std::vector<std::string> argv;
+  friend bool operator==(const child_open&, const child_open&) = default;
+};
+/// Both ways: bytes of the byte stream between the launcher and the agent of `host` (a link of
+/// its own, relayed unread: launcher -> agent goes to the child's stdin, agent -> launcher came
+/// from its stdout).
+struct child_data {
+  std::uint32_t host = 0;
+  std::string bytes;  ///< raw bytes
+  friend bool operator==(const child_data&, const child_data&) = default;
+};
+/// Launcher -> agent: the link of `host` is over: close its stdin and end what carries it.
+struct child_close {
+  std::uint32_t host = 0;
+  friend bool operator==(const child_close&, const child_close&) = default;
+};
+/// Agent -> launcher: what carried the link of `host` ended (every child_data of it came first).
+struct child_closed {
+  std::uint32_t host = 0;
+  int code = 0;      ///< its exit code, or -1 when killed by `signo`
+  int signo = 0;     ///< the signal that killed it (0: it exited)
+  std::string said;  ///< the last line it printed on stderr ("Connection refused"), may be empty
+  friend bool operator==(const child_closed&, const child_closed&) = default;
+};
+
 // ---- agent -> launcher ----
 struct started {
   std::uint32_t rank = 0;
@@ -197,11 +228,12 @@ struct pmix_abort {
   std::string message;
   friend bool operator==(const pmix_abort&, const pmix_abort&) = default;
 };
-/// A rank that connected to PMIx (MPI_Init) exited with `code` without PMIx_Finalize: its peers
-/// may wait for it in their next fence for ever, so the job ends (as under mpirun).
+/// A rank that connected to PMIx (MPI_Init) ended without PMIx_Finalize, by an exit or a signal:
+/// its peers may wait for it in their next fence for ever, so the job ends (as under mpirun), even
+/// where the abort policy is off. Encoded as `exited` is: exactly one of `code` and `signal`.
 struct pmix_unfinalized {
   std::uint32_t rank = 0;
-  int code = 0;
+  exit_status status;
   friend bool operator==(const pmix_unfinalized&, const pmix_unfinalized&) = default;
 };
 /// This host's part of a fence among ranks of several hosts (PMIx completes fences among local
@@ -233,7 +265,8 @@ using message =
     std::variant<hello, heartbeat, ack, job_setup, spawn_request, signal_request, input_closed,
                  suspend, resume, shutdown_request, started, spawn_failed, exited, stream_closed,
                  shutdown_done, agent_error, fence_result, pmix_abort, fence_contribution,
-                 modex_request, modex_reply, pmix_unfinalized, agent_notice>;
+                 modex_request, modex_reply, pmix_unfinalized, agent_notice, child_open, child_data,
+                 child_close, child_closed>;
 
 /// Which side may send a message.
 enum class sender : std::uint8_t { launcher, agent, either };

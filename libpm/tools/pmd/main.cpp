@@ -42,6 +42,7 @@
 #include "agent/children.hpp"
 #include "agent/host_facts.hpp"
 #include "agent/rank_env.hpp"
+#include "child_agents.hpp"
 #include "link/endpoint.hpp"
 #include "link/socket.hpp"
 #include "pm/error.hpp"
@@ -54,6 +55,8 @@
 #ifndef P_PIDFD
 #define P_PIDFD 3
 #endif
+
+extern char** environ;
 
 namespace {
 
@@ -118,11 +121,12 @@ class driver {
   void write_input(std::uint32_t rank);
   void close_input(std::uint32_t rank);
   void resume_output();
-  void flush();
+  void flush(bool writable = false);
   void lose_link(const std::string& reason);
   int next_timeout_ms() const;
   void start_pmix(const ln::pmix_job& job);
   void send_now(const ln::message& m);
+  void on_child_message(ln::message& m);
 
   // epoll tags: the kind in the top byte, the rank below.
   static constexpr std::uint64_t tag_link_in = 1ull << 56;
@@ -142,7 +146,10 @@ class driver {
   ln::stream_reader reader_;
   ln::stream_writer writer_;
   bool link_open_ = true;
-  bool want_write_ = false;
+  bool want_write_ = false;  // the link's write end is full: write again when it is writable
+  // Capacity the ranks' output pipes may still be given beyond the default (F_SETPIPE_SZ counts
+  // against the user's pipe-user-pages-soft, 64 MiB, beyond which new pipes get one page).
+  std::size_t pipe_budget_ = std::size_t{16} << 20;
   bool draining_ = false;
   owned_fd stdin_;  // attached to the spawn message being carried out
   std::unordered_map<std::uint32_t, rank_process> ranks_;
@@ -155,7 +162,8 @@ class driver {
   std::vector<ag::action> actions_;
   std::optional<int> exit_code_;
   std::optional<rlimit> nofile_;
-  std::unique_ptr<pmd::pmix_gateway> pmix_;  // when the job's ranks get PMIx
+  std::unique_ptr<pmd::pmix_gateway> pmix_;      // when the job's ranks get PMIx
+  std::unique_ptr<pmd::child_agents> children_;  // the tree launch: agents this one started
   // Forwarded output is read through this; not zero-filled, so that a pmd whose ranks' output
   // goes straight to the launcher (every local job) never touches it.
   static constexpr std::size_t buffer_size = std::size_t{256} << 10;
@@ -230,6 +238,7 @@ void driver::execute(ag::action& a) {
   } else if (std::holds_alternative<ag::reap_orphans>(a)) {
     std::vector<pid_t> orphans = ag::list_children();
     std::erase_if(orphans, [&](pid_t pid) {
+      if (children_ && children_->owns(pid)) return true;  // reaped through their pidfds
       for (const auto& [rank, r] : ranks_) {
         if (r.pid == pid) return true;  // rank leaders stay zombies until the sweep
       }
@@ -240,11 +249,24 @@ void driver::execute(ag::action& a) {
     // Rank groups got SIGKILL before this action, so reaping their leaders is safe now.
     // A child that leads a group (a rank, or a descendant that called setsid) takes its group
     // along; its pid cannot name another group while it is our child, alive or zombie.
-    for (const pid_t pid : ag::list_children()) {
-      ::kill(-pid, SIGKILL);
-      ::kill(pid, SIGKILL);
+    if (children_ && !children_->empty()) {
+      // Child agents' ssh end by themselves once their stdin is closed (their agents clear
+      // their own ranks first); they still count as children left, so the sweep comes back.
+      children_->end_all();
+      std::vector<pid_t> others = ag::list_children();
+      std::erase_if(others, [&](pid_t pid) { return children_->owns(pid); });
+      for (const pid_t pid : others) {
+        ::kill(-pid, SIGKILL);
+        ::kill(pid, SIGKILL);
+      }
+      ag::reap_ended(others);
+    } else {
+      for (const pid_t pid : ag::list_children()) {
+        ::kill(-pid, SIGKILL);
+        ::kill(pid, SIGKILL);
+      }
+      ag::reap_all_ended();
     }
-    ag::reap_all_ended();
     for (auto& [rank, r] : ranks_) r.pidfd.reset();  // their exits are of no interest any more
     pending_.push_back(ag::swept{ag::list_children().size()});
   } else if (auto* x = std::get_if<ag::exit_agent>(&a)) {
@@ -261,6 +283,13 @@ void driver::do_spawn(const ag::process_spec& spec) {
     failure = std::strerror(errno);
   }
   owned_fd out_r(out[0]), out_w(out[1]), err_r(err[0]), err_w(err[1]);
+  // Forwarded output: larger pipes, so that pmd reads (and frames) more per wake-up, while the
+  // budget lasts (best effort).
+  for (const int fd : {out_r.get(), err_r.get()}) {
+    constexpr std::size_t bigger = std::size_t{256} << 10;
+    if (fd < 0 || !spec.forward_output || pipe_budget_ < bigger) continue;
+    if (::fcntl(fd, F_SETPIPE_SZ, static_cast<int>(bigger)) >= 0) pipe_budget_ -= bigger;
+  }
   if (!failure.empty()) {
     pending_.push_back(ag::rank_spawn_failed{spec.rank, 126, "cannot create pipes: " + failure});
     return;
@@ -462,22 +491,25 @@ void driver::resume_output() {
   }
 }
 
-void driver::flush() {
+// Writes what the link has queued. `writable`: epoll said the write end takes bytes again. While
+// the end is known to be full, only that event writes: every other attempt failed with EAGAIN (a
+// host's pmd made 7,214 such writes for 64 MiB of output behind ssh).
+void driver::flush(bool writable) {
   if (!link_open_) return;
+  if (want_write_ && !writable) return;
   std::string error;
   if (!writer_.flush(link_, ep_, error)) {
     lose_link("the link broke: " + error);
     return;
   }
+  if (children_) children_->resume();
   const bool need = !ep_.output().empty();
   if (need != want_write_) {
     want_write_ = need;
+    // A separate write end (ssh's stdout) stays watched, edge-triggered, from the start: no
+    // epoll_ctl each time it fills and drains.
     if (link_.write_fd == link_.read_fd) {
       watch(link_.read_fd, EPOLLIN | (need ? EPOLLOUT : 0u), tag_link_in);
-    } else if (need) {
-      watch(link_.write_fd, EPOLLOUT, tag_link_out);
-    } else {
-      unwatch(link_.write_fd);
     }
   }
 }
@@ -497,6 +529,7 @@ void driver::lose_link(const std::string& reason) {
   }
   paused_.clear();
   if (pmix_) pmix_->release_aborts();
+  if (children_) children_->end_all();  // their agents see their launcher gone too
   feed(ag::channel_lost{reason});
 }
 
@@ -524,6 +557,12 @@ void driver::on_link_events(std::vector<ln::link_event>& events) {
             return;
           }
         }
+      }
+      if (std::holds_alternative<ln::child_open>(m->msg) ||
+          std::holds_alternative<ln::child_data>(m->msg) ||
+          std::holds_alternative<ln::child_close>(m->msg)) {
+        on_child_message(m->msg);
+        continue;
       }
       if (const auto* f = std::get_if<ln::fence_result>(&m->msg)) {
         if (pmix_) pmix_->fence_done(*f);
@@ -612,9 +651,7 @@ void driver::on_pidfd(std::uint32_t rank) {
   if (pmix_) {
     // Upcalls queued before the exit (its PMIx_Finalize) count: run them first.
     pmix_->on_ready();
-    if (!status.is_signal() && pmix_->unfinalized(rank)) {
-      send_now(ln::pmix_unfinalized{rank, status.code()});
-    }
+    if (pmix_->unfinalized(rank)) send_now(ln::pmix_unfinalized{rank, status});
   }
   feed(ag::rank_exited{rank, status});
 }
@@ -649,6 +686,12 @@ int driver::run() {
     ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
   watch(link_.read_fd, EPOLLIN, tag_link_in);
+  if (link_.write_fd != link_.read_fd) {
+    watch(link_.write_fd, EPOLLOUT | EPOLLET, tag_link_out);
+    // Behind ssh: a larger pipe to sshd takes more output per wake-up (best effort; a socket or
+    // a file refuses it).
+    ::fcntl(link_.write_fd, F_SETPIPE_SZ, 1 << 20);
+  }
   watch(sigfd_.get(), EPOLLIN, tag_signals);
 
   ln::hello mine;
@@ -671,12 +714,12 @@ int driver::run() {
       const std::uint64_t kind = tag & (0xffull << 56);
       const auto rank = static_cast<std::uint32_t>(tag & 0xffffffffull);
       if (kind == tag_link_in) {
-        if ((events[i].events & EPOLLOUT) != 0) flush();
+        if ((events[i].events & EPOLLOUT) != 0) flush(true);
         if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && link_open_) {
           on_link_readable();
         }
       } else if (kind == tag_link_out) {
-        flush();
+        flush(true);
       } else if (kind == tag_signals) {
         on_signals();
       } else if (kind == tag_pidfd) {
@@ -689,6 +732,8 @@ int driver::run() {
         write_input(rank);
       } else if (kind == tag_pmix) {
         if (pmix_) pmix_->on_ready();
+      } else if (pmd::child_agents::owns_tag(tag)) {
+        if (children_) children_->on_event(tag);
       }
     }
     if (link_open_) {
@@ -721,6 +766,28 @@ void driver::send_now(const ln::message& m) {
   if (!link_open_) return;
   ep_.send(m);
   flush();
+}
+
+void driver::on_child_message(ln::message& m) {
+  if (!children_) {
+    pmd::child_agents::hooks h;
+    h.watch = [this](int fd, std::uint32_t events, std::uint64_t tag) { watch(fd, events, tag); };
+    h.unwatch = [this](int fd) { unwatch(fd); };
+    h.send = [this](const ln::message& msg) {
+      if (link_open_) ep_.send(msg);
+    };
+    h.queued = [this] { return ep_.output().size(); };
+    std::vector<std::string> env;  // pmd's own: the launcher's never reaches this host
+    for (char** e = ::environ; *e != nullptr; ++e) env.emplace_back(*e);
+    children_ = std::make_unique<pmd::child_agents>(std::move(h), std::move(env));
+  }
+  if (const auto* o = std::get_if<ln::child_open>(&m)) {
+    children_->open(*o);
+  } else if (auto* d = std::get_if<ln::child_data>(&m)) {
+    children_->data(*d);
+  } else if (const auto* c = std::get_if<ln::child_close>(&m)) {
+    children_->close(c->host);
+  }
 }
 
 void driver::start_pmix(const ln::pmix_job& job) {

@@ -9,13 +9,16 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/messages.hpp"
 #include "cli/remote_options.hpp"
 #include "driver/stdin_forwarder.hpp"
+#include "job_status.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
 #include "pm/job_map.hpp"
@@ -159,12 +162,16 @@ void prepare_stdin(const pm::stdin_target& target, std::uint32_t size, prepared_
 
 // How other hosts are reached, from what the command line and the environment said.
 pm::remote_launch remote_launch_of(const pm::remote_options& o, const std::string& local_pmd,
-                                   const pm::env_map& env) {
-  if (o.launch == pm::launch_shape::tree && o.launcher != pm::launcher_choice::srun) {
-    throw pm::error(pm::errc::usage,
-                    "--launch tree: the tree launch is not available yet; use --launch flat");
-  }
+                                   const pm::env_map& env, const pm::rank_map& map) {
   pm::remote_launch r;
+  // ssh only: srun starts every agent with one step of its own.
+  std::size_t remote_hosts = 0;
+  for (std::uint32_t n = 0; n < map.num_nodes(); ++n) {
+    if (!map.allocation().hosts.at(map.host_of_node(n)).local) ++remote_hosts;
+  }
+  r.tree = o.launcher != pm::launcher_choice::srun &&
+           pm::choose_launch_shape(o, remote_hosts) == pm::launch_shape::tree;
+  r.tree_fanout = o.tree_fanout;
   r.rsh_agent = o.rsh_agent;
   if (o.rsh_args) r.rsh_args = *o.rsh_args;
   r.agent_path = pm::ssh::remote_agent_path(o.launch_agent, o.prefix, local_pmd);
@@ -198,7 +205,7 @@ int exit_code_for(const pm::error& e) {
 
 int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm::rank_map map,
            pm::job_env job_env, const pm::local_host& me, const pm::env_map& env,
-           report_file& report_out) {
+           report_file& report_out, const std::vector<std::string>& command) {
   // Hundreds of ranks need more descriptors than the usual 1024; the ranks get the original back.
   pm::local::raise_nofile_limit();
   job_env.facts = pm::decide_launch_facts(map, me, options.master_port, options.profiles);
@@ -224,7 +231,7 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   prepare_stdin(options.input, map.size(), input);
   request.master_port_fixed = options.master_port.has_value();
   request.agent_path = pm::local::default_agent_path();
-  request.remote = remote_launch_of(resolved.remote, request.agent_path, env);
+  request.remote = remote_launch_of(resolved.remote, request.agent_path, env, map);
   request.stdin_fd = input.fd_for_ranks;
   request.stdin_rank = input.rank;
   request.per_rank_stdin = input.per_rank;
@@ -264,9 +271,26 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
       };
   signals.async_wait(on_signal);
 
+  // `pmrun --ps` from another shell sees this job (job_status.hpp).
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<pm::tools::job_status_server> status;
+  status.emplace(io, pm::tools::status_directory(env), [&] {
+    const auto now = runner->report();
+    nlohmann::json doc;
+    doc["pmrun_pid"] = static_cast<std::int64_t>(getpid());
+    doc["command"] = command;
+    doc["hosts"] = now.host_names;
+    doc["elapsed_s"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    doc["running"] = !runner->finished();
+    doc["report"] = nlohmann::json::parse(pm::to_json(now));
+    return doc.dump();
+  });
+
   runner->start();
   while (!report && io.run_one() > 0) {
   }
+  status.reset();
   signals.cancel();
   if (forwarder) forwarder->stop();
   if (!report) throw pm::error(pm::errc::internal, "the event loop ended before the job");
@@ -293,6 +317,9 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
 
 int run(int argc, char** argv) {
   const std::vector<std::string> given(argv + 1, argv + argc);
+  if (!given.empty() && given.front() == "--ps") {
+    return pm::tools::show_jobs({given.begin() + 1, given.end()}, pm::current_environment());
+  }
   const auto args = pm::expand_app_file(given, pm::read_text_file);
   auto options = pm::parse_command_line(args);
   if (options.help) {
@@ -344,7 +371,10 @@ int run(int argc, char** argv) {
   std::optional<pm::job_report> unstarted;
   if (!options.report_file.empty()) unstarted = unstarted_report(map, 0, pm::cause_kind::none, {});
   try {
-    return launch(options, resolved, std::move(map), std::move(job_env), me, env, report_out);
+    std::vector<std::string> command{"pmrun"};
+    command.insert(command.end(), given.begin(), given.end());
+    return launch(options, resolved, std::move(map), std::move(job_env), me, env, report_out,
+                  command);
   } catch (const pm::error& e) {
     // Nothing started (a program not found or not executable, the agent could not start): the
     // report says so, so that a 127 here is told from a rank that exited 127. A usage error

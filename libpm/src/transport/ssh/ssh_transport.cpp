@@ -86,6 +86,9 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
   std::unordered_map<std::uint32_t, connection> conns;
   std::deque<queued> waiting_to_start;
   std::uint32_t setting_up = 0;
+  // Capacity ssh's output pipes may still be given beyond the default (F_SETPIPE_SZ counts against
+  // the user's pipe-user-pages-soft, 64 MiB, beyond which new pipes get one page).
+  std::size_t pipe_budget = std::size_t{16} << 20;
 
   ssh_settings settings() const {
     ssh_settings s;
@@ -103,6 +106,12 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
       link::owned_fd in_r(in[0]), in_w(in[1]);
       if (::pipe2(out, O_CLOEXEC) != 0) throw error(errc::system, std::strerror(errno));
       link::owned_fd out_r(out[0]), out_w(out[1]);
+      // Every output frame of the host comes through it: a larger pipe lets ssh write on while
+      // pmrun is busy, and pmrun take more per wake-up (best effort, while the budget lasts).
+      constexpr std::size_t bigger = std::size_t{1} << 20;
+      if (pipe_budget >= bigger &&
+          ::fcntl(out_r.get(), F_SETPIPE_SZ, static_cast<int>(bigger)) >= 0)
+        pipe_budget -= bigger;
       if (::pipe2(err, O_CLOEXEC) != 0) throw error(errc::system, std::strerror(errno));
       link::owned_fd err_r(err[0]), err_w(err[1]);
       local::spawn_request req;

@@ -1,0 +1,278 @@
+#include "child_agents.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "agent/rank_env.hpp"
+#include "pm/error.hpp"
+#include "transport/local/executable.hpp"
+#include "transport/local/spawner.hpp"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+namespace pmd {
+
+namespace ln = pm::link;
+
+namespace {
+
+// Below the largest control frame with room for the message around it, and small enough that one
+// child's turn never holds the loop long.
+constexpr std::size_t read_chunk = std::size_t{64} << 10;
+
+void non_blocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+void send_signal(int pidfd, int signo) {
+  ::syscall(SYS_pidfd_send_signal, pidfd, signo, nullptr, 0);
+}
+
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of("\r\n ");
+  if (end == std::string::npos) return {};
+  auto begin = text.rfind('\n', end);
+  begin = begin == std::string::npos ? 0 : begin + 1;
+  std::string line = text.substr(begin, end - begin + 1);
+  for (char& c : line) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = '?';
+  }
+  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
+}
+
+}  // namespace
+
+child_agents::~child_agents() {
+  for (auto& [host, c] : children_) {
+    if (!c.pidfd) continue;
+    send_signal(c.pidfd.get(), SIGKILL);
+    siginfo_t info{};
+    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(c.pidfd.get()), &info,
+                    WEXITED) != 0 &&
+           errno == EINTR) {
+    }
+  }
+}
+
+void child_agents::open(const ln::child_open& m) {
+  if (children_.contains(m.host) || m.argv.empty()) {
+    hooks_.send(ln::child_closed{m.host, -1, 0, "a second start of the same host"});
+    return;
+  }
+  try {
+    pm::local::spawn_request req;
+    const auto path = pm::agent::find_variable(env_, "PATH");
+    req.path = pm::local::resolve_executable(
+        m.argv.front(), path.empty() ? std::string_view("/usr/bin:/bin") : path, "");
+    req.argv = m.argv;
+    req.env = env_;
+    int in[2], out[2], err[2];
+    if (::pipe2(in, O_CLOEXEC) != 0) throw pm::error(pm::errc::system, std::strerror(errno));
+    ln::owned_fd in_r(in[0]), in_w(in[1]);
+    if (::pipe2(out, O_CLOEXEC) != 0) throw pm::error(pm::errc::system, std::strerror(errno));
+    ln::owned_fd out_r(out[0]), out_w(out[1]);
+    if (::pipe2(err, O_CLOEXEC) != 0) throw pm::error(pm::errc::system, std::strerror(errno));
+    ln::owned_fd err_r(err[0]), err_w(err[1]);
+    req.stdin_fd = in_r.get();
+    req.stdout_fd = out_w.get();
+    req.stderr_fd = err_w.get();
+    // ssh ends with this agent even when it is SIGKILLed: no ssh outlives its parent agent.
+    req.parent_death_signal = SIGTERM;
+    const auto res = pm::local::spawn(req);
+    child& c = children_[m.host];
+    c.pid = res.pid;
+    c.pidfd.reset(res.pidfd);
+    c.in = std::move(in_w);
+    c.out = std::move(out_r);
+    c.err = std::move(err_r);
+    for (const int fd : {c.in.get(), c.out.get(), c.err.get()}) non_blocking(fd);
+    hooks_.watch(c.pidfd.get(), EPOLLIN, tag_exit | m.host);
+    hooks_.watch(c.err.get(), EPOLLIN, tag_err | m.host);
+    c.out_watched = true;
+    hooks_.watch(c.out.get(), EPOLLIN, tag_out | m.host);
+    if (kill_at_) close_in(c);  // clearing up already: it only gets end-of-file
+  } catch (const std::exception& e) {
+    hooks_.send(ln::child_closed{m.host, -1, 0, e.what()});
+  }
+}
+
+void child_agents::data(ln::child_data& m) {
+  auto it = children_.find(m.host);
+  if (it == children_.end() || !it->second.in || it->second.closing_in) return;
+  it->second.pending_in.append(m.bytes);
+  write_in(m.host, it->second);
+}
+
+void child_agents::write_in(std::uint32_t host, child& c) {
+  while (c.in && !c.pending_in.empty()) {
+    const ssize_t n = ::write(c.in.get(), c.pending_in.data(), c.pending_in.size());
+    if (n > 0) {
+      c.pending_in.erase(0, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      if (!c.in_watched) {
+        c.in_watched = true;
+        hooks_.watch(c.in.get(), EPOLLOUT, tag_in | host);
+      }
+      return;
+    }
+    c.pending_in.clear();  // EPIPE: ssh is ending; its exit says how
+  }
+  if (c.in_watched && c.in) {
+    hooks_.unwatch(c.in.get());
+    c.in_watched = false;
+  }
+  if (c.closing_in) c.in.reset();
+}
+
+void child_agents::close_in(child& c) {
+  c.closing_in = true;
+  if (c.pending_in.empty() || !c.in) {
+    if (c.in_watched && c.in) hooks_.unwatch(c.in.get());
+    c.in_watched = false;
+    c.in.reset();
+  }
+}
+
+void child_agents::close(std::uint32_t host) {
+  auto it = children_.find(host);
+  if (it == children_.end()) return;
+  it->second.pending_in.clear();
+  close_in(it->second);
+  if (it->second.pidfd) send_signal(it->second.pidfd.get(), SIGTERM);
+}
+
+void child_agents::read_out(std::uint32_t host, child& c, bool drain) {
+  if (!c.out) return;
+  static thread_local std::vector<char> buf(read_chunk);
+  for (int round = 0; round < 4 || drain; ++round) {
+    if (!drain && hooks_.queued() >= max_queued) {
+      if (c.out_watched) hooks_.unwatch(c.out.get());
+      c.out_watched = false;
+      c.paused = true;
+      return;
+    }
+    const ssize_t n = ::read(c.out.get(), buf.data(), buf.size());
+    if (n > 0) {
+      hooks_.send(ln::child_data{host, std::string(buf.data(), static_cast<std::size_t>(n))});
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    // End of stream: its exit comes next.
+    if (c.out_watched) hooks_.unwatch(c.out.get());
+    c.out_watched = false;
+    c.out.reset();
+    return;
+  }
+}
+
+void child_agents::read_err(child& c) {
+  if (!c.err) return;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(c.err.get(), buf, sizeof buf);
+    if (n > 0) {
+      c.stderr_tail.append(buf, static_cast<std::size_t>(n));
+      if (c.stderr_tail.size() > 8192) c.stderr_tail.erase(0, c.stderr_tail.size() - 8192);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    hooks_.unwatch(c.err.get());
+    c.err.reset();
+    return;
+  }
+}
+
+void child_agents::on_exit(std::uint32_t host) {
+  auto it = children_.find(host);
+  if (it == children_.end() || !it->second.pidfd) return;
+  child& c = it->second;
+  siginfo_t info{};
+  if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(c.pidfd.get()), &info,
+               WEXITED | WNOHANG) != 0 ||
+      info.si_pid == 0) {
+    return;
+  }
+  // Everything it wrote goes first (a pipe holds at most 64 KiB more).
+  read_out(host, c, true);
+  read_err(c);
+  ln::child_closed closed;
+  closed.host = host;
+  if (info.si_code == CLD_EXITED) {
+    closed.code = info.si_status;
+  } else {
+    closed.code = -1;
+    closed.signo = info.si_status;
+  }
+  closed.said = last_line(c.stderr_tail);
+  hooks_.unwatch(c.pidfd.get());
+  if (c.out && c.out_watched) hooks_.unwatch(c.out.get());
+  if (c.err) hooks_.unwatch(c.err.get());
+  if (c.in && c.in_watched) hooks_.unwatch(c.in.get());
+  children_.erase(it);
+  hooks_.send(closed);
+}
+
+void child_agents::on_event(std::uint64_t tag) {
+  const auto host = static_cast<std::uint32_t>(tag & 0xffffffffull);
+  const auto kind = tag & (0xffull << 56);
+  if (kind == tag_exit) {
+    on_exit(host);
+    return;
+  }
+  auto it = children_.find(host);
+  if (it == children_.end()) return;
+  if (kind == tag_out) {
+    read_out(host, it->second, false);
+  } else if (kind == tag_err) {
+    read_err(it->second);
+  } else if (kind == tag_in) {
+    write_in(host, it->second);
+  }
+}
+
+void child_agents::resume() {
+  if (hooks_.queued() >= max_queued) return;
+  for (auto& [host, c] : children_) {
+    if (!c.paused || !c.out) continue;
+    c.paused = false;
+    c.out_watched = true;
+    hooks_.watch(c.out.get(), EPOLLIN, tag_out | host);
+  }
+}
+
+void child_agents::end_all() {
+  const auto now = clock::now();
+  if (!kill_at_) {
+    kill_at_ = now + end_grace;
+    for (auto& [host, c] : children_) close_in(c);
+    return;
+  }
+  if (now < *kill_at_) return;
+  for (auto& [host, c] : children_) {
+    if (c.pidfd) send_signal(c.pidfd.get(), SIGKILL);
+  }
+}
+
+bool child_agents::owns(pid_t pid) const {
+  for (const auto& [host, c] : children_) {
+    if (c.pid == pid) return true;
+  }
+  return false;
+}
+
+}  // namespace pmd

@@ -1,0 +1,322 @@
+// The tree launch over real sshd hosts (docs/multihost.md, "The tree launch"): 5 fake hosts,
+// --launch tree --tree-fanout 2, so pmrun starts node1 and node2, node1 starts node3 and node4,
+// node2 starts node5. Placement and the env contract through the relay, a depth-2 rank's exit
+// code, complete output from deep ranks, a killed middle host losing its subtree at once, pmrun
+// SIGKILLed, an unreachable child host. Every test checks that nothing is left on any host.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "support/command.hpp"
+#include "support/multihost.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using pm::test::multihost_fixture;
+using pm::test::run_command;
+
+#define NEED_HOSTS()                                                                   \
+  if (!multihost_fixture::available()) {                                               \
+    GTEST_SKIP() << "no fake hosts here: " << multihost_fixture::unavailable_reason(); \
+  }
+
+std::vector<std::string> pmrun_tree(const multihost_fixture& f, std::vector<std::string> args) {
+  std::vector<std::string> argv = {pm::test::pmrun_path(),
+                                   "--allow-run-as-root",
+                                   "-mca",
+                                   "plm_rsh_agent",
+                                   "ssh -F " + f.ssh_config(),
+                                   "--launch",
+                                   "tree",
+                                   "--tree-fanout",
+                                   "2"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+std::string hosts_each(const multihost_fixture& f, int slots) {
+  std::string list;
+  for (const auto& h : f.hosts())
+    list += (list.empty() ? "" : ",") + h.name + ":" + std::to_string(slots);
+  return list;
+}
+
+bool hosts_clean(const multihost_fixture& f, std::chrono::milliseconds within = 8s) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    bool any = false;
+    for (const auto& h : f.hosts()) any = any || !f.pids_on(h.name).empty();
+    if (!any) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+std::string left_on_hosts(const multihost_fixture& f) {
+  std::string out;
+  for (const auto& h : f.hosts()) {
+    for (auto pid : f.pids_on(h.name)) {
+      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+      std::string text((std::istreambuf_iterator<char>(cmd)), {});
+      for (char& c : text) c = c == '\0' ? ' ' : c;
+      out += h.name + ": " + std::to_string(pid) + " " + text + "\n";
+    }
+  }
+  return out;
+}
+
+pid_t start_pmrun(std::vector<std::string> argv, const std::string& err_path) {
+  std::vector<char*> c_args;
+  for (auto& a : argv) c_args.push_back(a.data());
+  c_args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    const int null = open("/dev/null", O_RDWR);
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(err >= 0 ? err : null, 2);
+    execv(c_args[0], c_args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+bool every_host_busy(const multihost_fixture& f, std::size_t ranks,
+                     std::chrono::milliseconds within = 20s) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    bool all = true;
+    for (const auto& h : f.hosts()) all = all && f.pids_on(h.name).size() >= ranks + 1;
+    if (all) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+TEST(PmrunTree, RanksRunOnTheirHostsStartedByTheirParentWithTheContractEnvironment) {
+  NEED_HOSTS();
+  multihost_fixture f(5);
+  const auto r = run_command(
+      pmrun_tree(f, {"-H", hosts_each(f, 2), "-np", "10", "sh", "-c",
+                     "echo \"rank=$OMPI_COMM_WORLD_RANK host=$(hostname) node=$NODE_RANK "
+                     "master=$MASTER_ADDR from=${SSH_CLIENT%% *}\""}),
+      60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<int, std::string> lines;
+  std::regex re(R"(rank=(\d+) (.*))");
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, re)) lines[std::stoi(m[1])] = m[2];
+  }
+  ASSERT_EQ(lines.size(), 10u) << r.out << r.err;
+  const auto& hs = f.hosts();
+  // Who ran the ssh that started each host's agent: pmrun (the bridge address) for node1 and
+  // node2, node1 for node3 and node4, node2 for node5.
+  const std::string started_by[] = {f.bridge_ip(), f.bridge_ip(), hs[0].ip, hs[0].ip, hs[1].ip};
+  for (int rank = 0; rank < 10; ++rank) {
+    const auto node = static_cast<std::size_t>(rank / 2);
+    EXPECT_EQ(lines[rank], "host=" + hs[node].name + " node=" + std::to_string(node) +
+                               " master=" + hs[0].ip + " from=" + started_by[node])
+        << "rank " << rank;
+  }
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunTree, ADepthThreeHostIsRelayedTwiceAndItsRankExitCodeIsTheJobs) {
+  NEED_HOSTS();
+  multihost_fixture f(7);
+  // Fan-out 2 over 7 hosts: node3 (node1's child) starts node7, whose bytes are child_data
+  // inside child_data.
+  const auto r = run_command(
+      pmrun_tree(f, {"-H", hosts_each(f, 1), "-np", "7", "sh", "-c",
+                     "echo \"rank=$OMPI_COMM_WORLD_RANK host=$(hostname) from=${SSH_CLIENT%% *}\"; "
+                     "[ $OMPI_COMM_WORLD_RANK != 6 ] || exit 5"}),
+      60s);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_NE(r.out.find("rank=6 host=" + f.hosts()[6].name + " from=" + f.hosts()[2].ip + "\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("rank=2 host=" + f.hosts()[2].name + " from=" + f.hosts()[0].ip + "\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("rank 6 on " + f.hosts()[6].name + " exited with code 5"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunTree, ADepthTwoRanksExitCodeIsTheJobs) {
+  NEED_HOSTS();
+  multihost_fixture f(5);
+  const auto start = std::chrono::steady_clock::now();
+  const auto r =
+      run_command(pmrun_tree(f, {"-H", hosts_each(f, 2), "-np", "10", pm::test::payload_path(),
+                                 "if-rank", "9", "exit", "7", "sleep", "30"}),
+                  60s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.err.find("rank 9 on " + f.hosts()[4].name + " exited with code 7"), std::string::npos)
+      << r.err;
+  EXPECT_LT(took, 15s);
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunTree, OutputOfDeepRanksArrivesWholeAndComplete) {
+  NEED_HOSTS();
+  multihost_fixture f(5);
+  // 5 hosts x 1 rank x 2 MB of 100-byte lines in 4096-byte writes that cut lines; three of the
+  // ranks are a relay away.
+  const auto r = run_command(pmrun_tree(f, {"-H", hosts_each(f, 1), "-np", "5", "--tag-output",
+                                            pm::test::payload_path(), "flood", "2000000", "4096"}),
+                             120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::size_t> lines;
+  std::istringstream in(r.out);
+  std::size_t bad = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos || line.size() != colon + 1 + 99) {
+      ++bad;
+      continue;
+    }
+    ++lines[line.substr(0, colon)];
+  }
+  EXPECT_EQ(bad, 0u);
+  ASSERT_EQ(lines.size(), 5u);
+  for (const auto& [tag, n] : lines) EXPECT_EQ(n, 2000000u / 100) << tag;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunTree, AKilledMiddleHostLosesItsWholeSubtreeAtOnce) {
+  NEED_HOSTS();
+  multihost_fixture f(5);
+  const std::string err_path = f.state_dir() + "/tree-kill.err";
+  const pid_t pid = start_pmrun(
+      pmrun_tree(f, {"-H", hosts_each(f, 2), "-np", "10", pm::test::payload_path(), "sleep", "60"}),
+      err_path);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
+  const auto crashed = std::chrono::steady_clock::now();
+  f.crash(f.hosts()[0].name);  // node1: the parent of node3 and node4
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const auto took = std::chrono::steady_clock::now() - crashed;
+  const std::string err = read_file(err_path);
+  ASSERT_TRUE(WIFEXITED(status)) << err;
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  // Lost at once (not after the 2 s of silence), each host by name, the children naming node1.
+  EXPECT_LT(took, 1500ms) << err;
+  EXPECT_NE(err.find("host " + f.hosts()[0].name + " was lost"), std::string::npos) << err;
+  EXPECT_NE(
+      err.find("with it the hosts it relayed: " + f.hosts()[2].name + ", " + f.hosts()[3].name),
+      std::string::npos)
+      << err;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunTree, APartitionedMiddleHostEndsTheJobAndNothingIsLeftBelowIt) {
+  NEED_HOSTS();
+  multihost_fixture f(5);
+  const std::string err_path = f.state_dir() + "/tree-partition.err";
+  const pid_t pid = start_pmrun(
+      pmrun_tree(f, {"-H", hosts_each(f, 2), "-np", "10", pm::test::payload_path(), "sleep", "60"}),
+      err_path);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
+  const auto victim = f.hosts()[0].name;  // node1: cut off with the links of node3 and node4
+  const auto cut = std::chrono::steady_clock::now();
+  f.partition(victim);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const auto took = std::chrono::steady_clock::now() - cut;
+  const std::string err = read_file(err_path);
+  ASSERT_TRUE(WIFEXITED(status)) << err;
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_LT(took, 8s) << err;
+  EXPECT_NE(err.find("no word from the agent"), std::string::npos) << err;
+  EXPECT_NE(err.find("host " + victim + " was lost"), std::string::npos) << err;
+  EXPECT_NE(
+      err.find("with it the hosts it relayed: " + f.hosts()[2].name + ", " + f.hosts()[3].name),
+      std::string::npos)
+      << err;
+  // node1 and the hosts below it stop hearing the launcher and end their ranks by themselves.
+  EXPECT_TRUE(hosts_clean(f, 15s)) << left_on_hosts(f);
+  f.heal(victim);
+}
+
+TEST(PmrunTree, PmrunKilledLeavesNothingOnAnyHostAtAnyDepth) {
+  NEED_HOSTS();
+  multihost_fixture f(5);
+  const std::string err_path = f.state_dir() + "/tree-sigkill.err";
+  const pid_t pid = start_pmrun(
+      pmrun_tree(f, {"-H", hosts_each(f, 2), "-np", "10", pm::test::payload_path(), "sleep", "60"}),
+      err_path);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(hosts_clean(f, 10s)) << left_on_hosts(f);
+}
+
+TEST(PmrunTree, OutputBackPressureOnARelayedHostNeverCostsAHost) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // pmrun's stdout is a pipe nobody reads for 5 s (more than the 2 s silence timeout) while the
+  // ranks flood it, node3's through node1: the relay must not bury node1's or node3's heartbeats.
+  const std::string cmd = "'" + pm::test::pmrun_path() +
+                          "' --allow-run-as-root -mca plm_rsh_agent 'ssh -F " + f.ssh_config() +
+                          "' --launch tree --tree-fanout 2 -H " + hosts_each(f, 1) + " -np 3 '" +
+                          pm::test::payload_path() +
+                          "' flood 10000000 65536 | (sleep 5; tr -d '\\n' | wc -c); echo \"exit " +
+                          "${PIPESTATUS[0]}\"";
+  const auto r = run_command({"/bin/bash", "-c", cmd}, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Bytes but newlines: while the pipe is stalled every rank is quiet, so the prompt rule
+  // (docs/output.md) may show a partial line and finish it on a new line, flat or tree alike.
+  EXPECT_EQ(r.out, "29700000\nexit 0\n") << r.err;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunTree, AnUnreachableChildHostIsOneLineNamingItAndItsParent) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // node3 is node1's child; its sshd does not listen on port 1: refused at once, on every retry.
+  const std::string hostfile = f.state_dir() + "/tree-hostfile";
+  {
+    std::ofstream out(hostfile);
+    out << f.hosts()[0].name << " slots=1\n"
+        << f.hosts()[1].name << " slots=1\n"
+        << f.hosts()[2].name << " slots=1 port=1\n";
+  }
+  const auto r = run_command(
+      pmrun_tree(f, {"--hostfile", hostfile, "-np", "3", pm::test::payload_path(), "sleep", "30"}),
+      60s);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_FALSE(r.timed_out);
+  const std::string& child = f.hosts()[2].name;
+  EXPECT_NE(r.err.find("host " + child + " was lost"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ssh to " + child + " (port 1) failed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("from " + f.hosts()[0].name), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Connection refused"), std::string::npos) << r.err;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+}  // namespace
