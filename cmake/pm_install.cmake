@@ -111,9 +111,8 @@ endif()
 _pm_pc_dir(PM_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
 _pm_pc_dir(PM_PC_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}")
 _pm_pc_dir(PM_PC_BINDIR "${CMAKE_INSTALL_BINDIR}")
-# What a program linking the static libpm also needs: Boost.Filesystem (its shared library;
-# Debian ships no .pc for it) and the threads library. nlohmann_json is header-only.
-set(PM_PC_BOOST_LIBS "-lboost_filesystem")
+# What a program linking the static libpm also needs: the threads library (-pthread in the .pc
+# files). Boost (Asio) and nlohmann_json are header-only.
 
 set(_pm_pc_files libpm libpm-sim)
 if(TARGET pm_c)

@@ -8,7 +8,7 @@ target_include_directories(pmd PRIVATE ${PROJECT_SOURCE_DIR}/libpm/src)
 pm_target_warnings(pmd)
 # pmd is on every launch path: without libstdc++'s dynamic relocations it starts about as fast
 # as /bin/true (measured 0.45 ms against 0.9-1.6 ms with the shared libstdc++), and it maps less.
-target_link_options(pmd PRIVATE -static-libstdc++ -static-libgcc)
+target_link_options(pmd PRIVATE -static-libstdc++ -static-libgcc -Wl,--gc-sections)
 # Installed next to pmrun (bin/), where pm::local::default_agent_path() looks first: the install
 # rules of every target are in cmake/pm_install.cmake.
 # The PMIx server module (libpm-pmix.so) lives in the lib directory beside pmd's bin directory,

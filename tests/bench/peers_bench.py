@@ -228,10 +228,12 @@ def tree_rss_kb(root_pid, exclude_exe):
 
 
 def bench_memory(build, rounds):
-    print("\n## Memory: launcher and its helpers (not the ranks) for 128 ranks of `sleep 2`, MB")
+    print("\n## Memory: launcher and its helpers (not the ranks) for 128 ranks of `sleep 2`, MB "
+          "(pmrun --no-pmix)")
     sleep = os.path.realpath(shutil.which("sleep"))
     cs = contenders(build, 128, [sleep, "2"])
     del cs["floor"]
+    cs["pmrun"].insert(1, "--no-pmix")  # the PMIx server off, as issue 14 measures it
     print("| launcher | RSS MB (median of peaks) |")
     print("|---|---|")
     peaks = {k: [] for k in cs}

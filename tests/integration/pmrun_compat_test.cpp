@@ -314,3 +314,59 @@ TEST(PmrunCompat, NpernodeAndRankBy) {
 }
 
 }  // namespace
+
+// pmrun starts this machine's pmd before it maps the job (docs/agent.md, "Lifecycle"). A stand-in
+// agent (PM_AGENT) records every start and then becomes the real pmd.
+struct counted_agent {
+  temp_dir dir;
+  counted_agent() {
+    write_file(dir / "pmd",
+               "#!/bin/sh\necho $$ >> '" + (dir / "starts") + "'\nenv > '" + (dir / "env") +
+                   "'\nexec '" + std::string(PM_BINARY_DIR) + "/bin/pmd' \"$@\"\n",
+               true);
+  }
+  std::vector<pid_t> starts() const {
+    std::vector<pid_t> pids;
+    std::istringstream in(read_file(dir / "starts"));
+    for (long pid = 0; in >> pid;) pids.push_back(static_cast<pid_t>(pid));
+    return pids;
+  }
+};
+
+TEST(PmrunEarlyAgent, TheJobAdoptsThePmdStartedEarly) {
+  counted_agent agent;
+  auto r = shell(agent.dir.path,
+                 "PM_AGENT='" + (agent.dir / "pmd") + "' " + pmrun_words() + " -np 3 echo ran");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "ran\nran\nran\n");
+  EXPECT_EQ(agent.starts().size(), 1u);  // one pmd: the early one served the job
+}
+
+TEST(PmrunEarlyAgent, APmdNobodyAdoptsIsGoneWhenPmrunExits) {
+  counted_agent agent;
+  // Refused after the early start: the hostfile does not exist.
+  auto r = shell(agent.dir.path, "PM_AGENT='" + (agent.dir / "pmd") + "' " + pmrun_words() +
+                                     " -np 1 --hostfile ./no-such-hostfile true");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("no-such-hostfile"), std::string::npos) << r.err;
+  const auto pids = agent.starts();
+  ASSERT_EQ(pids.size(), 1u);
+  // Killed and reaped before pmrun exited: the pid names no process (not even a zombie).
+  EXPECT_EQ(::kill(pids.front(), 0), -1);
+  EXPECT_EQ(errno, ESRCH);
+}
+
+TEST(PmrunEarlyAgent, AnOuterJobsIdentityReachesNeitherPmdNorTheRanks) {
+  // pmrun inside a rank of another job: that job's identity must not reach pmd (its PMIx server)
+  // nor the ranks; settings (PMIX_MCA_*) pass.
+  counted_agent agent;
+  auto r = shell(agent.dir.path, "PM_AGENT='" + (agent.dir / "pmd") +
+                                     "' PMIX_RANK=5 OMPI_COMM_WORLD_RANK=9 PMIX_MCA_x=1 " +
+                                     pmrun_words() + " --no-pmix -np 1 sh -c 'echo r=$PMIX_RANK'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "r=\n");
+  const std::string env = read_file(agent.dir / "env");
+  EXPECT_EQ(env.find("PMIX_RANK="), std::string::npos) << env;
+  EXPECT_EQ(env.find("OMPI_COMM_WORLD_RANK="), std::string::npos) << env;
+  EXPECT_NE(env.find("PMIX_MCA_x=1"), std::string::npos) << env;
+}

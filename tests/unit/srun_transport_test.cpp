@@ -188,10 +188,13 @@ struct stand_in {
     char t[] = "/tmp/pm-srun-test-XXXXXX";
     dir = mkdtemp(t);
     std::ofstream s(dir + "/srun");
-    // Records its argv and environment, says something, waits until told to end.
+    // Records its argv and environment, says something, waits until told to end. The environment
+    // file appears whole (renamed into place): the test reads it as soon as it exists, and a
+    // plain `env > file` could be read between the shell creating the file and env writing it.
     s << "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'slurm 22.05.8'; exit 0; }\nprintf '%s\\n' "
          "\"$@\" > "
-      << dir << "/argv\nenv > " << dir << "/env\necho 'srun: error: stand-in speaking' >&2\n"
+      << dir << "/argv\nenv > " << dir << "/env.part && mv " << dir << "/env.part " << dir
+      << "/env\necho 'srun: error: stand-in speaking' >&2\n"
       << "while [ ! -e " << dir << "/end ]; do sleep 0.02; done\nexit 3\n";
     s.close();
     std::filesystem::permissions(dir + "/srun", std::filesystem::perms::owner_all);

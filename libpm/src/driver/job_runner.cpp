@@ -4,6 +4,7 @@
 // the end. docs/architecture.md, docs/agent-link.md.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,7 +54,11 @@ std::vector<std::string> joined(const std::vector<env_var>& vars) {
   return out;
 }
 
+// One getrandom() call: std::random_device probes the CPU (cpuid, which traps in a virtual
+// machine) before its first number, on every launch.
 std::uint64_t fresh_nonce() {
+  std::uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) == static_cast<ssize_t>(sizeof v)) return v;
   std::random_device rd;
   return (std::uint64_t{rd()} << 32) ^ rd();
 }
@@ -74,7 +79,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
         cb(std::move(callbacks_)),
         ctl(req.map, req.control),
         epoch(std::chrono::steady_clock::now()),
-        nonce(fresh_nonce()) {}
+        nonce(local::early_agent_nonce().value_or(fresh_nonce())) {}
 
   // One host's agent link and what the job waits for on it.
   struct host_state {

@@ -91,7 +91,7 @@ stream_reader::status stream_reader::read_once(const stream_fds& s, link_time no
   for (;;) {
     ssize_t n = 0;
     if (s.socket) {
-      iovec iov{buffer_.data(), buffer_.size()};
+      iovec iov{buffer_.get(), buffer_size};
       msghdr msg{};
       msg.msg_iov = &iov;
       msg.msg_iovlen = 1;
@@ -115,7 +115,7 @@ stream_reader::status stream_reader::read_once(const stream_fds& s, link_time no
         }
       }
     } else {
-      n = ::read(s.read_fd, buffer_.data(), buffer_.size());
+      n = ::read(s.read_fd, buffer_.get(), buffer_size);
     }
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -127,7 +127,7 @@ stream_reader::status stream_reader::read_once(const stream_fds& s, link_time no
       ep.closed(now, out);
       return status::closed;
     }
-    ep.received(now, {buffer_.data(), static_cast<std::size_t>(n)}, out);
+    ep.received(now, {buffer_.get(), static_cast<std::size_t>(n)}, out);
     return status::data;
   }
 }

@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -163,7 +164,10 @@ class driver {
   std::optional<rlimit> nofile_;
   std::unique_ptr<pmd::pmix_gateway> pmix_;      // when the job's ranks get PMIx
   std::unique_ptr<pmd::child_agents> children_;  // the tree launch: agents this one started
-  std::vector<char> buffer_ = std::vector<char>(std::size_t{256} << 10);
+  // Forwarded output is read through this; not zero-filled, so that a pmd whose ranks' output
+  // goes straight to the launcher (every local job) never touches it.
+  static constexpr std::size_t buffer_size = std::size_t{256} << 10;
+  std::unique_ptr<char[]> buffer_{new char[buffer_size]};
 };
 
 // A shell's code for a program that cannot run: 127 not found, 126 otherwise.
@@ -400,13 +404,13 @@ void driver::on_output(std::uint32_t rank, pm::output_stream stream) {
       }
       return;
     }
-    const auto want = std::min<std::size_t>(buffer_.size(), credit);
-    const ssize_t n = ::read(p.fd.get(), buffer_.data(), want);
+    const auto want = std::min<std::size_t>(buffer_size, credit);
+    const ssize_t n = ::read(p.fd.get(), buffer_.get(), want);
     if (n > 0) {
       p.bytes += static_cast<std::uint64_t>(n);
       ep_.send_output(
           rank, stream,
-          {reinterpret_cast<const std::uint8_t*>(buffer_.data()), static_cast<std::size_t>(n)});
+          {reinterpret_cast<const std::uint8_t*>(buffer_.get()), static_cast<std::size_t>(n)});
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

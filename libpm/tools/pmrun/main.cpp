@@ -2,6 +2,7 @@
 // on one Asio event loop; forward the signals pmrun receives; end as the job ended.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -11,8 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -36,6 +35,12 @@ namespace {
 
 namespace asio = boost::asio;
 
+// stdio, not iostreams: <iostream>'s static initialisation (the standard streams and the global
+// locale) ran on every launch, for text that only --help, --version and --display-* print.
+bool print(const std::string& text, std::FILE* to = stdout) {
+  return std::fwrite(text.data(), 1, text.size(), to) == text.size() && std::fflush(to) == 0;
+}
+
 bool root_allowed(const pm::run_options& options, const pm::env_map& env) {
   if (geteuid() != 0 || options.allow_run_as_root) return true;
   auto is_one = [&](const char* name) {
@@ -47,12 +52,13 @@ bool root_allowed(const pm::run_options& options, const pm::env_map& env) {
 
 void write_text(const std::string& target, const std::string& text, const char* option) {
   if (target == "-") {
-    std::cout << text << std::flush;
+    print(text);
     return;
   }
-  std::ofstream out(target);
-  out << text;
-  if (!out.flush()) {
+  std::FILE* out = std::fopen(target.c_str(), "w");
+  bool written = out != nullptr && print(text, out);
+  if (out != nullptr && std::fclose(out) != 0) written = false;
+  if (!written) {
     throw pm::error(pm::errc::system, std::string(option) + ": cannot write '" + target + "'");
   }
 }
@@ -63,29 +69,33 @@ class report_file {
  public:
   explicit report_file(const std::string& path) : path_(path) {
     if (path_.empty() || path_ == "-") return;
-    out_.open(path_, std::ios::out | std::ios::trunc);
-    if (!out_) {
+    out_ = std::fopen(path_.c_str(), "w");
+    if (out_ == nullptr) {
       throw pm::error(pm::errc::system,
                       "--report: cannot write '" + path_ + "': " + std::strerror(errno));
     }
   }
+  ~report_file() {
+    if (out_ != nullptr) std::fclose(out_);
+  }
+  report_file(const report_file&) = delete;
+  report_file& operator=(const report_file&) = delete;
   void write(const pm::job_report& report) {
     if (path_.empty() || written_) return;
     written_ = true;
     const auto text = pm::to_json(report) + "\n";
     if (path_ == "-") {
-      std::cout << text << std::flush;
+      print(text);
       return;
     }
-    out_ << text;
-    if (!out_.flush()) {
+    if (!print(text, out_)) {
       throw pm::error(pm::errc::system, "--report: cannot write '" + path_ + "'");
     }
   }
 
  private:
   std::string path_;
-  std::ofstream out_;
+  std::FILE* out_ = nullptr;
   bool written_ = false;
 };
 
@@ -313,16 +323,32 @@ int run(int argc, char** argv) {
   const auto args = pm::expand_app_file(given, pm::read_text_file);
   auto options = pm::parse_command_line(args);
   if (options.help) {
-    std::cout << pm::help_text();
+    print(pm::help_text());
     return 0;
   }
   if (options.version) {
-    std::cout << "pmrun (libpm) " << pm::version_string() << "\n";
+    print("pmrun (libpm) " + std::string(pm::version_string()) + "\n");
     return 0;
   }
   const auto env = pm::current_environment();
   pm::apply_environment_options(options, env);
   if (!root_allowed(options, env)) throw pm::error(pm::errc::usage, pm::cli::refuse_root());
+  // This machine's pmd starts now, so that its exec overlaps the work below (the allocation, the
+  // map, the environment); the job adopts it. One nobody adopts (the job runs on other hosts
+  // only, or is refused below) is killed and reaped on the way out.
+  struct early_agent_guard {
+    ~early_agent_guard() { pm::local::discard_early_agent(); }
+  } early_guard;
+  if (!options.do_not_launch) {
+    std::uint64_t nonce = 0;
+    try {
+      if (getrandom(&nonce, sizeof nonce, 0) == static_cast<ssize_t>(sizeof nonce)) {
+        pm::local::start_agent_early(pm::local::default_agent_path(), nonce);
+      }
+    } catch (const pm::error&) {
+      // No pmd to be found: the launch says so, with the places it looked.
+    }
+  }
 
   const auto me = pm::local_host_info();
   const auto resolved = pm::resolve_job(options, env, me, pm::read_text_file);
@@ -331,8 +357,8 @@ int run(int argc, char** argv) {
   auto job_env = pm::make_job_env(env, options.exports, options.profiles, {});
   const auto jobid = static_cast<std::uint32_t>(getpid() % 65535 + 1);
   report_file report_out(options.report_file);
-  if (options.display_allocation) std::cout << pm::format_allocation(resolved.alloc) << std::flush;
-  if (options.display_map) std::cout << pm::format_job_map(map, jobid) << std::flush;
+  if (options.display_allocation) print(pm::format_allocation(resolved.alloc));
+  if (options.display_map) print(pm::format_job_map(map, jobid));
   if (!options.display_map_json.empty()) {
     write_text(options.display_map_json, pm::job_map_json(map, jobid), "--display-map-json");
   }

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "link/socket.hpp"
+#include "pm/env.hpp"
 #include "pm/error.hpp"
 #include "transport/local/nofile_limit.hpp"
 #include "transport/local/spawner.hpp"
@@ -94,6 +95,99 @@ std::string default_agent_path() {
   std::string where = dirs.empty() ? std::string("$PATH") : dirs.front().string() + ", $PATH";
   throw error(errc::launch, "cannot find the agent program pmd (looked in " + where +
                                 "); set PM_AGENT to its path");
+}
+
+namespace {
+
+struct early_agent {
+  std::string path;
+  std::uint64_t nonce = 0;
+  spawned_process process;
+  int fd = -1;  // our end of the socket pair
+};
+std::optional<early_agent> pending_early;
+
+// pmd with one end of a new socket pair as its stdin and stdout; `ours` gets the other end.
+spawned_process spawn_agent(const std::string& path, std::vector<std::string> argv,
+                            std::vector<std::string> env, link::owned_fd& ours) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    throw error(errc::system,
+                std::string("cannot create the agent's socket: ") + std::strerror(errno));
+  }
+  ours.reset(sv[0]);
+  link::owned_fd theirs(sv[1]);
+  spawn_request req;
+  req.path = path;
+  req.argv = std::move(argv);
+  req.env = std::move(env);
+  if (req.env.empty()) {
+    for (char** e = environ; *e != nullptr; ++e) req.env.emplace_back(*e);
+  }
+  // The launcher may have raised its descriptor limit: pmd starts with the one it was given,
+  // and hands that on to the ranks.
+  req.nofile = original_nofile_limit();
+  // pmd speaks the link on its stdin and stdout, the same socket here; its stderr is ours, for
+  // last-resort diagnostics.
+  req.stdin_fd = theirs.get();
+  req.stdout_fd = theirs.get();
+  req.stderr_fd = STDERR_FILENO;
+  try {
+    return pm::local::spawn(req);  // `theirs` closes on return: only pmd holds that end now
+  } catch (const pm::error& e) {
+    throw error(errc::launch, std::string("cannot start the agent: ") + e.what());
+  }
+}
+
+std::string hex_nonce(std::uint64_t v) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = digits[v & 15];
+  return s;
+}
+
+}  // namespace
+
+void start_agent_early(const std::string& path, std::uint64_t nonce) {
+  if (pending_early) return;
+  try {
+    link::owned_fd ours;
+    // This process's environment without an outer job's identity (OMPI_COMM_WORLD_*, PMIX_*,
+    // SLURM_STEP_*, ...), as the job's base environment would have it: pmd's own PMIx server must
+    // not see the identity of a job pmrun runs inside.
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view entry = *e;
+      if (!is_outer_job_identity(entry.substr(0, entry.find('=')))) env.emplace_back(entry);
+    }
+    early_agent a;
+    a.process =
+        spawn_agent(path, {path, "--stdio", "--nonce", hex_nonce(nonce)}, std::move(env), ours);
+    a.path = path;
+    a.nonce = nonce;
+    a.fd = ours.release();
+    pending_early = std::move(a);
+  } catch (const pm::error&) {
+    // The launch proper starts pmd again and reports what goes wrong.
+  }
+}
+
+std::optional<std::uint64_t> early_agent_nonce() noexcept {
+  if (!pending_early) return std::nullopt;
+  return pending_early->nonce;
+}
+
+void discard_early_agent() noexcept {
+  if (!pending_early) return;
+  ::syscall(SYS_pidfd_send_signal, pending_early->process.pidfd, SIGKILL, nullptr, 0);
+  siginfo_t info{};
+  while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pending_early->process.pidfd),
+                  &info, WEXITED) != 0 &&
+         errno == EINTR) {
+  }
+  ::close(pending_early->process.pidfd);
+  ::close(pending_early->fd);
+  pending_early.reset();
 }
 
 // One pmd per host index this transport started (normally one: this machine).
@@ -197,44 +291,30 @@ void local_transport::open(const agent_target& target, std::function<void(agent_
                            std::function<void(std::string reason)> failed) {
   auto& io = impl_->io;
   try {
-    int sv[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-      throw error(errc::system,
-                  std::string("cannot create the agent's socket: ") + std::strerror(errno));
-    }
-    link::owned_fd ours(sv[0]), theirs(sv[1]);
     std::vector<std::string> argv = target.agent_argv;
     if (argv.empty()) argv.push_back("pmd");
     std::string path = impl_->opts.agent_path.empty() ? argv.front() : impl_->opts.agent_path;
     if (path.find('/') == std::string::npos) path = default_agent_path();
     argv.front() = path;
-    spawn_request req;
-    req.path = path;
-    req.argv = std::move(argv);
-    req.env = target.environment;
-    if (req.env.empty()) {
-      for (char** e = environ; *e != nullptr; ++e) req.env.emplace_back(*e);
-    }
-    // The launcher may have raised its descriptor limit: pmd starts with the one it was given,
-    // and hands that on to the ranks.
-    req.nofile = original_nofile_limit();
-    // pmd speaks the link on its stdin and stdout, the same socket here; its stderr is ours, for
-    // last-resort diagnostics.
-    req.stdin_fd = theirs.get();
-    req.stdout_fd = theirs.get();
-    req.stderr_fd = STDERR_FILENO;
+    link::owned_fd ours;
     spawned_process res;
-    try {
-      res = pm::local::spawn(req);
-    } catch (const pm::error& e) {
-      throw error(errc::launch, std::string("cannot start the agent: ") + e.what());
+    const auto early_argv = [&] {
+      return std::vector<std::string>{path, "--stdio", "--nonce", hex_nonce(pending_early->nonce)};
+    };
+    if (pending_early && target.info.local && argv == early_argv()) {
+      // Started before the job was known, with the command line this job asks for (its nonce
+      // came from early_agent_nonce).
+      res = pending_early->process;
+      ours.reset(pending_early->fd);
+      pending_early.reset();
+    } else {
+      res = spawn_agent(path, std::move(argv), target.environment, ours);
     }
     auto& a = impl_->agents[target.host];
     a = impl::agent_process{};
     a.pid = res.pid;
     a.pidfd = std::make_unique<asio::posix::stream_descriptor>(io, res.pidfd);
     impl_->watch(target.host);
-    theirs.reset();  // only pmd holds the other end now, so its death is our end-of-file
     agent_stream s;
     s.read_fd = ours.release();
     s.write_fd = s.read_fd;

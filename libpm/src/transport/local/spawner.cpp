@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string_view>
 
@@ -204,12 +205,18 @@ spawned_process spawn(const spawn_request& request) {
   static bool clone_refused = false;  // remembered: the fallback is taken without retrying
   if (!clone_refused) {
     // The child runs on this stack while we are suspended (CLONE_VFORK), until it execs or exits.
-    alignas(64) static thread_local char stack[64 * 1024];
+    // Allocated at the first spawn, not zero-filled: a thread_local array lived in the static TLS
+    // block, which the loader zero-fills at every program start (16 page faults and 64 KB
+    // resident in pmrun and pmd, on every launch); the child touches only the top page or two.
+    constexpr std::size_t stack_size = 64 * 1024;
+    static thread_local std::unique_ptr<char[]> stack_memory;
+    if (!stack_memory) stack_memory.reset(new char[stack_size]);
+    char* const stack = stack_memory.get();
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);  // no handler of ours may run in the child
     int pidfd = -1;
-    const pid_t pid = clone(child_main, stack + sizeof stack,
+    const pid_t pid = clone(child_main, stack + stack_size,
                             CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &plan, &pidfd);
     const int clone_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
