@@ -145,6 +145,26 @@ TEST_F(PmrunStatus, ADirectoryOpenToOthersGetsNoSocketAndTheJobRunsTheSame) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "done\ndone\n");
   EXPECT_TRUE(dir_entries(dir).empty());
+  // Nor does --ps read one: another user may have made it.
+  auto list = ps({});
+  EXPECT_EQ(list.exit_code, 1);
+  EXPECT_EQ(list.err, "pmrun: --ps: " + dir +
+                          " is not a directory of this user closed to others; not read\n");
+}
+
+TEST_F(PmrunStatus, AnArgumentThatIsNotUtf8NeitherHidesNorEndsTheJob) {
+  background job({pm::test::pmrun_path(), "--allow-run-as-root", "-np", "2", "/bin/sh", "-c",
+                  "echo up; sleep 30", "caf\xe9"});
+  job.wait_lines(2);
+  const auto doc = wait_for(job.pid, [](const nlohmann::json&) { return true; });
+  EXPECT_EQ(doc["command"].back(), "caf\xef\xbf\xbd");  // U+FFFD
+  auto one = ps({std::to_string(job.pid)});
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_TRUE(pm::test::alive(job.pid));
+  kill(job.pid, SIGTERM);
+  const int status = job.wait_status();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_TRUE(dir_entries(dir).empty());
 }
 
 TEST_F(PmrunStatus, BadPsUsageAndAMissingJobSayOneLine) {

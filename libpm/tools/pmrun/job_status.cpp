@@ -10,6 +10,7 @@
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -32,11 +33,15 @@ constexpr std::size_t max_document = 256u << 20;
 
 // The directory exists (made here if its parent does), belongs to us and is closed to others:
 // only then may a socket that tells pids and command lines live there.
-bool private_directory(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return false;
+bool is_private_directory(const std::string& dir) {
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) return false;
   return S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0;
+}
+
+bool private_directory(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return false;
+  return is_private_directory(dir);
 }
 
 std::optional<std::int64_t> pid_of_socket_name(std::string_view name) {
@@ -60,8 +65,12 @@ fetch_result fetch_document(const std::string& path, std::string& out) {
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return fetch_result::failed;
-  const timeval deadline{2, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &deadline, sizeof deadline);
+  // A stopped pmrun (^Z) accepts nothing: connect waits for the send timeout when its backlog is
+  // full, each read for the receive timeout; and the whole document must come within 2 s.
+  const timeval wait{0, 500000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof wait);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     const int err = errno;
     ::close(fd);
@@ -74,11 +83,12 @@ fetch_result fetch_document(const std::string& path, std::string& out) {
   char buf[65536];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n > 0 && out.size() + static_cast<std::size_t>(n) <= max_document) {
+    const bool in_time = std::chrono::steady_clock::now() < give_up;
+    if (n > 0 && out.size() + static_cast<std::size_t>(n) <= max_document && in_time) {
       out.append(buf, static_cast<std::size_t>(n));
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR && in_time) continue;
     ::close(fd);
     return n == 0 ? fetch_result::ok : fetch_result::failed;
   }
@@ -133,8 +143,8 @@ std::string command_line(const nlohmann::json& doc) {
 
 // "running", "exited 7", "killed by SIGTERM", "lost", ...
 std::string rank_state_text(const nlohmann::json& r) {
-  const auto state = get_or<std::string>(r, "state", "?");
-  const auto signal = get_or<std::string>(r, "signal", "");
+  const auto state = model::printable(get_or<std::string>(r, "state", "?"));
+  const auto signal = model::printable(get_or<std::string>(r, "signal", ""));
   const auto code = get_or<int>(r, "exit_code", -1);
   if (!signal.empty()) return state + " (" + signal + ")";
   if (code >= 0) return state + " (" + std::to_string(code) + ")";
@@ -165,13 +175,13 @@ void print_job_ranks(const job_seen& j) {
   std::printf("%zu rank%s on %zu host%s, %.1f s, %s\n", ranks.size(), ranks.size() == 1 ? "" : "s",
               hosts, hosts == 1 ? "" : "s", get_or<double>(j.doc, "elapsed_s", 0.0),
               get_or<bool>(j.doc, "running", false) ? "running" : "ending");
-  const auto summary = get_or<std::string>(report, "summary", "");
+  const auto summary = model::printable(get_or<std::string>(report, "summary", ""));
   if (!summary.empty()) std::printf("%s\n", summary.c_str());
   std::printf("%6s  %-20s %9s  %s\n", "RANK", "HOST", "PID", "STATE");
   for (const auto& r : ranks) {
     const auto pid = get_or<std::int64_t>(r, "pid", 0);
     std::printf("%6u  %-20s %9s  %s\n", get_or<unsigned>(r, "rank", 0),
-                get_or<std::string>(r, "host", "?").c_str(),
+                model::printable(get_or<std::string>(r, "host", "?")).c_str(),
                 pid != 0 ? std::to_string(pid).c_str() : "-", rank_state_text(r).c_str());
   }
 }
@@ -215,24 +225,39 @@ job_status_server::~job_status_server() {
 void job_status_server::listen() {
   if (!private_directory(dir_)) return;
   const auto path = status_socket_path(dir_, ::getpid());
-  if (path.size() >= sizeof(sockaddr_un::sun_path)) return;
-  ::unlink(path.c_str());  // a socket of an earlier process that had our pid and was SIGKILLed
+  const auto staging = path + ".new";  // a name --ps does not read
+  if (staging.size() >= sizeof(sockaddr_un::sun_path)) return;
+  ::unlink(staging.c_str());
   boost::system::error_code ec;
   local_socket::acceptor acceptor(io_);
   acceptor.open(local_socket(), ec);
-  if (!ec) acceptor.bind(local_socket::endpoint(path), ec);
+  if (!ec) acceptor.bind(local_socket::endpoint(staging), ec);
   if (ec) return;
-  path_ = path;
   acceptor.listen(16, ec);
+  // Replaces a socket of an earlier process that had our pid and was SIGKILLed.
+  if (ec || ::rename(staging.c_str(), path.c_str()) != 0) {
+    ::unlink(staging.c_str());
+    return;
+  }
+  path_ = path;
   acceptor_.emplace(std::move(acceptor));
-  if (!ec) accept();
+  accept();
 }
 
 void job_status_server::accept() {
   acceptor_->async_accept([this](const boost::system::error_code& ec, local_socket::socket peer) {
     if (ec == asio::error::operation_aborted) return;
     if (!ec) {
-      auto text = std::make_shared<std::string>(document_());
+      auto text = std::make_shared<std::string>();
+      try {
+        *text = document_();
+      } catch (const std::exception&) {
+        // A window on the job must never end it: this client gets nothing.
+        boost::system::error_code ignored;
+        peer.close(ignored);
+        accept();
+        return;
+      }
       auto sock = std::make_shared<local_socket::socket>(std::move(peer));
       asio::async_write(*sock, asio::buffer(*text),
                         [text, sock](const boost::system::error_code&, std::size_t) {
@@ -261,6 +286,14 @@ int show_jobs(const std::vector<std::string>& args, const env_map& env) {
     }
   }
   const auto dir = status_directory(env);
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) == 0 && !is_private_directory(dir)) {
+    // Another user could have made it: their sockets could say anything.
+    std::fprintf(stderr,
+                 "pmrun: --ps: %s is not a directory of this user closed to others; not read\n",
+                 model::printable(dir).c_str());
+    return 1;
+  }
   const auto jobs = read_jobs(dir, pid);
   if (pid && jobs.empty()) {
     std::fprintf(stderr, "pmrun: --ps: no running pmrun job with pid %lld (looked in %s)\n",

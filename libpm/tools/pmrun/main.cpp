@@ -284,7 +284,8 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     doc["running"] = !runner->finished();
     doc["report"] = nlohmann::json::parse(pm::to_json(now));
-    return doc.dump();
+    // An argument or host name that is not UTF-8 is shown with U+FFFD, never thrown.
+    return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   });
 
   runner->start();

@@ -165,7 +165,10 @@ struct relay_transport::impl : std::enable_shared_from_this<impl> {
     auto& c = children.at(host);
     if (!c.end || c.writing) return;
     while (!c.to_link.empty()) {
-      const ssize_t n = ::write(c.end->native_handle(), c.to_link.data(), c.to_link.size());
+      // send, not write: a host_link that closed its end must not raise SIGPIPE in a program
+      // that embeds libpm.
+      const ssize_t n = ::send(c.end->native_handle(), c.to_link.data(), c.to_link.size(),
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
         c.to_link.erase(0, static_cast<std::size_t>(n));
         continue;
