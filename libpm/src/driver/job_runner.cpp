@@ -105,6 +105,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   // The tree launch: hosts started by another host's agent (their plan parent), and the
   // transport that reaches them through it.
   std::unordered_map<std::uint32_t, std::uint32_t> tree_parent;
+  std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> tree_children;  // the other way
   std::shared_ptr<relay::relay_transport> relay;
   pm::transport& transport_for(std::uint32_t h) {
     if (relay && tree_parent.contains(h)) return *relay;
@@ -765,10 +766,11 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   // The hosts whose links went through `h` (its children in the plan, theirs, ...).
   std::vector<std::uint32_t> relayed_by(std::uint32_t h) const {
     std::vector<std::uint32_t> found;
+    // Breadth first, in time linear in the subtree (a lost parent among 10,000 hosts).
     for (std::size_t i = 0; i <= found.size(); ++i) {
       const std::uint32_t parent = i == 0 ? h : found[i - 1];
-      for (const auto& [child, p] : tree_parent) {
-        if (p == parent) found.push_back(child);
+      if (auto it = tree_children.find(parent); it != tree_children.end()) {
+        found.insert(found.end(), it->second.begin(), it->second.end());
       }
     }
     return found;
@@ -931,7 +933,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
                                           std::max<std::uint32_t>(1, req.remote.tree_fanout)};
     for (std::uint32_t i = 0; i < remote.size(); ++i) {
       const auto step = link::plan_step(i, shape);
-      if (step.parent != link::by_launcher) tree_parent[remote[i]] = remote[step.parent];
+      if (step.parent != link::by_launcher) {
+        tree_parent[remote[i]] = remote[step.parent];
+        tree_children[remote[step.parent]].push_back(remote[i]);
+      }
     }
     if (tree_parent.empty()) return;
     relay::relay_hooks hooks;
