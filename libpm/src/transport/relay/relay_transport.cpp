@@ -57,7 +57,8 @@ struct relay_transport::impl : std::enable_shared_from_this<impl> {
     bool established = false;
     bool counted = false;                                 // holds one of its parent's set-up slots
     std::unique_ptr<asio::posix::stream_descriptor> end;  // the relay's end of the pair
-    std::string to_link;                                  // child_data not yet written into it
+    std::string to_link;  // child_data not yet written into it, from to_link_done on
+    std::size_t to_link_done = 0;
     bool writing = false;
     bool close_after_write = false;
     agent_end how;
@@ -164,13 +165,18 @@ struct relay_transport::impl : std::enable_shared_from_this<impl> {
   void write_link(std::uint32_t host) {
     auto& c = children.at(host);
     if (!c.end || c.writing) return;
-    while (!c.to_link.empty()) {
+    while (c.to_link_done < c.to_link.size()) {
       // send, not write: a host_link that closed its end must not raise SIGPIPE in a program
       // that embeds libpm.
-      const ssize_t n = ::send(c.end->native_handle(), c.to_link.data(), c.to_link.size(),
-                               MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t n = ::send(c.end->native_handle(), c.to_link.data() + c.to_link_done,
+                               c.to_link.size() - c.to_link_done, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
-        c.to_link.erase(0, static_cast<std::size_t>(n));
+        // An offset, not erase: megabytes of output must not be moved for every write.
+        c.to_link_done += static_cast<std::size_t>(n);
+        if (c.to_link_done == c.to_link.size()) {
+          c.to_link.clear();
+          c.to_link_done = 0;
+        }
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -186,6 +192,7 @@ struct relay_transport::impl : std::enable_shared_from_this<impl> {
         return;
       }
       c.to_link.clear();  // the host_link is gone
+      c.to_link_done = 0;
     }
     if (c.close_after_write) close_end(c);
   }
@@ -309,10 +316,15 @@ void relay_transport::from_parent(std::uint32_t parent, link::message& m) {
         it->second.st != impl::stage::running) {
       return;
     }
-    if (it->second.to_link.empty()) {
-      it->second.to_link = std::move(d->bytes);
+    auto& c = it->second;
+    if (c.to_link.empty()) {
+      c.to_link = std::move(d->bytes);
     } else {
-      it->second.to_link.append(d->bytes);
+      if (c.to_link_done >= c.to_link.size() / 2) {  // the written half goes, amortised
+        c.to_link.erase(0, c.to_link_done);
+        c.to_link_done = 0;
+      }
+      c.to_link.append(d->bytes);
     }
     impl_->write_link(d->host);
   } else if (auto* c = std::get_if<link::child_closed>(&m)) {
