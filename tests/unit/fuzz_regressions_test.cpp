@@ -2,9 +2,11 @@
 // the smallest reproduction, with what it must do now.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "link/messages.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
 
@@ -49,6 +51,22 @@ TEST(FuzzRegressions, AnUnknownEnvProfileWithANewlineIsQuotedOnOneLine) {
   EXPECT_EQ(error_of([&] { pm::parse_command_line(args); }),
             "--env-profiles: unknown profile 'a-\\n\\x01b' (known: ompi, torch, tf, azureml, "
             "slurm, hydra, all, none, default)");
+}
+
+// fuzz_link_message: a hello of another protocol version (3) announcing 17 descriptors was read
+// (only the version of such a hello is read), and writing it back then threw: no hello carries
+// descriptors, of any version.
+TEST(FuzzRegressions, AHelloOfAnotherVersionAnnouncingDescriptorsIsRefused) {
+  const std::string body =
+      "\x87\xa5\x61\x64\x64\x72\x73\x90\xa8\x68\x6f\x73\x74\x6e\x61\x6d"
+      "\x65\xa0\xa5\x6e\x6f\x6e\x63\x74\x79\xa3\x66\x64\x73\x11\xa4\x70"
+      "\x4f\x72\x74\x54\xa4\x74\x79\x70\x65\xa5\x68\x65\x6c\x6c\x6f\xa7"
+      "\x76\x65\x72\x73\x69\x6f\x6e\x03";
+  const std::vector<std::uint8_t> bytes(body.begin(), body.end());
+  const std::string want =
+      "agent link: 'hello' message announces 17 descriptors, more than the 0 it may carry";
+  EXPECT_EQ(error_of([&] { pm::link::decode(bytes); }), want);
+  EXPECT_EQ(error_of([&] { pm::link::decode_reference(bytes); }), want);
 }
 
 }  // namespace
