@@ -18,6 +18,7 @@
 namespace {
 
 using namespace std::chrono_literals;
+using pm::test::hosts_clean;
 using pm::test::multihost_fixture;
 using pm::test::run_command;
 
@@ -42,17 +43,6 @@ std::vector<std::string> pmrun(const multihost_fixture& f, std::vector<std::stri
                                    std::to_string(2 * f.hosts().size())};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
-}
-
-bool hosts_clean(const multihost_fixture& f, std::chrono::milliseconds within = 5s) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  for (;;) {
-    bool any = false;
-    for (const auto& h : f.hosts()) any = any || !f.pids_on(h.name).empty();
-    if (!any) return true;
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(50ms);
-  }
 }
 
 // "hello rank R size S ..." lines: the set of ranks that saw a world of `size`.

@@ -18,6 +18,10 @@
 namespace {
 
 using namespace std::chrono_literals;
+using pm::test::every_host_busy;
+using pm::test::hosts_clean;
+using pm::test::hosts_with_slots;
+using pm::test::left_on_hosts;
 using pm::test::multihost_fixture;
 using pm::test::run_command;
 
@@ -31,37 +35,6 @@ std::vector<std::string> pmrun(const multihost_fixture& f, std::vector<std::stri
                                    "plm_rsh_agent", "ssh -F " + f.ssh_config()};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
-}
-
-std::string hosts_2_each(const multihost_fixture& f) {
-  std::string list;
-  for (const auto& h : f.hosts()) list += (list.empty() ? "" : ",") + h.name + ":2";
-  return list;
-}
-
-// Waits until no process of the job is left on any host (sshd aside).
-bool hosts_clean(const multihost_fixture& f, std::chrono::milliseconds within = 5s) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  for (;;) {
-    bool any = false;
-    for (const auto& h : f.hosts()) any = any || !f.pids_on(h.name).empty();
-    if (!any) return true;
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(50ms);
-  }
-}
-
-std::string left_on_hosts(const multihost_fixture& f) {
-  std::string out;
-  for (const auto& h : f.hosts()) {
-    for (auto pid : f.pids_on(h.name)) {
-      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
-      std::string text((std::istreambuf_iterator<char>(cmd)), {});
-      for (char& c : text) c = c == '\0' ? ' ' : c;
-      out += h.name + ": " + std::to_string(pid) + " " + text + "\n";
-    }
-  }
-  return out;
 }
 
 // pmrun started in the background (own process group, no terminal), for tests that signal it.
@@ -83,19 +56,6 @@ pid_t start_pmrun(const multihost_fixture& f, std::vector<std::string> args) {
   return pid;
 }
 
-// True once every host runs its agent and at least `ranks` ranks.
-bool every_host_busy(const multihost_fixture& f, std::size_t ranks,
-                     std::chrono::milliseconds within = 20s) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  for (;;) {
-    bool all = true;
-    for (const auto& h : f.hosts()) all = all && f.pids_on(h.name).size() >= ranks + 1;
-    if (all) return true;
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(50ms);
-  }
-}
-
 TEST(PmrunMultihost, RanksRunOnTheirHostsWithTheContractEnvironment) {
   NEED_HOSTS();
   multihost_fixture f(3);
@@ -105,19 +65,13 @@ TEST(PmrunMultihost, RanksRunOnTheirHostsWithTheContractEnvironment) {
   env.push_back("PM_TEST_LAUNCHER_ONLY=secret");
   env.push_back("PM_TEST_EXPORTED=yes");
   const auto r = run_command(
-      pmrun(f, {"-H", hosts_2_each(f), "-np", "6", "-x", "PM_TEST_EXPORTED", "sh", "-c",
+      pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "6", "-x", "PM_TEST_EXPORTED", "sh", "-c",
                 "echo \"rank=$OMPI_COMM_WORLD_RANK host=$(hostname) node=$NODE_RANK "
                 "local=$LOCAL_RANK size=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT "
                 "secret=${PM_TEST_LAUNCHER_ONLY:-none} exported=${PM_TEST_EXPORTED:-none}\""}),
       60s, "", &env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::map<int, std::string> lines;
-  std::regex re(R"(rank=(\d+) (.*))");
-  std::istringstream in(r.out);
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (std::regex_match(line, m, re)) lines[std::stoi(m[1])] = m[2];
-  }
+  auto lines = pm::test::lines_by_rank(r.out);
   ASSERT_EQ(lines.size(), 6u) << r.out;
   const std::string master = f.hosts()[0].ip;
   for (int rank = 0; rank < 6; ++rank) {
@@ -152,9 +106,10 @@ TEST(PmrunMultihost, ARemoteRanksExitCodeIsTheJobsAndNamesItsHost) {
   NEED_HOSTS();
   multihost_fixture f(3);
   const auto start = std::chrono::steady_clock::now();
-  const auto r = run_command(pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(),
-                                       "if-rank", "3", "exit", "7", "sleep", "30"}),
-                             60s);
+  const auto r =
+      run_command(pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "6", pm::test::payload_path(),
+                            "if-rank", "3", "exit", "7", "sleep", "30"}),
+                  60s);
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(r.exit_code, 7) << r.err;
   EXPECT_NE(r.err.find("rank 3 on " + f.hosts()[1].name + " exited with code 7"), std::string::npos)
@@ -171,7 +126,8 @@ TEST(PmrunMultihost, AKilledHostIsLostAndTheJobEnds) {
     f.crash(f.hosts()[2].name);
   });
   const auto r = run_command(
-      pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"}), 60s);
+      pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "6", pm::test::payload_path(), "sleep", "60"}),
+      60s);
   killer.join();
   EXPECT_NE(r.exit_code, 0);
   EXPECT_FALSE(r.timed_out);
@@ -189,7 +145,8 @@ TEST(PmrunMultihost, APartitionedHostIsLostByItsSilenceAndClearsItsRanks) {
   });
   const auto start = std::chrono::steady_clock::now();
   const auto r = run_command(
-      pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"}), 60s);
+      pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "6", pm::test::payload_path(), "sleep", "60"}),
+      60s);
   const auto took = std::chrono::steady_clock::now() - start;
   cutter.join();
   EXPECT_NE(r.exit_code, 0);
@@ -203,8 +160,8 @@ TEST(PmrunMultihost, APartitionedHostIsLostByItsSilenceAndClearsItsRanks) {
 
 // 6 ranks sleeping on 3 hosts, `signo` to pmrun once every host runs its share: pmrun's status.
 int signal_a_running_job(const multihost_fixture& f, int signo) {
-  const pid_t pid =
-      start_pmrun(f, {"-H", hosts_2_each(f), "-np", "6", pm::test::payload_path(), "sleep", "60"});
+  const pid_t pid = start_pmrun(
+      f, {"-H", hosts_with_slots(f, 2), "-np", "6", pm::test::payload_path(), "sleep", "60"});
   EXPECT_GT(pid, 0);
   if (pid <= 0) return -1;
   EXPECT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
@@ -225,7 +182,7 @@ TEST(PmrunMultihost, LoginShellNoiseBeforeTheAgentIsSkipped) {
   NEED_HOSTS();
   multihost_fixture f(2, pm::test::multihost_options{}.with_noise_host(2));
   const auto r = run_command(
-      pmrun(f, {"-H", hosts_2_each(f), "-np", "4", "sh", "-c", "echo ok $(hostname)"}), 60s);
+      pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "4", "sh", "-c", "echo ok $(hostname)"}), 60s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 4) << r.out;
   EXPECT_EQ(r.out.find(f.noise_line()), std::string::npos) << r.out;
@@ -249,7 +206,7 @@ TEST(PmrunMultihost, OutputOfRemoteRanksArrivesWholeAndComplete) {
   NEED_HOSTS();
   multihost_fixture f(2);
   // 2 hosts x 2 ranks x 4 MB of 100-byte lines, written in 4096-byte chunks that cut lines.
-  const auto r = run_command(pmrun(f, {"-H", hosts_2_each(f), "-np", "4", "--tag-output",
+  const auto r = run_command(pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "4", "--tag-output",
                                        pm::test::payload_path(), "flood", "4000000", "4096"}),
                              120s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -305,7 +262,7 @@ TEST(PmrunMultihost, OutputBackPressureNeverCostsAHost) {
   // remote ranks flood it: the agents must stop reading their ranks, not lose the launcher.
   const std::string cmd =
       "'" + pm::test::pmrun_path() + "' --allow-run-as-root -mca plm_rsh_agent 'ssh -F " +
-      f.ssh_config() + "' -H " + hosts_2_each(f) + " -np 2 '" + pm::test::payload_path() +
+      f.ssh_config() + "' -H " + hosts_with_slots(f, 2) + " -np 2 '" + pm::test::payload_path() +
       "' flood 20000000 65536 | (sleep 5; wc -l); echo \"exit ${PIPESTATUS[0]}\"";
   const auto r = run_command({"/bin/bash", "-c", cmd}, 90s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -330,9 +287,9 @@ TEST(PmrunMultihost, StdinReachesARemoteRankZeroAndEveryRankWithStdinAll) {
       << r.out << " want " << want;
   EXPECT_NE(r.out.find("1 " + f.hosts()[1].name + " 4294967295 0"), std::string::npos) << r.out;
   // --stdin all: every rank on every host gets every byte.
-  const auto all = run_command(
-      pmrun(f, {"-H", hosts_2_each(f), "-np", "4", "--stdin", "all", "sh", "-c", "echo $(wc -l)"}),
-      60s, input);
+  const auto all = run_command(pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "4", "--stdin", "all",
+                                         "sh", "-c", "echo $(wc -l)"}),
+                               60s, input);
   ASSERT_EQ(all.exit_code, 0) << all.err;
   EXPECT_EQ(all.out, "200000\n200000\n200000\n200000\n");
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);

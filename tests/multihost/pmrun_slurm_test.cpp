@@ -141,13 +141,7 @@ TEST(PmrunSlurm, PlacementFollowsTheAllocationWithTheAllocationsTasksByDefault) 
                     "step=${SLURM_STEP_ID:-none}\""}),
       60s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::map<int, std::string> lines;
-  std::regex re(R"(rank=(\d+) (.*))");
-  std::istringstream in(r.out);
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (std::regex_match(line, m, re)) lines[std::stoi(m[1])] = m[2];
-  }
+  auto lines = pm::test::lines_by_rank(r.out);
   ASSERT_EQ(lines.size(), 6u) << r.out << r.err;  // -np defaults to the allocation's 6 tasks
   const auto& hosts = c.hosts().hosts();
   for (int rank = 0; rank < 6; ++rank) {

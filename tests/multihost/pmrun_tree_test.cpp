@@ -22,6 +22,10 @@
 namespace {
 
 using namespace std::chrono_literals;
+using pm::test::every_host_busy;
+using pm::test::hosts_clean;
+using pm::test::hosts_with_slots;
+using pm::test::left_on_hosts;
 using pm::test::multihost_fixture;
 using pm::test::run_command;
 
@@ -44,37 +48,6 @@ std::vector<std::string> pmrun_tree(const multihost_fixture& f, std::vector<std:
   return argv;
 }
 
-std::string hosts_each(const multihost_fixture& f, int slots) {
-  std::string list;
-  for (const auto& h : f.hosts())
-    list += (list.empty() ? "" : ",") + h.name + ":" + std::to_string(slots);
-  return list;
-}
-
-bool hosts_clean(const multihost_fixture& f, std::chrono::milliseconds within = 8s) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  for (;;) {
-    bool any = false;
-    for (const auto& h : f.hosts()) any = any || !f.pids_on(h.name).empty();
-    if (!any) return true;
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(50ms);
-  }
-}
-
-std::string left_on_hosts(const multihost_fixture& f) {
-  std::string out;
-  for (const auto& h : f.hosts()) {
-    for (auto pid : f.pids_on(h.name)) {
-      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
-      std::string text((std::istreambuf_iterator<char>(cmd)), {});
-      for (char& c : text) c = c == '\0' ? ' ' : c;
-      out += h.name + ": " + std::to_string(pid) + " " + text + "\n";
-    }
-  }
-  return out;
-}
-
 pid_t start_pmrun(std::vector<std::string> argv, const std::string& err_path) {
   std::vector<char*> c_args;
   for (auto& a : argv) c_args.push_back(a.data());
@@ -93,18 +66,6 @@ pid_t start_pmrun(std::vector<std::string> argv, const std::string& err_path) {
   return pid;
 }
 
-bool every_host_busy(const multihost_fixture& f, std::size_t ranks,
-                     std::chrono::milliseconds within = 20s) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  for (;;) {
-    bool all = true;
-    for (const auto& h : f.hosts()) all = all && f.pids_on(h.name).size() >= ranks + 1;
-    if (all) return true;
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(50ms);
-  }
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), {});
@@ -114,18 +75,12 @@ TEST(PmrunTree, RanksRunOnTheirHostsStartedByTheirParentWithTheContractEnvironme
   NEED_HOSTS();
   multihost_fixture f(5);
   const auto r = run_command(
-      pmrun_tree(f, {"-H", hosts_each(f, 2), "-np", "10", "sh", "-c",
+      pmrun_tree(f, {"-H", hosts_with_slots(f, 2), "-np", "10", "sh", "-c",
                      "echo \"rank=$OMPI_COMM_WORLD_RANK host=$(hostname) node=$NODE_RANK "
                      "master=$MASTER_ADDR from=${SSH_CLIENT%% *}\""}),
       60s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::map<int, std::string> lines;
-  std::regex re(R"(rank=(\d+) (.*))");
-  std::istringstream in(r.out);
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (std::regex_match(line, m, re)) lines[std::stoi(m[1])] = m[2];
-  }
+  auto lines = pm::test::lines_by_rank(r.out);
   ASSERT_EQ(lines.size(), 10u) << r.out << r.err;
   const auto& hs = f.hosts();
   // Who ran the ssh that started each host's agent: pmrun (the bridge address) for node1 and
@@ -137,7 +92,7 @@ TEST(PmrunTree, RanksRunOnTheirHostsStartedByTheirParentWithTheContractEnvironme
                                " master=" + hs[0].ip + " from=" + started_by[node])
         << "rank " << rank;
   }
-  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+  EXPECT_TRUE(hosts_clean(f, 8s)) << left_on_hosts(f);
 }
 
 TEST(PmrunTree, ADepthThreeHostIsRelayedTwiceAndItsRankExitCodeIsTheJobs) {
@@ -146,7 +101,7 @@ TEST(PmrunTree, ADepthThreeHostIsRelayedTwiceAndItsRankExitCodeIsTheJobs) {
   // Fan-out 2 over 7 hosts: node3 (node1's child) starts node7, whose bytes are child_data
   // inside child_data.
   const auto r = run_command(
-      pmrun_tree(f, {"-H", hosts_each(f, 1), "-np", "7", "sh", "-c",
+      pmrun_tree(f, {"-H", hosts_with_slots(f, 1), "-np", "7", "sh", "-c",
                      "echo \"rank=$OMPI_COMM_WORLD_RANK host=$(hostname) from=${SSH_CLIENT%% *}\"; "
                      "[ $OMPI_COMM_WORLD_RANK != 6 ] || exit 5"}),
       60s);
@@ -159,23 +114,23 @@ TEST(PmrunTree, ADepthThreeHostIsRelayedTwiceAndItsRankExitCodeIsTheJobs) {
       << r.out;
   EXPECT_NE(r.err.find("rank 6 on " + f.hosts()[6].name + " exited with code 5"), std::string::npos)
       << r.err;
-  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+  EXPECT_TRUE(hosts_clean(f, 8s)) << left_on_hosts(f);
 }
 
 TEST(PmrunTree, ADepthTwoRanksExitCodeIsTheJobs) {
   NEED_HOSTS();
   multihost_fixture f(5);
   const auto start = std::chrono::steady_clock::now();
-  const auto r =
-      run_command(pmrun_tree(f, {"-H", hosts_each(f, 2), "-np", "10", pm::test::payload_path(),
-                                 "if-rank", "9", "exit", "7", "sleep", "30"}),
-                  60s);
+  const auto r = run_command(
+      pmrun_tree(f, {"-H", hosts_with_slots(f, 2), "-np", "10", pm::test::payload_path(), "if-rank",
+                     "9", "exit", "7", "sleep", "30"}),
+      60s);
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(r.exit_code, 7) << r.err;
   EXPECT_NE(r.err.find("rank 9 on " + f.hosts()[4].name + " exited with code 7"), std::string::npos)
       << r.err;
   EXPECT_LT(took, 15s);
-  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+  EXPECT_TRUE(hosts_clean(f, 8s)) << left_on_hosts(f);
 }
 
 TEST(PmrunTree, OutputOfDeepRanksArrivesWholeAndComplete) {
@@ -183,9 +138,10 @@ TEST(PmrunTree, OutputOfDeepRanksArrivesWholeAndComplete) {
   multihost_fixture f(5);
   // 5 hosts x 1 rank x 2 MB of 100-byte lines in 4096-byte writes that cut lines; three of the
   // ranks are a relay away.
-  const auto r = run_command(pmrun_tree(f, {"-H", hosts_each(f, 1), "-np", "5", "--tag-output",
-                                            pm::test::payload_path(), "flood", "2000000", "4096"}),
-                             120s);
+  const auto r =
+      run_command(pmrun_tree(f, {"-H", hosts_with_slots(f, 1), "-np", "5", "--tag-output",
+                                 pm::test::payload_path(), "flood", "2000000", "4096"}),
+                  120s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::map<std::string, std::size_t> lines;
   std::istringstream in(r.out);
@@ -201,16 +157,16 @@ TEST(PmrunTree, OutputOfDeepRanksArrivesWholeAndComplete) {
   EXPECT_EQ(bad, 0u);
   ASSERT_EQ(lines.size(), 5u);
   for (const auto& [tag, n] : lines) EXPECT_EQ(n, 2000000u / 100) << tag;
-  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+  EXPECT_TRUE(hosts_clean(f, 8s)) << left_on_hosts(f);
 }
 
 TEST(PmrunTree, AKilledMiddleHostLosesItsWholeSubtreeAtOnce) {
   NEED_HOSTS();
   multihost_fixture f(5);
   const std::string err_path = f.state_dir() + "/tree-kill.err";
-  const pid_t pid = start_pmrun(
-      pmrun_tree(f, {"-H", hosts_each(f, 2), "-np", "10", pm::test::payload_path(), "sleep", "60"}),
-      err_path);
+  const pid_t pid = start_pmrun(pmrun_tree(f, {"-H", hosts_with_slots(f, 2), "-np", "10",
+                                               pm::test::payload_path(), "sleep", "60"}),
+                                err_path);
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
   const auto crashed = std::chrono::steady_clock::now();
@@ -228,16 +184,16 @@ TEST(PmrunTree, AKilledMiddleHostLosesItsWholeSubtreeAtOnce) {
       err.find("with it the hosts it relayed: " + f.hosts()[2].name + ", " + f.hosts()[3].name),
       std::string::npos)
       << err;
-  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+  EXPECT_TRUE(hosts_clean(f, 8s)) << left_on_hosts(f);
 }
 
 TEST(PmrunTree, APartitionedMiddleHostEndsTheJobAndNothingIsLeftBelowIt) {
   NEED_HOSTS();
   multihost_fixture f(5);
   const std::string err_path = f.state_dir() + "/tree-partition.err";
-  const pid_t pid = start_pmrun(
-      pmrun_tree(f, {"-H", hosts_each(f, 2), "-np", "10", pm::test::payload_path(), "sleep", "60"}),
-      err_path);
+  const pid_t pid = start_pmrun(pmrun_tree(f, {"-H", hosts_with_slots(f, 2), "-np", "10",
+                                               pm::test::payload_path(), "sleep", "60"}),
+                                err_path);
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
   const auto victim = f.hosts()[0].name;  // node1: cut off with the links of node3 and node4
@@ -265,9 +221,9 @@ TEST(PmrunTree, PmrunKilledLeavesNothingOnAnyHostAtAnyDepth) {
   NEED_HOSTS();
   multihost_fixture f(5);
   const std::string err_path = f.state_dir() + "/tree-sigkill.err";
-  const pid_t pid = start_pmrun(
-      pmrun_tree(f, {"-H", hosts_each(f, 2), "-np", "10", pm::test::payload_path(), "sleep", "60"}),
-      err_path);
+  const pid_t pid = start_pmrun(pmrun_tree(f, {"-H", hosts_with_slots(f, 2), "-np", "10",
+                                               pm::test::payload_path(), "sleep", "60"}),
+                                err_path);
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
   kill(pid, SIGKILL);
@@ -283,7 +239,7 @@ TEST(PmrunTree, OutputBackPressureOnARelayedHostNeverCostsAHost) {
   // ranks flood it, node3's through node1: the relay must not bury node1's or node3's heartbeats.
   const std::string cmd =
       "'" + pm::test::pmrun_path() + "' --allow-run-as-root -mca plm_rsh_agent 'ssh -F " +
-      f.ssh_config() + "' --launch tree --tree-fanout 2 -H " + hosts_each(f, 1) + " -np 3 '" +
+      f.ssh_config() + "' --launch tree --tree-fanout 2 -H " + hosts_with_slots(f, 1) + " -np 3 '" +
       pm::test::payload_path() +
       "' flood 10000000 65536 | (sleep 5; awk '{c += length($0)} END {print NR, c}'); " +
       "echo \"exit " + "${PIPESTATUS[0]}\"";
@@ -291,7 +247,7 @@ TEST(PmrunTree, OutputBackPressureOnARelayedHostNeverCostsAHost) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // Every line whole (a stalled terminal is not a prompt's quiet: docs/output.md) and every byte.
   EXPECT_EQ(r.out, "300000 29700000\nexit 0\n") << r.err;
-  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+  EXPECT_TRUE(hosts_clean(f, 8s)) << left_on_hosts(f);
 }
 
 TEST(PmrunTree, AnUnreachableChildHostIsOneLineNamingItAndItsParent) {
@@ -315,7 +271,7 @@ TEST(PmrunTree, AnUnreachableChildHostIsOneLineNamingItAndItsParent) {
   EXPECT_NE(r.err.find("ssh to " + child + " (port 1) failed"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("from " + f.hosts()[0].name), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("Connection refused"), std::string::npos) << r.err;
-  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+  EXPECT_TRUE(hosts_clean(f, 8s)) << left_on_hosts(f);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -252,5 +253,65 @@ class multihost_fixture {
   std::vector<multihost_host> hosts_;
   bool up_ = false;
 };
+
+/// "node1:N,node2:N,...": every host of the fixture with `slots` slots, for -H.
+inline std::string hosts_with_slots(const multihost_fixture& f, int slots) {
+  std::string list;
+  for (const auto& h : f.hosts())
+    list += (list.empty() ? "" : ",") + h.name + ":" + std::to_string(slots);
+  return list;
+}
+
+/// Waits until no process a test started is left on any host (sshd aside).
+inline bool hosts_clean(const multihost_fixture& f,
+                        std::chrono::milliseconds within = std::chrono::seconds(5)) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    bool any = false;
+    for (const auto& h : f.hosts()) any = any || !f.pids_on(h.name).empty();
+    if (!any) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+/// What is left on the hosts, "host: pid cmdline" a line, for a failing hosts_clean.
+inline std::string left_on_hosts(const multihost_fixture& f) {
+  std::string out;
+  for (const auto& h : f.hosts()) {
+    for (auto pid : f.pids_on(h.name)) {
+      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+      std::string text((std::istreambuf_iterator<char>(cmd)), {});
+      for (char& c : text) c = c == '\0' ? ' ' : c;
+      out += h.name + ": " + std::to_string(pid) + " " + text + "\n";
+    }
+  }
+  return out;
+}
+
+/// True once every host runs its agent and at least `ranks` ranks.
+inline bool every_host_busy(const multihost_fixture& f, std::size_t ranks,
+                            std::chrono::milliseconds within = std::chrono::seconds(20)) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    bool all = true;
+    for (const auto& h : f.hosts()) all = all && f.pids_on(h.name).size() >= ranks + 1;
+    if (all) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+/// The lines "rank=R REST" of a job's output, REST by rank.
+inline std::map<int, std::string> lines_by_rank(const std::string& out) {
+  std::map<int, std::string> lines;
+  const std::regex re(R"(rank=(\d+) (.*))");
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, re)) lines[std::stoi(m[1])] = m[2];
+  }
+  return lines;
+}
 
 }  // namespace pm::test

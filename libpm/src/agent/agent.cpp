@@ -7,6 +7,7 @@
 #include <string>
 
 #include "agent/rank_env.hpp"
+#include "pm/exit_status.hpp"
 
 // GCC 12 warns "may be used uninitialized" inside std::variant's move constructor when a vector
 // of nested variants grows: a false positive (the moved-from alternative is always engaged).
@@ -71,12 +72,6 @@ class rank_table {
   std::vector<rank_entry> entries_;
   std::size_t running_ = 0;  // entries not exited
 };
-
-// "SIGTERM" (pm::signal_name lives in the controller's layer; the agent needs only this).
-std::string signal_text(int signo) {
-  const char* abbrev = ::sigabbrev_np(signo);
-  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(signo);
-}
 
 template <class... F>
 struct overloaded : F... {
@@ -255,7 +250,7 @@ struct agent::state {
                    },
                    [&](const bad_message& b) { protocol_error(b.reason); },
                    [&](const terminate_requested& t) {
-                     send_msg(link::agent_error{"the agent received " + signal_text(t.signo)});
+                     send_msg(link::agent_error{"the agent received " + signal_name(t.signo)});
                      lose_launcher();
                    },
                    [&](const timer_fired& t) {

@@ -31,4 +31,19 @@ inline std::string printable(std::string_view text) {
   return out;
 }
 
+/// The last non-empty line of what a helper program (ssh, srun) printed, for a one-line error:
+/// control characters as '?', at most 300 characters.
+inline std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of("\r\n ");
+  if (end == std::string::npos) return {};
+  auto begin = text.rfind('\n', end);
+  begin = begin == std::string::npos ? 0 : begin + 1;
+  std::string line = text.substr(begin, end - begin + 1);
+  for (char& c : line) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = '?';
+  }
+  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
+}
+
 }  // namespace pm::model

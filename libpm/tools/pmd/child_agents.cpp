@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "agent/rank_env.hpp"
+#include "model/printable.hpp"
 #include "pm/error.hpp"
 #include "transport/local/executable.hpp"
 #include "transport/local/spawner.hpp"
@@ -35,19 +36,6 @@ void non_blocking(int fd) {
 
 void send_signal(int pidfd, int signo) {
   ::syscall(SYS_pidfd_send_signal, pidfd, signo, nullptr, 0);
-}
-
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of("\r\n ");
-  if (end == std::string::npos) return {};
-  auto begin = text.rfind('\n', end);
-  begin = begin == std::string::npos ? 0 : begin + 1;
-  std::string line = text.substr(begin, end - begin + 1);
-  for (char& c : line) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) c = '?';
-  }
-  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
 }
 
 }  // namespace
@@ -218,7 +206,7 @@ void child_agents::on_exit(std::uint32_t host) {
     closed.code = -1;
     closed.signo = info.si_status;
   }
-  closed.said = last_line(c.stderr_tail);
+  closed.said = pm::model::last_line(c.stderr_tail);
   hooks_.unwatch(c.pidfd.get());
   if (c.out && c.out_watched) hooks_.unwatch(c.out.get());
   if (c.err) hooks_.unwatch(c.err.get());

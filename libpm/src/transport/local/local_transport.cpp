@@ -22,6 +22,7 @@
 #include "link/socket.hpp"
 #include "pm/env.hpp"
 #include "pm/error.hpp"
+#include "pm/exit_status.hpp"
 #include "transport/local/nofile_limit.hpp"
 #include "transport/local/spawner.hpp"
 
@@ -46,9 +47,7 @@ bool executable(const fs::path& p) {
 // "exited with code 3" / "was killed by SIGKILL"
 std::string describe(const siginfo_t& info) {
   if (info.si_code == CLD_EXITED) return "exited with code " + std::to_string(info.si_status);
-  const char* abbrev = ::sigabbrev_np(info.si_status);
-  return "was killed by " + (abbrev != nullptr ? std::string("SIG") + abbrev
-                                               : "signal " + std::to_string(info.si_status));
+  return "was killed by " + signal_name(info.si_status);
 }
 
 }  // namespace

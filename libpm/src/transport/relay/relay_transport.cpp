@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "pm/error.hpp"
+#include "pm/exit_status.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
 namespace pm::relay {
@@ -30,9 +31,7 @@ agent_end child_end(const link::child_closed& c, const pm::host& child,
   if (c.code == -1 && c.signo == 0) {
     e.how = "the agent on " + parent_name + " could not start ssh to " + child.name;
   } else if (c.signo != 0) {
-    const char* abbrev = ::sigabbrev_np(c.signo);
-    e.how = "ssh from " + parent_name + " was killed by " +
-            (abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(c.signo));
+    e.how = "ssh from " + parent_name + " was killed by " + signal_name(c.signo);
   } else if (!established) {
     e.how = ssh::agent_start_failure(child, agent_path, c.code) + ", from " + parent_name;
   } else {

@@ -22,7 +22,9 @@
 #include "agent/host_facts.hpp"
 #include "driver/master_address.hpp"
 #include "link/socket.hpp"
+#include "model/printable.hpp"
 #include "pm/error.hpp"
+#include "pm/exit_status.hpp"
 #include "transport/local/executable.hpp"
 #include "transport/local/spawner.hpp"
 #include "transport/srun/caller_gate.hpp"
@@ -48,25 +50,6 @@ constexpr std::chrono::seconds greeting_deadline{5};
 // that does not (it waits for a node Slurm has not declared dead yet) gets SIGTERM, then SIGKILL.
 constexpr std::chrono::milliseconds stop_steps[] = {std::chrono::milliseconds(1000),
                                                     std::chrono::milliseconds(1000)};
-
-std::string signal_text(int signo) {
-  const char* abbrev = ::sigabbrev_np(signo);
-  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(signo);
-}
-
-// The last non-empty line of what srun printed, printable, at most 300 characters.
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of("\r\n ");
-  if (end == std::string::npos) return {};
-  auto begin = text.rfind('\n', end);
-  begin = begin == std::string::npos ? 0 : begin + 1;
-  std::string line = text.substr(begin, end - begin + 1);
-  for (char& c : line) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) c = '?';
-  }
-  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
-}
 
 // srun's own informational lines ("srun: cluster configuration lacks support for cpu binding",
 // which --quiet does not silence) are not the user's business; its errors, slurmstepd's and the
@@ -422,13 +405,13 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     std::size_t start = 0;
     for (auto nl = s.partial.find('\n'); nl != std::string::npos;
          nl = s.partial.find('\n', start)) {
-      std::string line = last_line(s.partial.substr(start, nl - start));
+      std::string line = model::last_line(s.partial.substr(start, nl - start));
       if (!line.empty() && opts.notice && worth_telling(line)) opts.notice(line);
       start = nl + 1;
     }
     s.partial.erase(0, start);
     if (s.partial.size() > 4096) {
-      if (opts.notice) opts.notice(last_line(s.partial));
+      if (opts.notice) opts.notice(model::last_line(s.partial));
       s.partial.clear();
     }
   }
@@ -503,9 +486,9 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
 
   agent_end end_of(const step& s) const {
     agent_end e;
-    const std::string said = last_line(s.output);
+    const std::string said = model::last_line(s.output);
     if (s.signo != 0) {
-      e.how = "srun was killed by " + signal_text(s.signo);
+      e.how = "srun was killed by " + signal_name(s.signo);
     } else if (s.code != 0) {
       e.how = "srun exited with code " + std::to_string(s.code);
     } else {
@@ -555,7 +538,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
       // The step carries other hosts still: this one's stream is over, srun goes on.
       agent_end e;
       if (!was_connected) {
-        const auto said = last_line(s.output);
+        const auto said = model::last_line(s.output);
         e.how = "its agent never called back" + (said.empty() ? "" : "; srun said: " + said);
       }
       asio::post(io, [done = std::move(done), e] { done(e); });

@@ -18,7 +18,9 @@
 #include <unordered_map>
 
 #include "link/socket.hpp"
+#include "model/printable.hpp"
 #include "pm/error.hpp"
+#include "pm/exit_status.hpp"
 #include "transport/local/executable.hpp"
 #include "transport/local/spawner.hpp"
 #include "transport/ssh/ssh_command.hpp"
@@ -34,25 +36,6 @@ namespace pm::ssh {
 namespace {
 
 namespace asio = boost::asio;
-
-std::string signal_text(int signo) {
-  const char* abbrev = ::sigabbrev_np(signo);
-  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(signo);
-}
-
-// The last non-empty line of what ssh printed on stderr.
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of("\r\n ");
-  if (end == std::string::npos) return {};
-  auto begin = text.rfind('\n', end);
-  begin = begin == std::string::npos ? 0 : begin + 1;
-  std::string line = text.substr(begin, end - begin + 1);
-  for (char& c : line) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) c = '?';
-  }
-  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
-}
 
 }  // namespace
 
@@ -243,9 +226,9 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
   agent_end end_of(const connection& c) const {
     agent_end e;
     if (c.code == 0) return e;
-    const std::string said = last_line(c.stderr_text);
+    const std::string said = model::last_line(c.stderr_text);
     if (c.signo != 0) {
-      e.how = "ssh was killed by " + signal_text(c.signo);
+      e.how = "ssh was killed by " + signal_name(c.signo);
     } else if (!c.established) {
       // Before the hello the exit status says what went wrong: 127 no pmd there, 255 ssh itself.
       e.how = agent_start_failure(c.host, c.agent_path, c.code);
