@@ -349,11 +349,15 @@ TEST(PmrunEarlyAgent, APmdNobodyAdoptsIsGoneWhenPmrunExits) {
                                      " -np 1 --hostfile ./no-such-hostfile true");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("no-such-hostfile"), std::string::npos) << r.err;
+  // The early pmd may be killed before its wrapper wrote down its start (a fast refusal): at
+  // most one started, and whatever started was killed and reaped before pmrun exited (the pid
+  // names no process, not even a zombie).
   const auto pids = agent.starts();
-  ASSERT_EQ(pids.size(), 1u);
-  // Killed and reaped before pmrun exited: the pid names no process (not even a zombie).
-  EXPECT_EQ(::kill(pids.front(), 0), -1);
-  EXPECT_EQ(errno, ESRCH);
+  ASSERT_LE(pids.size(), 1u);
+  for (const auto pid : pids) {
+    EXPECT_EQ(::kill(pid, 0), -1);
+    EXPECT_EQ(errno, ESRCH);
+  }
 }
 
 TEST(PmrunEarlyAgent, AnOuterJobsIdentityReachesNeitherPmdNorTheRanks) {

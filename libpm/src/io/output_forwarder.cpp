@@ -367,9 +367,12 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
 
   // ---- partial lines on the terminal (prompts) ----------------------------------------------
 
+  // Not for a rank on another host (pushed): a pause in its bytes may be the link's (credit,
+  // the network), not the rank's, and a line shown early there was cut by the lines piling up
+  // behind it under back-pressure. Its prompt shows when its line ends.
   bool shows_partial_lines(const stream_state& s) const {
     return opt.partial_line_delay.count() > 0 && !opt.sink && s.terminal != nullptr &&
-           s.terminal->format == format_mode::raw;
+           s.terminal->format == format_mode::raw && !s.pushed;
   }
 
   // After a feed: a tail not shown yet waits for the destination to be quiet.
