@@ -2,6 +2,8 @@
 // the final report; controller::rank_report_of agrees with report() rank by rank.
 #include <signal.h>
 
+#include <cerrno>
+
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>
@@ -88,6 +90,61 @@ TEST(JobRunner, WithoutOnRankStateTheJobRunsAsBefore) {
   io.run_for(20s);
   ASSERT_TRUE(code.has_value());
   EXPECT_EQ(*code, 0);
+}
+
+// An agent started before the job (pm::early_agent) serves the job's ranks: their parent is it.
+TEST(JobRunner, AdoptsAnAgentStartedEarly) {
+  auto request = local_job(2, {"/bin/sh", "-c", "echo $PPID"});
+  auto early = pm::early_agent::start(request.agent_path);
+  ASSERT_NE(early, nullptr);
+  EXPECT_FALSE(early->adopted());
+  request.prestarted = early;
+  std::vector<std::string> parents;
+  request.output.sink = [&](std::uint32_t, pm::output_stream, std::string_view line,
+                            pm::line_flags) { parents.emplace_back(line); };
+  boost::asio::io_context io;
+  std::optional<int> code;
+  pm::job_runner runner(io, std::move(request),
+                        {nullptr, [&](const pm::job_report& r) { code = r.exit_code; }});
+  runner.start();
+  io.run_for(20s);
+  ASSERT_TRUE(code.has_value()) << "the job did not end";
+  EXPECT_EQ(*code, 0);
+  EXPECT_TRUE(early->adopted());
+  ASSERT_EQ(parents.size(), 2u);
+  for (auto& p : parents) {
+    while (!p.empty() && (p.back() == '\n' || p.back() == '\r')) p.pop_back();
+    EXPECT_EQ(p, std::to_string(early->pid()));
+  }
+}
+
+// One whose path the job does not use is not adopted, and ends when the last reference goes.
+TEST(JobRunner, AnEarlyAgentNobodyAdoptedIsEndedWithItsLastReference) {
+  auto request = local_job(1, {"/bin/true"});
+  auto early = pm::early_agent::start(request.agent_path);
+  ASSERT_NE(early, nullptr);
+  const auto pid = static_cast<pid_t>(early->pid());
+  request.agent_path = std::string(PM_BINARY_DIR) + "/bin/../bin/pmd";  // another command line
+  request.prestarted = early;
+  boost::asio::io_context io;
+  std::optional<int> code;
+  {
+    pm::job_runner runner(io, std::move(request),
+                          {nullptr, [&](const pm::job_report& r) { code = r.exit_code; }});
+    runner.start();
+    io.run_for(20s);
+  }
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0);
+  EXPECT_FALSE(early->adopted());
+  EXPECT_EQ(::kill(pid, 0), 0) << "still ours until released";
+  early.reset();
+  EXPECT_EQ(::kill(pid, 0), -1) << "killed and reaped";
+  EXPECT_EQ(errno, ESRCH);
+}
+
+TEST(JobRunner, EarlyAgentStartIsNullWithoutAnAgentProgram) {
+  EXPECT_EQ(pm::early_agent::start("/nonexistent/pmd"), nullptr);
 }
 
 // A signal the controller would ignore is refused, not accepted and dropped; the job goes on.

@@ -76,6 +76,42 @@ struct remote_launch {
   std::function<void(std::string_view line)> notice;
 };
 
+/// This machine's agent (pmd), started before the job is known so that its exec overlaps the
+/// caller's own work: parsing, mapping, composing the environment (pmrun starts one right after
+/// parsing its command line; docs/agent.md, "Lifecycle"). It runs with the calling process's
+/// environment less an outer job's identity (OMPI_COMM_WORLD_*, PMIX_*, SLURM_STEP_*, ...), which
+/// the agent turns into the ranks' base as it does for an agent the job starts. Hand it to a job
+/// in job_request::prestarted: the job adopts it for this machine when the agent paths agree and
+/// uses its nonce. One that no job adopted (a job on other hosts only, a request refused after
+/// the start) is killed and reaped when the last reference goes: nothing outlives it.
+class PM_API early_agent {
+ public:
+  /// Starts pmd (`agent_path`; empty: pm's default search, as job_request::agent_path). Best
+  /// effort: returns null when pmd cannot be found or started (the job's own start says why).
+  /// Call it before the job's io_context runs its first job; not thread-safe.
+  static std::shared_ptr<early_agent> start(const std::string& agent_path = {});
+  /// Kills and reaps the agent unless a job adopted it (blocking, about a millisecond).
+  ~early_agent();
+  early_agent(const early_agent&) = delete;
+  early_agent& operator=(const early_agent&) = delete;
+
+  /// The nonce the agent was started with; a job that adopts it uses it for its every link.
+  std::uint64_t nonce() const noexcept;
+  /// The agent's process id.
+  std::int64_t pid() const noexcept;
+  /// The agent program it runs.
+  const std::string& path() const noexcept;
+  /// True once a job took it over (it is then that job's to end).
+  bool adopted() const noexcept;
+
+  struct impl;
+
+ private:
+  explicit early_agent(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+  friend struct early_agent_access;
+};
+
 /// Everything a job needs, decided before any rank starts.
 struct job_request {
   rank_map map;                   ///< from pm::map_job
@@ -98,6 +134,9 @@ struct job_request {
   bool pmix = true;
   /// Reaches hosts other than this machine; null: the system ssh (remote.rsh_agent).
   std::shared_ptr<transport> remote_transport;
+  /// An agent for this machine started beforehand (early_agent::start); null: the job starts
+  /// its own when it needs one.
+  std::shared_ptr<early_agent> prestarted;
 };
 
 struct job_callbacks {

@@ -79,7 +79,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
         cb(std::move(callbacks_)),
         ctl(req.map, req.control),
         epoch(std::chrono::steady_clock::now()),
-        nonce(local::early_agent_nonce().value_or(fresh_nonce())) {}
+        nonce(req.prestarted ? req.prestarted->nonce() : fresh_nonce()) {}
 
   // One host's agent link and what the job waits for on it.
   struct host_state {
@@ -972,7 +972,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       if (v.name.starts_with("OMPI_MCA_")) mca_exports.push_back(joined(v));
     }
     if (!req.remote.notice) req.remote.notice = cb.on_message;
-    router = std::make_unique<transport_router>(io, req.remote, req.remote_transport);
+    router =
+        std::make_unique<transport_router>(io, req.remote, req.remote_transport, req.prestarted);
     plan_tree();
     if (req.pmix) {
       char ns[64];

@@ -10,13 +10,21 @@
 namespace pm {
 
 transport_router::transport_router(boost::asio::io_context& io, remote_launch remote,
-                                   std::shared_ptr<transport> remote_transport)
-    : io_(io), options_(std::move(remote)), remote_(std::move(remote_transport)) {}
+                                   std::shared_ptr<transport> remote_transport,
+                                   std::shared_ptr<early_agent> early)
+    : io_(io),
+      options_(std::move(remote)),
+      remote_(std::move(remote_transport)),
+      early_(std::move(early)) {}
 
 transport_router::~transport_router() = default;
 
 transport& transport_router::local() {
-  if (!local_) local_ = std::make_unique<local::local_transport>(io_);
+  if (!local_) {
+    local::local_transport_options o;
+    o.early = early_;
+    local_ = std::make_unique<local::local_transport>(io_, std::move(o));
+  }
   return *local_;
 }
 

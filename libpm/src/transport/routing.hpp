@@ -19,8 +19,10 @@ namespace pm {
 
 class transport_router final : public transport {
  public:
+  /// `early`: this machine's agent started beforehand, for the local transport to adopt.
   transport_router(boost::asio::io_context& io, remote_launch remote,
-                   std::shared_ptr<transport> remote_transport);
+                   std::shared_ptr<transport> remote_transport,
+                   std::shared_ptr<early_agent> early = nullptr);
   ~transport_router() override;
 
   void open(const agent_target& target, std::function<void(agent_stream)> opened,
@@ -36,6 +38,7 @@ class transport_router final : public transport {
   remote_launch options_;
   std::unique_ptr<transport> local_;
   std::shared_ptr<transport> remote_;
+  std::shared_ptr<early_agent> early_;
   std::unordered_map<std::uint32_t, transport*> by_host_;
 };
 

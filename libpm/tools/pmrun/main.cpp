@@ -205,7 +205,8 @@ int exit_code_for(const pm::error& e) {
 
 int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm::rank_map map,
            pm::job_env job_env, const pm::local_host& me, const pm::env_map& env,
-           report_file& report_out, const std::vector<std::string>& command) {
+           report_file& report_out, const std::vector<std::string>& command,
+           std::shared_ptr<pm::early_agent> early) {
   // Hundreds of ranks need more descriptors than the usual 1024; the ranks get the original back.
   pm::local::raise_nofile_limit();
   job_env.facts = pm::decide_launch_facts(map, me, options.master_port, options.profiles);
@@ -236,6 +237,7 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   request.stdin_rank = input.rank;
   request.per_rank_stdin = input.per_rank;
   request.map = std::move(map);
+  request.prestarted = std::move(early);
 
   asio::io_context io(1);
   int ending_signal = 0;
@@ -336,16 +338,11 @@ int run(int argc, char** argv) {
   if (!root_allowed(options, env)) throw pm::error(pm::errc::usage, pm::cli::refuse_root());
   // This machine's pmd starts now, so that its exec overlaps the work below (the allocation, the
   // map, the environment); the job adopts it. One nobody adopts (the job runs on other hosts
-  // only, or is refused below) is killed and reaped on the way out.
-  struct early_agent_guard {
-    ~early_agent_guard() { pm::local::discard_early_agent(); }
-  } early_guard;
+  // only, or is refused below) is killed and reaped when `early` goes.
+  std::shared_ptr<pm::early_agent> early;
   if (!options.do_not_launch) {
-    std::uint64_t nonce = 0;
     try {
-      if (getrandom(&nonce, sizeof nonce, 0) == static_cast<ssize_t>(sizeof nonce)) {
-        pm::local::start_agent_early(pm::local::default_agent_path(), nonce);
-      }
+      early = pm::early_agent::start(pm::local::default_agent_path());
     } catch (const pm::error&) {
       // No pmd to be found: the launch says so, with the places it looked.
     }
@@ -375,7 +372,7 @@ int run(int argc, char** argv) {
     std::vector<std::string> command{"pmrun"};
     command.insert(command.end(), given.begin(), given.end());
     return launch(options, resolved, std::move(map), std::move(job_env), me, env, report_out,
-                  command);
+                  command, early);
   } catch (const pm::error& e) {
     // Nothing started (a program not found or not executable, the agent could not start): the
     // report says so, so that a 127 here is told from a rank that exited 127. A usage error

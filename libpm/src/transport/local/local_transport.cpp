@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -98,14 +99,6 @@ std::string default_agent_path() {
 
 namespace {
 
-struct early_agent {
-  std::string path;
-  std::uint64_t nonce = 0;
-  spawned_process process;
-  int fd = -1;  // our end of the socket pair
-};
-std::optional<early_agent> pending_early;
-
 // pmd with one end of a new socket pair as its stdin and stdout; `ours` gets the other end.
 spawned_process spawn_agent(const std::string& path, std::vector<std::string> argv,
                             std::vector<std::string> env, link::owned_fd& ours) {
@@ -147,47 +140,78 @@ std::string hex_nonce(std::uint64_t v) {
 
 }  // namespace
 
-void start_agent_early(const std::string& path, std::uint64_t nonce) {
-  if (pending_early) return;
+}  // namespace pm::local
+
+namespace pm {
+
+struct early_agent::impl {
+  std::string path;
+  std::uint64_t nonce = 0;
+  local::spawned_process process;
+  int fd = -1;  // our end of the socket pair; -1 once adopted
+};
+
+// What local_transport needs of an early_agent beyond its public face.
+struct early_agent_access {
+  static early_agent::impl& of(early_agent& a) noexcept { return *a.impl_; }
+};
+
+early_agent::early_agent(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+std::shared_ptr<early_agent> early_agent::start(const std::string& agent_path) {
   try {
-    link::owned_fd ours;
+    const std::string path = agent_path.empty() ? local::default_agent_path() : agent_path;
+    std::uint64_t nonce = 0;
+    if (::getrandom(&nonce, sizeof nonce, 0) != static_cast<ssize_t>(sizeof nonce)) return nullptr;
     // This process's environment without an outer job's identity (OMPI_COMM_WORLD_*, PMIX_*,
     // SLURM_STEP_*, ...), as the job's base environment would have it: pmd's own PMIx server must
-    // not see the identity of a job pmrun runs inside.
+    // not see the identity of a job the caller runs inside.
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string_view entry = *e;
       if (!is_outer_job_identity(entry.substr(0, entry.find('=')))) env.emplace_back(entry);
     }
-    early_agent a;
-    a.process =
-        spawn_agent(path, {path, "--stdio", "--nonce", hex_nonce(nonce)}, std::move(env), ours);
-    a.path = path;
-    a.nonce = nonce;
-    a.fd = ours.release();
-    pending_early = std::move(a);
+    link::owned_fd ours;
+    auto p = std::make_unique<impl>();
+    p->process = local::spawn_agent(path, {path, "--stdio", "--nonce", local::hex_nonce(nonce)},
+                                    std::move(env), ours);
+    p->path = path;
+    p->nonce = nonce;
+    p->fd = ours.release();
+    return std::shared_ptr<early_agent>(new early_agent(std::move(p)));
   } catch (const pm::error&) {
-    // The launch proper starts pmd again and reports what goes wrong.
+    return nullptr;  // the job's own start finds the same problem and names it
   }
 }
 
-std::optional<std::uint64_t> early_agent_nonce() noexcept {
-  if (!pending_early) return std::nullopt;
-  return pending_early->nonce;
-}
-
-void discard_early_agent() noexcept {
-  if (!pending_early) return;
-  ::syscall(SYS_pidfd_send_signal, pending_early->process.pidfd, SIGKILL, nullptr, 0);
+early_agent::~early_agent() {
+  if (impl_->fd < 0) return;  // adopted: the job's transport ends it
+  ::syscall(SYS_pidfd_send_signal, impl_->process.pidfd, SIGKILL, nullptr, 0);
   siginfo_t info{};
-  while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pending_early->process.pidfd),
-                  &info, WEXITED) != 0 &&
+  while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(impl_->process.pidfd), &info,
+                  WEXITED) != 0 &&
          errno == EINTR) {
   }
-  ::close(pending_early->process.pidfd);
-  ::close(pending_early->fd);
-  pending_early.reset();
+  ::close(impl_->process.pidfd);
+  ::close(impl_->fd);
 }
+
+std::uint64_t early_agent::nonce() const noexcept {
+  return impl_->nonce;
+}
+std::int64_t early_agent::pid() const noexcept {
+  return impl_->process.pid;
+}
+const std::string& early_agent::path() const noexcept {
+  return impl_->path;
+}
+bool early_agent::adopted() const noexcept {
+  return impl_->fd < 0;
+}
+
+}  // namespace pm
+
+namespace pm::local {
 
 // One pmd per host index this transport started (normally one: this machine).
 struct local_transport::impl : std::enable_shared_from_this<impl> {
@@ -297,15 +321,15 @@ void local_transport::open(const agent_target& target, std::function<void(agent_
     argv.front() = path;
     link::owned_fd ours;
     spawned_process res;
-    const auto early_argv = [&] {
-      return std::vector<std::string>{path, "--stdio", "--nonce", hex_nonce(pending_early->nonce)};
-    };
-    if (pending_early && target.info.local && argv == early_argv()) {
-      // Started before the job was known, with the command line this job asks for (its nonce
-      // came from early_agent_nonce).
-      res = pending_early->process;
-      ours.reset(pending_early->fd);
-      pending_early.reset();
+    auto* early = impl_->opts.early ? &early_agent_access::of(*impl_->opts.early) : nullptr;
+    if (early != nullptr && early->fd >= 0 && target.info.local &&
+        argv ==
+            std::vector<std::string>{early->path, "--stdio", "--nonce", hex_nonce(early->nonce)}) {
+      // Started before the job was known, with the command line this job asks for (the job took
+      // its nonce): adopted, it is this transport's to watch and end from now on.
+      res = early->process;
+      ours.reset(early->fd);
+      early->fd = -1;
     } else {
       res = spawn_agent(path, std::move(argv), target.environment, ours);
     }

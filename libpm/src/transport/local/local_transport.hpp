@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "pm/launcher.hpp"
 #include "pm/transport.hpp"
 
 namespace boost::asio {
@@ -28,25 +29,13 @@ namespace pm::local {
 /// pm::error (errc::launch) naming the places it looked if none has an executable pmd.
 std::string default_agent_path();
 
-/// An agent started before the job is known, so that its exec overlaps the launcher's own work
-/// (parsing, mapping, the environment: pmrun calls this first). It runs with this process's
-/// environment less an outer job's identity (pm::is_outer_job_identity), which pmd turns into the
-/// ranks' base as it does the job's base environment (the -mca exports come with the job). The next
-/// local_transport::open() of this machine with the same agent path adopts it; the job must use
-/// early_agent_nonce() as its nonce (job_runner does). At most one is pending; starting it is
-/// best effort (nothing happens when pmd cannot be found or started: open() says why later).
-/// Not thread-safe: call it before the job's io_context runs.
-void start_agent_early(const std::string& path, std::uint64_t nonce);
-/// The nonce of the pending early agent, if one is waiting to be adopted.
-std::optional<std::uint64_t> early_agent_nonce() noexcept;
-/// Kills and reaps a pending early agent nobody adopted (a job on other hosts only, a usage
-/// error after the start); blocking, about a millisecond. Harmless when there is none.
-void discard_early_agent() noexcept;
-
 struct local_transport_options {
   std::string agent_path;  ///< empty: agent_target::agent_argv[0] if absolute, else the default
   /// After close(), a pmd still running this long is killed (it normally exits within its grace).
   std::chrono::milliseconds kill_after{10000};
+  /// Started before the job (pm::early_agent): the first open() of this machine whose command
+  /// line is the one it was started with adopts it instead of starting another pmd.
+  std::shared_ptr<early_agent> early;
 };
 
 class local_transport final : public transport {
