@@ -271,15 +271,17 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     tagged_capacity = capacity;
   }
 
-  // --tag-output without timestamps, the common case: every line of prefix + body (whole lines)
-  // becomes tag + line in `tagged`, by plain copies into a buffer sized once per chunk. The
-  // general path's std::string appends, four per 100-byte line, made pmrun the bottleneck of a
-  // tagged flood. False, with nothing written, when a line is longer than max_line: the general
-  // path cuts it into marked pieces.
-  bool tag_whole_lines(const stream_state& s, std::string_view prefix, std::string_view body) {
+  // --tag-output and/or --timestamp-output: every line of prefix + body (whole lines) becomes
+  // stamp + tag + line in `tagged`, by plain copies into a buffer sized once per chunk (the stamp
+  // is the chunk's, as on the general path). The general path's std::string appends, four per
+  // 100-byte line, made pmrun the bottleneck of a tagged flood. False, with nothing written, when
+  // a line is longer than max_line: the general path cuts it into marked pieces.
+  bool tag_whole_lines(const stream_state& s, std::string_view prefix, std::string_view body,
+                       std::string_view stamp) {
     const std::string_view tag = s.tag_line;
     tagged_size = 0;
-    reserve_tagged(prefix.size() + body.size() + (body.size() / 64 + 1) * tag.size());
+    reserve_tagged(prefix.size() + body.size() +
+                   (body.size() / 64 + 1) * (stamp.size() + tag.size()));
     std::string_view head = prefix;  // the kept tail starts the first line only
     while (!body.empty()) {
       const void* nl = std::memchr(body.data(), '\n', body.size());
@@ -287,8 +289,10 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
           nl != nullptr ? static_cast<std::size_t>(static_cast<const char*>(nl) - body.data())
                         : body.size();
       if (head.size() + length > max_line) return false;
-      reserve_tagged(tagged_size + tag.size() + head.size() + length + 1);
+      reserve_tagged(tagged_size + stamp.size() + tag.size() + head.size() + length + 1);
       char* out = tagged.get() + tagged_size;
+      if (!stamp.empty()) std::memcpy(out, stamp.data(), stamp.size());
+      out += stamp.size();
       std::memcpy(out, tag.data(), tag.size());
       out += tag.size();
       if (!head.empty()) std::memcpy(out, head.data(), head.size());
@@ -311,8 +315,9 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
         const auto p = unshown(s, d, prefix);
         const slice parts[] = {{p.data(), p.size()}, {body.data(), body.size()}};
         write(*d, s, parts, 2, true);
-      } else if (d->format == format_mode::text && !opt.timestamp &&
-                 tag_whole_lines(s, prefix, body)) {
+      } else if (d->format == format_mode::text &&
+                 tag_whole_lines(s, prefix, body,
+                                 opt.timestamp ? ctime_now() : std::string_view{})) {
         const slice parts[] = {{tagged.get(), tagged_size}};
         write(*d, s, parts, 1, true);
       } else {
