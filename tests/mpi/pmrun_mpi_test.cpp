@@ -11,13 +11,16 @@
 
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/command.hpp"
+#include "support/processes.hpp"
 
 namespace {
 
@@ -261,6 +264,104 @@ TEST_F(PmrunMpi, DirectoriesOfAKilledAgentAreRemovedByTheNextServer) {
   const auto r = pmrun({"-np", "1", mpi_dir + "/mpi_hello", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(fs::exists(stale));
+  expect_nothing_left();
+}
+
+// The lines of `out` that start with `word` and a space, without it.
+std::vector<std::string> lines_of(const std::string& out, const std::string& word) {
+  std::vector<std::string> found;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(word + " ", 0) == 0) found.push_back(line.substr(word.size() + 1));
+  }
+  return found;
+}
+
+TEST_F(PmrunMpi, APmixToolSeesTheJobsRanksAndCannotSpawn) {
+  // Three ranks in PMIx (pmix_touch) print their pids; a PMIx tool finds the agent through
+  // `pmrun --ps PID --json` and asks its server for the job's process table.
+  const std::string status_dir = tmp_ + "/st";
+  pm::test::background job({"/usr/bin/env", "TMPDIR=" + tmp_, "PM_STATUS_DIR=" + status_dir,
+                            pm::test::pmrun_path(), "--allow-run-as-root", "-np", "3", "sh", "-c",
+                            "echo pid $$ rank $PMIX_RANK; exec " + mpi_dir + "/pmix_touch 60"});
+  job.wait_lines(6);  // each rank: its pid, then "touch" once in PMIx
+  std::map<std::string, std::string> pid_of_rank;
+  {
+    const std::regex re(R"(pid (\d+) rank (\d+))");
+    for (std::sregex_iterator it(job.text.begin(), job.text.end(), re), end; it != end; ++it) {
+      pid_of_rank[(*it)[2]] = (*it)[1];
+    }
+  }
+  ASSERT_EQ(pid_of_rank.size(), 3u) << job.text;
+  ASSERT_EQ(lines_of(job.text, "touch").size(), 3u) << job.text;
+
+  auto ps_env = env_;
+  ps_env.push_back("PM_STATUS_DIR=" + status_dir);
+  nlohmann::json agent;
+  for (int i = 0; i < 100 && agent.is_null(); ++i) {
+    const auto r = run_command({pm::test::pmrun_path(), "--ps", std::to_string(job.pid), "--json"},
+                               10s, "", &ps_env);
+    if (r.exit_code == 0) {
+      const auto doc = nlohmann::json::parse(r.out);
+      if (doc.contains("agents") && doc["agents"].size() == 1 &&
+          doc["agents"][0].contains("pmix_uri")) {
+        agent = doc["agents"][0];
+      }
+    }
+    if (agent.is_null()) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_FALSE(agent.is_null()) << "pmrun --ps never showed the agent's PMIx server";
+  SCOPED_TRACE("agent: " + agent.dump());
+  EXPECT_EQ(agent["host"], host_name());
+  const auto agent_pid = agent["pid"].get<std::int64_t>();
+  EXPECT_GT(agent_pid, 0);
+  const std::string uri = agent["pmix_uri"], tmpdir = agent["pmix_tmpdir"];
+  EXPECT_EQ(uri.rfind("pmix-server." + std::to_string(agent_pid) + ";tcp4://127.0.0.1:", 0), 0u);
+  EXPECT_EQ(tmpdir.rfind(tmp_ + "/pm-pmix." + std::to_string(agent_pid) + ".", 0), 0u);
+
+  // The human view names the agent and its server too.
+  const auto human =
+      run_command({pm::test::pmrun_path(), "--ps", std::to_string(job.pid)}, 10s, "", &ps_env);
+  EXPECT_NE(human.out.find("agent on " + host_name() + ": pid " + std::to_string(agent_pid) +
+                           ", PMIx " + uri),
+            std::string::npos)
+      << human.out;
+
+  // Attached by the URI, and by the pid and tmpdir (the rendezvous files), the tool sees the
+  // same: one namespace, 3 ranks with the pids they printed, on this host, running.
+  for (const auto& how :
+       {std::vector<std::string>{"--uri", uri},
+        std::vector<std::string>{"--pid", std::to_string(agent_pid), "--tmpdir", tmpdir}}) {
+    std::vector<std::string> argv = {mpi_dir + "/pmix_tool"};
+    argv.insert(argv.end(), how.begin(), how.end());
+    const auto t = run_command(argv, 30s, "", &env_);
+    SCOPED_TRACE("tool " + how[0] + ": " + t.out + t.err);
+    ASSERT_EQ(t.exit_code, 0);
+    const auto ns = lines_of(t.out, "namespaces");
+    ASSERT_EQ(ns.size(), 1u);
+    EXPECT_EQ(ns[0].rfind("pmrun.", 0), 0u);
+    EXPECT_EQ(lines_of(t.out, "job_size"), std::vector<std::string>{"3"});
+    for (const std::string table : {"proc", "local"}) {
+      const auto procs = lines_of(t.out, table);
+      ASSERT_EQ(procs.size(), 3u) << table;
+      for (std::size_t r = 0; r < 3; ++r) {
+        const std::string rank = std::to_string(r);
+        EXPECT_EQ(procs[r], ns[0] + " " + rank + " " + host_name() + " sh " + pid_of_rank[rank] +
+                                " PROC EXECUTING 0")
+            << table;
+      }
+    }
+    EXPECT_EQ(lines_of(t.out, "spawn_support"), std::vector<std::string>{"''"});
+    EXPECT_EQ(lines_of(t.out, "unknown_nspace"), std::vector<std::string>{"NOT-FOUND"});
+    EXPECT_EQ(lines_of(t.out, "unsupported"), std::vector<std::string>{"NOT-SUPPORTED"});
+    EXPECT_EQ(lines_of(t.out, "spawn"), std::vector<std::string>{"NOT-SUPPORTED"});
+  }
+
+  ::kill(job.pid, SIGTERM);
+  job.wait_status();
+  // pmrun's status directory is the test's; its socket went with pmrun.
+  std::error_code ec;
+  EXPECT_TRUE(fs::remove(status_dir, ec)) << ec.message();
   expect_nothing_left();
 }
 

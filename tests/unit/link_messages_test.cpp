@@ -99,6 +99,14 @@ std::vector<message> samples() {
           child_close{4},
           child_closed{4, 255, 0, "ssh: connect to host node5 port 22: Connection refused"},
           child_closed{7, -1, 9, ""},
+          pmix_server{"pmix-server.42;tcp4://127.0.0.1:40001", "/tmp/pm-pmix.42.ab/pmix"},
+          proc_table_request{1ull << 40},
+          proc_table_reply{3, {}},
+          proc_table_reply{4,
+                           {proc_table_entry{0, 4242, "running", -1, 0},
+                            proc_table_entry{1, 0, "pending", -1, 0},
+                            proc_table_entry{2, 4243, "killed", -1, 15},
+                            proc_table_entry{1u << 31, -1, "", 255, 0}}},
           hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
           hello{protocol_version, 1, 4242, "node1", {"10.0.0.2%eth0", "10.1.0.2%ib0"}, 40123},
           heartbeat{},
@@ -561,6 +569,14 @@ TEST(LinkMessages, RandomMessagesRoundTripThroughTheReference) {
                             text()});
     ms.push_back(modex_request{big(), static_cast<std::uint32_t>(big())});
     ms.push_back(modex_reply{big(), rng() % 2 == 0, text()});
+    ms.push_back(pmix_server{text(), text()});
+    ms.push_back(proc_table_request{big()});
+    proc_table_reply table{big(), {}};
+    for (std::size_t r = 0; r < rng() % 40; ++r)
+      table.ranks.push_back(proc_table_entry{
+          static_cast<std::uint32_t>(big()), static_cast<std::int64_t>(big() >> 1), text(),
+          static_cast<int>(rng() % 257) - 1, static_cast<int>(rng() % 65)});
+    ms.push_back(table);
     for (const auto& m : ms) {
       const auto b = encode(m);
       ASSERT_EQ(decode_reference(b).msg, m) << type_name(m);
