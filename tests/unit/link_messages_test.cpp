@@ -365,6 +365,17 @@ TEST(LinkMessages, SemanticChecks) {
   bytes short_array;
   append_message(short_array, pj);
   EXPECT_EQ(error_of(short_array), "agent link: 'job' message: PMIx rank arrays differ in length");
+  // A process table's entries: a signal and an exit code in their ranges.
+  bytes bad_table_signal;
+  append_message(bad_table_signal, proc_table_reply{1, {proc_table_entry{0, 7, "killed", -1, 65}}});
+  EXPECT_EQ(error_of(bad_table_signal),
+            "agent link: field 'signal' of a 'proc_table_reply' message must be an integer from 0 "
+            "to 64");
+  bytes bad_table_code;
+  append_message(bad_table_code, proc_table_reply{1, {proc_table_entry{0, 7, "exited", -2, 0}}});
+  EXPECT_EQ(error_of(bad_table_code),
+            "agent link: field 'code' of a 'proc_table_reply' message must be an integer from -1 "
+            "to 255");
   bytes unsorted;
   append_message(unsorted, fence_contribution{fence_members{false, {3, 1}}, 0, false, ""});
   EXPECT_EQ(error_of(unsorted), "agent link: fence members are not sorted");
