@@ -134,6 +134,20 @@ int main(int argc, char** argv) {
   printf("unsupported %s\n", PMIx_Error_string(rc));
   if (info != NULL) PMIX_INFO_FREE(info, n);
 
+  /* One query of a key answered and one not. */
+  pmix_query_t mixed;
+  PMIX_QUERY_CONSTRUCT(&mixed);
+  mixed.keys = (char**)calloc(3, sizeof(char*));
+  mixed.keys[0] = strdup(PMIX_QUERY_NAMESPACES);
+  mixed.keys[1] = strdup(PMIX_QUERY_MEMORY_USAGE);
+  info = NULL;
+  n = 0;
+  rc = PMIx_Query_info(&mixed, 1, &info, &n);
+  printf("mixed %s %s\n", PMIx_Error_string(rc),
+         find(info, n, PMIX_QUERY_NAMESPACES) != NULL ? "namespaces" : "-");
+  PMIX_QUERY_DESTRUCT(&mixed);
+  if (info != NULL) PMIX_INFO_FREE(info, n);
+
   pmix_app_t app;
   PMIX_APP_CONSTRUCT(&app);
   app.cmd = strdup("/bin/true");

@@ -361,6 +361,7 @@ TEST_F(PmrunMpi, APmixToolSeesTheJobsRanksAndCannotSpawn) {
     EXPECT_EQ(lines_of(t.out, "spawn_support"), std::vector<std::string>{"''"});
     EXPECT_EQ(lines_of(t.out, "unknown_nspace"), std::vector<std::string>{"NOT-FOUND"});
     EXPECT_EQ(lines_of(t.out, "unsupported"), std::vector<std::string>{"NOT-SUPPORTED"});
+    EXPECT_EQ(lines_of(t.out, "mixed"), std::vector<std::string>{"SUCCESS namespaces"});
     EXPECT_EQ(lines_of(t.out, "spawn"), std::vector<std::string>{"NOT-SUPPORTED"});
   }
 

@@ -377,32 +377,21 @@ void pmix_gateway::rank_ended(std::uint32_t rank, pm::exit_status status) {
   local_state_[rank].status = status;
 }
 
-namespace {
-
-// A rank's state and exit code as a tool is told them.
-void set_state(pmix::proc_entry& e, bool started, const std::optional<pm::exit_status>& status) {
+pmix::proc_entry pmix_gateway::entry_of(std::uint32_t rank, std::int64_t pid,
+                                        const std::optional<pm::exit_status>& status) const {
+  pmix::proc_entry e;
+  e.who = {job_.nspace, rank};
+  e.hostname = job_.nodes.at(job_.rank_node.at(rank));
+  const std::uint32_t app = job_.rank_app.at(rank);
+  if (app < executables_.size()) e.executable = executables_[app];
+  e.pid = pid;
   if (status) {
     e.exit_code = status->shell_code();
     e.state = status->is_signal()   ? pmix::proc_state::killed_by_signal
               : status->code() == 0 ? pmix::proc_state::terminated
                                     : pmix::proc_state::exited_nonzero;
   } else {
-    e.state = started ? pmix::proc_state::running : pmix::proc_state::undefined;
-  }
-}
-
-}  // namespace
-
-pmix::proc_entry pmix_gateway::local_entry(std::uint32_t rank) const {
-  pmix::proc_entry e;
-  e.who = {job_.nspace, rank};
-  e.hostname = job_.nodes.at(job_.rank_node.at(rank));
-  const std::uint32_t app = job_.rank_app.at(rank);
-  if (app < executables_.size()) e.executable = executables_[app];
-  const auto it = local_state_.find(rank);
-  if (it != local_state_.end()) {
-    e.pid = it->second.pid;
-    set_state(e, it->second.pid != 0, it->second.status);
+    e.state = pid != 0 ? pmix::proc_state::running : pmix::proc_state::undefined;
   }
   return e;
 }
@@ -438,11 +427,10 @@ void pmix_gateway::proc_table_done(const pm::link::proc_table_reply& reply) {
 void pmix_gateway::answer_query(pmix::query_request r, const pm::link::proc_table_reply* table) {
   namespace keys = pmix::query_keys;
   std::vector<pmix::query_value> values;
-  std::size_t asked = 0, unknown_nspace = 0;
+  std::size_t unknown_nspace = 0;
   for (const auto& q : r.queries) {
     const bool ours = q.nspace.value_or(job_.nspace) == job_.nspace;
     for (const auto& k : q.keys) {
-      ++asked;
       if (k == keys::namespaces) {
         values.push_back({k, job_.nspace});
       } else if (k == keys::spawn_support || k == keys::debug_support) {
@@ -464,23 +452,22 @@ void pmix_gateway::answer_query(pmix::query_request r, const pm::link::proc_tabl
         values.push_back({k, static_cast<std::uint32_t>(job_.rank_node.size())});
       } else if (k == keys::local_proc_table) {
         std::vector<pmix::proc_entry> entries;
-        for (const std::uint32_t rank : local_ranks_) entries.push_back(local_entry(rank));
+        for (const std::uint32_t rank : local_ranks_) {
+          const auto it = local_state_.find(rank);
+          entries.push_back(it == local_state_.end()
+                                ? entry_of(rank, 0, std::nullopt)
+                                : entry_of(rank, it->second.pid, it->second.status));
+        }
         values.push_back({k, std::move(entries)});
       } else if (k == keys::proc_table && table != nullptr) {
         std::vector<pmix::proc_entry> entries;
         for (const auto& t : table->ranks) {
           if (t.rank >= job_.rank_node.size()) continue;
-          pmix::proc_entry e;
-          e.who = {job_.nspace, t.rank};
-          e.hostname = job_.nodes.at(job_.rank_node[t.rank]);
-          const std::uint32_t app = job_.rank_app[t.rank];
-          if (app < executables_.size()) e.executable = executables_[app];
-          e.pid = t.pid;
           std::optional<pm::exit_status> status;
           if (t.signo != 0) status = pm::exit_status::signaled(t.signo);
           if (t.code >= 0) status = pm::exit_status::exited(t.code);
-          set_state(e, t.pid != 0, status);
-          // What the launcher adds: the job's own stop, a failed start, a lost host.
+          pmix::proc_entry e = entry_of(t.rank, t.pid, status);
+          // What only the launcher knows: the job's own stop, a failed start, a lost host.
           if (t.state == "killed") e.state = pmix::proc_state::killed_by_cmd;
           if (t.state == "spawn_failed") e.state = pmix::proc_state::failed_to_start;
           if (t.state == "lost") e.state = pmix::proc_state::comm_lost;
@@ -493,9 +480,9 @@ void pmix_gateway::answer_query(pmix::query_request r, const pm::link::proc_tabl
   if (values.empty()) {
     r.done(unknown_nspace > 0 ? pmix::status::not_found : pmix::status::not_supported);
   } else {
-    // Decided before the values move into the call.
-    const auto st = values.size() == asked ? pmix::status::success : pmix::status::partial_success;
-    r.done(st, std::move(values));
+    // Some keys unanswered: success all the same, the answered keys present and the others
+    // absent. PMIx 4.2.2's client drops every value of a PMIX_QUERY_PARTIAL_SUCCESS answer.
+    r.done(pmix::status::success, std::move(values));
   }
 }
 

@@ -98,7 +98,9 @@ class pmix_gateway {
   void on_fence(pm::agent::pmix::fence_request r);
   void on_query(pm::agent::pmix::query_request r);
   void answer_query(pm::agent::pmix::query_request r, const pm::link::proc_table_reply* table);
-  pm::agent::pmix::proc_entry local_entry(std::uint32_t rank) const;
+  /// A rank of the job as a tool is told it (its host and executable from the job's facts).
+  pm::agent::pmix::proc_entry entry_of(std::uint32_t rank, std::int64_t pid,
+                                       const std::optional<pm::exit_status>& status) const;
   void make_dirs();
   void say(const std::string& text);
 
