@@ -2,7 +2,8 @@
 //
 // It wraps libpmix's server side (PMIx 4.2): start it, register a job (namespace), ask for each
 // local rank's environment, spawn the ranks yourself, and serve the requests PMIx cannot answer
-// on its own (abort, and later fences and direct modex that span hosts) from your event loop.
+// on its own (abort, fences and direct modex that span hosts, tools' queries) from your event
+// loop. PMIx tools may attach (PMIx_tool_init): each gets a namespace of its own.
 // It lives in its own static library (pm_pmix) so that libpm never links libpmix: PMIx starts a
 // progress thread and needs care with signals, which a library must not impose on the programs
 // that embed it. Only pmd and the tests link it.
