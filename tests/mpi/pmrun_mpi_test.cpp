@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -277,6 +278,26 @@ std::vector<std::string> lines_of(const std::string& out, const std::string& wor
   return found;
 }
 
+// The one agent of pmrun `pid` in `pmrun --ps PID --json` once it shows where its PMIx server is
+// and `ready` holds for the document (5 s at most); null if never.
+nlohmann::json agent_of(pid_t pid, const std::string& status_dir,
+                        const std::function<bool(const nlohmann::json&)>& ready) {
+  std::vector<std::string> env = {"PM_STATUS_DIR=" + status_dir, "PATH=/usr/bin:/bin"};
+  for (int i = 0; i < 100; ++i) {
+    const auto r =
+        run_command({pm::test::pmrun_path(), "--ps", std::to_string(pid), "--json"}, 10s, "", &env);
+    if (r.exit_code == 0) {
+      const auto doc = nlohmann::json::parse(r.out);
+      if (doc.contains("agents") && doc["agents"].size() == 1 &&
+          doc["agents"][0].contains("pmix_uri") && ready(doc)) {
+        return doc["agents"][0];
+      }
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return {};
+}
+
 TEST_F(PmrunMpi, APmixToolSeesTheJobsRanksAndCannotSpawn) {
   // Three ranks print their pids; ranks 0 and 1 stay in PMIx (pmix_touch), rank 2 exits 3 (the
   // job goes on). A PMIx tool finds the agent through `pmrun --ps PID --json` and asks its
@@ -298,23 +319,10 @@ TEST_F(PmrunMpi, APmixToolSeesTheJobsRanksAndCannotSpawn) {
   ASSERT_EQ(pid_of_rank.size(), 3u) << job.text;
   ASSERT_EQ(lines_of(job.text, "touch").size(), 2u) << job.text;
 
-  auto ps_env = env_;
-  ps_env.push_back("PM_STATUS_DIR=" + status_dir);
-  nlohmann::json agent;
-  for (int i = 0; i < 100 && agent.is_null(); ++i) {
-    const auto r = run_command({pm::test::pmrun_path(), "--ps", std::to_string(job.pid), "--json"},
-                               10s, "", &ps_env);
-    if (r.exit_code == 0) {
-      const auto doc = nlohmann::json::parse(r.out);
-      if (doc.contains("agents") && doc["agents"].size() == 1 &&
-          doc["agents"][0].contains("pmix_uri") && doc["report"]["ranks"][2]["state"] == "exited") {
-        agent = doc["agents"][0];
-      }
-    }
-    if (agent.is_null()) std::this_thread::sleep_for(50ms);
-  }
-  ASSERT_FALSE(agent.is_null())
-      << "pmrun --ps never showed the agent's PMIx server and rank 2's end";
+  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json& doc) {
+    return doc["report"]["ranks"][2]["state"] == "exited";
+  });
+  ASSERT_FALSE(agent.is_null()) << "pmrun --ps never showed the agent's server and rank 2's end";
   SCOPED_TRACE("agent: " + agent.dump());
   EXPECT_EQ(agent["host"], host_name());
   const auto agent_pid = agent["pid"].get<std::int64_t>();
@@ -324,6 +332,8 @@ TEST_F(PmrunMpi, APmixToolSeesTheJobsRanksAndCannotSpawn) {
   EXPECT_EQ(tmpdir.rfind(tmp_ + "/pm-pmix." + std::to_string(agent_pid) + ".", 0), 0u);
 
   // The human view names the agent and its server too.
+  auto ps_env = env_;
+  ps_env.push_back("PM_STATUS_DIR=" + status_dir);
   const auto human =
       run_command({pm::test::pmrun_path(), "--ps", std::to_string(job.pid)}, 10s, "", &ps_env);
   EXPECT_NE(human.out.find("agent on " + host_name() + ": pid " + std::to_string(agent_pid) +
@@ -368,6 +378,39 @@ TEST_F(PmrunMpi, APmixToolSeesTheJobsRanksAndCannotSpawn) {
   ::kill(job.pid, SIGTERM);
   job.wait_status();
   // pmrun's status directory is the test's; its socket went with pmrun.
+  std::error_code ec;
+  EXPECT_TRUE(fs::remove(status_dir, ec)) << ec.message();
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, AToolAttachesToAJobWhoseRanksNeverCalledPmix) {
+  // The tool's connection starts the agent's server, as a rank's first one would.
+  const std::string status_dir = tmp_ + "/st";
+  pm::test::background job({"/usr/bin/env", "TMPDIR=" + tmp_, "PM_STATUS_DIR=" + status_dir,
+                            pm::test::pmrun_path(), "--allow-run-as-root", "-np", "2", "sh", "-c",
+                            "echo pid $$ rank $PMIX_RANK; exec sleep 60"});
+  job.wait_lines(2);
+  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json&) { return true; });
+  ASSERT_FALSE(agent.is_null()) << "pmrun --ps never showed the agent's server";
+  const std::string tmpdir = agent["pmix_tmpdir"];
+  EXPECT_FALSE(fs::exists(tmpdir)) << "the server started before anyone connected";
+  const auto t = run_command({mpi_dir + "/pmix_tool", "--uri", agent["pmix_uri"]}, 30s, "", &env_);
+  ASSERT_EQ(t.exit_code, 0) << t.out << t.err;
+  const auto procs = lines_of(t.out, "proc");
+  ASSERT_EQ(procs.size(), 2u) << t.out;
+  const std::regex re(R"(pid (\d+) rank (\d+))");
+  int ranks = 0;
+  for (std::sregex_iterator it(job.text.begin(), job.text.end(), re), end; it != end; ++it) {
+    ++ranks;
+    EXPECT_NE(t.out.find(" " + std::string((*it)[2]) + " " + host_name() + " sh " +
+                         std::string((*it)[1]) + " PROC EXECUTING 0"),
+              std::string::npos)
+        << t.out;
+  }
+  EXPECT_EQ(ranks, 2) << job.text;
+  EXPECT_TRUE(fs::exists(tmpdir));  // the server runs now
+  ::kill(job.pid, SIGTERM);
+  job.wait_status();
   std::error_code ec;
   EXPECT_TRUE(fs::remove(status_dir, ec)) << ec.message();
   expect_nothing_left();
