@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
   agent.send(link::spawn_failed{2, 127, "cannot execute 'app': No such file or directory"});
   agent.suspend(link::link_time{0});
   agent.resume(link::link_time{0});
+  agent.send(
+      link::pmix_server{"pmix-server.4242;tcp4://127.0.0.1:40001", "/tmp/pm-pmix.4242.x/pmix"});
+  agent.send(link::proc_table_request{1});
   agent.send(link::shutdown_done{});
   agent.send(link::agent_error{"the agent received SIGTERM"});
   const bytes agent_talk = take(agent);
@@ -104,6 +107,10 @@ int main(int argc, char** argv) {
   launcher.send(link::ack{20});
   launcher.send(link::signal_request{{0, 1}, 15});
   launcher.send(link::signal_request{{1}, 0});
+  launcher.send(link::proc_table_reply{1,
+                                       {link::proc_table_entry{0, 1234, "running", -1, 0},
+                                        link::proc_table_entry{1, 1235, "exited", 0, 0},
+                                        link::proc_table_entry{2, 0, "spawn_failed", 127, 0}}});
   launcher.suspend(link::link_time{0});
   launcher.resume(link::link_time{0});
   launcher.send(link::heartbeat{});
@@ -164,6 +171,9 @@ int main(int argc, char** argv) {
       link::stream_closed{0, pm::output_stream::err, 12345},
       link::shutdown_done{},
       link::agent_error{"agent link: bad"},
+      link::pmix_server{"pmix-server.7;tcp4://127.0.0.1:5", "/tmp/pm-pmix.7.a/pmix"},
+      link::proc_table_request{1ULL << 40},
+      link::proc_table_reply{9, {link::proc_table_entry{0, 77, "killed", -1, 15}}},
   };
   int i = 0;
   for (const auto& m : messages) {

@@ -10,6 +10,7 @@
 // nothing new is in /tmp or /dev/shm with a PMIx or Open MPI name.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -96,6 +98,9 @@ struct upcalls {
   std::vector<px::abort_request> aborts;  // released by the test
   std::vector<px::fence_request> fences;  // answered already; `done` is empty
   std::vector<px::proc> modex_targets;    // answered "not found"
+  std::vector<px::query> queries;         // what tools asked
+  bool drop_queries = false;              // leave them unanswered (the completion goes)
+  std::string namespaces;                 // else: the answer to PMIX_QUERY_NAMESPACES
   tiny_host* host = nullptr;
   std::function<void(px::abort_request&)> on_abort;  // what the "pmd" does before releasing
 };
@@ -125,6 +130,19 @@ px::server& shared_server() {
     opts.on.direct_modex = [](px::modex_request m) {
       if (recording != nullptr) recording->modex_targets.push_back(m.target);
       m.done(px::status::not_found);  // the stand-in has no other host to ask
+    };
+    opts.on.query = [](px::query_request q) {
+      if (recording == nullptr) return;  // answered with an error when q goes
+      recording->queries.insert(recording->queries.end(), q.queries.begin(), q.queries.end());
+      if (recording->drop_queries) return;
+      std::vector<px::query_value> values;
+      for (const auto& one : q.queries) {
+        for (const auto& k : one.keys) {
+          if (k == px::query_keys::namespaces) values.push_back({k, recording->namespaces});
+        }
+      }
+      const auto st = values.empty() ? px::status::not_supported : px::status::success;
+      q.done(st, std::move(values));
     };
     return px::server::start(opts);
   }();
@@ -411,6 +429,58 @@ TEST_F(PmixHost, RankEnvHasPmixAndOpenMpiDirectLaunchVariables) {
       EXPECT_NE(v.find(server_->tmpdir()), std::string::npos) << v;
     }
   }
+}
+
+TEST_F(PmixHost, AToolsQueriesReachTheHostAndAnUnansweredOneFailsAtOnce) {
+  // A PMIx tool attaches to the server's URI (what a rank is told) and queries it; the host
+  // answers on its own thread (run_pending). A query the host drops (its completion destroyed
+  // uncalled) reaches the tool as an error at once: a tool never waits for ever.
+  server_->register_job(job(1));
+  registered_ = true;
+  std::string uri;
+  for (const auto& v : server_->rank_env(nspace_, 0)) {
+    if (v.rfind("PMIX_SERVER_URI41=", 0) == 0) uri = v.substr(v.find('=') + 1);
+  }
+  ASSERT_FALSE(uri.empty());
+  const auto tool = [&] {
+    pm::test::command_result result;
+    std::atomic<bool> finished{false};
+    std::thread t([&] {
+      result =
+          pm::test::run_command({mpi_dir + "/pmix_tool", "--uri", uri}, std::chrono::seconds(30));
+      finished = true;
+    });
+    // The host's loop: upcalls run here, on this thread.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+    while (!finished && std::chrono::steady_clock::now() < until) {
+      pollfd p{server_->event_fd(), POLLIN, 0};
+      if (::poll(&p, 1, 20) == 1) server_->run_pending();
+    }
+    t.join();
+    return result;
+  };
+  seen_.namespaces = nspace_;
+  auto r = tool();
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("namespaces " + nspace_ + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("spawn NOT-SUPPORTED\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("unsupported NOT-SUPPORTED\n"), std::string::npos) << r.out;
+  ASSERT_FALSE(seen_.queries.empty());
+  EXPECT_EQ(seen_.queries[0].keys, std::vector<std::string>{px::query_keys::namespaces});
+  seen_.queries.clear();
+  seen_.drop_queries = true;
+  r = tool();
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.out.find("namespaces error ERROR\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("unknown_nspace ERROR\n"), std::string::npos) << r.out;
+  // Every query of the tool reached the host, qualified as asked.
+  ASSERT_GE(seen_.queries.size(), 2u);
+  bool unknown_asked = false;
+  for (const auto& q : seen_.queries) {
+    unknown_asked = unknown_asked || q.nspace == std::optional<std::string>("no-such-job");
+  }
+  EXPECT_TRUE(unknown_asked);
 }
 
 TEST_F(PmixHost, MisuseIsOneClearError) {

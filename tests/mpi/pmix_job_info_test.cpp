@@ -134,4 +134,26 @@ TEST(PmixCompletion, DataCompletionCarriesBytes) {
   EXPECT_EQ(st, px::status::error);
 }
 
+TEST(PmixCompletion, QueryCompletionCarriesValuesAndAForgottenOneFails) {
+  std::vector<px::query_value> got;
+  px::status st = px::status::error;
+  {
+    px::query_completion q([&](px::status s, std::vector<px::query_value> values) {
+      st = s;
+      got = std::move(values);
+    });
+    q(px::status::success, {{px::query_keys::namespaces, std::string("ns")},
+                            {px::query_keys::job_size, std::uint32_t{3}}});
+    q(px::status::error);  // a second call does nothing
+  }
+  EXPECT_EQ(st, px::status::success);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(got[0].value), "ns");
+  EXPECT_EQ(std::get<std::uint32_t>(got[1].value), 3u);
+  {
+    px::query_completion forgotten([&](px::status s, std::vector<px::query_value>) { st = s; });
+  }
+  EXPECT_EQ(st, px::status::error);
+}
+
 }  // namespace

@@ -3,9 +3,15 @@
 // ranks with its own PMIx server and the fences that span hosts gathered by pmrun
 // (docs/pmix.md); and the same inside a real Slurm allocation on those hosts, where the agents
 // start through srun (docs/slurm.md). Every test checks that nothing of the job is left.
+#include <signal.h>
+#include <stdlib.h>
+
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -13,6 +19,7 @@
 
 #include "support/command.hpp"
 #include "support/multihost.hpp"
+#include "support/processes.hpp"
 #include "support/slurm.hpp"
 
 namespace {
@@ -135,6 +142,75 @@ TEST(PmrunMpiMultihost, AHostLostWhileOthersWaitInAFenceEndsTheJob) {
   EXPECT_NE(r.err.find("node3"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("hello rank"), std::string::npos) << r.out;  // nobody got past MPI_Init
   EXPECT_TRUE(hosts_clean(f));
+}
+
+TEST(PmrunMpiMultihost, APmixToolOnOneHostSeesTheRanksOfEveryHost) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // Six ranks in PMIx on three hosts print their pids and hosts; a tool on node2 attaches to
+  // node2's agent (found with `pmrun --ps PID --json`) and gets every rank's pid and host: the
+  // other hosts' through pmrun.
+  char dir_template[] = "/tmp/pm-mh-tool.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string status_dir = std::string(dir_template) + "/st";
+  auto argv = pmrun(
+      f, {"sh", "-c",
+          "echo pid $$ rank $PMIX_RANK host $(hostname); exec " + mpi_dir + "/pmix_touch 60"});
+  argv.insert(argv.begin(), {"/usr/bin/env", "PM_STATUS_DIR=" + status_dir});
+  pm::test::background job(argv);
+  job.wait_lines(12);                           // each rank: its pid, then "touch" once in PMIx
+  std::map<std::string, std::string> expected;  // rank -> "host pid"
+  {
+    const std::regex re(R"(pid (\d+) rank (\d+) host (\S+))");
+    for (std::sregex_iterator it(job.text.begin(), job.text.end(), re), end; it != end; ++it) {
+      expected[(*it)[2]] = std::string((*it)[3]) + " sh " + std::string((*it)[1]);
+    }
+  }
+  ASSERT_EQ(expected.size(), 6u) << job.text;
+
+  const std::vector<std::string> env = {"PM_STATUS_DIR=" + status_dir, "PATH=/usr/bin:/bin"};
+  nlohmann::json agents;
+  for (int i = 0; i < 200 && agents.is_null(); ++i) {
+    const auto r = run_command({pm::test::pmrun_path(), "--ps", std::to_string(job.pid), "--json"},
+                               10s, "", &env);
+    if (r.exit_code == 0) {
+      const auto doc = nlohmann::json::parse(r.out);
+      bool all = doc.contains("agents") && doc["agents"].size() == 3;
+      for (const auto& a : doc.value("agents", nlohmann::json::array()))
+        all = all && a.contains("pmix_uri");
+      if (all) agents = doc["agents"];
+    }
+    if (agents.is_null()) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_FALSE(agents.is_null()) << "pmrun --ps never showed the three agents' PMIx servers";
+  SCOPED_TRACE("agents: " + agents.dump());
+  EXPECT_EQ(agents[1]["host"], "node2");
+  const std::string uri = agents[1]["pmix_uri"];
+
+  const auto t = run_command(f.on_host("node2", {mpi_dir + "/pmix_tool", "--uri", uri}), 60s);
+  SCOPED_TRACE("tool: " + t.out + t.err);
+  ASSERT_EQ(t.exit_code, 0);
+  std::map<std::string, std::string> seen, local;
+  std::istringstream in(t.out);
+  for (std::string line; std::getline(in, line);) {
+    const std::regex re(R"((proc|local) \S+ (\d+) (\S+ \S+ \d+) PROC EXECUTING 0)");
+    std::smatch m;
+    if (!std::regex_match(line, m, re)) continue;
+    (m[1] == "proc" ? seen : local)[m[2]] = m[3];
+  }
+  EXPECT_EQ(seen, expected);
+  std::map<std::string, std::string> on_node2;
+  for (const auto& [rank, what] : expected) {
+    if (what.rfind("node2 ", 0) == 0) on_node2[rank] = what;
+  }
+  EXPECT_EQ(on_node2.size(), 2u);
+  EXPECT_EQ(local, on_node2);
+  EXPECT_NE(t.out.find("spawn NOT-SUPPORTED"), std::string::npos);
+
+  ::kill(job.pid, SIGTERM);
+  job.wait_status();
+  std::filesystem::remove_all(dir_template);
+  EXPECT_TRUE(hosts_clean(f)) << pm::test::left_on_hosts(f);
 }
 
 TEST(PmrunMpiSlurm, SixRanksInsideAnAllocationAreOneWorld) {

@@ -10,14 +10,18 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/command.hpp"
+#include "support/processes.hpp"
 
 namespace {
 
@@ -261,6 +265,154 @@ TEST_F(PmrunMpi, DirectoriesOfAKilledAgentAreRemovedByTheNextServer) {
   const auto r = pmrun({"-np", "1", mpi_dir + "/mpi_hello", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(fs::exists(stale));
+  expect_nothing_left();
+}
+
+// The lines of `out` that start with `word` and a space, without it.
+std::vector<std::string> lines_of(const std::string& out, const std::string& word) {
+  std::vector<std::string> found;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(word + " ", 0) == 0) found.push_back(line.substr(word.size() + 1));
+  }
+  return found;
+}
+
+// The one agent of pmrun `pid` in `pmrun --ps PID --json` once it shows where its PMIx server is
+// and `ready` holds for the document (5 s at most); null if never.
+nlohmann::json agent_of(pid_t pid, const std::string& status_dir,
+                        const std::function<bool(const nlohmann::json&)>& ready) {
+  std::vector<std::string> env = {"PM_STATUS_DIR=" + status_dir, "PATH=/usr/bin:/bin"};
+  for (int i = 0; i < 100; ++i) {
+    const auto r =
+        run_command({pm::test::pmrun_path(), "--ps", std::to_string(pid), "--json"}, 10s, "", &env);
+    if (r.exit_code == 0) {
+      const auto doc = nlohmann::json::parse(r.out);
+      if (doc.contains("agents") && doc["agents"].size() == 1 &&
+          doc["agents"][0].contains("pmix_uri") && ready(doc)) {
+        return doc["agents"][0];
+      }
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return {};
+}
+
+TEST_F(PmrunMpi, APmixToolSeesTheJobsRanksAndCannotSpawn) {
+  // Three ranks print their pids; ranks 0 and 1 stay in PMIx (pmix_touch), rank 2 exits 3 (the
+  // job goes on). A PMIx tool finds the agent through `pmrun --ps PID --json` and asks its
+  // server for the job's process table.
+  const std::string status_dir = tmp_ + "/st";
+  pm::test::background job(
+      {"/usr/bin/env", "TMPDIR=" + tmp_, "PM_STATUS_DIR=" + status_dir, pm::test::pmrun_path(),
+       "--allow-run-as-root", "--no-abort-on-failure", "-np", "3", "sh", "-c",
+       "echo pid $$ rank $PMIX_RANK; if [ $PMIX_RANK = 2 ]; then exit 3; fi; exec " + mpi_dir +
+           "/pmix_touch 60"});
+  job.wait_lines(5);  // each rank: its pid; ranks 0 and 1 "touch" once in PMIx
+  std::map<std::string, std::string> pid_of_rank;
+  {
+    const std::regex re(R"(pid (\d+) rank (\d+))");
+    for (std::sregex_iterator it(job.text.begin(), job.text.end(), re), end; it != end; ++it) {
+      pid_of_rank[(*it)[2]] = (*it)[1];
+    }
+  }
+  ASSERT_EQ(pid_of_rank.size(), 3u) << job.text;
+  ASSERT_EQ(lines_of(job.text, "touch").size(), 2u) << job.text;
+
+  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json& doc) {
+    return doc["report"]["ranks"][2]["state"] == "exited";
+  });
+  ASSERT_FALSE(agent.is_null()) << "pmrun --ps never showed the agent's server and rank 2's end";
+  SCOPED_TRACE("agent: " + agent.dump());
+  EXPECT_EQ(agent["host"], host_name());
+  const auto agent_pid = agent["pid"].get<std::int64_t>();
+  EXPECT_GT(agent_pid, 0);
+  const std::string uri = agent["pmix_uri"], tmpdir = agent["pmix_tmpdir"];
+  EXPECT_EQ(uri.rfind("pmix-server." + std::to_string(agent_pid) + ";tcp4://127.0.0.1:", 0), 0u);
+  EXPECT_EQ(tmpdir.rfind(tmp_ + "/pm-pmix." + std::to_string(agent_pid) + ".", 0), 0u);
+
+  // The human view names the agent and its server too.
+  auto ps_env = env_;
+  ps_env.push_back("PM_STATUS_DIR=" + status_dir);
+  const auto human =
+      run_command({pm::test::pmrun_path(), "--ps", std::to_string(job.pid)}, 10s, "", &ps_env);
+  EXPECT_NE(human.out.find("agent on " + host_name() + ": pid " + std::to_string(agent_pid) +
+                           ", PMIx " + uri),
+            std::string::npos)
+      << human.out;
+
+  // Attached by the URI, and by the pid and tmpdir (the rendezvous files), the tool sees the
+  // same: one namespace, 3 ranks with the pids they printed, on this host, running.
+  for (const auto& how :
+       {std::vector<std::string>{"--uri", uri},
+        std::vector<std::string>{"--pid", std::to_string(agent_pid), "--tmpdir", tmpdir}}) {
+    std::vector<std::string> argv = {mpi_dir + "/pmix_tool"};
+    argv.insert(argv.end(), how.begin(), how.end());
+    const auto t = run_command(argv, 30s, "", &env_);
+    SCOPED_TRACE("tool " + how[0] + ": " + t.out + t.err);
+    ASSERT_EQ(t.exit_code, 0);
+    const auto ns = lines_of(t.out, "namespaces");
+    ASSERT_EQ(ns.size(), 1u);
+    EXPECT_EQ(ns[0].rfind("pmrun.", 0), 0u);
+    EXPECT_EQ(lines_of(t.out, "job_size"), std::vector<std::string>{"3"});
+    for (const std::string table : {"proc", "local"}) {
+      const auto procs = lines_of(t.out, table);
+      ASSERT_EQ(procs.size(), 3u) << table;
+      for (std::size_t r = 0; r < 3; ++r) {
+        const std::string rank = std::to_string(r);
+        // The exit code does not cross PMIx 4.2.2's wire (it packs pid and state, not the code):
+        // rank 2's state says how it ended.
+        const std::string expected =
+            ns[0] + " " + rank + " " + host_name() + " sh " + pid_of_rank[rank] +
+            (r < 2 ? " PROC EXECUTING 0" : " PROC TERMINATED WITH NON-ZERO STATUS ");
+        EXPECT_EQ(procs[r].substr(0, expected.size()), expected) << table;
+      }
+    }
+    EXPECT_EQ(lines_of(t.out, "spawn_support"), std::vector<std::string>{"''"});
+    EXPECT_EQ(lines_of(t.out, "unknown_nspace"), std::vector<std::string>{"NOT-FOUND"});
+    EXPECT_EQ(lines_of(t.out, "unsupported"), std::vector<std::string>{"NOT-SUPPORTED"});
+    EXPECT_EQ(lines_of(t.out, "mixed"), std::vector<std::string>{"SUCCESS namespaces"});
+    EXPECT_EQ(lines_of(t.out, "spawn"), std::vector<std::string>{"NOT-SUPPORTED"});
+  }
+
+  ::kill(job.pid, SIGTERM);
+  job.wait_status();
+  // pmrun's status directory is the test's; its socket went with pmrun.
+  std::error_code ec;
+  EXPECT_TRUE(fs::remove(status_dir, ec)) << ec.message();
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, AToolAttachesToAJobWhoseRanksNeverCalledPmix) {
+  // The tool's connection starts the agent's server, as a rank's first one would.
+  const std::string status_dir = tmp_ + "/st";
+  pm::test::background job({"/usr/bin/env", "TMPDIR=" + tmp_, "PM_STATUS_DIR=" + status_dir,
+                            pm::test::pmrun_path(), "--allow-run-as-root", "-np", "2", "sh", "-c",
+                            "echo pid $$ rank $PMIX_RANK; exec sleep 60"});
+  job.wait_lines(2);
+  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json&) { return true; });
+  ASSERT_FALSE(agent.is_null()) << "pmrun --ps never showed the agent's server";
+  const std::string tmpdir = agent["pmix_tmpdir"];
+  EXPECT_FALSE(fs::exists(tmpdir)) << "the server started before anyone connected";
+  const auto t = run_command({mpi_dir + "/pmix_tool", "--uri", agent["pmix_uri"]}, 30s, "", &env_);
+  ASSERT_EQ(t.exit_code, 0) << t.out << t.err;
+  const auto procs = lines_of(t.out, "proc");
+  ASSERT_EQ(procs.size(), 2u) << t.out;
+  const std::regex re(R"(pid (\d+) rank (\d+))");
+  int ranks = 0;
+  for (std::sregex_iterator it(job.text.begin(), job.text.end(), re), end; it != end; ++it) {
+    ++ranks;
+    EXPECT_NE(t.out.find(" " + std::string((*it)[2]) + " " + host_name() + " sh " +
+                         std::string((*it)[1]) + " PROC EXECUTING 0"),
+              std::string::npos)
+        << t.out;
+  }
+  EXPECT_EQ(ranks, 2) << job.text;
+  EXPECT_TRUE(fs::exists(tmpdir));  // the server runs now
+  ::kill(job.pid, SIGTERM);
+  job.wait_status();
+  std::error_code ec;
+  EXPECT_TRUE(fs::remove(status_dir, ec)) << ec.message();
   expect_nothing_left();
 }
 

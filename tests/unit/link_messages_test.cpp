@@ -99,6 +99,14 @@ std::vector<message> samples() {
           child_close{4},
           child_closed{4, 255, 0, "ssh: connect to host node5 port 22: Connection refused"},
           child_closed{7, -1, 9, ""},
+          pmix_server{"pmix-server.42;tcp4://127.0.0.1:40001", "/tmp/pm-pmix.42.ab/pmix"},
+          proc_table_request{1ull << 40},
+          proc_table_reply{3, {}},
+          proc_table_reply{4,
+                           {proc_table_entry{0, 4242, "running", -1, 0},
+                            proc_table_entry{1, 0, "pending", -1, 0},
+                            proc_table_entry{2, 4243, "killed", -1, 15},
+                            proc_table_entry{1u << 31, -1, "", 255, 0}}},
           hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
           hello{protocol_version, 1, 4242, "node1", {"10.0.0.2%eth0", "10.1.0.2%ib0"}, 40123},
           heartbeat{},
@@ -357,6 +365,17 @@ TEST(LinkMessages, SemanticChecks) {
   bytes short_array;
   append_message(short_array, pj);
   EXPECT_EQ(error_of(short_array), "agent link: 'job' message: PMIx rank arrays differ in length");
+  // A process table's entries: a signal and an exit code in their ranges.
+  bytes bad_table_signal;
+  append_message(bad_table_signal, proc_table_reply{1, {proc_table_entry{0, 7, "killed", -1, 65}}});
+  EXPECT_EQ(error_of(bad_table_signal),
+            "agent link: field 'signal' of a 'proc_table_reply' message must be an integer from 0 "
+            "to 64");
+  bytes bad_table_code;
+  append_message(bad_table_code, proc_table_reply{1, {proc_table_entry{0, 7, "exited", -2, 0}}});
+  EXPECT_EQ(error_of(bad_table_code),
+            "agent link: field 'code' of a 'proc_table_reply' message must be an integer from -1 "
+            "to 255");
   bytes unsorted;
   append_message(unsorted, fence_contribution{fence_members{false, {3, 1}}, 0, false, ""});
   EXPECT_EQ(error_of(unsorted), "agent link: fence members are not sorted");
@@ -561,6 +580,14 @@ TEST(LinkMessages, RandomMessagesRoundTripThroughTheReference) {
                             text()});
     ms.push_back(modex_request{big(), static_cast<std::uint32_t>(big())});
     ms.push_back(modex_reply{big(), rng() % 2 == 0, text()});
+    ms.push_back(pmix_server{text(), text()});
+    ms.push_back(proc_table_request{big()});
+    proc_table_reply table{big(), {}};
+    for (std::size_t r = 0; r < rng() % 40; ++r)
+      table.ranks.push_back(proc_table_entry{
+          static_cast<std::uint32_t>(big()), static_cast<std::int64_t>(big() >> 1), text(),
+          static_cast<int>(rng() % 257) - 1, static_cast<int>(rng() % 65)});
+    ms.push_back(table);
     for (const auto& m : ms) {
       const auto b = encode(m);
       ASSERT_EQ(decode_reference(b).msg, m) << type_name(m);

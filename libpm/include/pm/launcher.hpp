@@ -153,6 +153,15 @@ struct job_callbacks {
   std::function<void(const rank_report& rank)> on_rank_state = {};
 };
 
+/// One host's agent as the launcher knows it (what `pmrun --ps` shows; docs/pmix.md, "Tools").
+struct agent_report {
+  std::uint32_t host = 0;  ///< allocation index
+  std::int64_t pid = 0;    ///< the agent's pid on its host; 0 until it said hello
+  /// Where a PMIx tool on that host reaches the agent's PMIx server (PMIX_SERVER_URI), and
+  /// PMIx's tmpdir there (rendezvous files, once the server runs). Empty: no PMIx (--no-pmix).
+  std::string pmix_uri, pmix_tmpdir;
+};
+
 class PM_API job_runner {
  public:
   /// Checks the request and throws pm::error before anything starts. For a job on this machine
@@ -174,6 +183,8 @@ class PM_API job_runner {
   bool finished() const noexcept;
   /// The report so far (final after on_finish).
   job_report report() const;
+  /// The agents started so far, by host (an agent's entry stays after its end).
+  std::vector<agent_report> agents() const;
 
  private:
   struct impl;

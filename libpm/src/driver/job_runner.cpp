@@ -93,6 +93,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     bool lost_told = false;         // host_lost went to the controller
     std::uint64_t held_ack = 0;     // output consumed while the destination was congested
     bool lost_with_parent = false;  // tree: relayed by a host that was lost; reported with it
+    std::optional<link::pmix_server> pmix;  // where its PMIx server is for tools
   };
 
   asio::io_context& io;
@@ -338,6 +339,26 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     modex_routes.erase(it);
     a.id = route.asker_id;
     send_to(route.asker, a);
+  }
+
+  // A PMIx tool asked that host's server for the job's process table: every rank as the
+  // controller knows it (pids are those of the ranks' hosts).
+  void on_proc_table_request(std::uint32_t h, const link::proc_table_request& q) {
+    const job_report now = ctl.report();
+    link::proc_table_reply reply{q.id, {}};
+    reply.ranks.reserve(now.ranks.size());
+    for (const auto& r : now.ranks) {
+      link::proc_table_entry e{r.rank, r.pid, to_string(r.state), -1, 0};
+      if (r.status) {
+        if (r.status->is_signal()) {
+          e.signo = r.status->signal();
+        } else {
+          e.code = r.status->code();
+        }
+      }
+      reply.ranks.push_back(std::move(e));
+    }
+    send_to(h, reply);
   }
 
   void answer_fence(const control::fence_table::outcome& o) {
@@ -631,6 +652,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
             on_modex_request(h, x);
           } else if constexpr (std::is_same_v<T, link::modex_reply>) {
             on_modex_reply(h, x);
+          } else if constexpr (std::is_same_v<T, link::proc_table_request>) {
+            on_proc_table_request(h, x);
+          } else if constexpr (std::is_same_v<T, link::pmix_server>) {
+            hosts[h].pmix = x;
           } else if constexpr (std::is_same_v<T, link::child_data> ||
                                std::is_same_v<T, link::child_closed>) {
             if (relay) relay->from_parent(h, m);
@@ -1021,6 +1046,22 @@ bool job_runner::finished() const noexcept {
 }
 job_report job_runner::report() const {
   return impl_->final_report ? *impl_->final_report : impl_->ctl.report();
+}
+std::vector<agent_report> job_runner::agents() const {
+  std::vector<agent_report> out;
+  for (const auto& [h, hs] : impl_->hosts) {
+    agent_report a;
+    a.host = h;
+    if (hs.agent) a.pid = hs.agent->pid;
+    if (hs.pmix) {
+      a.pmix_uri = hs.pmix->uri;
+      a.pmix_tmpdir = hs.pmix->tmpdir;
+    }
+    out.push_back(std::move(a));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const agent_report& a, const agent_report& b) { return a.host < b.host; });
+  return out;
 }
 
 }  // namespace pm

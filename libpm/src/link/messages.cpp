@@ -659,6 +659,44 @@ struct encoder {
     w.sint(m.signo);
     type_field();
   }
+  void operator()(const pmix_server& m) const {
+    begin(2);
+    fds_field();
+    w.key("tmpdir");
+    w.str(m.tmpdir);
+    type_field();
+    w.key("uri");
+    w.str(m.uri);
+  }
+  void operator()(const proc_table_request& m) const {
+    begin(1);
+    fds_field();
+    w.key("id");
+    w.uint(m.id);
+    type_field();
+  }
+  void operator()(const proc_table_reply& m) const {
+    begin(2);
+    fds_field();
+    w.key("id");
+    w.uint(m.id);
+    w.key("ranks");
+    w.array(m.ranks.size());
+    for (const auto& r : m.ranks) {
+      w.map(5);
+      w.key("code");
+      w.sint(r.code);
+      w.key("pid");
+      w.sint(r.pid);
+      w.key("rank");
+      w.uint(r.rank);
+      w.key("signal");
+      w.sint(r.signo);
+      w.key("state");
+      w.str(r.state);
+    }
+    type_field();
+  }
   // heartbeat, suspend, resume, shutdown, shutdown_done: the type alone.
   template <class T>
   void operator()(const T&) const {
@@ -674,12 +712,36 @@ std::uint32_t max_fds(const message& m) {
   return 0;
 }
 
-constexpr std::string_view names[] = {
-    "hello",        "heartbeat",     "ack",           "job",         "spawn",        "signal",
-    "input_closed", "suspend",       "resume",        "shutdown",    "started",      "spawn_failed",
-    "exited",       "stream_closed", "shutdown_done", "error",       "fence_result", "pmix_abort",
-    "fence",        "modex",         "modex_reply",   "unfinalized", "notice",       "child_open",
-    "child_data",   "child_close",   "child_closed"};
+constexpr std::string_view names[] = {"hello",
+                                      "heartbeat",
+                                      "ack",
+                                      "job",
+                                      "spawn",
+                                      "signal",
+                                      "input_closed",
+                                      "suspend",
+                                      "resume",
+                                      "shutdown",
+                                      "started",
+                                      "spawn_failed",
+                                      "exited",
+                                      "stream_closed",
+                                      "shutdown_done",
+                                      "error",
+                                      "fence_result",
+                                      "pmix_abort",
+                                      "fence",
+                                      "modex",
+                                      "modex_reply",
+                                      "unfinalized",
+                                      "notice",
+                                      "child_open",
+                                      "child_data",
+                                      "child_close",
+                                      "child_closed",
+                                      "pmix_server",
+                                      "proc_table_request",
+                                      "proc_table_reply"};
 static_assert(std::size(names) == std::variant_size_v<message>);
 
 // ---- the direct decoder ----
@@ -1199,7 +1261,8 @@ sender sent_by(const message& m) noexcept {
                              std::is_same_v<T, pmix_abort> || std::is_same_v<T, pmix_unfinalized> ||
                              std::is_same_v<T, agent_notice> ||
                              std::is_same_v<T, fence_contribution> ||
-                             std::is_same_v<T, child_closed>) {
+                             std::is_same_v<T, child_closed> || std::is_same_v<T, pmix_server> ||
+                             std::is_same_v<T, proc_table_request>) {
           return sender::agent;
         } else {
           return sender::launcher;
@@ -1381,6 +1444,31 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
   } else if (type == "child_closed") {
     e.msg = child_closed{r.u32("host"), r.small_int("code", -1, 255),
                          r.small_int("signal", 0, max_signal), r.str("said")};
+  } else if (type == "pmix_server") {
+    e.msg = pmix_server{r.str("uri"), r.str("tmpdir")};
+  } else if (type == "proc_table_request") {
+    e.msg = proc_table_request{r.unsigned_field(r.field("id"), "id",
+                                                std::numeric_limits<std::uint64_t>::max(),
+                                                "an unsigned 64-bit integer")};
+  } else if (type == "proc_table_reply") {
+    proc_table_reply m;
+    m.id = r.unsigned_field(r.field("id"), "id", std::numeric_limits<std::uint64_t>::max(),
+                            "an unsigned 64-bit integer");
+    const json& ranks = r.array("ranks");
+    m.ranks.reserve(ranks.size());
+    for (const auto& v : ranks) {
+      if (!v.is_object())
+        fail("field 'ranks' of a 'proc_table_reply' message must be an array of maps");
+      const reader x{v, type};
+      proc_table_entry entry;
+      entry.rank = x.u32("rank");
+      entry.pid = x.i64("pid");
+      entry.state = x.str("state");
+      entry.code = x.small_int("code", -1, 255);
+      entry.signo = x.small_int("signal", 0, max_signal);
+      m.ranks.push_back(std::move(entry));
+    }
+    e.msg = std::move(m);
   } else if (type == "fence") {
     fence_contribution m;
     m.members = decode_members(r);

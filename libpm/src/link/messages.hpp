@@ -29,8 +29,9 @@ namespace pm::link {
 
 /// Bumped on any incompatible change; both sides refuse a peer with another version.
 // 3: magic, nonce, job setup, data frames; 4: PMIx (job facts, abort, fences); 5: the tree launch
-// (child_open, child_data, child_close, child_closed)
-inline constexpr std::uint32_t protocol_version = 5;
+// (child_open, child_data, child_close, child_closed); 6: PMIx tools (pmix_server,
+// proc_table_request, proc_table_reply)
+inline constexpr std::uint32_t protocol_version = 6;
 
 // ---- both ways ----
 /// First message each way, right after the magic. The nonce is the job's: the launcher hands it
@@ -245,6 +246,37 @@ struct fence_contribution {
   std::string data;      ///< raw bytes (a 0-byte contribution still counts: a barrier)
   friend bool operator==(const fence_contribution&, const fence_contribution&) = default;
 };
+/// Where this host's PMIx server is for a PMIx tool on the same host (docs/pmix.md, "Tools"):
+/// sent once, when the agent set up its ranks' server (which starts at the first connection, a
+/// tool's too). The launcher shows it in `pmrun --ps`.
+struct pmix_server {
+  std::string uri;     ///< PMIX_SERVER_URI: "pmix-server.<pid>;tcp4://127.0.0.1:<port>"
+  std::string tmpdir;  ///< PMIx's server tmpdir (rendezvous files once the server runs)
+  friend bool operator==(const pmix_server&, const pmix_server&) = default;
+};
+/// A PMIx tool asked this host's server for the whole job's process table: the launcher, which
+/// knows every rank, answers with a proc_table_reply of the same id.
+struct proc_table_request {
+  std::uint64_t id = 0;
+  friend bool operator==(const proc_table_request&, const proc_table_request&) = default;
+};
+/// One rank as the launcher knows it.
+struct proc_table_entry {
+  std::uint32_t rank = 0;
+  std::int64_t pid = 0;  ///< on its host; 0: not started
+  /// pm::rank_state's name: pending, running, exited, killed, spawn_failed, lost (an agent takes
+  /// a name it does not know for "undefined").
+  std::string state;
+  int code = -1;  ///< its exit code (-1: none)
+  int signo = 0;  ///< the signal that ended it (0: none)
+  friend bool operator==(const proc_table_entry&, const proc_table_entry&) = default;
+};
+/// Launcher -> agent: every rank of the job, by rank.
+struct proc_table_reply {
+  std::uint64_t id = 0;
+  std::vector<proc_table_entry> ranks;
+  friend bool operator==(const proc_table_reply&, const proc_table_reply&) = default;
+};
 /// Everything is cleared; the agent exits right after.
 struct shutdown_done {
   friend bool operator==(const shutdown_done&, const shutdown_done&) = default;
@@ -266,7 +298,7 @@ using message =
                  suspend, resume, shutdown_request, started, spawn_failed, exited, stream_closed,
                  shutdown_done, agent_error, fence_result, pmix_abort, fence_contribution,
                  modex_request, modex_reply, pmix_unfinalized, agent_notice, child_open, child_data,
-                 child_close, child_closed>;
+                 child_close, child_closed, pmix_server, proc_table_request, proc_table_reply>;
 
 /// Which side may send a message.
 enum class sender : std::uint8_t { launcher, agent, either };

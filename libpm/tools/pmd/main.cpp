@@ -124,7 +124,7 @@ class driver {
   void flush(bool writable = false);
   void lose_link(const std::string& reason);
   int next_timeout_ms() const;
-  void start_pmix(const ln::pmix_job& job);
+  void start_pmix(const ln::pmix_job& job, std::vector<std::string> executables);
   void send_now(const ln::message& m);
   void on_child_message(ln::message& m);
 
@@ -383,6 +383,7 @@ void driver::do_spawn(const ag::process_spec& spec) {
     if (err_r) ends.push_back(std::move(err_r));
     pipes_to_pass_[spec.rank] = std::move(ends);
   }
+  if (pmix_) pmix_->rank_started(spec.rank, res.pid);
   pending_.push_back(ag::rank_spawned{spec.rank, res.pid});
 }
 
@@ -551,7 +552,9 @@ void driver::on_link_events(std::vector<ln::link_event>& events) {
                            std::chrono::milliseconds(j->silence_ms));
         if (j->pmix && !pmix_) {
           try {
-            start_pmix(*j->pmix);
+            std::vector<std::string> executables;
+            for (const auto& app : j->apps) executables.push_back(app.argv.front());
+            start_pmix(*j->pmix, std::move(executables));
           } catch (const std::exception& err) {
             feed(ag::bad_message{err.what()});
             return;
@@ -578,6 +581,10 @@ void driver::on_link_events(std::vector<ln::link_event>& events) {
       }
       if (const auto* a = std::get_if<ln::modex_reply>(&m->msg)) {
         if (pmix_) pmix_->modex_done(*a);
+        continue;
+      }
+      if (const auto* t = std::get_if<ln::proc_table_reply>(&m->msg)) {
+        if (pmix_) pmix_->proc_table_done(*t);
         continue;
       }
       if (const auto* sig = std::get_if<ln::signal_request>(&m->msg); sig && pmix_) {
@@ -652,6 +659,7 @@ void driver::on_pidfd(std::uint32_t rank) {
     // Upcalls queued before the exit (its PMIx_Finalize) count: run them first.
     pmix_->on_ready();
     if (pmix_->unfinalized(rank)) send_now(ln::pmix_unfinalized{rank, status});
+    pmix_->rank_ended(rank, status);
   }
   feed(ag::rank_exited{rank, status});
 }
@@ -790,7 +798,7 @@ void driver::on_child_message(ln::message& m) {
   }
 }
 
-void driver::start_pmix(const ln::pmix_job& job) {
+void driver::start_pmix(const ln::pmix_job& job, std::vector<std::string> executables) {
   pmd::pmix_gateway::hooks h;
   h.abort = [this](std::uint32_t rank, int status, const std::string& message) {
     send_now(ln::pmix_abort{rank, status, message});
@@ -799,8 +807,10 @@ void driver::start_pmix(const ln::pmix_job& job) {
   h.modex_ask = [this](ln::modex_request q) { send_now(q); };
   h.modex_answer = [this](ln::modex_reply a) { send_now(a); };
   h.notice = [this](const std::string& line) { send_now(ln::agent_notice{line}); };
-  pmix_ = std::make_unique<pmd::pmix_gateway>(job, std::move(h));
+  h.proc_table = [this](ln::proc_table_request q) { send_now(q); };
+  pmix_ = std::make_unique<pmd::pmix_gateway>(job, std::move(executables), std::move(h));
   watch(pmix_->fd(), EPOLLIN, tag_pmix);
+  send_now(pmix_->server_info());  // `pmrun --ps` shows tools where to attach
 }
 
 bool parse_hex(const char* text, std::uint64_t& out) {

@@ -126,8 +126,10 @@ std::string value_of(const std::vector<std::string>& env, std::string_view name)
 
 }  // namespace
 
-pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, hooks h)
+pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, std::vector<std::string> executables,
+                           hooks h)
     : job_(job),
+      executables_(std::move(executables)),
       hooks_(std::move(h)),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       relay_(epoll_.get(), tag_relay) {
@@ -170,6 +172,7 @@ pmix_gateway::~pmix_gateway() {
   aborts_.clear();
   fences_.clear();
   modex_.clear();
+  tables_.clear();
   server_.reset();  // PMIx_server_finalize: its threads end
   // The module stays loaded: libpmix keeps atexit handlers and cannot be unloaded safely.
   if (made_dirs_) {
@@ -285,6 +288,7 @@ void pmix_gateway::start_server() {
   opts.on.client_finalized = [this](const pmix::proc& p) {
     if (p.nspace == job_.nspace && p.rank < client_state_.size()) client_state_[p.rank] = 2;
   };
+  opts.on.query = [this](pmix::query_request r) { on_query(std::move(r)); };
   opts.on.direct_modex = [this](pmix::modex_request r) {
     // Any rank of the job on another host (its host answers once the rank has committed its
     // data); another namespace cannot be ours to serve, and a wildcard names no one host.
@@ -357,6 +361,129 @@ void pmix_gateway::on_fence(pmix::fence_request r) {
   c.data.assign(r.data.begin(), r.data.end());
   fences_[{members, seq}] = std::move(r.done);
   if (hooks_.fence) hooks_.fence(std::move(c));
+}
+
+pm::link::pmix_server pmix_gateway::server_info() const {
+  return {"pmix-server." + std::to_string(place_.server_pid) +
+              ";tcp4://127.0.0.1:" + std::to_string(place_.port),
+          place_.dir + "/pmix"};
+}
+
+void pmix_gateway::rank_started(std::uint32_t rank, std::int64_t pid) {
+  local_state_[rank].pid = pid;
+}
+
+void pmix_gateway::rank_ended(std::uint32_t rank, pm::exit_status status) {
+  local_state_[rank].status = status;
+}
+
+pmix::proc_entry pmix_gateway::entry_of(std::uint32_t rank, std::int64_t pid,
+                                        const std::optional<pm::exit_status>& status) const {
+  pmix::proc_entry e;
+  e.who = {job_.nspace, rank};
+  e.hostname = job_.nodes.at(job_.rank_node.at(rank));
+  const std::uint32_t app = job_.rank_app.at(rank);
+  if (app < executables_.size()) e.executable = executables_[app];
+  e.pid = pid;
+  if (status) {
+    e.exit_code = status->shell_code();
+    e.state = status->is_signal()   ? pmix::proc_state::killed_by_signal
+              : status->code() == 0 ? pmix::proc_state::terminated
+                                    : pmix::proc_state::exited_nonzero;
+  } else {
+    e.state = pid != 0 ? pmix::proc_state::running : pmix::proc_state::undefined;
+  }
+  return e;
+}
+
+// A tool's (or a rank's) query that PMIx could not answer from its own data. The whole job's
+// process table needs the launcher (it knows every host's ranks); the rest is known here.
+void pmix_gateway::on_query(pmix::query_request r) {
+  bool needs_table = false;
+  for (const auto& q : r.queries) {
+    for (const auto& k : q.keys) {
+      if (k == pmix::query_keys::proc_table && q.nspace.value_or(job_.nspace) == job_.nspace) {
+        needs_table = true;
+      }
+    }
+  }
+  if (needs_table && hooks_.proc_table) {
+    const std::uint64_t id = next_table_++;
+    tables_.emplace(id, std::move(r));
+    hooks_.proc_table(pm::link::proc_table_request{id});
+    return;
+  }
+  answer_query(std::move(r), nullptr);
+}
+
+void pmix_gateway::proc_table_done(const pm::link::proc_table_reply& reply) {
+  auto it = tables_.find(reply.id);
+  if (it == tables_.end()) return;
+  auto r = std::move(it->second);
+  tables_.erase(it);
+  answer_query(std::move(r), &reply);
+}
+
+void pmix_gateway::answer_query(pmix::query_request r, const pm::link::proc_table_reply* table) {
+  namespace keys = pmix::query_keys;
+  std::vector<pmix::query_value> values;
+  std::size_t unknown_nspace = 0;
+  for (const auto& q : r.queries) {
+    const bool ours = q.nspace.value_or(job_.nspace) == job_.nspace;
+    for (const auto& k : q.keys) {
+      if (k == keys::namespaces) {
+        values.push_back({k, job_.nspace});
+      } else if (k == keys::spawn_support || k == keys::debug_support) {
+        // Neither spawn nor debugger support: no attribute of either is supported.
+        values.push_back({k, std::string()});
+      } else if (k == keys::num_psets) {
+        values.push_back({k, std::size_t{0}});
+      } else if (k == keys::pset_names) {
+        values.push_back({k, std::string()});
+      } else if (k == keys::supported_keys) {
+        values.push_back({k, std::string(keys::namespaces) + "," + keys::proc_table + "," +
+                                 keys::local_proc_table + "," + keys::job_size + "," +
+                                 keys::num_psets + "," + keys::pset_names + "," +
+                                 keys::spawn_support + "," + keys::debug_support});
+      } else if (!ours &&
+                 (k == keys::proc_table || k == keys::local_proc_table || k == keys::job_size)) {
+        ++unknown_nspace;
+      } else if (k == keys::job_size) {
+        values.push_back({k, static_cast<std::uint32_t>(job_.rank_node.size())});
+      } else if (k == keys::local_proc_table) {
+        std::vector<pmix::proc_entry> entries;
+        for (const std::uint32_t rank : local_ranks_) {
+          const auto it = local_state_.find(rank);
+          entries.push_back(it == local_state_.end()
+                                ? entry_of(rank, 0, std::nullopt)
+                                : entry_of(rank, it->second.pid, it->second.status));
+        }
+        values.push_back({k, std::move(entries)});
+      } else if (k == keys::proc_table && table != nullptr) {
+        std::vector<pmix::proc_entry> entries;
+        for (const auto& t : table->ranks) {
+          if (t.rank >= job_.rank_node.size()) continue;
+          std::optional<pm::exit_status> status;
+          if (t.signo != 0) status = pm::exit_status::signaled(t.signo);
+          if (t.code >= 0) status = pm::exit_status::exited(t.code);
+          pmix::proc_entry e = entry_of(t.rank, t.pid, status);
+          // What only the launcher knows: the job's own stop, a failed start, a lost host.
+          if (t.state == "killed") e.state = pmix::proc_state::killed_by_cmd;
+          if (t.state == "spawn_failed") e.state = pmix::proc_state::failed_to_start;
+          if (t.state == "lost") e.state = pmix::proc_state::comm_lost;
+          entries.push_back(std::move(e));
+        }
+        values.push_back({k, std::move(entries)});
+      }
+    }
+  }
+  if (values.empty()) {
+    r.done(unknown_nspace > 0 ? pmix::status::not_found : pmix::status::not_supported);
+  } else {
+    // Some keys unanswered: success all the same, the answered keys present and the others
+    // absent. PMIx 4.2.2's client drops every value of a PMIX_QUERY_PARTIAL_SUCCESS answer.
+    r.done(pmix::status::success, std::move(values));
+  }
 }
 
 void pmix_gateway::fence_done(const pm::link::fence_result& result) {

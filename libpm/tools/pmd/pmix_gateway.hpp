@@ -42,10 +42,13 @@ class pmix_gateway {
     std::function<void(pm::link::modex_reply)> modex_answer;
     /// Something the user should read (a server that cannot start, ...): one line.
     std::function<void(const std::string& line)> notice;
+    /// A tool asked for the whole job's process table: ask the launcher (proc_table_done).
+    std::function<void(pm::link::proc_table_request)> proc_table;
   };
 
   /// Makes the private directories and the listener; throws pm::error naming what failed.
-  pmix_gateway(const pm::link::pmix_job& job, hooks h);
+  /// `executables`: each app's argv[0], as a tool's process table names them.
+  pmix_gateway(const pm::link::pmix_job& job, std::vector<std::string> executables, hooks h);
   /// Stops the server (if it started), fails what is pending, removes the directories.
   ~pmix_gateway();
   pmix_gateway(const pmix_gateway&) = delete;
@@ -62,6 +65,15 @@ class pmix_gateway {
   /// No RDMA device on this host (no /sys/class/infiniband or /sys/class/cxi entry): Open MPI
   /// would select ob1 over self, vader and tcp anyway, after opening every other component.
   bool tcp_only_host() const noexcept { return tcp_only_; }
+
+  /// Where a tool on this host reaches the server (its URI points at the gateway's port, so a
+  /// tool's connection starts the server like a rank's), and PMIx's tmpdir.
+  pm::link::pmix_server server_info() const;
+  /// A local rank started, or ended: what a tool's process table says of it.
+  void rank_started(std::uint32_t rank, std::int64_t pid);
+  void rank_ended(std::uint32_t rank, pm::exit_status status);
+  /// The launcher's answer to a proc_table_request.
+  void proc_table_done(const pm::link::proc_table_reply& reply);
 
   /// The launcher's answer to a fence this host contributed to.
   void fence_done(const pm::link::fence_result& result);
@@ -84,10 +96,16 @@ class pmix_gateway {
   bool ensure_server();
   void start_server();
   void on_fence(pm::agent::pmix::fence_request r);
+  void on_query(pm::agent::pmix::query_request r);
+  void answer_query(pm::agent::pmix::query_request r, const pm::link::proc_table_reply* table);
+  /// A rank of the job as a tool is told it (its host and executable from the job's facts).
+  pm::agent::pmix::proc_entry entry_of(std::uint32_t rank, std::int64_t pid,
+                                       const std::optional<pm::exit_status>& status) const;
   void make_dirs();
   void say(const std::string& text);
 
   pm::link::pmix_job job_;
+  std::vector<std::string> executables_;
   hooks hooks_;
   pm::agent::pmix::server_place place_;
   std::vector<std::uint32_t> local_ranks_;
@@ -108,6 +126,13 @@ class pmix_gateway {
   std::map<std::uint64_t, pm::agent::pmix::data_completion> modex_;
   std::map<std::pair<pm::link::fence_members, std::uint64_t>, pm::agent::pmix::data_completion>
       fences_;
+  struct local_rank {
+    std::int64_t pid = 0;
+    std::optional<pm::exit_status> status;
+  };
+  std::map<std::uint32_t, local_rank> local_state_;  // what pmd saw of its ranks
+  std::uint64_t next_table_ = 0;
+  std::map<std::uint64_t, pm::agent::pmix::query_request> tables_;  // waiting for the launcher
 };
 
 }  // namespace pmd

@@ -177,6 +177,18 @@ void print_job_ranks(const job_seen& j) {
               get_or<bool>(j.doc, "running", false) ? "running" : "ending");
   const auto summary = model::printable(get_or<std::string>(report, "summary", ""));
   if (!summary.empty()) std::printf("%s\n", summary.c_str());
+  // Each host's agent (pmd), and where a PMIx tool on that host attaches (docs/pmix.md, "Tools").
+  for (const auto& a : j.doc.value("agents", nlohmann::json::array())) {
+    const auto pid = get_or<std::int64_t>(a, "pid", 0);
+    std::string line = "agent on " + model::printable(get_or<std::string>(a, "host", "?")) +
+                       ": pid " + (pid != 0 ? std::to_string(pid) : std::string("-"));
+    const auto uri = model::printable(get_or<std::string>(a, "pmix_uri", ""));
+    if (!uri.empty()) {
+      line += ", PMIx " + uri + " (tmpdir " +
+              model::printable(get_or<std::string>(a, "pmix_tmpdir", "")) + ")";
+    }
+    std::printf("%s\n", line.c_str());
+  }
   std::printf("%6s  %-20s %9s  %s\n", "RANK", "HOST", "PID", "STATE");
   for (const auto& r : ranks) {
     const auto pid = get_or<std::int64_t>(r, "pid", 0);

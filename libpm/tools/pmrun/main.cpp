@@ -282,6 +282,20 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
     doc["pmrun_pid"] = static_cast<std::int64_t>(getpid());
     doc["command"] = command;
     doc["hosts"] = now.host_names;
+    // Each host's agent: its pid there, and where a PMIx tool reaches its server (docs/pmix.md).
+    nlohmann::json agents = nlohmann::json::array();
+    for (const auto& a : runner->agents()) {
+      nlohmann::json one;
+      one["host"] =
+          a.host < now.host_names.size() ? now.host_names[a.host] : std::to_string(a.host);
+      one["pid"] = a.pid;
+      if (!a.pmix_uri.empty()) {
+        one["pmix_uri"] = a.pmix_uri;
+        one["pmix_tmpdir"] = a.pmix_tmpdir;
+      }
+      agents.push_back(std::move(one));
+    }
+    doc["agents"] = std::move(agents);
     doc["elapsed_s"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     doc["running"] = !runner->finished();

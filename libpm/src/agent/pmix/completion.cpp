@@ -38,4 +38,21 @@ void data_completion::operator()(status s, std::vector<char> data) {
   if (fn) fn(s, std::move(data));
 }
 
+query_completion& query_completion::operator=(query_completion&& other) noexcept {
+  if (this != &other) {
+    if (fn_) (*this)(status::error);
+    fn_ = std::move(other.fn_);
+    other.fn_ = nullptr;
+  }
+  return *this;
+}
+query_completion::~query_completion() {
+  if (fn_) (*this)(status::error);
+}
+void query_completion::operator()(status s, std::vector<query_value> values) {
+  auto fn = std::move(fn_);
+  fn_ = nullptr;
+  if (fn) fn(s, std::move(values));
+}
+
 }  // namespace pm::agent::pmix

@@ -15,18 +15,33 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <new>
+#include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "pm/error.hpp"
 
 namespace pm::agent::pmix {
 
 static_assert(wildcard_rank == PMIX_RANK_WILDCARD);
+static_assert(std::string_view(query_keys::namespaces) == PMIX_QUERY_NAMESPACES);
+static_assert(std::string_view(query_keys::namespace_info) == PMIX_QUERY_NAMESPACE_INFO);
+static_assert(std::string_view(query_keys::proc_table) == PMIX_QUERY_PROC_TABLE);
+static_assert(std::string_view(query_keys::local_proc_table) == PMIX_QUERY_LOCAL_PROC_TABLE);
+static_assert(std::string_view(query_keys::job_size) == PMIX_JOB_SIZE);
+static_assert(std::string_view(query_keys::num_psets) == PMIX_QUERY_NUM_PSETS);
+static_assert(std::string_view(query_keys::pset_names) == PMIX_QUERY_PSET_NAMES);
+static_assert(std::string_view(query_keys::spawn_support) == PMIX_QUERY_SPAWN_SUPPORT);
+static_assert(std::string_view(query_keys::debug_support) == PMIX_QUERY_DEBUG_SUPPORT);
+static_assert(std::string_view(query_keys::supported_keys) == PMIX_QUERY_SUPPORTED_KEYS);
 
 namespace {
 
@@ -50,6 +65,8 @@ pmix_status_t to_pmix(status s) noexcept {
       return PMIX_ERR_UNREACH;
     case status::timeout:
       return PMIX_ERR_TIMEOUT;
+    case status::partial_success:
+      return PMIX_QUERY_PARTIAL_SUCCESS;
   }
   return PMIX_ERROR;
 }
@@ -214,6 +231,87 @@ data_completion modex_completion(std::shared_ptr<liveness> live, pmix_modex_cbfu
       });
 }
 
+pmix_proc_state_t to_pmix(proc_state s) noexcept {
+  switch (s) {
+    case proc_state::undefined:
+      return PMIX_PROC_STATE_UNDEF;
+    case proc_state::running:
+      return PMIX_PROC_STATE_RUNNING;
+    case proc_state::terminated:
+      return PMIX_PROC_STATE_TERMINATED;
+    case proc_state::exited_nonzero:
+      return PMIX_PROC_STATE_TERM_NON_ZERO;
+    case proc_state::killed_by_signal:
+      return PMIX_PROC_STATE_ABORTED_BY_SIG;
+    case proc_state::killed_by_cmd:
+      return PMIX_PROC_STATE_KILLED_BY_CMD;
+    case proc_state::failed_to_start:
+      return PMIX_PROC_STATE_FAILED_TO_START;
+    case proc_state::comm_lost:
+      return PMIX_PROC_STATE_COMM_FAILED;
+  }
+  return PMIX_PROC_STATE_UNDEF;
+}
+
+// The values of a query's answer in PMIx's form: one pmix_info_t per value, with the key asked
+// (as PMIx's own examples and tools read it). Owned here until PMIx calls release_infos.
+struct query_answer {
+  pmix_info_t* info = nullptr;
+  std::size_t n = 0;
+  ~query_answer() { PMIX_INFO_FREE(info, n); }
+};
+
+void release_infos(void* p) {
+  delete static_cast<query_answer*>(p);
+}
+
+char* copy_string(const std::string& s) {
+  char* out = ::strdup(s.c_str());
+  if (out == nullptr) throw std::bad_alloc();
+  return out;
+}
+
+void load_value(pmix_info_t& info, const query_value& v) {
+  PMIX_LOAD_KEY(info.key, v.key.c_str());
+  pmix_value_t& val = info.value;
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          val.type = PMIX_STRING;
+          val.data.string = copy_string(x);
+        } else if constexpr (std::is_same_v<T, std::uint32_t>) {
+          val.type = PMIX_UINT32;
+          val.data.uint32 = x;
+        } else if constexpr (std::is_same_v<T, std::size_t>) {
+          val.type = PMIX_SIZE;
+          val.data.size = x;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          val.type = PMIX_BOOL;
+          val.data.flag = x;
+        } else {
+          // PMIX_DATA_ARRAY of pmix_proc_info_t (PMIx frees the strings with the array).
+          pmix_data_array_t* arr = nullptr;
+          PMIX_DATA_ARRAY_CREATE(arr, x.size(), PMIX_PROC_INFO);
+          if (arr == nullptr) throw std::bad_alloc();
+          val.type = PMIX_DATA_ARRAY;
+          val.data.darray = arr;  // freed with the info from here on
+          if (!x.empty() && arr->array == nullptr) throw std::bad_alloc();
+          auto* table = static_cast<pmix_proc_info_t*>(arr->array);
+          for (std::size_t i = 0; i < x.size(); ++i) {
+            const proc_entry& e = x[i];
+            PMIX_PROC_LOAD(&table[i].proc, e.who.nspace.c_str(), e.who.rank);
+            table[i].hostname = copy_string(e.hostname);
+            table[i].executable_name = copy_string(e.executable);
+            table[i].pid = static_cast<pid_t>(e.pid);
+            table[i].exit_code = e.exit_code;
+            table[i].state = to_pmix(e.state);
+          }
+        }
+      },
+      v.value);
+}
+
 }  // namespace
 
 // check_job_info, make_job_info and the completions are in job_info.cpp and completion.cpp:
@@ -367,8 +465,95 @@ pmix_status_t on_direct_modex(const pmix_proc_t* p, const pmix_info_t[], size_t,
       [](callbacks& on, modex_request&& req) { on.direct_modex(std::move(req)); });
 }
 
+pmix_status_t on_query(pmix_proc_t* p, pmix_query_t* queries, size_t nqueries,
+                       pmix_info_cbfunc_t cbfunc, void* cbdata) {
+  server::impl* s = current.load();
+  if (s == nullptr || !s->opts.on.query || cbfunc == nullptr) return PMIX_ERR_NOT_SUPPORTED;
+  std::shared_ptr<query_request> r;
+  try {
+    r = std::make_shared<query_request>();
+    if (p != nullptr) r->requester = from_pmix(*p);
+    for (size_t i = 0; i < nqueries; ++i) {
+      query q;
+      for (char** k = queries[i].keys; k != nullptr && *k != nullptr; ++k) q.keys.emplace_back(*k);
+      for (size_t j = 0; j < queries[i].nqual; ++j) {
+        const pmix_info_t& qual = queries[i].qualifiers[j];
+        if (PMIX_CHECK_KEY(&qual, PMIX_NSPACE) && qual.value.type == PMIX_STRING &&
+            qual.value.data.string != nullptr) {
+          q.nspace = qual.value.data.string;
+        } else if (PMIX_CHECK_KEY(&qual, PMIX_NSPACE) && qual.value.type == PMIX_PROC_NSPACE &&
+                   qual.value.data.nspace != nullptr) {
+          q.nspace = std::string(*qual.value.data.nspace,
+                                 ::strnlen(*qual.value.data.nspace, PMIX_MAX_NSLEN));
+        } else if (PMIX_CHECK_KEY(&qual, PMIX_RANK) && qual.value.type == PMIX_PROC_RANK) {
+          q.rank = qual.value.data.rank;
+        } else if (PMIX_CHECK_KEY(&qual, PMIX_HOSTNAME) && qual.value.type == PMIX_STRING &&
+                   qual.value.data.string != nullptr) {
+          q.hostname = qual.value.data.string;
+        }
+      }
+      r->queries.push_back(std::move(q));
+    }
+    r->done = query_completion(
+        [live = s->live, cbfunc, cbdata](status st, std::vector<query_value> values) {
+          std::lock_guard lock(live->mu);
+          if (!live->alive) return;
+          auto* answer = new (std::nothrow) query_answer;
+          pmix_status_t rc = to_pmix(st);
+          if (answer == nullptr) {
+            rc = PMIX_ERR_NOMEM;
+          } else if ((st == status::success || st == status::partial_success) && !values.empty()) {
+            try {
+              PMIX_INFO_CREATE(answer->info, values.size());
+              if (answer->info == nullptr) throw std::bad_alloc();
+              answer->n = values.size();
+              for (std::size_t i = 0; i < values.size(); ++i)
+                load_value(answer->info[i], values[i]);
+            } catch (...) {
+              rc = PMIX_ERR_NOMEM;
+            }
+          }
+          if (rc != PMIX_SUCCESS && rc != PMIX_QUERY_PARTIAL_SUCCESS && answer != nullptr) {
+            delete answer;
+            answer = nullptr;
+          }
+          // PMIx reads the values until it calls release_infos.
+          cbfunc(rc, answer != nullptr ? answer->info : nullptr, answer != nullptr ? answer->n : 0,
+                 cbdata, answer != nullptr ? release_infos : nullptr, answer);
+        });
+  } catch (...) {
+    return PMIX_ERR_NOMEM;
+  }
+  return queue_request<query_request, query_completion>(
+      s, std::move(r), &query_request::done,
+      [](callbacks& on, query_request&& req) { on.query(std::move(req)); });
+}
+
+// A tool attaches (PMIx_tool_init): PMIx 4.2.2 refuses tools when the host has no answer here.
+// Nothing for the host to decide: the tool gets a namespace of its own (one per connection, as
+// PRRTE names them), answered at once on the progress thread. A tool of another user is refused
+// (the server listens on 127.0.0.1, which every local user reaches).
+void on_tool_connected(pmix_info_t* info, size_t ninfo, pmix_tool_connection_cbfunc_t cbfunc,
+                       void* cbdata) {
+  static std::atomic<unsigned> tools{0};
+  if (cbfunc == nullptr) return;
+  for (size_t i = 0; i < ninfo; ++i) {
+    if (PMIX_CHECK_KEY(&info[i], PMIX_USERID) && info[i].value.type == PMIX_UINT32 &&
+        info[i].value.data.uint32 != ::geteuid()) {
+      cbfunc(PMIX_ERR_NO_PERMISSIONS, nullptr, cbdata);
+      return;
+    }
+  }
+  pmix_proc_t tool;
+  char name[PMIX_MAX_NSLEN + 1];
+  std::snprintf(name, sizeof name, "pm-tool.%ld.%u", static_cast<long>(::getpid()),
+                tools.fetch_add(1));
+  PMIX_PROC_LOAD(&tool, name, 0);
+  cbfunc(PMIX_SUCCESS, &tool, cbdata);
+}
+
 // Static: libpmix keeps the pointer until PMIx_server_finalize. What is not set here PMIx
-// answers with "not supported" (publish/lookup, spawn, connect, tools' queries: docs/pmix.md).
+// answers with "not supported" (publish/lookup, spawn, connect: docs/pmix.md).
 pmix_server_module_t module_table() {
   pmix_server_module_t m;
   std::memset(&m, 0, sizeof m);
@@ -377,6 +562,8 @@ pmix_server_module_t module_table() {
   m.abort = on_abort;
   m.fence_nb = on_fence;
   m.direct_modex = on_direct_modex;
+  m.query = on_query;
+  m.tool_connected = on_tool_connected;
   return m;
 }
 pmix_server_module_t the_module = module_table();

@@ -2,7 +2,8 @@
 //
 // It wraps libpmix's server side (PMIx 4.2): start it, register a job (namespace), ask for each
 // local rank's environment, spawn the ranks yourself, and serve the requests PMIx cannot answer
-// on its own (abort, and later fences and direct modex that span hosts) from your event loop.
+// on its own (abort, fences and direct modex that span hosts, tools' queries) from your event
+// loop. PMIx tools may attach (PMIx_tool_init): each gets a namespace of its own.
 // It lives in its own static library (pm_pmix) so that libpm never links libpmix: PMIx starts a
 // progress thread and needs care with signals, which a library must not impose on the programs
 // that embed it. Only pmd and the tests link it.
@@ -24,10 +25,10 @@
 //     A callback may call the server's members (register a job, ...), but must not destroy the
 //     server; an exception it throws leaves run_pending(), and the requests queued behind it
 //     complete with status::error.
-//   - `completion` and `data_completion` objects (in abort, fence and modex requests) may be
-//     called from any thread, exactly once, but not concurrently with stop(). One that is
-//     destroyed without being called completes with status::error, so a rank never waits for ever
-//     on an answer the host forgot. After stop() they do nothing.
+//   - `completion`, `data_completion` and `query_completion` objects (in abort, fence, modex and
+//     query requests) may be called from any thread, exactly once, but not concurrently with
+//     stop(). One that is destroyed without being called completes with status::error, so a rank
+//     or a tool never waits for ever on an answer the host forgot. After stop() they do nothing.
 //   - Signals: start() blocks every signal in the calling thread while libpmix creates its
 //     threads, so those threads inherit a full mask and never take a process-directed signal (a
 //     SIGTERM or SIGCHLD meant for the host's signalfd cannot be lost to them). The host's own
@@ -47,7 +48,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace pm {
@@ -70,7 +73,15 @@ struct proc {
 };
 
 /// How the host answers a request.
-enum class status { success, error, not_supported, not_found, unreachable, timeout };
+enum class status {
+  success,
+  error,
+  not_supported,
+  not_found,
+  unreachable,
+  timeout,
+  partial_success,  ///< a query: some of the keys were answered (PMIX_QUERY_PARTIAL_SUCCESS)
+};
 
 /// One PMIx request's answer. Move-only; call it once (see the thread rules at the top).
 class completion {
@@ -134,6 +145,85 @@ struct modex_request {
   data_completion done;
 };
 
+/// The query keys a host answers (PMIx's names, checked against pmix_common.h where libpmix is
+/// compiled in): pmd answers them without including PMIx's headers.
+namespace query_keys {
+inline constexpr const char* namespaces = "pmix.qry.ns";             ///< PMIX_QUERY_NAMESPACES
+inline constexpr const char* namespace_info = "pmix.qry.nsinfo";     ///< PMIX_QUERY_NAMESPACE_INFO
+inline constexpr const char* proc_table = "pmix.qry.ptable";         ///< PMIX_QUERY_PROC_TABLE
+inline constexpr const char* local_proc_table = "pmix.qry.lptable";  ///< ..._LOCAL_PROC_TABLE
+inline constexpr const char* job_size = "pmix.job.size";             ///< PMIX_JOB_SIZE
+inline constexpr const char* num_psets = "pmix.qry.psetnum";         ///< PMIX_QUERY_NUM_PSETS
+inline constexpr const char* pset_names = "pmix.qry.psets";          ///< PMIX_QUERY_PSET_NAMES
+inline constexpr const char* spawn_support = "pmix.qry.spawn";       ///< PMIX_QUERY_SPAWN_SUPPORT
+inline constexpr const char* debug_support = "pmix.qry.debug";       ///< PMIX_QUERY_DEBUG_SUPPORT
+inline constexpr const char* supported_keys = "pmix.qry.keys";       ///< PMIX_QUERY_SUPPORTED_KEYS
+}  // namespace query_keys
+
+/// A process's state as a tool is told (PMIx's pmix_proc_state_t, the values a host uses).
+enum class proc_state : std::uint8_t {
+  undefined,         ///< not started yet
+  running,           ///< started, not ended
+  terminated,        ///< ended by itself with code 0
+  exited_nonzero,    ///< ended by itself with another code
+  killed_by_signal,  ///< ended by a signal it was not sent by the job
+  killed_by_cmd,     ///< ended by the job's abort (the launcher's stop sequence)
+  failed_to_start,   ///< could not be started
+  comm_lost,         ///< its host was lost
+};
+
+/// One process of a job as a tool sees it (pmix_proc_info_t).
+struct proc_entry {
+  proc who;
+  std::string hostname;
+  std::string executable;  ///< argv[0] as the user gave it
+  std::int64_t pid = 0;    ///< 0: not started (or not known)
+  int exit_code = 0;       ///< its code, or 128 + the signal
+  proc_state state = proc_state::undefined;
+  friend bool operator==(const proc_entry&, const proc_entry&) = default;
+};
+
+/// One answer to a tool's query: the key asked (PMIX_QUERY_PROC_TABLE, ...) and its value.
+struct query_value {
+  std::string key;
+  /// A string, a uint32 (job size), a size_t (counts), a bool, or a process table.
+  std::variant<std::string, std::uint32_t, std::size_t, bool, std::vector<proc_entry>> value;
+};
+
+/// A tool's query's answer: the status and the values (copied into PMIx's form).
+class query_completion {
+ public:
+  query_completion() = default;
+  explicit query_completion(std::function<void(status, std::vector<query_value>)> fn)
+      : fn_(std::move(fn)) {}
+  query_completion(query_completion&&) noexcept = default;
+  query_completion& operator=(query_completion&& other) noexcept;
+  ~query_completion();
+  void operator()(status s, std::vector<query_value> values = {});
+  explicit operator bool() const noexcept { return static_cast<bool>(fn_); }
+
+ private:
+  std::function<void(status, std::vector<query_value>)> fn_;
+};
+
+/// One pmix_query_t of a tool's (or a rank's) PMIx_Query_info: the keys asked and the
+/// qualifiers the host understands.
+struct query {
+  std::vector<std::string> keys;
+  std::optional<std::string> nspace;    ///< PMIX_NSPACE qualifier
+  std::optional<std::uint32_t> rank;    ///< PMIX_RANK qualifier
+  std::optional<std::string> hostname;  ///< PMIX_HOSTNAME qualifier
+};
+
+/// PMIx_Query_info that PMIx could not answer from its own data. Answer with one query_value per
+/// key that has an answer (in the order asked); status::not_found when none has one,
+/// status::not_supported when no key is one the host knows. `done` unanswered: status::error.
+struct query_request {
+  proc requester;
+  std::vector<query> queries;
+  query_completion done;
+};
+
 /// What the host wants to hear about. Each runs on the host thread, inside run_pending().
 struct callbacks {
   std::function<void(const proc&)> client_connected;  ///< PMIx_Init of a rank (e.g. MPI_Init)
@@ -144,6 +234,8 @@ struct callbacks {
   std::function<void(fence_request)> fence;
   /// Unset: the request fails with status::not_found.
   std::function<void(modex_request)> direct_modex;
+  /// Unset: queries fail with status::not_supported.
+  std::function<void(query_request)> query;
 };
 
 struct options {
