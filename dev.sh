@@ -38,13 +38,17 @@ build() {
 # What `./dev.sh test` runs under the sanitizers (docs/fuzzing.md, "Sanitizers in CI"), sized to
 # keep CI well under 30 minutes on 2 cores: under ASan+UBSan the code that reads what users and
 # peers send (parsers, the agent link, the agent and the controller, the output layer, the
-# transports' pure parts) with the fuzz targets' smoke runs; under TSan the tests whose code runs
-# threads. The release run has everything.
+# transports' pure parts) with the fuzz targets' smoke runs, pmrun itself (the integration tests)
+# and the C API's tests; under TSan the tests whose code runs threads. The release run has
+# everything; the whole suite under ASan is docs/fuzzing.md's one command.
 ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_test
   link_endpoint_test link_messages_test command_line_test hostfile_test host_list_test slurm_test
   pbs_test output_forwarder_test line_assembler_test job_runner_test local_agent_test
-  srun_transport_test fuzz_regressions_test pmd pm_payload)
-ASAN_TESTS='^(Agent|Controller|ControllerState|FenceTable|LinkEndpoint|LinkFrame|LinkFuzz|LinkMessages|LinkPreamble|LinkSocket|CommandLine|Hostfile|HostList|SlurmAllocation|SlurmHostlist|SlurmTasksPerNode|ManagedAllocation|Pbs|ReadTextFile|OutputForwarder|ForEachLine|LineAssembler|JobRunner|LocalAgent|CallerGate|ConnectBack|SrunCommand|SrunTransport|FuzzRegressions)\.|^fuzz\.'
+  srun_transport_test fuzz_regressions_test pmd pm_payload
+  pmrun pmrun_compat_test pmrun_failure_test pmrun_map_test pmrun_output_test
+  pmrun_output_modes_test pmrun_status_test
+  c_allocation_test c_basics_test c_launch_test c_map_test c_resolve_test c_sim_test)
+ASAN_TESTS='^(Agent|Controller|ControllerState|FenceTable|LinkEndpoint|LinkFrame|LinkFuzz|LinkMessages|LinkPreamble|LinkSocket|CommandLine|Hostfile|HostList|SlurmAllocation|SlurmHostlist|SlurmTasksPerNode|ManagedAllocation|Pbs|ReadTextFile|OutputForwarder|ForEachLine|LineAssembler|JobRunner|LocalAgent|CallerGate|ConnectBack|SrunCommand|SrunTransport|FuzzRegressions|Pmrun(Compat|EarlyAgent|Map|Output|OutputModes|Run|Status))\.|^fuzz\.|^c\.c_'
 TSAN_TARGETS=(output_forwarder_test local_agent_test job_runner_test pmix_job_info_test c_launch_test
   pmd pm_payload)
 TSAN_TESTS='^(OutputForwarder|LocalAgent|JobRunner|PmixJobInfo|PmixCompletion)\.|^c\.c_launch_test$'

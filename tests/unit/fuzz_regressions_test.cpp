@@ -53,6 +53,23 @@ TEST(FuzzRegressions, AnUnknownEnvProfileWithANewlineIsQuotedOnOneLine) {
             "slurm, hydra, all, none, default)");
 }
 
+// fuzz_exports: a quoted empty word in plm_rsh_agent became an empty argument of ssh.
+TEST(FuzzRegressions, AnEmptyQuotedWordInTheRemoteShellIsRefused) {
+  EXPECT_EQ(error_of([] {
+              pm::parse_command_line(
+                  std::vector<std::string>{"-mca", "plm_rsh_agent", "ssh -o \"\" -x", "app"});
+            }),
+            "-mca plm_rsh_agent 'ssh -o \"\" -x': an empty word ('' or \"\")");
+  EXPECT_EQ(
+      error_of([] {
+        pm::parse_command_line(std::vector<std::string>{"-mca", "plm_rsh_args", "-p ''", "app"});
+      }),
+      "-mca plm_rsh_args '-p ''': an empty word ('' or \"\")");
+  pm::env_map env{{"PM_RSH_AGENT", "ssh ''"}};
+  EXPECT_NE(error_of([&] { pm::resolve_remote_options({}, env); }).find("an empty word"),
+            std::string::npos);
+}
+
 // fuzz_link_message: a hello of another protocol version (3) announcing 17 descriptors was read
 // (only the version of such a hello is read), and writing it back then threw: no hello carries
 // descriptors, of any version.

@@ -14,22 +14,41 @@
 namespace pm {
 namespace cli {
 
+namespace {
+
+error bad_words(std::string_view what, std::string_view text, std::string_view problem) {
+  return error(errc::usage, model::printable(std::string(what) + " '" + std::string(text) +
+                                             "': " + std::string(problem)));
+}
+
+// A quoted empty word ("" or '') would reach ssh as an empty argument, which no option takes:
+// refused here rather than by ssh on every host (fuzz_exports found one).
+void refuse_empty_words(std::string_view what, std::string_view text,
+                        const std::vector<std::string>& words) {
+  for (const auto& w : words) {
+    if (w.empty()) throw bad_words(what, text, "an empty word ('' or \"\")");
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> agent_words(std::string_view what, std::string_view text) {
   auto words = ssh::split_agent_command(text, what);
-  auto fail = [&](std::string_view problem) {
-    return error(errc::usage, model::printable(std::string(what) + " '" + std::string(text) +
-                                               "': " + std::string(problem)));
-  };
-  if (words.empty() || words[0].empty()) throw fail("no agent command");
+  if (words.empty() || words[0].empty()) throw bad_words(what, text, "no agent command");
+  refuse_empty_words(what, text, words);
   for (const auto& w : words) {
     // Open MPI's default "ssh : rsh" means "the first one found in PATH"; pmrun takes one agent.
-    if (w == ":") throw fail("alternatives ('ssh : rsh') are not supported; name one agent");
+    if (w == ":") {
+      throw bad_words(what, text, "alternatives ('ssh : rsh') are not supported; name one agent");
+    }
   }
   return words;
 }
 
 std::vector<std::string> agent_args(std::string_view what, std::string_view text) {
-  return ssh::split_agent_command(text, what);
+  auto words = ssh::split_agent_command(text, what);
+  refuse_empty_words(what, text, words);
+  return words;
 }
 
 bool valid_interface_spec(std::string_view item) {
