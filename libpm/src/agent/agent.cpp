@@ -209,6 +209,7 @@ struct agent::state {
                    [&](const link::fence_result&) {},
                    [&](const link::modex_request&) {},
                    [&](const link::modex_reply&) {},
+                   [&](const link::pmix_notify&) {},
                    [&](const auto& other) {
                      protocol_error("unexpected '" + std::string(link::type_name(other)) +
                                     "' message from the launcher");

@@ -659,6 +659,21 @@ struct encoder {
     w.sint(m.signo);
     type_field();
   }
+  void operator()(const pmix_notify& m) const {
+    begin(5);
+    w.key("code");
+    w.sint(m.code);
+    fds_field();
+    w.key("host");
+    w.str(m.host);
+    w.key("kind");
+    w.str(to_string(m.kind));
+    w.key("ranks");
+    u32s(m.ranks);
+    w.key("text");
+    w.str(m.text);
+    type_field();
+  }
   // heartbeat, suspend, resume, shutdown, shutdown_done: the type alone.
   template <class T>
   void operator()(const T&) const {
@@ -679,7 +694,7 @@ constexpr std::string_view names[] = {
     "input_closed", "suspend",       "resume",        "shutdown",    "started",      "spawn_failed",
     "exited",       "stream_closed", "shutdown_done", "error",       "fence_result", "pmix_abort",
     "fence",        "modex",         "modex_reply",   "unfinalized", "notice",       "child_open",
-    "child_data",   "child_close",   "child_closed"};
+    "child_data",   "child_close",   "child_closed",  "notify"};
 static_assert(std::size(names) == std::variant_size_v<message>);
 
 // ---- the direct decoder ----
@@ -1381,6 +1396,17 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
   } else if (type == "child_closed") {
     e.msg = child_closed{r.u32("host"), r.small_int("code", -1, 255),
                          r.small_int("signal", 0, max_signal), r.str("said")};
+  } else if (type == "notify") {
+    pmix_notify m;
+    const std::string kind = r.str("kind");
+    const auto k = notice_kind_from(kind);
+    if (!k) fail("'notify' message has an unknown kind");
+    m.kind = *k;
+    m.ranks = decode_u32s(r, r.field("ranks"), "ranks");
+    m.code = r.small_int("code", -2147483647, 2147483647);
+    m.host = r.str("host");
+    m.text = r.str("text");
+    e.msg = std::move(m);
   } else if (type == "fence") {
     fence_contribution m;
     m.members = decode_members(r);
