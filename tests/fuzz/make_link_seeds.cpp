@@ -164,6 +164,8 @@ int main(int argc, char** argv) {
       link::stream_closed{0, pm::output_stream::err, 12345},
       link::shutdown_done{},
       link::agent_error{"agent link: bad"},
+      link::pmix_notify{
+          pm::notice_kind::rank_exited, {1}, 7, "node2", "rank 1 on node2 exited with code 7"},
   };
   int i = 0;
   for (const auto& m : messages) {
