@@ -1,13 +1,15 @@
 /* events: a PMIx client that registers a handler for the events pmrun sends where the abort
  * policy is off (docs/pmix.md, "Events"), meets every rank in a fence, then rank VICTIM ends as
  * HOW says while the others wait up to WAIT seconds (default 30) for an event and print it.
- *   pmix_events VICTIM HOW [WAIT [ignore-term]]
+ *   pmix_events VICTIM HOW [WAIT [ignore-term] [no-fence]]
  *   HOW: exit:N       PMIx_Finalize, then exit with N
  *        raw-exit:N   exit with N without PMIx_Finalize
  *        signal:S     PMIx_Finalize, then kill itself with signal S
  *        stay         like the others (for a victim killed from outside: kill -9 <pid>)
  *   ignore-term: every rank ignores SIGTERM, so that a notice that the job is being ended (sent
  *   right before the SIGTERM) is seen; the grace's SIGKILL still ends a rank that stays.
+ *   no-fence: no fence after registering (for jobs where some ranks never call PMIx; the server
+ *   keeps events for handlers registered late).
  * Output: "ready rank R pid P" after the fence; per event
  *   "event rank R: <PMIx code name> affected=A[,B...] exit_code=N host=H terminate=0|1 text=T"
  * (fields the event lacks print as "-"). A rank that waited in vain prints "no event rank R" and
@@ -88,13 +90,17 @@ static void on_registered(pmix_status_t status, size_t id, void* cbdata) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: pmix_events VICTIM HOW [WAIT [ignore-term]]\n");
+    fprintf(stderr, "usage: pmix_events VICTIM HOW [WAIT [ignore-term] [no-fence]]\n");
     return 2;
   }
   const unsigned victim = (unsigned)atoi(argv[1]);
   const char* how = argv[2];
   const int wait_s = argc > 3 ? atoi(argv[3]) : 30;
-  if (argc > 4 && strcmp(argv[4], "ignore-term") == 0) signal(SIGTERM, SIG_IGN);
+  int fence = 1;
+  for (int i = 4; i < argc; ++i) {
+    if (strcmp(argv[i], "ignore-term") == 0) signal(SIGTERM, SIG_IGN);
+    if (strcmp(argv[i], "no-fence") == 0) fence = 0;
+  }
   if (PMIx_Init(&me, NULL, 0) != PMIX_SUCCESS) {
     fprintf(stderr, "events: PMIx_Init failed\n");
     return 1;
@@ -113,7 +119,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   /* Every rank has its handler before the victim acts. */
-  if (PMIx_Fence(NULL, 0, NULL, 0) != PMIX_SUCCESS) {
+  if (fence && PMIx_Fence(NULL, 0, NULL, 0) != PMIX_SUCCESS) {
     fprintf(stderr, "events: PMIx_Fence failed\n");
     return 1;
   }

@@ -172,17 +172,22 @@ TEST(PmrunMpiMultihost, WithoutAbortARankFailingOnOneHostIsToldToTheRanksOfEvery
 TEST(PmrunMpiMultihost, WithoutAbortAHostLostIsToldToTheRanksOfTheOthers) {
   NEED_HOSTS();
   multihost_fixture f(3);
+  // node3's ranks never call PMIx (so its agent makes no PMIx directory for the crash to leave
+  // behind); the others register their handlers and wait, without a fence node3 would never join.
   std::thread killer([&] {
     const auto until = std::chrono::steady_clock::now() + 30s;
     while (std::chrono::steady_clock::now() < until &&
            (f.pids_on("node1").size() < 3 || f.pids_on("node3").size() < 3)) {
       std::this_thread::sleep_for(50ms);
     }
-    std::this_thread::sleep_for(3s);  // past the fence: every rank has its handler
+    std::this_thread::sleep_for(3s);  // every rank has its handler (a late one gets it anyway)
     f.crash("node3");
   });
-  const auto r = run_command(
-      pmrun(f, {"--no-abort-on-failure", mpi_dir + "/pmix_events", "9", "stay", "60"}), 120s);
+  const auto r =
+      run_command(pmrun(f, {"--no-abort-on-failure", "sh", "-c",
+                            "if [ \"$(hostname)\" = node3 ]; then exec sleep 60; fi; exec " +
+                                mpi_dir + "/pmix_events 9 stay 60 no-fence"}),
+                  120s);
   killer.join();
   EXPECT_EQ(r.exit_code, 213) << r.err;  // the first failure: a lost host
   const auto by_rank = event_lines(r.out);
