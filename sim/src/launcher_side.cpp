@@ -79,6 +79,16 @@ void world::execute(action& a) {
             }
           },
           [&](finish& x) { do_finish(std::move(x)); },
+          // pmrun sends it to the host's agent, whose PMIx server tells its ranks; the simulated
+          // ranks have no PMIx client, so the agent takes it and nothing else follows.
+          [&](notify_ranks& x) {
+            ++result_.stats.notices;
+            std::string host_name;
+            if (!x.ranks.empty())
+              host_name = map_.allocation().hosts[map_.at(x.ranks[0]).host].name;
+            send_down(x.host, link::pmix_notify{x.kind, std::move(x.ranks), x.code,
+                                                std::move(host_name), std::move(x.line)});
+          },
       },
       a);
 }

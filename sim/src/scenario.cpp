@@ -380,6 +380,7 @@ std::vector<std::string> scenario::to_args() const {
     add("--map-by", "ppr:" + std::to_string(mapping.ppr) + ":node");
   if (mapping.oversubscribe.value_or(false)) a.push_back("--oversubscribe");
   if (!control.abort_on_failure) a.push_back("--no-abort");
+  if (control.notify_failures) a.push_back("--notify-failures");
   duration("--kill-grace", control.kill_grace, d.control.kill_grace);
   duration("--timeout", control.timeout, d.control.timeout);
   if (control.streams_per_rank != d.control.streams_per_rank)

@@ -117,6 +117,16 @@ void world::trace_action(const action& a) {
             line("-> emit " + x.line);
           },
           [&](const clear_leftovers&) { line("-> clear_leftovers"); },
+          [&](const notify_ranks& x) {
+            hash_.add(x.host);
+            hash_.add(static_cast<std::uint64_t>(x.kind));
+            hash_.add(static_cast<std::uint64_t>(static_cast<std::uint32_t>(x.code)));
+            for (const auto r : x.ranks) hash_.add(r);
+            if (tracing())
+              line("-> notify_ranks host=" + std::to_string(x.host) + " " +
+                   std::string(to_string(x.kind)) + " ranks=" + rank_list(x.ranks) +
+                   " code=" + std::to_string(x.code));
+          },
           [&](const finish& x) {
             hash_.add(static_cast<std::uint64_t>(x.report.exit_code));
             hash_.add(static_cast<std::uint64_t>(x.report.cause));

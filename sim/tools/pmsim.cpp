@@ -32,7 +32,7 @@ struct flags {
   std::uint64_t seed = 1;
   std::uint32_t random_faults = 0;
   bool no_abort = false, oversubscribe = false, json = false, twice = false;
-  bool connect_back = false;
+  bool connect_back = false, notify_failures = false;
 };
 
 std::uint32_t number(const std::string& text, const std::string& what) {
@@ -78,6 +78,7 @@ pm::sim::scenario build(const flags& f) {
   }
   s.mapping.oversubscribe = f.oversubscribe;
   s.control.abort_on_failure = !f.no_abort;
+  s.control.notify_failures = f.notify_failures;
   const auto ms = [](pm::sim::sim_time t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(t);
   };
@@ -168,6 +169,8 @@ int main(int argc, char** argv) {
                "agents started by one srun step call back with the job's token (docs/slurm.md)");
   app.add_flag("--no-abort,--no-abort-on-failure", f.no_abort,
                "a failed rank does not end the job");
+  app.add_flag("--notify-failures", f.notify_failures,
+               "with --no-abort: the agents are told of each failure (pmrun's PMIx events)");
   app.add_option("--kill-grace", f.kill_grace, "SIGTERM to SIGKILL (default 3s)");
   app.add_option("--timeout", f.timeout, "end the job after this long");
   app.add_option("--streams", f.streams, "output streams per rank (2, 1 merged, 0 none)");

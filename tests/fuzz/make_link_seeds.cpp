@@ -174,6 +174,8 @@ int main(int argc, char** argv) {
       link::pmix_server{"pmix-server.7;tcp4://127.0.0.1:5", "/tmp/pm-pmix.7.a/pmix"},
       link::proc_table_request{1ULL << 40},
       link::proc_table_reply{9, {link::proc_table_entry{0, 77, "killed", -1, 15}}},
+      link::pmix_notify{
+          pm::notice_kind::rank_exited, {1}, 7, "node2", "rank 1 on node2 exited with code 7"},
   };
   int i = 0;
   for (const auto& m : messages) {

@@ -213,6 +213,72 @@ TEST(PmrunMpiMultihost, APmixToolOnOneHostSeesTheRanksOfEveryHost) {
   EXPECT_TRUE(hosts_clean(f)) << pm::test::left_on_hosts(f);
 }
 
+// pmix_events' "event rank R: CODE affected=A exit_code=N host=H ..." lines, by rank.
+std::map<int, std::vector<std::string>> event_lines(const std::string& out) {
+  std::map<int, std::vector<std::string>> by_rank;
+  const std::regex re(R"(event rank (\d+): (.*))");
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, re)) by_rank[std::stoi(m[1])].push_back(m[2]);
+  }
+  return by_rank;
+}
+
+TEST(PmrunMpiMultihost, WithoutAbortARankFailingOnOneHostIsToldToTheRanksOfEveryHost) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // Rank 3 (node2) exits 7 after PMIx_Finalize: only pmrun knows, and tells every host's agent.
+  const auto r = run_command(
+      pmrun(f, {"--no-abort-on-failure", mpi_dir + "/pmix_events", "3", "exit:7", "60"}), 120s);
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  const auto by_rank = event_lines(r.out);
+  EXPECT_EQ(by_rank.size(), 5u) << r.out;
+  for (const int rank : {0, 1, 2, 4, 5}) {
+    ASSERT_EQ(by_rank.count(rank), 1u) << r.out;
+    EXPECT_EQ(by_rank.at(rank).front(),
+              "PROC-EXIT-NONZERO-TERM affected=3 exit_code=7 host=node2 terminate=0 text=rank 3 "
+              "on node2 exited with code 7")
+        << rank;
+  }
+  EXPECT_TRUE(hosts_clean(f));
+}
+
+TEST(PmrunMpiMultihost, WithoutAbortAHostLostIsToldToTheRanksOfTheOthers) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // node3's ranks never call PMIx (so its agent makes no PMIx directory for the crash to leave
+  // behind); the others register their handlers and wait, without a fence node3 would never join.
+  std::thread killer([&] {
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < until &&
+           (f.pids_on("node1").size() < 3 || f.pids_on("node3").size() < 3)) {
+      std::this_thread::sleep_for(50ms);
+    }
+    std::this_thread::sleep_for(3s);  // every rank has its handler (a late one gets it anyway)
+    f.crash("node3");
+  });
+  const auto r =
+      run_command(pmrun(f, {"--no-abort-on-failure", "sh", "-c",
+                            "if [ \"$(hostname)\" = node3 ]; then exec sleep 60; fi; exec " +
+                                mpi_dir + "/pmix_events 9 stay 60 no-fence"}),
+                  120s);
+  killer.join();
+  EXPECT_EQ(r.exit_code, 213) << r.err;  // the first failure: a lost host
+  const auto by_rank = event_lines(r.out);
+  EXPECT_EQ(by_rank.size(), 4u) << r.out;
+  for (const int rank : {0, 1, 2, 3}) {
+    ASSERT_EQ(by_rank.count(rank), 1u) << r.out;
+    EXPECT_EQ(by_rank.at(rank).front().rfind(
+                  "NODE-DOWN affected=4,5 exit_code=- host=node3 terminate=0 text=host "
+                  "node3 was lost",
+                  0),
+              0u)
+        << by_rank.at(rank).front();
+  }
+  EXPECT_TRUE(hosts_clean(f));
+}
+
 TEST(PmrunMpiSlurm, SixRanksInsideAnAllocationAreOneWorld) {
   if (!pm::test::slurm_cluster::available()) {
     GTEST_SKIP() << "no Slurm on fake hosts here: "

@@ -252,6 +252,157 @@ TEST_F(PmrunMpi, RanksEndedInTheMiddleOfMpiLeaveNothing) {
   expect_nothing_left();
 }
 
+// ---- events where the abort policy is off (docs/pmix.md, "Events") ----
+
+// pmix_events' "event rank R: CODE affected=A exit_code=N host=H terminate=T text=..." lines.
+struct event_line {
+  std::string code, affected, exit_code, host, terminate, text;
+};
+std::map<int, std::vector<event_line>> events_by_rank(const std::string& out) {
+  std::map<int, std::vector<event_line>> by_rank;
+  const std::regex re(
+      R"(event rank (\d+): (.+?) affected=(\S+) exit_code=(\S+) host=(\S+) terminate=(\d) text=(.*))");
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_match(line, m, re)) continue;
+    by_rank[std::stoi(m[1])].push_back(event_line{m[2], m[3], m[4], m[5], m[6], m[7]});
+  }
+  return by_rank;
+}
+
+// The name pmrun gives this host in its lines ("rank 1 on NAME ...").
+std::string host_in(const std::string& err, const std::string& rank) {
+  const std::regex re("rank " + rank + R"( on (\S+) )");
+  std::smatch m;
+  return std::regex_search(err, m, re) ? std::string(m[1]) : std::string("?");
+}
+
+TEST_F(PmrunMpi, WithoutAbortTheSurvivorsAreToldWhichRankFailedAndHow) {
+  const std::string events = mpi_dir + "/pmix_events";
+  // Rank 1 finalizes PMIx and exits 7: ranks 0 and 2 get the event and end normally.
+  auto r = pmrun({"--no-abort-on-failure", "-np", "3", events, "1", "exit:7", "30"}, 60s);
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  const std::string host = host_in(r.err, "1");
+  EXPECT_NE(r.err.find("pmrun: rank 1 on " + host + " exited with code 7\n"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("rank 0 on"), std::string::npos) << r.err;  // the survivors exit 0
+  EXPECT_EQ(r.err.find("rank 2 on"), std::string::npos) << r.err;
+  auto by_rank = events_by_rank(r.out);
+  EXPECT_EQ(by_rank.size(), 2u) << r.out;
+  for (const int rank : {0, 2}) {
+    ASSERT_EQ(by_rank[rank].size(), 1u) << r.out;
+    const auto& e = by_rank[rank].front();
+    EXPECT_EQ(e.code, "PROC-EXIT-NONZERO-TERM");  // PMIX_ERR_EXIT_NONZERO_TERM
+    EXPECT_EQ(e.affected, "1");
+    EXPECT_EQ(e.exit_code, "7");
+    EXPECT_EQ(e.host, host);
+    EXPECT_EQ(e.terminate, "0");
+    EXPECT_EQ(e.text, "rank 1 on " + host + " exited with code 7");
+  }
+  EXPECT_EQ(r.out.find("no event"), std::string::npos) << r.out;
+  expect_nothing_left();
+
+  // Killed by a signal (after PMIx_Finalize): the code a shell shows, 128 + 9.
+  r = pmrun({"--no-abort-on-failure", "-np", "3", events, "1", "signal:9", "30"}, 60s);
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
+  by_rank = events_by_rank(r.out);
+  EXPECT_EQ(by_rank.size(), 2u) << r.out;
+  for (const int rank : {0, 2}) {
+    ASSERT_EQ(by_rank[rank].size(), 1u) << r.out;
+    EXPECT_EQ(by_rank[rank].front().code, "PROC-ABORTED-BY-SIG");
+    EXPECT_EQ(by_rank[rank].front().affected, "1");
+    EXPECT_EQ(by_rank[rank].front().exit_code, "137");
+    EXPECT_EQ(by_rank[rank].front().text, "rank 1 on " + host + " was killed by SIGKILL");
+  }
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, WithoutAbortTheSurvivorsAreToldTheJobIsBeingEnded) {
+  const std::string events = mpi_dir + "/pmix_events";
+  // Rank 1 leaves without PMIx_Finalize: the job ends (its peers could wait for it for ever),
+  // and they are told before the SIGTERM; they ignore SIGTERM to have the time to read it.
+  auto r = pmrun({"--no-abort-on-failure", "--kill-grace", "5", "-np", "3", events, "1",
+                  "raw-exit:7", "30", "ignore-term"},
+                 60s);
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  const std::string host = host_in(r.err, "1");
+  auto by_rank = events_by_rank(r.out);
+  EXPECT_EQ(by_rank.size(), 2u) << r.out;
+  for (const int rank : {0, 2}) {
+    ASSERT_EQ(by_rank[rank].size(), 1u) << r.out;
+    const auto& e = by_rank[rank].front();
+    EXPECT_EQ(e.code, "JOB CANCELED");  // PMIX_ERR_JOB_CANCELED
+    EXPECT_EQ(e.affected, "-");
+    EXPECT_EQ(e.exit_code, "7");
+    EXPECT_EQ(e.terminate, "1");
+    EXPECT_EQ(e.text, "the job was cancelled: rank 1 on " + host +
+                          " exited with code 7 without calling MPI_Finalize (PMIx_Finalize)");
+  }
+  EXPECT_EQ(r.err.find("grace"), std::string::npos) << r.err;  // they left when told
+  expect_nothing_left();
+
+  // The timeout: every rank is told, with the launcher's exit code.
+  r = pmrun({"--no-abort-on-failure", "--timeout", "2", "--kill-grace", "5", "-np", "3", events,
+             "7", "stay", "30", "ignore-term"},
+            60s);
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  by_rank = events_by_rank(r.out);
+  EXPECT_EQ(by_rank.size(), 3u) << r.out;
+  for (const auto& [rank, list] : by_rank) {
+    ASSERT_EQ(list.size(), 1u) << r.out;
+    EXPECT_EQ(list.front().code, "JOB CANCELED");
+    EXPECT_EQ(list.front().exit_code, "124");
+    EXPECT_EQ(list.front().text, "job timed out after 2 s");
+  }
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, WithTheAbortPolicyOnNoEventIsSent) {
+  // The default: the first failure ends the job as before, and nobody is told by an event.
+  const auto r = pmrun({"--kill-grace", "0.5", "-np", "3", mpi_dir + "/pmix_events", "1", "exit:7",
+                        "30", "ignore-term"},
+                       60s);
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.err.find("exited with code 7; aborting the job (SIGTERM to 2 ranks)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(events_by_rank(r.out).empty()) << r.out;
+  EXPECT_NE(r.err.find("2 ranks still running after the 0.5 s grace; sending SIGKILL"),
+            std::string::npos)
+      << r.err;
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, OpenMpiRanksUnderNoAbortAreNotAbortedByTheNotices) {
+  // Open MPI 4.1 calls MPI_Abort from its default event handler: the notices are marked
+  // PMIX_EVENT_NON_DEFAULT. A rank that finalized and exits 7 leaves the others to finish.
+  const std::string script =
+      "import sys, time\n"
+      "from mpi4py import MPI\n"
+      "r = MPI.COMM_WORLD.Get_rank()\n"
+      "MPI.COMM_WORLD.Barrier()\n"
+      "MPI.Finalize()\n"
+      "if r == 1: sys.exit(7)\n"
+      "time.sleep(1)\n"
+      "print('rank', r, 'done', flush=True)\n";
+  auto r = pmrun({"--no-abort-on-failure", "-np", "3", python, "-c", script}, 60s);
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.out.find("rank 0 done"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("rank 2 done"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(r.err.find("MPI_ABORT"), std::string::npos) << r.err;
+  expect_nothing_left();
+  // Ranks inside MPI when the launcher ends the job: told (non-default), then stopped; none
+  // calls MPI_Abort on the notice.
+  r = pmrun({"--no-abort-on-failure", "--timeout", "2", "--kill-grace", "0.5", "-np", "2",
+             mpi_dir + "/mpi_barrier_loop", "100000000"},
+            60s);
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_EQ(r.err.find("MPI_ABORT"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("called abort"), std::string::npos) << r.err;
+  expect_nothing_left();
+}
+
 TEST_F(PmrunMpi, DirectoriesOfAKilledAgentAreRemovedByTheNextServer) {
   // A pmd killed with SIGKILL cannot remove its directories; the next PMIx server on the host
   // removes those of agents that no longer run.

@@ -97,6 +97,9 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
   const auto by = *rc::gen::element(pm::map_by::slot, pm::map_by::node);
   pm::controller_options options;
   options.abort_on_failure = *rc::gen::arbitrary<bool>();
+  options.notify_failures = *rc::gen::arbitrary<bool>();
+  // Survivors are told of failures and of the job's end only where the abort policy is off.
+  const bool notifying = options.notify_failures && !options.abort_on_failure;
   options.streams_per_rank = *rc::gen::inRange<std::uint8_t>(0, 3);
   options.kill_grace = 1000ms;
   options.timeout = *rc::gen::element(0ms, 5000ms);
@@ -158,7 +161,7 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
     cause_host = host;
   };
   // Expectations for the batch of the event being fed.
-  bool began_now = false, kill_now = false, forward_now = false;
+  bool began_now = false, kill_now = false, forward_now = false, notify_now = false;
   int forward_signo = 0;
   std::optional<std::uint32_t> started_now;
   bool late_timer_now = false;
@@ -166,10 +169,12 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
     aborting = true;
     abort_signo = signo;
     began_now = true;
+    if (notifying) notify_now = true;
   };
   auto failure = [&](pm::cause_kind k, int code, std::optional<std::uint32_t> rank,
                      std::uint32_t host, bool force) {
     decide(k, code, rank, host);
+    if (notifying) notify_now = true;
     if (options.abort_on_failure || force) begin_abort(SIGTERM);
   };
 
@@ -190,6 +195,8 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
     trace.push_back("<- " + describe_event(e));
     ctl.handle(now, e, out);
     std::set<std::pair<std::uint32_t, int>> got;  // (rank, signal) in this batch
+    std::set<std::uint32_t> told;                 // hosts notified in this batch
+    bool signalled = false;
     if (late_timer_now) RC_ASSERT(out.empty());
     for (const auto& act : out) {
       described.push_back(describe(act));
@@ -203,7 +210,13 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
           RC_ASSERT(map.at(r).host == sp->host);
           RC_ASSERT(spawned.insert(r).second);  // each rank once
         }
+      } else if (const auto* n = std::get_if<pm::notify_ranks>(&act)) {
+        RC_ASSERT(notify_now);  // only a failure or the job's end, only with the policy off
+        RC_ASSERT(!signalled);  // before the stop sequence
+        RC_ASSERT(told.insert(n->host).second);  // once per host
+        RC_ASSERT(!n->line.empty());
       } else if (const auto* s = std::get_if<pm::signal_ranks>(&act)) {
+        signalled = true;
         RC_ASSERT(!s->ranks.empty());
         if (s->signo != SIGUSR1) RC_ASSERT(aborting);  // only an abort signals, besides forwarding
         for (auto r : s->ranks) {
@@ -261,7 +274,16 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
         RC_ASSERT(got.count({*started_now, abort_signo}) == 1u);
     }
     if (began_now) RC_ASSERT(!lines.empty());
-    began_now = kill_now = forward_now = late_timer_now = false;
+    if (notify_now) {
+      // Exactly the hosts with ranks not ended (as reported to the controller).
+      std::set<std::uint32_t> alive;
+      for (std::uint32_t r = 0; r < np; ++r) {
+        if (ranks[r].state != rank_model::ended) alive.insert(map.at(r).host);
+      }
+      RC_ASSERT(told == alive);
+    }
+    RC_ASSERT(notify_now || told.empty());
+    began_now = kill_now = forward_now = late_timer_now = notify_now = false;
     started_now.reset();
   };
 
@@ -473,6 +495,7 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
 
   RC_CLASSIFY(cause == pm::cause_kind::none, "all succeeded");
   RC_CLASSIFY(options.abort_on_failure, "abort on");
+  RC_CLASSIFY(notifying, "survivors told");
   RC_CLASSIFY(cause == pm::cause_kind::rank_failed, "rank failed");
   RC_CLASSIFY(cause == pm::cause_kind::spawn_failed, "spawn failed");
   RC_CLASSIFY(cause == pm::cause_kind::abort_requested, "abort called");

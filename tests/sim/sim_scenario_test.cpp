@@ -236,6 +236,29 @@ TEST(SimScenario, WithoutAbortTheOthersRunToCompletion) {
   EXPECT_GT(r.finish_time, 10s);
 }
 
+TEST(SimScenario, WithoutAbortEveryHostWithLiveRanksIsToldOfTheFailure) {
+  auto s = cluster(4, 2);
+  s.control.abort_on_failure = false;
+  s.control.notify_failures = true;
+  s.set_script(5, parse_script("exit:9@1s"));
+  const auto r = pm::sim::run(s);
+  // The agents take the notices (no protocol error), and the job runs on as without them.
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 9);
+  EXPECT_EQ(r.report.ranks_killed, 0u);
+  EXPECT_EQ(r.stats.notices, 4u);  // rank 5's host still has rank 4
+  EXPECT_NE(r.replay.find("--no-abort --notify-failures"), std::string::npos) << r.replay;
+  // An explicit abort: every host is told before the stop sequence.
+  auto a = cluster(2, 2);
+  a.control.abort_on_failure = false;
+  a.control.notify_failures = true;
+  a.set_script(2, parse_script("abort:4@1s"));
+  const auto ra = pm::sim::run(a);
+  ASSERT_EQ(ra.outcome, verdict::ok) << ra.explain();
+  EXPECT_EQ(ra.report.exit_code, 4);
+  EXPECT_EQ(ra.stats.notices, 2u);
+}
+
 TEST(SimScenario, AbortCallEndsTheJobWithItsStatus) {
   auto s = cluster(2, 2);
   s.control.abort_on_failure = false;  // an explicit abort ends the job anyway

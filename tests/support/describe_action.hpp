@@ -28,7 +28,8 @@ enum class report_detail {
 };
 
 /// "spawn 0 [0 1]", "signal 1 [2] SIGTERM", "start_timer 3 500ms", "cancel_timer 3",
-/// "emit LINE", "clear_leftovers", "finish ..." (see report_detail).
+/// "emit LINE", "clear_leftovers", "notify 2 rank_exited [1] 7" (host, kind, affected ranks,
+/// code), "finish ..." (see report_detail).
 inline std::string describe(const pm::action& a, report_detail detail = report_detail::summary) {
   std::ostringstream o;
   std::visit(
@@ -46,6 +47,9 @@ inline std::string describe(const pm::action& a, report_detail detail = report_d
           o << "emit " << x.line;
         else if constexpr (std::is_same_v<T, pm::clear_leftovers>)
           o << "clear_leftovers";
+        else if constexpr (std::is_same_v<T, pm::notify_ranks>)
+          o << "notify " << x.host << " " << pm::to_string(x.kind) << " " << ranks_text(x.ranks)
+            << " " << x.code;
         else if (detail == report_detail::full)
           o << "finish " << pm::to_json(x.report);
         else

@@ -554,6 +554,116 @@ TEST(Controller, NoAbortRecordsFailuresAndLetsTheOthersRun) {
   EXPECT_EQ(r.ranks[0].status, ok);
 }
 
+// ---- telling the survivors (notify_failures, abort policy off) ----
+
+pm::controller_options notifying() {
+  pm::controller_options o;
+  o.abort_on_failure = false;
+  o.notify_failures = true;
+  return o;
+}
+
+TEST(Controller, NoAbortTellsEveryHostWithRanksNotEndedOfEachFailure) {
+  harness h(make_map({{"a", 2}, {"b", 2}, {"c", 1}}), notifying());
+  h.start_all();
+  // Rank 1 (on a) exits 7: a still has rank 0, b ranks 2 and 3, c rank 4.
+  EXPECT_EQ(h.end(1, pm::exit_status::exited(7)),
+            (strings{"notify 0 rank_exited [1] 7", "notify 1 rank_exited [1] 7",
+                     "notify 2 rank_exited [1] 7", "emit rank 1 on a exited with code 7"}));
+  EXPECT_EQ(h.all<pm::notify_ranks>()[0].line, "rank 1 on a exited with code 7");
+  // A rank that exits 0 is no failure: nobody is told.
+  EXPECT_TRUE(h.end(0, ok).empty());
+  // Host a has nothing left alive: it is not told of rank 4's signal.
+  EXPECT_EQ(h.end(4, pm::exit_status::signaled(SIGKILL)),
+            (strings{"notify 1 rank_signaled [4] 9", "emit rank 4 on c was killed by SIGKILL"}));
+  // A lost host: its ranks that had not ended, one notice for them all, to the others.
+  h.end(2, ok);
+  // Nobody is left to tell (and the job finishes).
+  EXPECT_EQ(h.feed(pm::host_lost{1, "gone"}),
+            (strings{"emit host b was lost (gone); its 1 rank failed", "finish 7 rank_failed"}));
+  const auto r = *h.finished_report();
+  EXPECT_EQ(r.exit_code, 7);
+  EXPECT_TRUE(h.all<pm::signal_ranks>().empty());
+}
+
+TEST(Controller, NoAbortNoticeOfALostHostNamesItsRanksAndReachesPendingOnes) {
+  harness h(make_map({{"a", 2}, {"b", 3}, {"c", 1}}), notifying());
+  h.feed(pm::job_start{});
+  for (std::uint32_t r : {0u, 1u, 2u, 3u, 4u}) h.feed(pm::rank_started{r, 100 + r});
+  h.end(3, ok);  // rank 3 on b had ended: it is not among the lost
+  // Rank 5 on c is still pending: c is told too (its rank may be about to start).
+  EXPECT_EQ(h.feed(pm::host_lost{1, "gone"}),
+            (strings{"notify 0 host_lost [2 4] 0", "notify 2 host_lost [2 4] 0",
+                     "emit host b was lost (gone); its 2 ranks failed"}));
+}
+
+TEST(Controller, NoAbortSpawnFailureIsNotified) {
+  harness h(make_map({{"a", 1}, {"b", 1}}), notifying());
+  h.feed(pm::job_start{});
+  h.feed(pm::rank_started{0, 10});
+  EXPECT_EQ(
+      h.feed(pm::rank_spawn_failed{1, 126, "denied"}),
+      (strings{"notify 0 rank_spawn_failed [1] 126", "emit rank 1 on b could not start: denied"}));
+}
+
+TEST(Controller, NoAbortJobEndingIsNotifiedBeforeTheSignals) {
+  // An explicit abort by a rank: the notice names it, then the stop sequence.
+  {
+    harness h(make_map({{"a", 2}, {"b", 1}}), notifying());
+    h.start_all();
+    EXPECT_EQ(h.feed(pm::abort_requested{1, 42, "bye"}),
+              (strings{"notify 0 rank_aborted [1] 42", "notify 1 rank_aborted [1] 42",
+                       "signal 0 [0 1] SIGCONT", "signal 0 [0 1] SIGTERM", "signal 1 [2] SIGCONT",
+                       "signal 1 [2] SIGTERM", "start_timer 1 3000ms",
+                       "emit rank 1 on a called abort with status 42: bye; aborting the job "
+                       "(SIGTERM to 3 ranks)"}));
+  }
+  // The launcher's signal, a cancel (a rank that left PMIx unfinalized), the timeout.
+  {
+    harness h(make_map({{"a", 1}, {"b", 1}}), notifying());
+    h.start_all();
+    const auto out = h.feed(pm::signal_received{SIGINT});
+    ASSERT_GE(out.size(), 2u);
+    EXPECT_EQ(out[0], "notify 0 job_ending [] 130");
+    EXPECT_EQ(out[1], "notify 1 job_ending [] 130");
+    EXPECT_EQ(h.all<pm::notify_ranks>()[0].line, "interrupted by SIGINT");
+    // A second interrupt escalates without another notice.
+    const auto again = h.feed(pm::signal_received{SIGINT});
+    for (const auto& line : again) EXPECT_EQ(line.rfind("notify", 0), std::string::npos) << line;
+  }
+  {
+    harness h(make_map({{"a", 1}, {"b", 1}}), notifying());
+    h.start_all();
+    h.end(0, pm::exit_status::exited(3));  // a failure first: the job's code stays 3
+    const auto out = h.feed(pm::abort_requested{std::nullopt, 5, "rank 1 left"});
+    ASSERT_GE(out.size(), 1u);
+    EXPECT_EQ(out[0], "notify 1 job_ending [] 3");
+  }
+  {
+    pm::controller_options o = notifying();
+    o.timeout = 1000ms;
+    harness h(make_map({{"a", 1}}), o);
+    h.start_all();
+    const auto out = h.feed(pm::timer_fired{1});
+    ASSERT_GE(out.size(), 1u);
+    EXPECT_EQ(out[0], "notify 0 job_ending [] 124");
+  }
+}
+
+TEST(Controller, AbortPolicyOnOrNoNotifyFailuresSendsNoNotice) {
+  for (const bool abort : {true, false}) {
+    pm::controller_options o;
+    o.abort_on_failure = abort;
+    o.notify_failures = abort;  // on with the abort policy: ignored; off: nothing asked
+    harness h(make_map({{"a", 2}, {"b", 2}}), o);
+    h.start_all();
+    h.end(1, pm::exit_status::exited(7));
+    h.feed(pm::host_lost{1, "gone"});
+    h.feed(pm::signal_received{SIGTERM});
+    EXPECT_TRUE(h.all<pm::notify_ranks>().empty()) << abort;
+  }
+}
+
 TEST(Controller, SimultaneousFailuresTheFirstProcessedDecides) {
   for (bool abort : {true, false}) {
     for (bool seven_first : {true, false}) {

@@ -107,6 +107,10 @@ std::vector<message> samples() {
                             proc_table_entry{1, 0, "pending", -1, 0},
                             proc_table_entry{2, 4243, "killed", -1, 15},
                             proc_table_entry{1u << 31, -1, "", 255, 0}}},
+          pmix_notify{pm::notice_kind::rank_exited, {1}, 7, "node2", "rank 1 on node2 exited"},
+          pmix_notify{pm::notice_kind::host_lost, {4, 5, 1u << 31}, 0, "node3", ""},
+          pmix_notify{pm::notice_kind::job_ending, {}, -2147483647, "", "job timed out after 2 s"},
+          pmix_notify{pm::notice_kind::rank_signaled, {0}, 9, "", ""},
           hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
           hello{protocol_version, 1, 4242, "node1", {"10.0.0.2%eth0", "10.1.0.2%ib0"}, 40123},
           heartbeat{},
@@ -379,6 +383,22 @@ TEST(LinkMessages, SemanticChecks) {
   bytes unsorted;
   append_message(unsorted, fence_contribution{fence_members{false, {3, 1}}, 0, false, ""});
   EXPECT_EQ(error_of(unsorted), "agent link: fence members are not sorted");
+  // A notice of a kind this side does not know is refused, naming neither garbage nor the kind.
+  bytes unknown_kind = encode(pmix_notify{pm::notice_kind::host_lost, {1}, 0, "n", "t"});
+  const std::string known = "host_lost";
+  auto at = std::search(unknown_kind.begin(), unknown_kind.end(), known.begin(), known.end());
+  ASSERT_NE(at, unknown_kind.end());
+  *at = 'H';
+  EXPECT_THROW(
+      {
+        try {
+          decode(unknown_kind);
+        } catch (const pm::error& x) {
+          EXPECT_STREQ(x.what(), "agent link: 'notify' message has an unknown kind");
+          throw;
+        }
+      },
+      pm::error);
   // A hello of another version is decoded only as far as its version.
   bytes old;
   append_message(old, hello{2, 0, 0, "", {}, 0});
@@ -588,6 +608,14 @@ TEST(LinkMessages, RandomMessagesRoundTripThroughTheReference) {
           static_cast<std::uint32_t>(big()), static_cast<std::int64_t>(big() >> 1), text(),
           static_cast<int>(rng() % 257) - 1, static_cast<int>(rng() % 65)});
     ms.push_back(table);
+    pmix_notify nt;
+    nt.kind = static_cast<pm::notice_kind>(rng() % 6);
+    for (std::size_t r = 0; r < rng() % 40; ++r)
+      nt.ranks.push_back(static_cast<std::uint32_t>(big()));
+    nt.code = static_cast<int>(static_cast<std::int32_t>(rng() % 2000000) - 1000000);
+    nt.host = text();
+    nt.text = text();
+    ms.push_back(nt);
     for (const auto& m : ms) {
       const auto b = encode(m);
       ASSERT_EQ(decode_reference(b).msg, m) << type_name(m);

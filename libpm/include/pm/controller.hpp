@@ -24,6 +24,7 @@
 
 #include "pm/exit_status.hpp"
 #include "pm/export.hpp"
+#include "pm/notice.hpp"
 #include "pm/output.hpp"
 #include "pm/rank_map.hpp"
 #include "pm/report.hpp"
@@ -46,6 +47,10 @@ struct controller_options {
   /// Streams each rank has open at start (stdout and stderr: 2; merged: 1; none: 0). The job
   /// finishes only once every stream reached end-of-stream, so that no output is lost.
   std::uint8_t streams_per_rank = 2;
+  /// With abort_on_failure off: tell the ranks still alive about each failure of another rank and
+  /// about the launcher ending the job (notify_ranks actions; pmrun sets it for PMIx jobs, whose
+  /// agents turn them into PMIx events, docs/pmix.md "Events"). Ignored with abort_on_failure.
+  bool notify_failures = false;
 };
 
 // ---- events: what happened ------------------------------------------------------------------
@@ -132,14 +137,26 @@ struct emit {
 /// background child, a daemon) hold them. The driver kills everything the ranks left, so that
 /// the streams close and the job can finish (as Slurm ends a step's leftovers). Emitted once.
 struct clear_leftovers {};
+/// Only with controller_options::notify_failures and abort_on_failure off: tell the ranks of
+/// `host` that have not ended what happened to other ranks, or that the job is being ended.
+/// One action per host with ranks not ended (pending or running), in node order, right after
+/// the event and before any signal_ranks the same event causes; never for ranks that exited 0.
+/// (docs/failure-semantics.md, "Telling the survivors"; pm/notice.hpp says what `code` is.)
+struct notify_ranks {
+  std::uint32_t host;
+  notice_kind kind;
+  std::vector<std::uint32_t> ranks;  ///< the affected ranks (empty: the job ends without one)
+  int code = 0;
+  std::string line;  ///< the failure's line as emit says it, without the abort tail
+};
 /// The job is over: every rank ended and every stream closed. The driver clears what the ranks
 /// left behind (their process groups, the agents), then exits with report.exit_code.
 struct finish {
   job_report report;
 };
 
-using action =
-    std::variant<spawn, signal_ranks, start_timer, cancel_timer, emit, clear_leftovers, finish>;
+using action = std::variant<spawn, signal_ranks, start_timer, cancel_timer, emit, clear_leftovers,
+                            finish, notify_ranks>;
 
 /// The job's state machine. Per rank it keeps a few bytes; every event costs O(1) amortized,
 /// except the one that starts an abort, which signals every live rank once.

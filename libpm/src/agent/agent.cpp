@@ -210,6 +210,7 @@ struct agent::state {
                    [&](const link::modex_request&) {},
                    [&](const link::modex_reply&) {},
                    [&](const link::proc_table_reply&) {},
+                   [&](const link::pmix_notify&) {},
                    [&](const auto& other) {
                      protocol_error("unexpected '" + std::string(link::type_name(other)) +
                                     "' message from the launcher");

@@ -96,6 +96,7 @@ struct controller::state {
   std::unordered_map<std::uint32_t, std::string> rank_reasons;  // spawn failure, abort message
   std::unordered_map<std::uint32_t, std::string> host_reasons;  // why a host was lost
   std::uint32_t not_ended = 0;                                  // pending + running
+  std::vector<std::uint32_t> not_ended_on_host;                 // per allocation host
   std::uint64_t streams_open = 0;   // of started ranks, not yet at end-of-stream
   std::uint64_t next_timer = 1;     // ids are unique per controller; 0 means "none"
   std::uint64_t timeout_timer = 0;  // 0: not running
@@ -119,7 +120,10 @@ struct controller::state {
                          : o.streams_per_rank == 1 ? closed_out
                                                    : std::uint8_t{0}),
         ranks(m.size()),
-        not_ended(m.size()) {}
+        not_ended(m.size()),
+        not_ended_on_host(m.allocation().hosts.size(), 0) {
+    for (std::uint32_t rank = 0; rank < m.size(); ++rank) ++not_ended_on_host[host_of(rank)];
+  }
 
   std::uint32_t host_of(std::uint32_t rank) const { return map->at(rank).host; }
   const std::string& host_name(std::uint32_t host) const {
@@ -136,7 +140,21 @@ struct controller::state {
     r.state = final_state;
     r.ended_at = now;
     --not_ended;
+    --not_ended_on_host[host_of(static_cast<std::uint32_t>(&r - ranks.data()))];
     return true;
+  }
+
+  // ---- telling the survivors (notify_failures, abort policy off) ----
+  bool notifying() const { return options.notify_failures && !options.abort_on_failure; }
+  // One notify_ranks per host with ranks not ended, in node order: O(nodes) per failure.
+  void notify_survivors(notice_kind kind, std::vector<std::uint32_t> affected, int code,
+                        const std::string& line, std::vector<action>& out) {
+    if (!notifying()) return;
+    for (std::uint32_t node = 0; node < map->num_nodes(); ++node) {
+      const auto host = map->host_of_node(node);
+      if (not_ended_on_host[host] == 0) continue;
+      out.push_back(notify_ranks{host, kind, affected, code, line});
+    }
   }
 
   // ---- streams: a rank's streams count from its start; a close may come before the start ----
@@ -211,13 +229,15 @@ struct controller::state {
   // abort) it aborts the job. Callers handle failures during an abort themselves.
   void failure(cause_kind kind, std::optional<std::uint32_t> rank, std::uint32_t host,
                std::optional<exit_status> status, int code, std::string line, bool force_abort,
-               std::vector<action>& out) {
+               std::vector<action>& out, notice_kind notice, std::vector<std::uint32_t> affected,
+               int notice_code) {
     if (cause == cause_kind::none) {
       failed_rank = rank;
       failed_host = host;
       failed_status = status;
       decide(kind, code, line);
     }
+    notify_survivors(notice, std::move(affected), notice_code, line, out);
     if (options.abort_on_failure || force_abort) {
       const auto n = begin_abort(SIGTERM, out);
       out.push_back(emit{line + abort_tail(n)});
@@ -273,7 +293,8 @@ struct controller::state {
     rank_reasons[e.rank] = e.reason;
     if (ph == phase::aborting) return;  // the job is ending anyway: not a cause
     failure(cause_kind::spawn_failed, e.rank, host_of(e.rank), exit_status::exited(e.code), e.code,
-            rank_where(e.rank) + " could not start: " + e.reason, false, out);
+            rank_where(e.rank) + " could not start: " + e.reason, false, out,
+            notice_kind::rank_spawn_failed, {e.rank}, e.code);
   }
 
   void on(job_time, const stream_closed& e, std::vector<action>&) {
@@ -299,13 +320,16 @@ struct controller::state {
     end_rank(r, rank_state::exited, now);
     if (e.status.success()) return;
     failure(cause_kind::rank_failed, e.rank, host_of(e.rank), e.status, e.status.shell_code(),
-            rank_where(e.rank) + " " + e.status.describe(), false, out);
+            rank_where(e.rank) + " " + e.status.describe(), false, out,
+            e.status.is_signal() ? notice_kind::rank_signaled : notice_kind::rank_exited, {e.rank},
+            e.status.is_signal() ? e.status.signal() : e.status.code());
   }
 
   void on(job_time now, const host_lost& e, std::vector<action>& out) {
     if (e.host >= map->allocation().hosts.size()) return;
     std::uint32_t lost = 0;
     std::optional<std::uint32_t> first;
+    std::vector<std::uint32_t> taken;  // for the survivors' notice
     for (auto rank : map->ranks_on_host(e.host)) {
       auto& r = ranks[rank];
       // Output still in flight from that host is gone with it, also for ranks that had ended.
@@ -313,6 +337,7 @@ struct controller::state {
       if (!end_rank(r, rank_state::lost, now)) continue;
       if (!first) first = rank;
       ++lost;
+      if (notifying()) taken.push_back(rank);
     }
     if (lost == 0) return;  // a duplicate, or a host whose ranks had all ended
     host_reasons[e.host] = e.reason;
@@ -320,7 +345,7 @@ struct controller::state {
     failure(cause_kind::host_lost, first, e.host, std::nullopt, exit_codes::host_lost,
             "host " + host_name(e.host) + " was lost (" + e.reason + "); its " + ranks_text(lost) +
                 " failed",
-            false, out);
+            false, out, notice_kind::host_lost, std::move(taken), 0);
   }
 
   void on(job_time, const timer_fired& e, std::vector<action>& out) {
@@ -331,6 +356,7 @@ struct controller::state {
       if (ph == phase::aborting || not_ended == 0) return;
       const auto line = "job timed out after " + seconds_text(options.timeout) + " s";
       decide(cause_kind::timeout, exit_codes::timeout, line);
+      notify_survivors(notice_kind::job_ending, {}, exit_code, line, out);
       const auto n = begin_abort(SIGTERM, out);
       out.push_back(emit{line + abort_tail(n)});
     } else if (e.timer == grace_timer) {
@@ -374,6 +400,7 @@ struct controller::state {
         signal = e.signo;
         decide(cause_kind::signal, 128 + e.signo, line);
       }
+      notify_survivors(notice_kind::job_ending, {}, exit_code, line, out);
       const auto n = begin_abort(e.signo, out);
       out.push_back(emit{line + abort_tail(n)});
       return;
@@ -397,11 +424,12 @@ struct controller::state {
           cause_kind::abort_requested, e.rank, host_of(*e.rank), exit_status::exited(status),
           status,
           rank_where(*e.rank) + " called abort with status " + std::to_string(e.status) + message,
-          true, out);
+          true, out, notice_kind::rank_aborted, {*e.rank}, e.status);
       return;
     }
     const auto line = "the job was cancelled" + message;
     decide(cause_kind::abort_requested, status, line);
+    notify_survivors(notice_kind::job_ending, {}, exit_code, line, out);
     const auto n = begin_abort(SIGTERM, out);
     out.push_back(emit{line + abort_tail(n)});
   }

@@ -902,6 +902,18 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     timers[t.timer] = std::move(timer);
   }
   void execute(cancel_timer& t) { timers.erase(t.timer); }  // destroying cancels the wait
+  // Ranks of the job failed, or the job is being ended, where the abort policy is off: the
+  // host's agent tells its ranks with a PMIx event (docs/pmix.md, "Events"). The link keeps the
+  // order, so the notice is there before any signal the same event sends.
+  void execute(notify_ranks& n) {
+    if (!pmix_facts) return;
+    std::string where;
+    if (!n.ranks.empty() && n.ranks.front() < req.map.size()) {
+      where = host_info(req.map.at(n.ranks.front()).host).name;
+    }
+    send_to(n.host, link::pmix_notify{n.kind, std::move(n.ranks), n.code, std::move(where),
+                                      std::move(n.line)});
+  }
   void execute(emit& e) {
     if (cb.on_message) cb.on_message(e.line);
   }
@@ -1015,6 +1027,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 job_runner::job_runner(asio::io_context& io, job_request request, job_callbacks callbacks)
     : impl_(std::make_shared<impl>(io, std::move(request), std::move(callbacks))) {
   impl_->req.control.streams_per_rank = impl_->req.output.merge_stderr ? 1 : 2;
+  // Only PMIx ranks can be told (their agents' servers send the events).
+  impl_->req.control.notify_failures = impl_->req.pmix;
   impl_->ctl = controller(impl_->req.map, impl_->req.control);
   impl_->check_programs();
 }

@@ -697,6 +697,21 @@ struct encoder {
     }
     type_field();
   }
+  void operator()(const pmix_notify& m) const {
+    begin(5);
+    w.key("code");
+    w.sint(m.code);
+    fds_field();
+    w.key("host");
+    w.str(m.host);
+    w.key("kind");
+    w.str(to_string(m.kind));
+    w.key("ranks");
+    u32s(m.ranks);
+    w.key("text");
+    w.str(m.text);
+    type_field();
+  }
   // heartbeat, suspend, resume, shutdown, shutdown_done: the type alone.
   template <class T>
   void operator()(const T&) const {
@@ -741,7 +756,8 @@ constexpr std::string_view names[] = {"hello",
                                       "child_closed",
                                       "pmix_server",
                                       "proc_table_request",
-                                      "proc_table_reply"};
+                                      "proc_table_reply",
+                                      "notify"};
 static_assert(std::size(names) == std::variant_size_v<message>);
 
 // ---- the direct decoder ----
@@ -1468,6 +1484,17 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
       entry.signo = x.small_int("signal", 0, max_signal);
       m.ranks.push_back(std::move(entry));
     }
+    e.msg = std::move(m);
+  } else if (type == "notify") {
+    pmix_notify m;
+    const std::string kind = r.str("kind");
+    const auto k = notice_kind_from(kind);
+    if (!k) fail("'notify' message has an unknown kind");
+    m.kind = *k;
+    m.ranks = decode_u32s(r, r.field("ranks"), "ranks");
+    m.code = r.small_int("code", -2147483647, 2147483647);
+    m.host = r.str("host");
+    m.text = r.str("text");
     e.msg = std::move(m);
   } else if (type == "fence") {
     fence_contribution m;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "pm/exit_status.hpp"
+#include "pm/notice.hpp"
 #include "pm/output.hpp"
 
 namespace pm::link {
@@ -30,7 +31,7 @@ namespace pm::link {
 /// Bumped on any incompatible change; both sides refuse a peer with another version.
 // 3: magic, nonce, job setup, data frames; 4: PMIx (job facts, abort, fences); 5: the tree launch
 // (child_open, child_data, child_close, child_closed); 6: PMIx tools (pmix_server,
-// proc_table_request, proc_table_reply)
+// proc_table_request, proc_table_reply) and events (notify)
 inline constexpr std::uint32_t protocol_version = 6;
 
 // ---- both ways ----
@@ -160,6 +161,17 @@ struct modex_reply {
   bool found = false;
   std::string data;  ///< raw bytes
   friend bool operator==(const modex_reply&, const modex_reply&) = default;
+};
+/// Where the abort policy is off: other ranks of the job failed, or the job is being ended
+/// (the controller's notify_ranks). The agent's PMIx server tells its ranks with a PMIx event
+/// (docs/pmix.md, "Events"); an agent whose server did not start yet keeps it for the server.
+struct pmix_notify {
+  notice_kind kind = notice_kind::rank_exited;
+  std::vector<std::uint32_t> ranks;  ///< the affected ranks (empty: the job ends without one)
+  int code = 0;                      ///< pm/notice.hpp: exit code, signal, status
+  std::string host;                  ///< the affected ranks' host ("" for none)
+  std::string text;  ///< the launcher's line, e.g. "rank 1 on node2 exited with code 7"
+  friend bool operator==(const pmix_notify&, const pmix_notify&) = default;
 };
 /// The job is over: kill whatever is left of the ranks and their descendants, then exit.
 struct shutdown_request {
@@ -298,7 +310,8 @@ using message =
                  suspend, resume, shutdown_request, started, spawn_failed, exited, stream_closed,
                  shutdown_done, agent_error, fence_result, pmix_abort, fence_contribution,
                  modex_request, modex_reply, pmix_unfinalized, agent_notice, child_open, child_data,
-                 child_close, child_closed, pmix_server, proc_table_request, proc_table_reply>;
+                 child_close, child_closed, pmix_server, proc_table_request, proc_table_reply,
+                 pmix_notify>;
 
 /// Which side may send a message.
 enum class sender : std::uint8_t { launcher, agent, either };

@@ -587,6 +587,10 @@ void driver::on_link_events(std::vector<ln::link_event>& events) {
         if (pmix_) pmix_->proc_table_done(*t);
         continue;
       }
+      if (const auto* n = std::get_if<ln::pmix_notify>(&m->msg)) {
+        if (pmix_) pmix_->notify(*n);
+        continue;
+      }
       if (const auto* sig = std::get_if<ln::signal_request>(&m->msg); sig && pmix_) {
         // The job is being stopped: a rank blocked in PMIx_Abort may return once signalled.
         const std::vector<std::uint32_t> ranks = sig->ranks;

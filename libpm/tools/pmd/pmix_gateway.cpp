@@ -333,6 +333,23 @@ void pmix_gateway::start_server() {
   ev.events = EPOLLIN;
   ev.data.u64 = tag_server;
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, server_->event_fd(), &ev);
+  // The server keeps events for ranks that register their handlers later.
+  for (const auto& n : early_notices_) send_notice(n);
+  early_notices_.clear();
+}
+
+void pmix_gateway::notify(const pm::link::pmix_notify& notice) {
+  if (server_) {
+    send_notice(notice);
+  } else if (!start_failure_ && early_notices_.size() < 64) {
+    early_notices_.push_back(notice);
+  }
+}
+
+void pmix_gateway::send_notice(const pm::link::pmix_notify& n) {
+  const std::string problem =
+      server_->notify(pmix::event_notice{job_.nspace, n.kind, n.ranks, n.code, n.host, n.text});
+  if (!problem.empty()) say("PMIx: " + problem);
 }
 
 void pmix_gateway::on_fence(pmix::fence_request r) {

@@ -81,6 +81,10 @@ class pmix_gateway {
   void serve_modex(const pm::link::modex_request& request);
   /// The answer to a direct modex this host asked for.
   void modex_done(const pm::link::modex_reply& reply);
+  /// The launcher's notice (abort policy off): other ranks failed, or the job is being ended.
+  /// The server tells this host's ranks with a PMIx event; before it starts, the notices wait
+  /// for it (the first 64), so that a rank that connects later still learns of them.
+  void notify(const pm::link::pmix_notify& notice);
   /// The launcher acted on an abort (the job is being stopped): the caller may return.
   void release_abort(std::uint32_t rank);
   void release_aborts();
@@ -103,6 +107,7 @@ class pmix_gateway {
                                        const std::optional<pm::exit_status>& status) const;
   void make_dirs();
   void say(const std::string& text);
+  void send_notice(const pm::link::pmix_notify& notice);
 
   pm::link::pmix_job job_;
   std::vector<std::string> executables_;
@@ -122,6 +127,7 @@ class pmix_gateway {
   std::map<std::uint32_t, pm::agent::pmix::completion> aborts_;
   std::map<pm::link::fence_members, std::uint64_t> fence_seq_;
   std::vector<std::uint8_t> client_state_;  // per global rank: 0 never, 1 connected, 2 finalized
+  std::vector<pm::link::pmix_notify> early_notices_;  // before the server started
   std::uint64_t next_modex_ = 0;
   std::map<std::uint64_t, pm::agent::pmix::data_completion> modex_;
   std::map<std::pair<pm::link::fence_members, std::uint64_t>, pm::agent::pmix::data_completion>

@@ -47,6 +47,14 @@ class module_server final : public hosted_server {
     } catch (...) {  // out of memory before the request left: nothing to answer with here
     }
   }
+  std::string notify(const event_notice& notice) noexcept override {
+    try {
+      s_->notify(notice);
+      return {};
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }
   std::chrono::nanoseconds init_time() const noexcept override { return s_->init_time(); }
 
  private:

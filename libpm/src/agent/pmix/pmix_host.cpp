@@ -552,6 +552,17 @@ void on_tool_connected(pmix_info_t* info, size_t ninfo, pmix_tool_connection_cbf
   cbfunc(PMIX_SUCCESS, &tool, cbdata);
 }
 
+// A rank registers a handler for a system event (PMIX_EVENT_NODE_DOWN, which server::notify
+// sends for a lost host): libpmix refuses that unless the host has this upcall. The server itself
+// delivers what the host notifies, so there is nothing to set up: done at once.
+pmix_status_t on_register_events(pmix_status_t*, size_t, const pmix_info_t*, size_t,
+                                 pmix_op_cbfunc_t, void*) {
+  return PMIX_OPERATION_SUCCEEDED;
+}
+pmix_status_t on_deregister_events(pmix_status_t*, size_t, pmix_op_cbfunc_t, void*) {
+  return PMIX_OPERATION_SUCCEEDED;
+}
+
 // Static: libpmix keeps the pointer until PMIx_server_finalize. What is not set here PMIx
 // answers with "not supported" (publish/lookup, spawn, connect: docs/pmix.md).
 pmix_server_module_t module_table() {
@@ -564,6 +575,8 @@ pmix_server_module_t module_table() {
   m.direct_modex = on_direct_modex;
   m.query = on_query;
   m.tool_connected = on_tool_connected;
+  m.register_events = on_register_events;
+  m.deregister_events = on_deregister_events;
   return m;
 }
 pmix_server_module_t the_module = module_table();
@@ -913,6 +926,80 @@ void server::local_modex(const proc& target, std::function<void(status, std::vec
   if (rc != PMIX_SUCCESS) {
     std::unique_ptr<request> req(r);
     req->done(status::error, {});
+  }
+}
+
+int event_code(pm::notice_kind kind) noexcept {
+  switch (kind) {
+    case pm::notice_kind::rank_exited:
+      return PMIX_ERR_EXIT_NONZERO_TERM;
+    case pm::notice_kind::rank_signaled:
+      return PMIX_ERR_PROC_ABORTED_BY_SIG;
+    case pm::notice_kind::rank_spawn_failed:
+      return PMIX_ERR_PROC_FAILED_TO_START;
+    case pm::notice_kind::host_lost:
+      return PMIX_EVENT_NODE_DOWN;
+    case pm::notice_kind::rank_aborted:
+      return PMIX_ERR_PROC_REQUESTED_ABORT;
+    case pm::notice_kind::job_ending:
+      return PMIX_ERR_JOB_CANCELED;
+  }
+  return PMIX_ERROR;
+}
+
+void server::notify(const event_notice& n) {
+  if (!impl_->running) return;
+  using pm::notice_kind;
+  // Held until PMIx calls back (4.2.2 copies the array at once, but does not promise to).
+  auto held = std::make_unique<info_array>();
+  {
+    info_list list;
+    pmix_proc_t one;
+    if (n.ranks.size() == 1) {
+      PMIX_PROC_LOAD(&one, n.nspace.c_str(), n.ranks.front());
+      list.add(PMIX_EVENT_AFFECTED_PROC, &one, PMIX_PROC);
+    } else if (!n.ranks.empty()) {
+      pmix_data_array_t procs;
+      PMIX_DATA_ARRAY_CONSTRUCT(&procs, n.ranks.size(), PMIX_PROC);
+      auto* p = static_cast<pmix_proc_t*>(procs.array);
+      for (std::size_t i = 0; i < n.ranks.size(); ++i) {
+        PMIX_PROC_LOAD(&p[i], n.nspace.c_str(), n.ranks[i]);
+      }
+      try {
+        list.add(PMIX_EVENT_AFFECTED_PROCS, &procs, PMIX_DATA_ARRAY);
+      } catch (...) {
+        PMIx_Data_array_destruct(&procs);
+        throw;
+      }
+      PMIx_Data_array_destruct(&procs);
+    }
+    // The code a shell would show: a signal S as 128 + S (the text names the signal).
+    if (n.kind != notice_kind::host_lost) {
+      const int code = n.kind == notice_kind::rank_signaled ? 128 + n.code : n.code;
+      list.add(PMIX_EXIT_CODE, &code, PMIX_INT);
+    }
+    if (!n.host.empty()) list.add_string(PMIX_HOSTNAME, n.host);
+    if (!n.text.empty()) list.add_string(PMIX_EVENT_TEXT_MESSAGE, n.text);
+    // Never to default handlers: Open MPI 4.1's calls MPI_Abort on any event it gets.
+    list.add_bool(PMIX_EVENT_NON_DEFAULT, true);
+    if (n.kind == notice_kind::rank_aborted || n.kind == notice_kind::job_ending) {
+      list.add_bool(PMIX_EVENT_TERMINATE_JOB, true);
+    }
+    list.convert(*held);
+  }
+  // The source is the affected rank (PMIx sends nothing back to a source, and a wildcard source
+  // would match every rank); a job's end has none.
+  pmix_proc_t source;
+  PMIX_PROC_LOAD(&source, n.nspace.c_str(),
+                 n.ranks.empty() ? PMIX_RANK_UNDEF : static_cast<pmix_rank_t>(n.ranks.front()));
+  auto* data = held.get();
+  const pmix_status_t rc = PMIx_Notify_event(
+      event_code(n.kind), &source, PMIX_RANGE_NAMESPACE, data->data(), data->size(),
+      [](pmix_status_t, void* cbdata) { delete static_cast<info_array*>(cbdata); }, data);
+  if (rc == PMIX_SUCCESS) {
+    held.release();  // the callback deletes it
+  } else if (rc != PMIX_OPERATION_SUCCEEDED) {
+    fail("PMIx_Notify_event", rc);
   }
 }
 

@@ -53,6 +53,8 @@
 #include <variant>
 #include <vector>
 
+#include "pm/notice.hpp"
+
 namespace pm {
 class rank_map;
 }
@@ -223,6 +225,19 @@ struct query_request {
   std::vector<query> queries;
   query_completion done;
 };
+/// What this host's ranks of `nspace` are told (server::notify): another rank failed, or the job
+/// is being ended; the launcher decides, where the abort policy is off (docs/pmix.md, "Events").
+struct event_notice {
+  std::string nspace;
+  pm::notice_kind kind = pm::notice_kind::rank_exited;
+  std::vector<std::uint32_t> ranks;  ///< the affected ranks (empty: the job ends without one)
+  int code = 0;                      ///< pm/notice.hpp: exit code, signal, status
+  std::string host;                  ///< the affected ranks' host ("" for none)
+  std::string text;                  ///< the launcher's line
+};
+
+/// The PMIx event code a notice is sent with (PMIX_ERR_EXIT_NONZERO_TERM, ...: docs/pmix.md).
+int event_code(pm::notice_kind kind) noexcept;
 
 /// What the host wants to hear about. Each runs on the host thread, inside run_pending().
 struct callbacks {
@@ -325,6 +340,13 @@ class server {
   /// the rank has committed its data; `done` then runs on the host thread, inside
   /// run_pending(), with the bytes to hand to the asking server (or a failure status).
   void local_modex(const proc& target, std::function<void(status, std::vector<char>)> done);
+  /// PMIx_Notify_event to this host's ranks of the notice's namespace that registered a handler
+  /// for its code (range namespace; never to default handlers: PMIX_EVENT_NON_DEFAULT, because
+  /// Open MPI 4.1's default handler calls MPI_Abort on any event). Affected ranks, exit code,
+  /// host and text travel as PMIX_EVENT_AFFECTED_PROC(S), PMIX_EXIT_CODE, PMIX_HOSTNAME and
+  /// PMIX_EVENT_TEXT_MESSAGE. Returns at once (PMIx delivers on its progress thread, and keeps
+  /// the event for ranks that register later). Throws pm::error when PMIx refuses it.
+  void notify(const event_notice& notice);
   /// PMIx_server_deregister_nspace and removal of the job's directory. Unknown: nothing.
   void deregister_job(const std::string& nspace);
   /// Completes queued requests with status::error, finalizes PMIx (its threads end), removes

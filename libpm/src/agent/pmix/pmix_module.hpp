@@ -29,6 +29,8 @@ class hosted_server {
   /// server::local_modex: `done` runs inside a later run_pending().
   virtual void local_modex(const proc& target,
                            std::function<void(status, std::vector<char>)> done) noexcept = 0;
+  /// server::notify; "" or what failed.
+  virtual std::string notify(const event_notice& notice) noexcept = 0;
   virtual std::chrono::nanoseconds init_time() const noexcept = 0;
 };
 

@@ -72,6 +72,7 @@ struct run_stats {
   std::uint32_t streams_before_exit = 0;
   std::uint32_t sigkills = 0;    ///< ranks the controller sent SIGKILL
   std::uint32_t leftovers = 0;   ///< ranks whose leftovers the job had to clear
+  std::uint32_t notices = 0;     ///< notify_ranks the controller sent (notify_failures, no abort)
   std::uint64_t link_bytes = 0;  ///< bytes the agent links carried, both ways
   std::uint64_t link_ticks = 0;  ///< timer events of the link endpoints (heartbeats, silence)
 
