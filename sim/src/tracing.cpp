@@ -76,6 +76,13 @@ void world::trace_event(const event& e) {
                    (x.rank ? std::to_string(*x.rank) : std::string("none")) +
                    " status=" + std::to_string(x.status));
           },
+          [&](const rank_unfinalized& x) {
+            hash_.add(x.rank);
+            hash_.add(encode(x.status));
+            if (tracing())
+              line("<- rank_unfinalized rank=" + std::to_string(x.rank) + " " +
+                   x.status.describe());
+          },
       },
       e);
 }

@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
   }
   pmix_status_t codes[] = {PMIX_ERR_EXIT_NONZERO_TERM,    PMIX_ERR_PROC_ABORTED_BY_SIG,
                            PMIX_ERR_PROC_FAILED_TO_START, PMIX_EVENT_NODE_DOWN,
-                           PMIX_ERR_PROC_REQUESTED_ABORT, PMIX_ERR_JOB_CANCELED};
+                           PMIX_ERR_PROC_REQUESTED_ABORT, PMIX_ERR_JOB_CANCELED,
+                           PMIX_ERR_PROC_TERM_WO_SYNC};
   PMIx_Register_event_handler(codes, sizeof codes / sizeof codes[0], NULL, 0, on_event,
                               on_registered, NULL);
   pthread_mutex_lock(&lock);

@@ -335,11 +335,11 @@ TEST_F(PmrunMpi, WithoutAbortTheSurvivorsAreToldTheJobIsBeingEnded) {
   for (const int rank : {0, 2}) {
     ASSERT_EQ(by_rank[rank].size(), 1u) << r.out;
     const auto& e = by_rank[rank].front();
-    EXPECT_EQ(e.code, "JOB CANCELED");  // PMIX_ERR_JOB_CANCELED
-    EXPECT_EQ(e.affected, "-");
+    EXPECT_EQ(e.code, "PROC TERMINATED WITHOUT SYNC");  // PMIX_ERR_PROC_TERM_WO_SYNC
+    EXPECT_EQ(e.affected, "1");
     EXPECT_EQ(e.exit_code, "7");
     EXPECT_EQ(e.terminate, "1");
-    EXPECT_EQ(e.text, "the job was cancelled: rank 1 on " + host +
+    EXPECT_EQ(e.text, "rank 1 on " + host +
                           " exited with code 7 without calling MPI_Finalize (PMIx_Finalize)");
   }
   EXPECT_EQ(r.err.find("grace"), std::string::npos) << r.err;  // they left when told

@@ -50,6 +50,8 @@ std::string describe_event(const pm::event& e) {
           o << "timer_fired " << x.timer;
         else if constexpr (std::is_same_v<T, pm::signal_received>)
           o << "signal_received " << x.signo;
+        else if constexpr (std::is_same_v<T, pm::rank_unfinalized>)
+          o << "rank_unfinalized " << x.rank << " " << x.status.describe();
         else
           o << "abort_requested " << (x.rank ? static_cast<std::int64_t>(*x.rank) : -1) << " "
             << x.status;

@@ -606,6 +606,39 @@ TEST(Controller, NoAbortSpawnFailureIsNotified) {
       (strings{"notify 0 rank_spawn_failed [1] 126", "emit rank 1 on b could not start: denied"}));
 }
 
+// A rank that left PMIx without PMIx_Finalize ends the job also with the policy off (its peers
+// could wait for it in a fence for ever), named as the cause; the survivors are told first.
+TEST(Controller, AnUnfinalizedRankEndsTheJobNamedAsItsCause) {
+  harness h(make_map({{"a", 2}, {"b", 1}}), notifying());
+  h.start_all();
+  EXPECT_EQ(h.end(1, ok), strings{});  // an exit 0 is no failure by itself
+  EXPECT_EQ(h.feed(pm::rank_unfinalized{1, ok}),
+            (strings{"notify 0 rank_unfinalized [1] 0", "notify 1 rank_unfinalized [1] 0",
+                     "signal 0 [0] SIGCONT", "signal 0 [0] SIGTERM", "signal 1 [2] SIGCONT",
+                     "signal 1 [2] SIGTERM", "start_timer 1 3000ms",
+                     "emit rank 1 on a exited with code 0 without calling MPI_Finalize "
+                     "(PMIx_Finalize); aborting the job (SIGTERM to 2 ranks)"}));
+  EXPECT_TRUE(h.feed(pm::rank_unfinalized{0, ok}).empty());  // the job is ending already
+  h.end(0, pm::exit_status::signaled(SIGTERM));
+  h.end(2, pm::exit_status::signaled(SIGTERM));
+  const auto r = *h.finished_report();
+  EXPECT_EQ(r.exit_code, 1);  // an exit 0 without finalize still fails the job
+  EXPECT_EQ(r.cause, pm::cause_kind::rank_failed);
+  EXPECT_EQ(r.failed_rank, 1u);
+  EXPECT_EQ(r.summary,
+            "rank 1 on a exited with code 0 without calling MPI_Finalize (PMIx_Finalize)");
+  // By a signal: 128 + the signal, with the abort policy on as well.
+  harness k(make_map({{"a", 2}}), pm::controller_options{});
+  k.start_all();
+  k.feed(pm::rank_unfinalized{0, pm::exit_status::signaled(SIGKILL)});
+  k.end(0, pm::exit_status::signaled(SIGKILL));
+  k.end(1, pm::exit_status::signaled(SIGTERM));
+  EXPECT_EQ(k.finished_report()->exit_code, 128 + SIGKILL);
+  harness u(make_map({{"a", 1}}), pm::controller_options{});
+  u.start_all();
+  EXPECT_TRUE(u.feed(pm::rank_unfinalized{7, ok}).empty());  // no such rank
+}
+
 TEST(Controller, NoAbortJobEndingIsNotifiedBeforeTheSignals) {
   // An explicit abort by a rank: the notice names it, then the stop sequence.
   {

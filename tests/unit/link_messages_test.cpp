@@ -609,7 +609,7 @@ TEST(LinkMessages, RandomMessagesRoundTripThroughTheReference) {
           static_cast<int>(rng() % 257) - 1, static_cast<int>(rng() % 65)});
     ms.push_back(table);
     pmix_notify nt;
-    nt.kind = static_cast<pm::notice_kind>(rng() % 6);
+    nt.kind = static_cast<pm::notice_kind>(rng() % 7);
     for (std::size_t r = 0; r < rng() % 40; ++r)
       nt.ranks.push_back(static_cast<std::uint32_t>(big()));
     nt.code = static_cast<int>(static_cast<std::int32_t>(rng() % 2000000) - 1000000);

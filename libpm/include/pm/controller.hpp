@@ -104,8 +104,18 @@ struct abort_requested {
   std::string message;
 };
 
-using event = std::variant<job_start, rank_started, rank_spawn_failed, stream_closed, rank_exited,
-                           host_lost, timer_fired, signal_received, abort_requested>;
+/// A rank that had called PMIx_Init (MPI_Init) ended without PMIx_Finalize, by an exit (even 0)
+/// or a signal: its peers may wait for it in their next fence for ever, so the job ends, also
+/// where the abort policy is off (as under mpirun), with this rank named as the cause (its code,
+/// 1 for an exit 0, or 128 + signal).
+struct rank_unfinalized {
+  std::uint32_t rank;
+  exit_status status;
+};
+
+using event =
+    std::variant<job_start, rank_started, rank_spawn_failed, stream_closed, rank_exited, host_lost,
+                 timer_fired, signal_received, abort_requested, rank_unfinalized>;
 
 // ---- actions: what the driver must do -------------------------------------------------------
 

@@ -19,10 +19,12 @@ enum class notice_kind : std::uint8_t {
   host_lost,          ///< the ranks a lost host took with it (code: 0)
   rank_aborted,       ///< the rank called abort (code: its status): the job is being ended
   job_ending,         ///< the launcher ends the job: timeout, signal, cancel (code: its exit code)
+  /// the rank ended without PMIx_Finalize (code: its exit code, or 128 + signal): the job ends
+  rank_unfinalized,
 };
 
 /// "rank_exited", "rank_signaled", "rank_spawn_failed", "host_lost", "rank_aborted",
-/// "job_ending": the agent link's and the traces' spelling.
+/// "job_ending", "rank_unfinalized": the agent link's and the traces' spelling.
 PM_API std::string_view to_string(notice_kind k) noexcept;
 /// The kind spelled as to_string spells it; nullopt for anything else.
 PM_API std::optional<notice_kind> notice_kind_from(std::string_view name) noexcept;

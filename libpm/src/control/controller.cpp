@@ -434,6 +434,15 @@ struct controller::state {
     out.push_back(emit{line + abort_tail(n)});
   }
 
+  void on(job_time, const rank_unfinalized& e, std::vector<action>& out) {
+    if (ph == phase::aborting || !valid(e.rank)) return;  // the job is ending already
+    const int code = e.status.shell_code();
+    failure(cause_kind::rank_failed, e.rank, host_of(e.rank), e.status, code != 0 ? code : 1,
+            rank_where(e.rank) + " " + e.status.describe() +
+                " without calling MPI_Finalize (PMIx_Finalize)",
+            true, out, notice_kind::rank_unfinalized, {e.rank}, code);
+  }
+
   void check_finish(std::vector<action>& out, const controller& self) {
     if (ph == phase::idle || ph == phase::finished) return;
     if (not_ended != 0) return;

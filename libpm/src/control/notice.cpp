@@ -6,8 +6,9 @@ namespace pm {
 
 namespace {
 
-constexpr std::array<std::string_view, 6> names = {
-    "rank_exited", "rank_signaled", "rank_spawn_failed", "host_lost", "rank_aborted", "job_ending"};
+constexpr std::array<std::string_view, 7> names = {
+    "rank_exited",  "rank_signaled", "rank_spawn_failed", "host_lost",
+    "rank_aborted", "job_ending",    "rank_unfinalized"};
 
 }  // namespace
 

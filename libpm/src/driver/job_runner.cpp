@@ -294,11 +294,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   // also where the abort policy is off: those peers have no other way out.
   void on_unfinalized(std::uint32_t h, const link::pmix_unfinalized& u) {
     if (u.rank >= req.map.size() || req.map.at(u.rank).host != h) return;
-    const int code = u.status.shell_code();
-    post(abort_requested{std::nullopt, code != 0 ? code : 1,
-                         "rank " + std::to_string(u.rank) + " on " + host_info(h).name + " " +
-                             u.status.describe() +
-                             " without calling MPI_Finalize (PMIx_Finalize)"});
+    post(rank_unfinalized{u.rank, u.status});
   }
 
   void on_fence(std::uint32_t h, const link::fence_contribution& c) {

@@ -943,6 +943,8 @@ int event_code(pm::notice_kind kind) noexcept {
       return PMIX_ERR_PROC_REQUESTED_ABORT;
     case pm::notice_kind::job_ending:
       return PMIX_ERR_JOB_CANCELED;
+    case pm::notice_kind::rank_unfinalized:
+      return PMIX_ERR_PROC_TERM_WO_SYNC;
   }
   return PMIX_ERROR;
 }
@@ -982,7 +984,8 @@ void server::notify(const event_notice& n) {
     if (!n.text.empty()) list.add_string(PMIX_EVENT_TEXT_MESSAGE, n.text);
     // Never to default handlers: Open MPI 4.1's calls MPI_Abort on any event it gets.
     list.add_bool(PMIX_EVENT_NON_DEFAULT, true);
-    if (n.kind == notice_kind::rank_aborted || n.kind == notice_kind::job_ending) {
+    if (n.kind == notice_kind::rank_aborted || n.kind == notice_kind::job_ending ||
+        n.kind == notice_kind::rank_unfinalized) {
       list.add_bool(PMIX_EVENT_TERMINATE_JOB, true);
     }
     list.convert(*held);
