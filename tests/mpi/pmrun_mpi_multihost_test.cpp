@@ -36,6 +36,20 @@ const std::string mpi_dir = PM_MPI_DIR;
     GTEST_SKIP() << "no fake hosts here: " << multihost_fixture::unavailable_reason(); \
   }
 
+// Crashes node3 `settle` after node1 and node3 each run 3 processes of the job (their ranks have
+// started), or after 30 s at the latest; the caller joins the thread.
+std::thread crash_node3_once_running(multihost_fixture& f, std::chrono::milliseconds settle) {
+  return std::thread([&f, settle] {
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < until &&
+           (f.pids_on("node1").size() < 3 || f.pids_on("node3").size() < 3)) {
+      std::this_thread::sleep_for(50ms);
+    }
+    std::this_thread::sleep_for(settle);
+    f.crash("node3");
+  });
+}
+
 std::vector<std::string> pmrun(const multihost_fixture& f, std::vector<std::string> args) {
   std::string hosts;
   for (const auto& h : f.hosts()) hosts += (hosts.empty() ? "" : ",") + h.name + ":2";
@@ -122,15 +136,8 @@ TEST(PmrunMpiMultihost, AHostLostWhileOthersWaitInAFenceEndsTheJob) {
   // node3's ranks never call MPI_Init: the others wait in its first fence, which needs node3.
   // Then node3 dies: the fence fails for the waiting hosts and the job ends (no rank waits for
   // ever, and no rank carries on past a failed fence).
-  std::thread killer([&] {
-    const auto until = std::chrono::steady_clock::now() + 30s;
-    while (std::chrono::steady_clock::now() < until &&
-           (f.pids_on("node1").size() < 3 || f.pids_on("node3").size() < 3)) {
-      std::this_thread::sleep_for(50ms);
-    }
-    std::this_thread::sleep_for(1s);  // node1's and node2's ranks are in MPI_Init by now
-    f.crash("node3");
-  });
+  // After a second node1's and node2's ranks are in MPI_Init.
+  std::thread killer = crash_node3_once_running(f, 1s);
   const auto r =
       run_command(pmrun(f, {"sh", "-c",
                             "if [ \"$(hostname)\" = node3 ]; then exec sleep 60; fi; exec " +
@@ -249,15 +256,8 @@ TEST(PmrunMpiMultihost, WithoutAbortAHostLostIsToldToTheRanksOfTheOthers) {
   multihost_fixture f(3);
   // node3's ranks never call PMIx (so its agent makes no PMIx directory for the crash to leave
   // behind); the others register their handlers and wait, without a fence node3 would never join.
-  std::thread killer([&] {
-    const auto until = std::chrono::steady_clock::now() + 30s;
-    while (std::chrono::steady_clock::now() < until &&
-           (f.pids_on("node1").size() < 3 || f.pids_on("node3").size() < 3)) {
-      std::this_thread::sleep_for(50ms);
-    }
-    std::this_thread::sleep_for(3s);  // every rank has its handler (a late one gets it anyway)
-    f.crash("node3");
-  });
+  // After 3 s every rank has its handler (a late one gets it anyway).
+  std::thread killer = crash_node3_once_running(f, 3s);
   const auto r =
       run_command(pmrun(f, {"--no-abort-on-failure", "sh", "-c",
                             "if [ \"$(hostname)\" = node3 ]; then exec sleep 60; fi; exec " +
