@@ -176,6 +176,11 @@ int main(int argc, char** argv) {
       link::proc_table_reply{9, {link::proc_table_entry{0, 77, "killed", -1, 15}}},
       link::pmix_notify{
           pm::notice_kind::rank_exited, {1}, 7, "node2", "rank 1 on node2 exited with code 7"},
+      link::pmix_notify{pm::notice_kind::rank_unfinalized,
+                        {2},
+                        0,
+                        "node1",
+                        "rank 2 on node1 exited with code 0 without calling MPI_Finalize"},
   };
   int i = 0;
   for (const auto& m : messages) {
