@@ -37,6 +37,18 @@ pm::job_request local_job(std::uint32_t np, std::vector<std::string> argv) {
   return request;
 }
 
+// Runs the job on an io_context of its own, 20 s at most: its exit code, or nothing if it did not
+// end by then.
+std::optional<int> run_to_end(pm::job_request request) {
+  boost::asio::io_context io;
+  std::optional<int> code;
+  pm::job_runner runner(io, std::move(request),
+                        {nullptr, [&](const pm::job_report& r) { code = r.exit_code; }});
+  runner.start();
+  io.run_for(20s);
+  return code;
+}
+
 bool is_end(pm::rank_state s) {
   return s != pm::rank_state::pending && s != pm::rank_state::running;
 }
@@ -82,14 +94,7 @@ TEST(JobRunner, OnRankStateReportsEveryChangeOnceInOrder) {
 }
 
 TEST(JobRunner, WithoutOnRankStateTheJobRunsAsBefore) {
-  boost::asio::io_context io;
-  std::optional<int> code;
-  pm::job_runner runner(io, local_job(2, {"/bin/true"}),
-                        {nullptr, [&](const pm::job_report& r) { code = r.exit_code; }});
-  runner.start();
-  io.run_for(20s);
-  ASSERT_TRUE(code.has_value());
-  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(run_to_end(local_job(2, {"/bin/true"})), 0);
 }
 
 // An agent started before the job (pm::early_agent) serves the job's ranks: their parent is it.
@@ -102,14 +107,7 @@ TEST(JobRunner, AdoptsAnAgentStartedEarly) {
   std::vector<std::string> parents;
   request.output.sink = [&](std::uint32_t, pm::output_stream, std::string_view line,
                             pm::line_flags) { parents.emplace_back(line); };
-  boost::asio::io_context io;
-  std::optional<int> code;
-  pm::job_runner runner(io, std::move(request),
-                        {nullptr, [&](const pm::job_report& r) { code = r.exit_code; }});
-  runner.start();
-  io.run_for(20s);
-  ASSERT_TRUE(code.has_value()) << "the job did not end";
-  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(run_to_end(std::move(request)), 0);
   EXPECT_TRUE(early->adopted());
   ASSERT_EQ(parents.size(), 2u);
   for (auto& p : parents) {
@@ -126,16 +124,7 @@ TEST(JobRunner, AnEarlyAgentNobodyAdoptedIsEndedWithItsLastReference) {
   const auto pid = static_cast<pid_t>(early->pid());
   request.agent_path = std::string(PM_BINARY_DIR) + "/bin/../bin/pmd";  // another command line
   request.prestarted = early;
-  boost::asio::io_context io;
-  std::optional<int> code;
-  {
-    pm::job_runner runner(io, std::move(request),
-                          {nullptr, [&](const pm::job_report& r) { code = r.exit_code; }});
-    runner.start();
-    io.run_for(20s);
-  }
-  ASSERT_TRUE(code.has_value());
-  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(run_to_end(std::move(request)), 0);
   EXPECT_FALSE(early->adopted());
   EXPECT_EQ(::kill(pid, 0), 0) << "still ours until released";
   early.reset();

@@ -48,8 +48,9 @@ struct controller_options {
   /// finishes only once every stream reached end-of-stream, so that no output is lost.
   std::uint8_t streams_per_rank = 2;
   /// With abort_on_failure off: tell the ranks still alive about each failure of another rank and
-  /// about the launcher ending the job (notify_ranks actions; pmrun sets it for PMIx jobs, whose
-  /// agents turn them into PMIx events, docs/pmix.md "Events"). Ignored with abort_on_failure.
+  /// about the launcher ending the job (notify_ranks actions; job_runner sets it exactly when the
+  /// job has PMIx, job_request::pmix, whose agents turn them into PMIx events, docs/pmix.md
+  /// "Events"). Ignored with abort_on_failure.
   bool notify_failures = false;
 };
 

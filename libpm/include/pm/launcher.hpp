@@ -130,7 +130,8 @@ struct job_request {
   remote_launch remote;
   /// Give the ranks a PMIx server (in each host's agent), so that MPI programs run as one job
   /// (docs/pmix.md). It starts only when a rank connects: a job that never calls PMIx does not
-  /// pay for it. false: --no-pmix (the ranks get no PMIx variables at all).
+  /// pay for it. false: --no-pmix (the ranks get no PMIx variables at all). It also decides
+  /// control.notify_failures: only ranks with a PMIx server can be told of failures.
   bool pmix = true;
   /// Reaches hosts other than this machine; null: the system ssh (remote.rsh_agent).
   std::shared_ptr<transport> remote_transport;

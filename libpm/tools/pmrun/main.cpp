@@ -353,14 +353,8 @@ int run(int argc, char** argv) {
   // This machine's pmd starts now, so that its exec overlaps the work below (the allocation, the
   // map, the environment); the job adopts it. One nobody adopts (the job runs on other hosts
   // only, or is refused below) is killed and reaped when `early` goes.
-  std::shared_ptr<pm::early_agent> early;
-  if (!options.do_not_launch) {
-    try {
-      early = pm::early_agent::start(pm::local::default_agent_path());
-    } catch (const pm::error&) {
-      // No pmd to be found: the launch says so, with the places it looked.
-    }
-  }
+  // Null when there is no pmd to be found: the launch says so, with the places it looked.
+  const auto early = options.do_not_launch ? nullptr : pm::early_agent::start();
 
   const auto me = pm::local_host_info();
   const auto resolved = pm::resolve_job(options, env, me, pm::read_text_file);
