@@ -83,6 +83,12 @@ void world::trace_event(const event& e) {
               line("<- rank_unfinalized rank=" + std::to_string(x.rank) + " " +
                    x.status.describe());
           },
+          // The simulator's driver does not spawn jobs; traced for a driver that would.
+          [&](const job_spawned& x) {
+            hash_.add(x.hosts.size());
+            if (!x.hosts.empty()) hash_.add(x.hosts.front());
+            if (tracing()) line("<- job_spawned hosts=" + rank_list(x.hosts));
+          },
       },
       e);
 }

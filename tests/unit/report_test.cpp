@@ -203,4 +203,30 @@ TEST(Report, JsonNamesAHostOutsideTheListByIndexAndEscapesText) {
   EXPECT_EQ(doc["summary"], r.summary);
 }
 
+// A spawned job's rank carries its job and its rank there, right after "rank" (its process
+// number); the first job's ranks keep the schema they had.
+TEST(Report, JsonNamesTheJobOfASpawnedJobsRankOnly) {
+  pm::job_report r;
+  r.host_names = {"a"};
+  pm::rank_report first, spawned;
+  first.rank = 1;
+  first.job_rank = 1;
+  spawned.rank = 2;
+  spawned.job = 1;
+  spawned.job_rank = 0;
+  r.ranks = {first, spawned};
+  const auto text = pm::to_json(r);
+  const auto doc = nlohmann::json::parse(text);
+  EXPECT_FALSE(doc["ranks"][0].contains("job"));
+  EXPECT_FALSE(doc["ranks"][0].contains("job_rank"));
+  EXPECT_EQ(doc["ranks"][1]["rank"], 2);
+  EXPECT_EQ(doc["ranks"][1]["job"], 1);
+  EXPECT_EQ(doc["ranks"][1]["job_rank"], 0);
+  EXPECT_NE(text.find(R"("rank": 2,
+      "job": 1,
+      "job_rank": 0,
+      "host": "a")"),
+            std::string::npos);
+}
+
 }  // namespace

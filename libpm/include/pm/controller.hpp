@@ -114,13 +114,26 @@ struct rank_unfinalized {
   exit_status status;
 };
 
+/// A rank's PMIx_Spawn (MPI_Comm_spawn) was mapped by the driver: a new job joins. Its ranks
+/// become processes size() .. size()+hosts.size()-1 (job number jobs() before the event), and are
+/// supervised like the first job's: spawned (spawn actions, batched per host), the same failure
+/// policy, signals forwarded, counted for the finish. Ignored (nothing added) while the job is
+/// being aborted or is finished, or when `hosts` is empty or names a host outside the allocation:
+/// the driver sees size() unchanged and tells the caller its spawn failed. Also ignored when
+/// `hosts` names a host that was lost (host_lost), and once every process has ended (only output
+/// is pending, clear_leftovers may be under way): nobody is left to have asked.
+struct job_spawned {
+  std::vector<std::uint32_t> hosts;  ///< per rank of the new job: its allocation host index
+};
+
 using event =
     std::variant<job_start, rank_started, rank_spawn_failed, stream_closed, rank_exited, host_lost,
-                 timer_fired, signal_received, abort_requested, rank_unfinalized>;
+                 timer_fired, signal_received, abort_requested, rank_unfinalized, job_spawned>;
 
 // ---- actions: what the driver must do -------------------------------------------------------
 
-/// Start these ranks on this host (batched per host).
+/// Start these ranks on this host (batched per host). For a job_spawned, one per host of the new
+/// job, hosts in the order they first appear in job_spawned::hosts, ranks ascending.
 struct spawn {
   std::uint32_t host;
   std::vector<std::uint32_t> ranks;
@@ -169,8 +182,21 @@ struct finish {
 using action = std::variant<spawn, signal_ranks, start_timer, cancel_timer, emit, clear_leftovers,
                             finish, notify_ranks>;
 
+/// A process's place in its own job: job 0 is the first job, job k the k-th spawned one.
+struct job_rank {
+  std::uint32_t job = 0;
+  std::uint32_t rank = 0;  ///< its rank within that job (its PMIx rank in the job's namespace)
+};
+
 /// The job's state machine. Per rank it keeps a few bytes; every event costs O(1) amortized,
 /// except the one that starts an abort, which signals every live rank once.
+///
+/// A session is the first job plus the jobs its ranks spawn (job_spawned). Every process of the
+/// session has one process number, the `rank` of every event, action and rank_report: the first
+/// job's ranks are 0..N-1, each spawned job's ranks are appended after those of the jobs before
+/// it. Where every live rank is walked (an abort, SIGKILL, a forwarded signal, the survivors'
+/// notice), hosts come in the first job's node order, then the hosts only spawned jobs use,
+/// ascending; on each host, processes ascending.
 class PM_API controller {
  public:
   /// `map` must outlive the controller (it is referenced, not copied).
@@ -191,6 +217,25 @@ class PM_API controller {
   /// ranks an event touched instead of building the whole report. Throws pm::error(internal)
   /// for a rank outside the job.
   rank_report rank_report_of(std::uint32_t rank) const;
+
+  /// Processes of every job so far (the first job's ranks plus every spawned job's).
+  std::uint32_t size() const noexcept;
+  /// Jobs so far: 1 + the spawned jobs.
+  std::uint32_t jobs() const noexcept;
+  /// First process of job `job`, and its number of ranks. Throw pm::error(internal) for a job
+  /// out of range.
+  std::uint32_t job_first(std::uint32_t job) const;
+  std::uint32_t job_size(std::uint32_t job) const;
+  /// A process's job and its rank within it, in O(log jobs). Throws pm::error(internal) for a
+  /// process out of range.
+  job_rank job_rank_of(std::uint32_t process) const;
+  /// A process's allocation host index. Throws pm::error(internal) for a process out of range.
+  std::uint32_t host_of(std::uint32_t process) const;
+  /// Processes of every job not ended (pending or running) on allocation host `host`; 0 for an
+  /// unknown host. The driver computes a host's free slots from it.
+  std::uint32_t live_on_host(std::uint32_t host) const noexcept;
+  /// Every job's processes on allocation host `host`, ascending (empty for an unknown host).
+  std::vector<std::uint32_t> processes_on_host(std::uint32_t host) const;
 
  private:
   struct state;

@@ -46,7 +46,9 @@ enum class cause_kind : std::uint8_t {
 PM_API const char* to_string(cause_kind k) noexcept;
 
 struct rank_report {
-  std::uint32_t rank = 0;
+  std::uint32_t rank = 0;      ///< its process number: the first job's rank, or after (spawned)
+  std::uint32_t job = 0;       ///< 0: the first job; k: the k-th job spawned (MPI_Comm_spawn)
+  std::uint32_t job_rank = 0;  ///< its rank within its job (== rank for job 0)
   std::uint32_t host = 0;
   rank_state state = rank_state::pending;
   std::optional<exit_status> status;  ///< when it ended
@@ -59,6 +61,7 @@ struct job_report {
   int exit_code = 0;
   cause_kind cause = cause_kind::none;
   /// The rank of the first failure, if a rank; for a lost host, its lowest-numbered lost rank.
+  /// A process number (rank_report::rank): ranks[*failed_rank] says its job and job rank.
   std::optional<std::uint32_t> failed_rank;
   std::optional<std::uint32_t> failed_host;  ///< its host (allocation index)
   std::optional<exit_status> failed_status;

@@ -6,15 +6,21 @@
 // nature reach every live rank — the event that begins an abort, the grace timer's SIGKILL,
 // a forwarded signal — which walk the ranks once, host by host, and report(), which copies them.
 // Counters (ranks not ended, streams open) decide the finish without a scan.
+//
+// Spawned jobs (job_spawned) append their ranks to the same slots; the rank map knows only the
+// first job, so a spawned process's host is kept beside it (4 bytes), and per host its spawned
+// processes, for the walks that go host by host.
 #include "pm/controller.hpp"
 
 #include "pm/error.hpp"
 
 #include <signal.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <initializer_list>
+#include <limits>
 #include <unordered_map>
 
 namespace pm {
@@ -92,11 +98,19 @@ struct controller::state {
   controller_options options;
   std::uint8_t expected_streams;  // closed_* bits of the streams each started rank has
   phase ph = phase::idle;
-  std::vector<rank_slot> ranks;
+  std::vector<rank_slot> ranks;  // the first job's ranks, then every spawned job's
   std::unordered_map<std::uint32_t, std::string> rank_reasons;  // spawn failure, abort message
   std::unordered_map<std::uint32_t, std::string> host_reasons;  // why a host was lost
   std::uint32_t not_ended = 0;                                  // pending + running
   std::vector<std::uint32_t> not_ended_on_host;                 // per allocation host
+  // Spawned jobs: first process of each job (job 0 first: 0), the host of each spawned process
+  // (process - map->size()), per allocation host its spawned processes (ascending), and the hosts
+  // only spawned jobs use (ascending), walked after the first job's nodes.
+  std::vector<std::uint32_t> job_firsts{0};
+  std::vector<std::uint32_t> spawned_host;
+  std::vector<std::vector<std::uint32_t>> spawned_on_host;  // sized at the first job_spawned
+  std::vector<std::uint32_t> spawned_only_hosts;
+  std::vector<bool> host_gone;      // per allocation host: host_lost came (no job may join there)
   std::uint64_t streams_open = 0;   // of started ranks, not yet at end-of-stream
   std::uint64_t next_timer = 1;     // ids are unique per controller; 0 means "none"
   std::uint64_t timeout_timer = 0;  // 0: not running
@@ -121,16 +135,47 @@ struct controller::state {
                                                    : std::uint8_t{0}),
         ranks(m.size()),
         not_ended(m.size()),
-        not_ended_on_host(m.allocation().hosts.size(), 0) {
+        not_ended_on_host(m.allocation().hosts.size(), 0),
+        host_gone(m.allocation().hosts.size(), false) {
     for (std::uint32_t rank = 0; rank < m.size(); ++rank) ++not_ended_on_host[host_of(rank)];
   }
 
-  std::uint32_t host_of(std::uint32_t rank) const { return map->at(rank).host; }
+  std::uint32_t host_of(std::uint32_t rank) const {
+    return rank < map->size() ? map->at(rank).host : spawned_host[rank - map->size()];
+  }
   const std::string& host_name(std::uint32_t host) const {
     return map->allocation().hosts[host].name;
   }
+  std::uint32_t num_hosts() const {
+    return static_cast<std::uint32_t>(map->allocation().hosts.size());
+  }
+  job_rank job_rank_of(std::uint32_t rank) const {
+    const auto job = static_cast<std::uint32_t>(
+        std::upper_bound(job_firsts.begin(), job_firsts.end(), rank) - job_firsts.begin() - 1);
+    return {job, rank - job_firsts[job]};
+  }
+  // "rank 3 on node2", or for a spawned job's rank "rank 0 of spawned job 1 on node2".
   std::string rank_where(std::uint32_t rank) const {
-    return "rank " + std::to_string(rank) + " on " + host_name(host_of(rank));
+    if (rank < map->size())
+      return "rank " + std::to_string(rank) + " on " + host_name(host_of(rank));
+    const auto jr = job_rank_of(rank);
+    return "rank " + std::to_string(jr.rank) + " of spawned job " + std::to_string(jr.job) +
+           " on " + host_name(host_of(rank));
+  }
+  // Every host with processes, in walking order: the first job's nodes, then the hosts only
+  // spawned jobs use.
+  template <class F>
+  void for_each_host(F&& f) const {
+    for (std::uint32_t node = 0; node < map->num_nodes(); ++node) f(map->host_of_node(node));
+    for (auto host : spawned_only_hosts) f(host);
+  }
+  // A host's processes, ascending: the first job's, then the spawned ones (numbered after).
+  template <class F>
+  void for_each_process_on(std::uint32_t host, F&& f) const {
+    for (auto rank : map->ranks_on_host(host)) f(rank);
+    if (host < spawned_on_host.size()) {
+      for (auto rank : spawned_on_host[host]) f(rank);
+    }
   }
   bool valid(std::uint32_t rank) const { return rank < ranks.size(); }
 
@@ -150,11 +195,10 @@ struct controller::state {
   void notify_survivors(notice_kind kind, std::vector<std::uint32_t> affected, int code,
                         const std::string& line, std::vector<action>& out) {
     if (!notifying()) return;
-    for (std::uint32_t node = 0; node < map->num_nodes(); ++node) {
-      const auto host = map->host_of_node(node);
-      if (not_ended_on_host[host] == 0) continue;
-      out.push_back(notify_ranks{host, kind, affected, code, line});
-    }
+    for_each_host([&](std::uint32_t host) {
+      if (not_ended_on_host[host] != 0)
+        out.push_back(notify_ranks{host, kind, affected, code, line});
+    });
   }
 
   // ---- streams: a rank's streams count from its start; a close may come before the start ----
@@ -183,16 +227,16 @@ struct controller::state {
   std::uint32_t signal_running(std::initializer_list<int> signos, std::vector<action>& out) {
     std::uint32_t count = 0;
     std::vector<std::uint32_t> live;
-    for (std::uint32_t node = 0; node < map->num_nodes(); ++node) {
-      const auto host = map->host_of_node(node);
+    for_each_host([&](std::uint32_t host) {
+      if (not_ended_on_host[host] == 0) return;  // nobody alive there: skip the walk
       live.clear();
-      for (auto rank : map->ranks_on_host(host)) {
+      for_each_process_on(host, [&](std::uint32_t rank) {
         if (ranks[rank].state == rank_state::running) live.push_back(rank);
-      }
-      if (live.empty()) continue;
+      });
+      if (live.empty()) return;
       count += static_cast<std::uint32_t>(live.size());
       for (int signo : signos) out.push_back(signal_ranks{host, live, signo});
-    }
+    });
     return count;
   }
 
@@ -327,18 +371,19 @@ struct controller::state {
 
   void on(job_time now, const host_lost& e, std::vector<action>& out) {
     if (e.host >= map->allocation().hosts.size()) return;
+    host_gone[e.host] = true;
     std::uint32_t lost = 0;
     std::optional<std::uint32_t> first;
     std::vector<std::uint32_t> taken;  // for the survivors' notice
-    for (auto rank : map->ranks_on_host(e.host)) {
+    for_each_process_on(e.host, [&](std::uint32_t rank) {
       auto& r = ranks[rank];
       // Output still in flight from that host is gone with it, also for ranks that had ended.
       drop_streams(r);
-      if (!end_rank(r, rank_state::lost, now)) continue;
+      if (!end_rank(r, rank_state::lost, now)) return;
       if (!first) first = rank;
       ++lost;
       if (notifying()) taken.push_back(rank);
-    }
+    });
     if (lost == 0) return;  // a duplicate, or a host whose ranks had all ended
     host_reasons[e.host] = e.reason;
     if (ph == phase::aborting) return;
@@ -443,6 +488,39 @@ struct controller::state {
             true, out, notice_kind::rank_unfinalized, {e.rank}, code);
   }
 
+  void on(job_time, const job_spawned& e, std::vector<action>& out) {
+    // Nothing joins a job that is ending, or one whose processes all ended (nobody asked).
+    if (ph != phase::running || not_ended == 0 || e.hosts.empty()) return;
+    if (e.hosts.size() > std::numeric_limits<std::uint32_t>::max() - ranks.size()) return;
+    for (auto host : e.hosts) {
+      if (host >= num_hosts() || host_gone[host]) return;
+    }
+    const auto first = static_cast<std::uint32_t>(ranks.size());
+    const auto n = static_cast<std::uint32_t>(e.hosts.size());
+    job_firsts.push_back(first);
+    spawned_on_host.resize(num_hosts());
+    ranks.resize(ranks.size() + n);
+    spawned_host.insert(spawned_host.end(), e.hosts.begin(), e.hosts.end());
+    not_ended += n;
+    // One spawn per host, in the order the hosts first appear; ranks ascending.
+    std::unordered_map<std::uint32_t, std::size_t> batch;  // host -> its action in `out`
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const auto host = e.hosts[i];
+      const auto process = first + i;
+      ++not_ended_on_host[host];
+      spawned_on_host[host].push_back(process);
+      auto [it, fresh] = batch.try_emplace(host, out.size());
+      if (fresh) {
+        out.push_back(spawn{host, {}});
+        if (!map->node_of_host(host)) {
+          auto at = std::lower_bound(spawned_only_hosts.begin(), spawned_only_hosts.end(), host);
+          if (at == spawned_only_hosts.end() || *at != host) spawned_only_hosts.insert(at, host);
+        }
+      }
+      std::get<spawn>(out[it->second]).ranks.push_back(process);
+    }
+  }
+
   void check_finish(std::vector<action>& out, const controller& self) {
     if (ph == phase::idle || ph == phase::finished) return;
     if (not_ended != 0) return;
@@ -494,6 +572,9 @@ rank_report controller::rank_report_of(std::uint32_t rank) const {
   const auto& slot = s.ranks[rank];
   rank_report rr;
   rr.rank = rank;
+  const auto jr = s.job_rank_of(rank);
+  rr.job = jr.job;
+  rr.job_rank = jr.rank;
   rr.host = s.host_of(rank);
   rr.state = slot.state;
   rr.pid = slot.pid;
@@ -508,6 +589,66 @@ rank_report controller::rank_report_of(std::uint32_t rank) const {
     rr.reason = it->second;
   }
   return rr;
+}
+
+namespace {
+
+void check_process(std::uint32_t process, std::size_t size, const char* what) {
+  if (process >= size)
+    throw error(errc::internal, std::string(what) + ": process " + std::to_string(process) +
+                                    " is outside the session (" + std::to_string(size) +
+                                    " processes)");
+}
+
+}  // namespace
+
+std::uint32_t controller::size() const noexcept {
+  return static_cast<std::uint32_t>(state_->ranks.size());
+}
+
+std::uint32_t controller::jobs() const noexcept {
+  return static_cast<std::uint32_t>(state_->job_firsts.size());
+}
+
+std::uint32_t controller::job_first(std::uint32_t job) const {
+  const auto& s = *state_;
+  if (job >= s.job_firsts.size())
+    throw error(errc::internal, "job_first: job " + std::to_string(job) + " does not exist (" +
+                                    std::to_string(s.job_firsts.size()) + " jobs)");
+  return s.job_firsts[job];
+}
+
+std::uint32_t controller::job_size(std::uint32_t job) const {
+  const auto& s = *state_;
+  if (job >= s.job_firsts.size())
+    throw error(errc::internal, "job_size: job " + std::to_string(job) + " does not exist (" +
+                                    std::to_string(s.job_firsts.size()) + " jobs)");
+  const auto end = job + 1 < s.job_firsts.size() ? s.job_firsts[job + 1]
+                                                 : static_cast<std::uint32_t>(s.ranks.size());
+  return end - s.job_firsts[job];
+}
+
+job_rank controller::job_rank_of(std::uint32_t process) const {
+  check_process(process, state_->ranks.size(), "job_rank_of");
+  return state_->job_rank_of(process);
+}
+
+std::uint32_t controller::host_of(std::uint32_t process) const {
+  check_process(process, state_->ranks.size(), "host_of");
+  return state_->host_of(process);
+}
+
+std::uint32_t controller::live_on_host(std::uint32_t host) const noexcept {
+  const auto& s = *state_;
+  return host < s.not_ended_on_host.size() ? s.not_ended_on_host[host] : 0;
+}
+
+std::vector<std::uint32_t> controller::processes_on_host(std::uint32_t host) const {
+  const auto& s = *state_;
+  std::vector<std::uint32_t> out;
+  if (host >= s.num_hosts()) return out;
+  s.for_each_process_on(host, [&](std::uint32_t p) { out.push_back(p); });
+  return out;
 }
 
 job_report controller::report() const {

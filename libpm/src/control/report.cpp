@@ -96,6 +96,11 @@ std::string to_json(const job_report& report) {
   for (const auto& r : report.ranks) {
     w.begin_object();
     w.member("rank", r.rank);
+    // Only for ranks of spawned jobs, so that a report without spawns keeps its schema.
+    if (r.job != 0) {
+      w.member("job", r.job);
+      w.member("job_rank", r.job_rank);
+    }
     w.member("host", host_name(report, r.host));
     w.member("state", to_string(r.state));
     put_status(w, r.status);
