@@ -1,11 +1,13 @@
 // The controller under arbitrary legal interleavings. A hand-written driver model plays the world:
 // ranks start, write, close their streams, exit with generated statuses (also before their start
 // is reported or before their last output), fail to spawn, call abort, obey or ignore SIGTERM;
-// hosts are lost; timers fire, also late and twice; the launcher is interrupted; events are
-// duplicated. Which move comes next is drawn from a generated list of choices, so that a failure
-// shrinks to a short story. The model keeps its own account of the failure rules (what the first
-// failure was, when the job aborts, what each rank is owed) and checks every action batch and the
-// final report against it; a replay of the same events must give the same actions.
+// hosts are lost; timers fire, also late and twice; the launcher is interrupted; ranks leave
+// without finalizing; ranks spawn new jobs (job_spawned: accepted, or refused when ending, empty,
+// or naming a bad or lost host), whose ranks then live the same lives; events are duplicated. Which
+// move comes next is drawn from a generated list of choices, so that a failure shrinks to a short
+// story. The model keeps its own account of the failure rules (what the first failure was, when the
+// job aborts, what each rank is owed) and checks every action batch and the final report against
+// it; a replay of the same events must give the same actions.
 #include <signal.h>
 
 #include <gtest/gtest.h>
@@ -22,7 +24,18 @@ namespace {
 
 using namespace std::chrono_literals;
 
-enum class behaviour : std::uint8_t { succeed, fail, crash, spawn_fail, call_abort };
+enum class behaviour : std::uint8_t { succeed, fail, crash, spawn_fail, call_abort, unfinalized };
+
+// Ranks of spawned jobs live the same lives, drawn with the same weights.
+behaviour behaviour_of(std::uint32_t x) {
+  static constexpr behaviour table[] = {
+      behaviour::succeed,    behaviour::succeed,    behaviour::succeed, behaviour::succeed,
+      behaviour::succeed,    behaviour::succeed,    behaviour::succeed, behaviour::succeed,
+      behaviour::succeed,    behaviour::succeed,    behaviour::succeed, behaviour::succeed,
+      behaviour::fail,       behaviour::fail,       behaviour::crash,   behaviour::spawn_fail,
+      behaviour::call_abort, behaviour::unfinalized};
+  return table[x % std::size(table)];
+}
 
 // Every detail of a finish's report, so that a replay differing anywhere shows.
 std::string describe(const pm::action& a) {
@@ -52,6 +65,8 @@ std::string describe_event(const pm::event& e) {
           o << "signal_received " << x.signo;
         else if constexpr (std::is_same_v<T, pm::rank_unfinalized>)
           o << "rank_unfinalized " << x.rank << " " << x.status.describe();
+        else if constexpr (std::is_same_v<T, pm::job_spawned>)
+          o << "job_spawned " << pm::test::ranks_text(x.hosts);
         else
           o << "abort_requested " << (x.rank ? static_cast<std::int64_t>(*x.rank) : -1) << " "
             << x.status;
@@ -69,6 +84,10 @@ struct rank_model {
   bool late_start = false;  // its exit was reported first; the start report is still due
   bool called_abort = false;
   bool abort_accepted = false;
+  std::uint32_t host = 0;               // allocation host
+  std::uint32_t job = 0, job_rank = 0;  // 0: the first job; k: the k-th spawned one
+  std::optional<pm::exit_status> exit;  // its own exit, as reported (not lost, not spawn-failed)
+  bool unfinalized_sent = false;
   bool got_term = false, got_kill = false;
   int term_signo = 0;
   std::uint64_t pid = 0;
@@ -110,7 +129,8 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
                                                {2, behaviour::fail},
                                                {1, behaviour::crash},
                                                {1, behaviour::spawn_fail},
-                                               {1, behaviour::call_abort}}));
+                                               {1, behaviour::call_abort},
+                                               {1, behaviour::unfinalized}}));
   const auto ignores = *rc::gen::container<std::vector<bool>>(
       np, rc::gen::map(rc::gen::inRange(0, 4), [](int x) { return x == 0; }));
   chooser w{*rc::gen::container<std::vector<std::uint32_t>>(rc::gen::arbitrary<std::uint32_t>()),
@@ -133,7 +153,11 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
   for (std::uint32_t r = 0; r < np; ++r) {
     ranks[r].does = behaviours[r];
     ranks[r].ignores_term = ignores[r];
+    ranks[r].host = map.at(r).host;
+    ranks[r].job_rank = r;
   }
+  std::uint32_t jobs = 1;
+  auto size = [&] { return static_cast<std::uint32_t>(ranks.size()); };
   std::vector<bool> host_lost(hosts, false);
 
   // The model's account of the rules.
@@ -147,7 +171,8 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
   std::uint64_t timeout_timer = 0;
   std::set<std::uint64_t> timers_started, timers_done;  // done: fired or cancelled
   bool saw_late_timer = false, saw_duplicate = false, saw_exit_first = false,
-       saw_output_after_exit = false, saw_host_lost = false, saw_grace = false;
+       saw_output_after_exit = false, saw_host_lost = false, saw_grace = false,
+       saw_unfinalized = false, saw_spawned_job = false, saw_refused_spawn = false;
 
   auto not_ended = [&] {
     std::uint32_t n = 0;
@@ -166,6 +191,7 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
   bool began_now = false, kill_now = false, forward_now = false, notify_now = false;
   int forward_signo = 0;
   std::optional<std::uint32_t> started_now;
+  std::optional<std::vector<std::string>> spawns_now;  // a job_spawned's batch, exactly
   bool late_timer_now = false;
   auto begin_abort = [&](int signo) {
     aborting = true;
@@ -205,11 +231,12 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
       trace.push_back("   -> " + described.back().substr(0, 200));
       RC_ASSERT(finishes == 0);  // nothing after the finish
       if (const auto* sp = std::get_if<pm::spawn>(&act)) {
-        RC_ASSERT(std::holds_alternative<pm::job_start>(e));
+        RC_ASSERT(std::holds_alternative<pm::job_start>(e) ||
+                  std::holds_alternative<pm::job_spawned>(e));
         RC_ASSERT(!sp->ranks.empty());
         for (auto r : sp->ranks) {
-          RC_ASSERT(r < np);
-          RC_ASSERT(map.at(r).host == sp->host);
+          RC_ASSERT(r < size());
+          RC_ASSERT(ranks[r].host == sp->host);
           RC_ASSERT(spawned.insert(r).second);  // each rank once
         }
       } else if (const auto* n = std::get_if<pm::notify_ranks>(&act)) {
@@ -222,8 +249,8 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
         RC_ASSERT(!s->ranks.empty());
         if (s->signo != SIGUSR1) RC_ASSERT(aborting);  // only an abort signals, besides forwarding
         for (auto r : s->ranks) {
-          RC_ASSERT(r < np);
-          RC_ASSERT(map.at(r).host == s->host);
+          RC_ASSERT(r < size());
+          RC_ASSERT(ranks[r].host == s->host);
           RC_ASSERT(ranks[r].state == rank_model::running);  // started and not known to be over
           if (s->signo == SIGKILL) {
             RC_ASSERT(kill_allowed);  // only after the grace or a second interrupt
@@ -258,7 +285,17 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
         RC_ASSERT(timers_done == timers_started);
       }
     }
-    for (std::uint32_t r = 0; r < np; ++r) {
+    if (std::holds_alternative<pm::job_spawned>(e)) {
+      // Accepted: exactly one spawn per host of the new job, in first-appearance order, ranks
+      // ascending, and nothing else; refused: nothing at all.
+      std::vector<std::string> got_text;
+      for (const auto& act : out) got_text.push_back(pm::test::describe(act));
+      RC_ASSERT(got_text == spawns_now.value_or(std::vector<std::string>{}));
+      RC_ASSERT(ctl.size() == size());
+      RC_ASSERT(ctl.jobs() == jobs);
+    }
+    spawns_now.reset();
+    for (std::uint32_t r = 0; r < size(); ++r) {
       if (ranks[r].state != rank_model::running) continue;
       // The event that begins the abort signals every running rank: SIGCONT, then the signal.
       if (began_now) {
@@ -279,8 +316,8 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
     if (notify_now) {
       // Exactly the hosts with ranks not ended (as reported to the controller).
       std::set<std::uint32_t> alive;
-      for (std::uint32_t r = 0; r < np; ++r) {
-        if (ranks[r].state != rank_model::ended) alive.insert(map.at(r).host);
+      for (std::uint32_t r = 0; r < size(); ++r) {
+        if (ranks[r].state != rank_model::ended) alive.insert(ranks[r].host);
       }
       RC_ASSERT(told == alive);
     }
@@ -295,7 +332,7 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
   std::vector<std::function<void()>> moves;
   for (int step = 0; step < 20000 && finishes == 0; ++step) {
     moves.clear();
-    for (std::uint32_t r = 0; r < np; ++r) {
+    for (std::uint32_t r = 0; r < size(); ++r) {
       auto& m = ranks[r];
       auto close_move = [&, r] {
         auto& x = ranks[r];
@@ -310,7 +347,7 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
             moves.push_back([&, r] {
               ranks[r].state = rank_model::ended;
               ++failed;
-              if (!aborting) failure(pm::cause_kind::spawn_failed, 127, r, map.at(r).host, false);
+              if (!aborting) failure(pm::cause_kind::spawn_failed, 127, r, ranks[r].host, false);
               feed(pm::rank_spawn_failed{r, 127, "not found"});
             });
             break;
@@ -333,11 +370,12 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
               saw_exit_first = true;
               const auto st = x.does == behaviour::fail ? pm::exit_status::exited(3)
                                                         : pm::exit_status::exited(0);
+              x.exit = st;
               if (aborting) {
                 ++killed;
               } else if (!st.success()) {
                 ++failed;
-                failure(pm::cause_kind::rank_failed, st.shell_code(), r, map.at(r).host, false);
+                failure(pm::cause_kind::rank_failed, st.shell_code(), r, ranks[r].host, false);
               }
               feed(pm::rank_exited{r, st});
             });
@@ -353,8 +391,8 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
               if (!aborting) {
                 x.abort_accepted = true;
                 ++failed;
-                failure(pm::cause_kind::abort_requested, status == 0 ? 1 : status, r,
-                        map.at(r).host, true);
+                failure(pm::cause_kind::abort_requested, status == 0 ? 1 : status, r, ranks[r].host,
+                        true);
               }
               feed(pm::abort_requested{r, status, "model"});
             });
@@ -372,13 +410,14 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
                   : x.does == behaviour::crash    ? pm::exit_status::signaled(SIGSEGV)
                                                   : pm::exit_status::exited(0);
               x.state = rank_model::ended;
+              x.exit = st;
               if (x.abort_accepted) {
                 // failed already, when it called abort
               } else if (aborting) {
                 ++killed;
               } else if (!st.success()) {
                 ++failed;
-                failure(pm::cause_kind::rank_failed, st.shell_code(), r, map.at(r).host, false);
+                failure(pm::cause_kind::rank_failed, st.shell_code(), r, ranks[r].host, false);
               }
               feed(pm::rank_exited{r, st});
             });
@@ -387,6 +426,19 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
         }
         case rank_model::ended:
           if (m.open != 0) moves.push_back(close_move);
+          if (m.does == behaviour::unfinalized && m.exit && !m.unfinalized_sent) {
+            // It had called PMIx_Init and ended without PMIx_Finalize: the job ends, whatever the
+            // policy, unless it is ending already.
+            moves.push_back([&, r] {
+              auto& x = ranks[r];
+              x.unfinalized_sent = true;
+              saw_unfinalized = true;
+              const int code = x.exit->shell_code();
+              if (!aborting)
+                failure(pm::cause_kind::rank_failed, code != 0 ? code : 1, r, x.host, true);
+              feed(pm::rank_unfinalized{r, *x.exit});
+            });
+          }
           if (m.late_start) {
             moves.push_back([&, r] {
               ranks[r].late_start = false;
@@ -424,14 +476,17 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
     }
     if (w.pick(15) == 0) {
       const auto h = w.pick(hosts);
-      if (!host_lost[h] && !map.ranks_on_host(h).empty()) {
+      bool used = false;
+      for (const auto& x : ranks) used = used || x.host == h;
+      if (!host_lost[h] && used) {
         moves.push_back([&, h] {
           host_lost[h] = true;
           saw_host_lost = true;
           std::uint32_t lost = 0;
-          std::optional<std::uint32_t> first;  // the report names its lowest lost rank
-          for (auto r : map.ranks_on_host(h)) {
+          std::optional<std::uint32_t> first;           // the report names its lowest lost rank
+          for (std::uint32_t r = 0; r < size(); ++r) {  // ascending: the report's order too
             auto& x = ranks[r];
+            if (x.host != h) continue;
             x.open = 0;
             if (x.state != rank_model::ended) {
               x.state = rank_model::ended;
@@ -462,6 +517,40 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
         feed(pm::signal_received{SIGINT});
       });
     }
+    // A rank spawns a job: mostly on good hosts, now and then an empty list or a bad host. The
+    // model stays small: at most 4 spawned jobs of at most 3 ranks.
+    if (w.pick(5) == 0 && jobs <= 4) {
+      moves.push_back([&] {
+        std::vector<std::uint32_t> on(w.pick(4));
+        for (auto& h : on) h = w.pick(hosts * 8 + 1) / 8;  // == hosts: outside the allocation
+        bool accepted = !aborting && not_ended() > 0 && !on.empty();
+        for (auto h : on) accepted = accepted && h < hosts && !host_lost[h];
+        if (accepted) {
+          saw_spawned_job = true;
+          std::vector<std::string> expect;
+          std::vector<std::uint32_t> order;
+          std::vector<std::vector<std::uint32_t>> batch(hosts);
+          for (std::uint32_t i = 0; i < on.size(); ++i) {
+            rank_model x;
+            x.does = behaviour_of(w.pick(1000));
+            x.ignores_term = w.pick(4) == 0;
+            x.host = on[i];
+            x.job = jobs;
+            x.job_rank = i;
+            if (batch[on[i]].empty()) order.push_back(on[i]);
+            batch[on[i]].push_back(size());
+            ranks.push_back(x);
+          }
+          for (auto h : order)
+            expect.push_back("spawn " + std::to_string(h) + " " + pm::test::ranks_text(batch[h]));
+          spawns_now = expect;
+          ++jobs;
+        } else {
+          saw_refused_spawn = true;
+        }
+        feed(pm::job_spawned{on});
+      });
+    }
     if (w.pick(60) == 0) {
       moves.push_back([&] {
         forward_now = true;
@@ -475,7 +564,8 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
         const auto& old = events[w.pick(static_cast<std::uint32_t>(events.size()))];
         if (std::holds_alternative<pm::signal_received>(old) ||
             std::holds_alternative<pm::abort_requested>(old) ||
-            std::holds_alternative<pm::timer_fired>(old))
+            std::holds_alternative<pm::timer_fired>(old) ||
+            std::holds_alternative<pm::job_spawned>(old))
           return;  // those are not duplicates but new requests
         saw_duplicate = true;
         const auto copy = old;
@@ -485,8 +575,10 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
       });
       moves.push_back([&] {
         const auto before = described.size();
-        feed(pm::rank_exited{np + w.pick(3), pm::exit_status::exited(1)});
-        feed(pm::stream_closed{np, pm::stream_kind::out, 0});
+        // Far beyond any process a spawn could add, so that a later duplicate stays unknown.
+        feed(pm::rank_exited{1000000 + w.pick(3), pm::exit_status::exited(1)});
+        feed(pm::stream_closed{1000000, pm::stream_kind::out, 0});
+        feed(pm::rank_unfinalized{1000000, pm::exit_status::exited(0)});
         feed(pm::host_lost{hosts + 1, "nowhere"});
         RC_ASSERT(described.size() == before);
       });
@@ -510,6 +602,9 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
   RC_CLASSIFY(saw_exit_first, "exit before start");
   RC_CLASSIFY(saw_output_after_exit, "output after exit");
   RC_CLASSIFY(saw_host_lost, "host lost");
+  RC_CLASSIFY(saw_unfinalized, "unfinalized");
+  RC_CLASSIFY(saw_spawned_job, "spawned job");
+  RC_CLASSIFY(saw_refused_spawn, "refused spawn");
 
   // Liveness: the job finishes exactly once; nothing follows.
   for (const auto& l : trace) RC_LOG() << l << "\n";  // shown when the property fails
@@ -523,9 +618,16 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
   }
 
   // Every rank ended; the outcome follows the first-failure rule.
-  RC_ASSERT(report->ranks.size() == np);
-  for (const auto& r : report->ranks)
+  RC_ASSERT(report->ranks.size() == size());
+  for (std::uint32_t p = 0; p < size(); ++p) {
+    const auto& r = report->ranks[p];
     RC_ASSERT(r.state != pm::rank_state::pending && r.state != pm::rank_state::running);
+    RC_ASSERT(r.rank == p);
+    RC_ASSERT(r.job == ranks[p].job);
+    RC_ASSERT(r.job_rank == ranks[p].job_rank);
+    RC_ASSERT(r.host == ranks[p].host);
+  }
+  RC_ASSERT(ctl.jobs() == jobs);
   RC_ASSERT(report->cause == cause);
   RC_ASSERT(report->exit_code == exit_code);
   RC_ASSERT(report->signal == (cause == pm::cause_kind::signal ? cause_signal : 0));
@@ -546,8 +648,8 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
   // Without an abort, nobody was signalled to end, and every rank no fault touched succeeded.
   if (!aborting) {
     RC_ASSERT(!ever_signalled_to_abort);
-    for (std::uint32_t r = 0; r < np; ++r) {
-      if (ranks[r].does != behaviour::succeed || host_lost[map.at(r).host]) continue;
+    for (std::uint32_t r = 0; r < size(); ++r) {
+      if (ranks[r].does != behaviour::succeed || host_lost[ranks[r].host]) continue;
       RC_ASSERT(report->ranks[r].state == pm::rank_state::exited);
       RC_ASSERT(report->ranks[r].status == pm::exit_status::exited(0));
     }
