@@ -125,3 +125,26 @@ TEST(FenceTable, ALostHostFailsItsFencesForThoseThatContributed) {
 }
 
 }  // namespace
+
+namespace {
+
+// A spawned job's processes 6 and 7 on h2 and a 4th host (index 3) the first job does not use.
+TEST(FenceTable, SpawnedProcessesJoinFencesAndHostsOutsideTheFirstJobAnswerLast) {
+  const auto map = three_hosts();
+  fence_table t(map, [](std::uint32_t p) -> std::optional<std::uint32_t> {
+    if (p == 6) return 3u;
+    if (p == 7) return 2u;
+    return std::nullopt;
+  });
+  const fence_members both{false, {0, 6, 7}};  // h0, then h2, then host 3 (after the nodes)
+  EXPECT_FALSE(t.contribute(3, part(both, 0, "D")));
+  EXPECT_FALSE(t.contribute(2, part(both, 0, "C")));
+  const auto o = t.contribute(0, part(both, 0, "A"));
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->hosts, (std::vector<std::uint32_t>{0, 2, 3}));
+  EXPECT_EQ(o->result.data, "ACD");
+  // A process no job has is a contribution that cannot be right.
+  EXPECT_THROW(t.contribute(0, part(fence_members{false, {0, 8}}, 0, "")), pm::error);
+}
+
+}  // namespace

@@ -62,6 +62,14 @@ bytes body(std::initializer_list<std::uint8_t> b) {
   return bytes(b);
 }
 
+// A spawned job's facts on a host that runs none of its ranks.
+job_add spawned_job_sample() {
+  job_add a{2, 6, 3, {app_spec{{"env"}, "", {}}}, std::nullopt};
+  a.pmix =
+      pmix_job{"pmrun.42.ab.2", 8, no_node, {"node3"}, {0, 0}, {0, 0}, {0, 1}, "pmrun.42.ab", 5};
+  return a;
+}
+
 std::vector<message> samples() {
   rank_spec a{3, 0, {"A=1", "B="}, true};
   rank_spec b{4, 1, {}, false};
@@ -77,58 +85,74 @@ std::vector<message> samples() {
   j.apps = {app_spec{{"echo", "hi there", "$(x)"}, "/tmp", {"APP=1"}}, app_spec{{"env"}, "", {}}};
   job_setup with_pmix = j;
   with_pmix.pmix =
-      pmix_job{"pmrun.42.ab", 8, 1, {"node1", "node2"}, {0, 0, 1}, {0, 1, 1}, {0, 1, 0}};
+      pmix_job{"pmrun.42.ab", 8, 1, {"node1", "node2"}, {0, 0, 1}, {0, 1, 1}, {0, 1, 0}, {}, 0};
   fence_members some{false, {1, 5, 9}};
-  return {with_pmix,
-          fence_contribution{fence_members{}, 0, true, std::string("a\0b\xff", 4)},
-          fence_contribution{some, 7, false, ""},
-          fence_result{some, 7, true, std::string(300, '\x80')},
-          fence_result{fence_members{}, 1, false, ""},
-          pmix_abort{3, 42, "N/A"},
-          pmix_abort{0, -1, ""},
-          modex_request{1ull << 40, 5},
-          pmix_unfinalized{2, exit_status::exited(0)},
-          pmix_unfinalized{4, exit_status::signaled(9)},
-          agent_notice{"PMIx server: cannot load x"},
-          pmix_unfinalized{9, exit_status::exited(255)},
-          modex_reply{1ull << 40, true, std::string("\0\1\2", 3)},
-          modex_reply{7, false, ""},
-          child_open{4, {"ssh", "-F", "/a b/cfg", "node5", "/opt/pm/bin/pmd --stdio --nonce 1f"}},
-          child_data{4, std::string("\0pmlink\0\xff", 9)},
-          child_data{1u << 31, ""},
-          child_close{4},
-          child_closed{4, 255, 0, "ssh: connect to host node5 port 22: Connection refused"},
-          child_closed{7, -1, 9, ""},
-          pmix_server{"pmix-server.42;tcp4://127.0.0.1:40001", "/tmp/pm-pmix.42.ab/pmix"},
-          proc_table_request{1ull << 40},
-          proc_table_reply{3, {}},
-          proc_table_reply{4,
-                           {proc_table_entry{0, 4242, "running", -1, 0},
-                            proc_table_entry{1, 0, "pending", -1, 0},
-                            proc_table_entry{2, 4243, "killed", -1, 15},
-                            proc_table_entry{1u << 31, -1, "", 255, 0}}},
-          pmix_notify{pm::notice_kind::rank_exited, {1}, 7, "node2", "rank 1 on node2 exited"},
-          pmix_notify{pm::notice_kind::host_lost, {4, 5, 1u << 31}, 0, "node3", ""},
-          pmix_notify{pm::notice_kind::job_ending, {}, -2147483647, "", "job timed out after 2 s"},
-          pmix_notify{pm::notice_kind::rank_signaled, {0}, 9, "", ""},
-          hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
-          hello{protocol_version, 1, 4242, "node1", {"10.0.0.2%eth0", "10.1.0.2%ib0"}, 40123},
-          heartbeat{},
-          ack{1u << 20},
-          j,
-          spawn_request{{a, b}},
-          signal_request{{0, 1, 7}, 15},
-          input_closed{3},
-          suspend{},
-          resume{},
-          shutdown_request{},
-          started{3, 123456},
-          spawn_failed{4, 126, "cannot execute '/x': Permission denied"},
-          exited{5, exit_status::exited(7)},
-          exited{6, exit_status::signaled(9)},
-          stream_closed{6, output_stream::err, 1ull << 40},
-          shutdown_done{},
-          agent_error{"bad message"}};
+  return {
+      with_pmix,
+      fence_contribution{fence_members{}, 0, true, std::string("a\0b\xff", 4)},
+      fence_contribution{some, 7, false, ""},
+      fence_result{some, 7, true, std::string(300, '\x80')},
+      fence_result{fence_members{}, 1, false, ""},
+      pmix_abort{3, 42, "N/A"},
+      pmix_abort{0, -1, ""},
+      modex_request{1ull << 40, 5},
+      pmix_unfinalized{2, exit_status::exited(0)},
+      pmix_unfinalized{4, exit_status::signaled(9)},
+      agent_notice{"PMIx server: cannot load x"},
+      pmix_unfinalized{9, exit_status::exited(255)},
+      modex_reply{1ull << 40, true, std::string("\0\1\2", 3)},
+      modex_reply{7, false, ""},
+      child_open{4, {"ssh", "-F", "/a b/cfg", "node5", "/opt/pm/bin/pmd --stdio --nonce 1f"}},
+      child_data{4, std::string("\0pmlink\0\xff", 9)},
+      child_data{1u << 31, ""},
+      child_close{4},
+      child_closed{4, 255, 0, "ssh: connect to host node5 port 22: Connection refused"},
+      child_closed{7, -1, 9, ""},
+      pmix_server{"pmix-server.42;tcp4://127.0.0.1:40001", "/tmp/pm-pmix.42.ab/pmix"},
+      proc_table_request{1ull << 40},
+      proc_table_reply{3, {}},
+      proc_table_reply{
+          4,
+          {proc_table_entry{0, 4242, "running", -1, 0}, proc_table_entry{1, 0, "pending", -1, 0},
+           proc_table_entry{2, 4243, "killed", -1, 15},
+           proc_table_entry{1u << 31, -1, "", 255, 0}}},
+      pmix_notify{pm::notice_kind::rank_exited, {1}, 7, "node2", "rank 1 on node2 exited"},
+      pmix_notify{pm::notice_kind::host_lost, {4, 5, 1u << 31}, 0, "node3", ""},
+      pmix_notify{pm::notice_kind::job_ending, {}, -2147483647, "", "job timed out after 2 s"},
+      pmix_notify{pm::notice_kind::rank_signaled, {0}, 9, "", ""},
+      job_add{
+          1, 4, 2, {app_spec{{"./child", "a b"}, "/w", {"OMPI_PARENT_PORT=1:2"}}}, std::nullopt},
+      spawned_job_sample(),
+      pmix_spawn_reply{3, true, "pmrun.42.ab.1", ""},
+      pmix_spawn_reply{4, false, "", "not enough slots: 3 ranks requested, 1 slot available"},
+      pmix_data_reply{5, data_status::ok, {published_entry{"p:accept", 0, std::string("\0\1", 2)}}},
+      pmix_data_reply{6, data_status::timeout, {}},
+      pmix_spawn{7,
+                 0,
+                 {spawn_app_spec{{"./child"}, {"A=1"}, "/w", 2, {"node2"}},
+                  spawn_app_spec{{"/bin/true", ""}, {}, "", 1, {}}}},
+      pmix_publish{8, 2, {published_entry{"k", 2, "v"}, published_entry{"", 0, ""}}},
+      pmix_lookup{9, 1u << 31, {"a", "b"}, true, 600},
+      pmix_lookup{10, 0, {}, false, 0},
+      pmix_unpublish{11, 3, {"k"}},
+      hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
+      hello{protocol_version, 1, 4242, "node1", {"10.0.0.2%eth0", "10.1.0.2%ib0"}, 40123},
+      heartbeat{},
+      ack{1u << 20},
+      j,
+      spawn_request{{a, b}},
+      signal_request{{0, 1, 7}, 15},
+      input_closed{3},
+      suspend{},
+      resume{},
+      shutdown_request{},
+      started{3, 123456},
+      spawn_failed{4, 126, "cannot execute '/x': Permission denied"},
+      exited{5, exit_status::exited(7)},
+      exited{6, exit_status::signaled(9)},
+      stream_closed{6, output_stream::err, 1ull << 40},
+      shutdown_done{},
+      agent_error{"bad message"}};
 }
 
 TEST(LinkFrame, RoundTripsEveryMessageAndDataFedByteByByte) {
@@ -361,11 +385,11 @@ TEST(LinkMessages, SemanticChecks) {
   // The PMIx facts must index consistently (the agent indexes with them).
   job_setup pj;
   pj.apps.push_back(app_spec{{"a"}, "", {}});
-  pj.pmix = pmix_job{"ns", 2, 0, {"n1"}, {0, 1}, {0, 0}, {0, 0}};
+  pj.pmix = pmix_job{"ns", 2, 0, {"n1"}, {0, 1}, {0, 0}, {0, 0}, {}, 0};
   bytes bad_node;
   append_message(bad_node, pj);
   EXPECT_EQ(error_of(bad_node), "agent link: 'job' message: PMIx facts of rank 1 out of range");
-  pj.pmix = pmix_job{"ns", 2, 0, {"n1"}, {0, 0}, {0}, {0, 1}};
+  pj.pmix = pmix_job{"ns", 2, 0, {"n1"}, {0, 0}, {0}, {0, 1}, {}, 0};
   bytes short_array;
   append_message(short_array, pj);
   EXPECT_EQ(error_of(short_array), "agent link: 'job' message: PMIx rank arrays differ in length");
@@ -616,6 +640,21 @@ TEST(LinkMessages, RandomMessagesRoundTripThroughTheReference) {
     nt.host = text();
     nt.text = text();
     ms.push_back(nt);
+    pmix_spawn ps{big(), static_cast<std::uint32_t>(big()), {}};
+    for (std::size_t a = 0; a < 1 + rng() % 3; ++a)
+      ps.apps.push_back(spawn_app_spec{
+          {text() + "x", text()}, {text()}, text(), static_cast<std::uint32_t>(big()), {text()}});
+    ms.push_back(ps);
+    pmix_data_reply dr{big(), static_cast<data_status>(rng() % 4), {}};
+    for (std::size_t r = 0; r < rng() % 5; ++r)
+      dr.values.push_back(published_entry{text(), static_cast<std::uint32_t>(big()), text()});
+    ms.push_back(dr);
+    ms.push_back(pmix_lookup{big(),
+                             static_cast<std::uint32_t>(big()),
+                             {text(), text()},
+                             rng() % 2 == 0,
+                             static_cast<std::uint32_t>(big())});
+    ms.push_back(pmix_spawn_reply{big(), rng() % 2 == 0, text(), text()});
     for (const auto& m : ms) {
       const auto b = encode(m);
       ASSERT_EQ(decode_reference(b).msg, m) << type_name(m);

@@ -116,9 +116,12 @@ class PM_API early_agent {
 struct job_request {
   rank_map map;                   ///< from pm::map_job
   std::vector<app_context> apps;  ///< argv and wdir per app (job_spec::apps)
-  job_env env;                    ///< from pm::make_job_env
-  controller_options control;     ///< failure policy, timeout, grace
-  output_options output;          ///< how output is shown (pm/output.hpp)
+  /// How jobs that the ranks spawn (MPI_Comm_spawn, PMIx_Spawn) are placed on the allocation's
+  /// free slots: the launch's own policy (job_spec::mapping), oversubscription included.
+  mapping_policy mapping;
+  job_env env;                 ///< from pm::make_job_env
+  controller_options control;  ///< failure policy, timeout, grace
+  output_options output;       ///< how output is shown (pm/output.hpp)
   /// The descriptor rank `stdin_rank` reads as stdin (-1: every rank reads /dev/null). Not owned.
   int stdin_fd = -1;
   std::int64_t stdin_rank = 0;

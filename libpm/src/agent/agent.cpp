@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstring>
+#include <deque>
 #include <optional>
 #include <string>
 
@@ -92,7 +93,10 @@ struct agent::state {
   std::uint64_t timer = 0;               // the latest timer started; older ones are ignored
   agent_time now{0};                     // of the event being handled
   std::optional<link::job_setup> setup;  // from the launcher's job message
-  std::vector<std::string> base_env;     // the job's shared environment on this host
+  // Spawned jobs' apps, numbered on from the first job's (a deque: specs point into it).
+  std::deque<link::app_spec> spawned_apps;
+  std::uint32_t jobs = 1;
+  std::vector<std::string> base_env;  // the job's shared environment on this host
   rank_table ranks;
   std::vector<action>* out = nullptr;
 
@@ -137,14 +141,16 @@ struct agent::state {
   }
 
   void start_rank(link::rank_spec& spec) {
-    if (spec.app >= setup->apps.size()) {
+    const std::size_t apps = setup->apps.size() + spawned_apps.size();
+    if (spec.app >= apps) {
       send_msg(link::spawn_failed{spec.rank, 127,
                                   "rank " + std::to_string(spec.rank) + " names app " +
                                       std::to_string(spec.app) + ", the job has " +
-                                      std::to_string(setup->apps.size())});
+                                      std::to_string(apps)});
       return;
     }
-    const auto& app = setup->apps[spec.app];
+    const auto& app = spec.app < setup->apps.size() ? setup->apps[spec.app]
+                                                    : spawned_apps[spec.app - setup->apps.size()];
     process_spec p;
     p.rank = spec.rank;
     p.argv = app.argv;
@@ -168,55 +174,67 @@ struct agent::state {
       protocol_error("'" + std::string(link::type_name(m)) + "' message before 'job'");
       return;
     }
-    std::visit(overloaded{
-                   [&](link::job_setup& j) {
-                     if (setup) {
-                       protocol_error("second 'job' message");
-                       return;
-                     }
-                     base_env = base_environment(opts.environment, j.base);
-                     setup = std::move(j);
-                   },
-                   [&](link::spawn_request& s) {
-                     for (auto& spec : s.ranks) {
-                       if (ph != phase::running) {
-                         send_msg(link::spawn_failed{spec.rank, 127, "the agent is shutting down"});
-                       } else if (ranks.contains(spec.rank)) {
-                         send_msg(link::spawn_failed{spec.rank, 127,
-                                                     "rank " + std::to_string(spec.rank) +
-                                                         " was already started by this agent"});
-                       } else {
-                         start_rank(spec);
-                       }
-                     }
-                   },
-                   [&](const link::signal_request& s) {
-                     if (ph != phase::running) return;  // the agent's own kill sequence rules now
-                     for (std::uint32_t rank : s.ranks) {
-                       const auto* r = ranks.find(rank);
-                       if (r != nullptr && r->pid > 0) {
-                         out->push_back(signal_group{r->pid, s.signo});
-                       }
-                     }
-                   },
-                   [&](const link::shutdown_request&) {
-                     shutdown_asked = true;
-                     exit_code = exit_after_shutdown;
-                     clear();
-                   },
-                   [&](const link::input_closed&) {},  // the driver closes the rank's stdin pipe
-                   // The driver's PMIx server takes these.
-                   [&](const link::fence_result&) {},
-                   [&](const link::modex_request&) {},
-                   [&](const link::modex_reply&) {},
-                   [&](const link::proc_table_reply&) {},
-                   [&](const link::pmix_notify&) {},
-                   [&](const auto& other) {
-                     protocol_error("unexpected '" + std::string(link::type_name(other)) +
-                                    "' message from the launcher");
-                   },
-               },
-               m);
+    std::visit(
+        overloaded{
+            [&](link::job_setup& j) {
+              if (setup) {
+                protocol_error("second 'job' message");
+                return;
+              }
+              base_env = base_environment(opts.environment, j.base);
+              setup = std::move(j);
+            },
+            [&](link::spawn_request& s) {
+              for (auto& spec : s.ranks) {
+                if (ph != phase::running) {
+                  send_msg(link::spawn_failed{spec.rank, 127, "the agent is shutting down"});
+                } else if (ranks.contains(spec.rank)) {
+                  send_msg(link::spawn_failed{
+                      spec.rank, 127,
+                      "rank " + std::to_string(spec.rank) + " was already started by this agent"});
+                } else {
+                  start_rank(spec);
+                }
+              }
+            },
+            [&](const link::signal_request& s) {
+              if (ph != phase::running) return;  // the agent's own kill sequence rules now
+              for (std::uint32_t rank : s.ranks) {
+                const auto* r = ranks.find(rank);
+                if (r != nullptr && r->pid > 0) {
+                  out->push_back(signal_group{r->pid, s.signo});
+                }
+              }
+            },
+            [&](const link::shutdown_request&) {
+              shutdown_asked = true;
+              exit_code = exit_after_shutdown;
+              clear();
+            },
+            [&](link::job_add& j) {
+              // Jobs and apps come in order: anything else is the launcher's mistake.
+              if (j.job != jobs || j.first_app != setup->apps.size() + spawned_apps.size()) {
+                protocol_error("'job_add' of job " + std::to_string(j.job) + " out of order");
+                return;
+              }
+              ++jobs;
+              for (auto& a : j.apps) spawned_apps.push_back(std::move(a));
+            },
+            [&](const link::input_closed&) {},  // the driver closes the rank's stdin pipe
+            // The driver's PMIx server takes these.
+            [&](const link::fence_result&) {},
+            [&](const link::modex_request&) {},
+            [&](const link::modex_reply&) {},
+            [&](const link::proc_table_reply&) {},
+            [&](const link::pmix_notify&) {},
+            [&](const link::pmix_spawn_reply&) {},
+            [&](const link::pmix_data_reply&) {},
+            [&](const auto& other) {
+              protocol_error("unexpected '" + std::string(link::type_name(other)) +
+                             "' message from the launcher");
+            },
+        },
+        m);
   }
 
   void on(event& e) {

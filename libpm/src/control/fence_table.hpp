@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,8 +26,14 @@ namespace pm::control {
 
 class fence_table {
  public:
-  /// `map` must outlive the table.
-  explicit fence_table(const rank_map& map);
+  /// The host of a process beyond the first job's ranks (a spawned job's), or nullopt when there
+  /// is no such process.
+  using process_host = std::function<std::optional<std::uint32_t>(std::uint32_t process)>;
+
+  /// `map` (the first job's) must outlive the table. Members are the launcher's processes: the
+  /// first job's ranks, then spawned jobs' (`spawned` places those). Hosts answer in node order,
+  /// hosts only spawned jobs use after them, by index.
+  explicit fence_table(const rank_map& map, process_host spawned = {});
 
   /// A fence is over: answer these hosts (allocation indices) with `result`.
   struct outcome {
@@ -47,14 +54,16 @@ class fence_table {
 
  private:
   struct fence {
-    std::vector<std::uint32_t> nodes;               // participating nodes, ascending
+    std::vector<std::uint32_t> hosts;               // participating hosts, in answer order
     std::vector<std::optional<std::string>> parts;  // per entry of nodes: its contribution
     std::size_t missing = 0;
     bool collect = false;
   };
   fence make(const link::fence_members& members) const;
+  std::uint64_t order_of(std::uint32_t host) const;
 
   const rank_map& map_;
+  process_host spawned_;
   std::map<std::pair<link::fence_members, std::uint64_t>, fence> fences_;
 };
 

@@ -17,13 +17,16 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <unordered_map>
 
 #include "agent/pmix/pmix_host.hpp"
+#include "control/data_store.hpp"
 #include "control/fence_table.hpp"
 #include "driver/host_link.hpp"
 #include "driver/master_address.hpp"
+#include "driver/spawned_job.hpp"
 #include "io/output_forwarder.hpp"
 #include "link/launch_plan.hpp"
 #include "pm/error.hpp"
@@ -141,6 +144,12 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   };
   std::unordered_map<std::uint64_t, modex_route> modex_routes;
   std::uint64_t next_modex = 0;
+  // Jobs the ranks spawned (MPI_Comm_spawn), in order, and what they published for each other.
+  std::vector<driver::spawned_job> spawned;
+  std::uint32_t spawned_apps = 0;
+  control::data_store store;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::unique_ptr<asio::steady_timer>>
+      lookup_timers;
 
   // Stdin for a rank on another host: read here and sent as input frames, as far as the link's
   // credit allows (a rank that does not read its stdin stops the reading here).
@@ -158,6 +167,17 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   job_time now() const { return std::chrono::steady_clock::now() - epoch; }
 
   const host& host_info(std::uint32_t h) const { return req.map.allocation().hosts.at(h); }
+  // Processes: the first job's ranks, then each spawned job's (the controller's numbering).
+  bool on_host(std::uint32_t process, std::uint32_t h) const {
+    return process < ctl.size() && ctl.host_of(process) == h;
+  }
+  const driver::spawned_job* spawned_of(std::uint32_t process) const {
+    if (process < req.map.size()) return nullptr;
+    for (const auto& j : spawned) {
+      if (j.holds(process)) return &j;
+    }
+    return nullptr;
+  }
   bool all_local() const {
     for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
       if (!host_info(req.map.host_of_node(n)).local) return false;
@@ -226,7 +246,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       event e = std::move(queue.front());
       queue.pop_front();
       actions.clear();
+      const auto before = ctl.size();
       ctl.handle(now(), e, actions);
+      if (std::holds_alternative<job_spawned>(e)) spawn_taken(before);
       tell_state_changes(e);
       for (auto& a : actions) std::visit([this](auto& act) { execute(act); }, a);
     }
@@ -236,7 +258,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   // change a rank's state (the controller's rules), so this is O(1) per event.
   void tell_state_changes(const event& e) {
     if (!cb.on_rank_state) return;
-    if (told.empty()) told.assign(req.map.size(), rank_state::pending);
+    if (told.size() < ctl.size()) told.resize(ctl.size(), rank_state::pending);
     const auto tell = [&](std::uint32_t rank) {
       if (rank >= told.size()) return;
       auto rr = ctl.rank_report_of(rank);
@@ -248,8 +270,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     if (const auto* x = std::get_if<rank_exited>(&e)) tell(x->rank);
     if (const auto* x = std::get_if<rank_spawn_failed>(&e)) tell(x->rank);
     if (const auto* x = std::get_if<host_lost>(&e)) {
-      if (x->host < req.map.allocation().hosts.size())
-        for (auto rank : req.map.ranks_on_host(x->host)) tell(rank);
+      for (auto rank : ctl.processes_on_host(x->host)) tell(rank);
     }
   }
 
@@ -275,7 +296,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     }
     if (pmix_facts) {
       s.pmix = pmix_facts;
-      s.pmix->node = req.map.node_of_host(h).value_or(0);
+      s.pmix->node = req.map.node_of_host(h).value_or(link::no_node);
     }
     return s;
   }
@@ -283,7 +304,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   // ---- PMIx ----
 
   void on_pmix_abort(std::uint32_t h, const link::pmix_abort& a) {
-    if (a.rank >= req.map.size() || req.map.at(a.rank).host != h) return;  // not its rank
+    if (!on_host(a.rank, h)) return;  // not its rank
     std::string text = "PMIx_Abort (MPI_Abort)";
     if (!a.message.empty() && a.message != "N/A") text += ": " + a.message;  // Open MPI's "none"
     post(abort_requested{a.rank, a.status, text});
@@ -293,7 +314,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   // their next fence, so the job ends, as mpirun ends it ("exited without calling finalize"),
   // also where the abort policy is off: those peers have no other way out.
   void on_unfinalized(std::uint32_t h, const link::pmix_unfinalized& u) {
-    if (u.rank >= req.map.size() || req.map.at(u.rank).host != h) return;
+    if (!on_host(u.rank, h)) return;
     post(rank_unfinalized{u.rank, u.status});
   }
 
@@ -313,11 +334,11 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 
   // A host asks for the data of a rank elsewhere: ask the rank's host under an id of ours.
   void on_modex_request(std::uint32_t h, const link::modex_request& q) {
-    if (!pmix_facts || q.rank >= req.map.size()) {
+    if (!pmix_facts || q.rank >= ctl.size()) {
       send_to(h, link::modex_reply{q.id, false, {}});
       return;
     }
-    const std::uint32_t owner = req.map.at(q.rank).host;
+    const std::uint32_t owner = ctl.host_of(q.rank);
     auto it = hosts.find(owner);
     if (it == hosts.end() || !it->second.link || it->second.lost_told) {
       send_to(h, link::modex_reply{q.id, false, {}});
@@ -344,6 +365,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     link::proc_table_reply reply{q.id, {}};
     reply.ranks.reserve(now.ranks.size());
     for (const auto& r : now.ranks) {
+      if (r.rank >= req.map.size()) break;  // the first job's (docs/pmix.md, "Tools")
       link::proc_table_entry e{r.rank, r.pid, to_string(r.state), -1, 0};
       if (r.status) {
         if (r.status->is_signal()) {
@@ -355,6 +377,145 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       reply.ranks.push_back(std::move(e));
     }
     send_to(h, reply);
+  }
+
+  // ---- spawned jobs (MPI_Comm_spawn, PMIx_Spawn; docs/pmix.md, "Spawn") ----
+
+  // A rank asked for a new job: place it on the free slots, tell every agent about it (each
+  // registers the namespace, so that parents and children can connect wherever they run), and
+  // let the controller start it. The caller is answered once every new rank runs.
+  void on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q) {
+    const auto refuse = [&](const std::string& why) {
+      send_to(h, link::pmix_spawn_reply{q.id, false, {}, why});
+      if (cb.on_message) cb.on_message("MPI_Comm_spawn (PMIx_Spawn) refused: " + why);
+    };
+    if (!on_host(q.rank, h)) return;  // not its rank: ignored, like its other messages
+    if (!pmix_facts || finishing || ctl.finished()) {
+      refuse("the job is ending");
+      return;
+    }
+    std::vector<std::uint32_t> live(req.map.allocation().hosts.size(), 0);
+    for (std::uint32_t host = 0; host < live.size(); ++host) live[host] = ctl.live_on_host(host);
+    driver::spawned_job job;
+    try {
+      job = driver::map_spawn(q, req.map.allocation(), live, req.mapping);
+    } catch (const error& e) {
+      refuse(e.what());
+      return;
+    }
+    job.job = static_cast<std::uint32_t>(spawned.size()) + 1;
+    job.first = ctl.size() + pending_processes();
+    job.first_app = static_cast<std::uint32_t>(req.apps.size()) + spawned_apps;
+    job.nspace = pmix_facts->nspace + "." + std::to_string(job.job);
+    job.requester = q.rank;
+    job.asker_host = h;
+    job.asker_id = q.id;
+    job.not_started = job.size();
+    spawned_apps += static_cast<std::uint32_t>(job.apps.size());
+    // The namespace as every host registers it: a parent's host must know its children, and the
+    // other way round, wherever they run.
+    auto facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(job.map, job.nspace, 0));
+    facts.universe = pmix_facts->universe;  // MPI_UNIVERSE_SIZE: the allocation's slots
+    const auto caller = job_rank_of(q.rank);
+    facts.parent_nspace = caller.first;
+    facts.parent_rank = caller.second;
+    std::vector<std::uint32_t> hosts_of_ranks;
+    hosts_of_ranks.reserve(job.size());
+    for (std::uint32_t r = 0; r < job.size(); ++r) hosts_of_ranks.push_back(job.host_of(r));
+    for (const auto host : hosts_of_ranks) link_to(host);  // hosts new to the launch get an agent
+    for (auto& [host, hs] : hosts) {
+      if (!hs.link || hs.closed || hs.lost_told) continue;
+      link::job_add add;
+      add.job = job.job;
+      add.first = job.first;
+      add.first_app = job.first_app;
+      add.apps = job.apps;
+      add.pmix = facts;
+      add.pmix->node = job.map.node_of_host(host).value_or(link::no_node);
+      hs.link->send(add);
+    }
+    spawned.push_back(std::move(job));
+    post(job_spawned{std::move(hosts_of_ranks)});
+  }
+
+  // Processes of spawned jobs posted to the controller but not handled yet.
+  std::uint32_t pending_processes() const {
+    std::uint32_t n = 0;
+    for (const auto& j : spawned) {
+      if (j.first >= ctl.size()) n += j.size();
+    }
+    return n;
+  }
+
+  // The namespace and rank of a process, as PMIx names it.
+  std::pair<std::string, std::uint32_t> job_rank_of(std::uint32_t process) const {
+    if (const auto* j = spawned_of(process)) return {j->nspace, process - j->first};
+    return {pmix_facts ? pmix_facts->nspace : std::string(), process};
+  }
+
+  // The controller took (or, while the job ends, refused) the oldest spawned job it had not.
+  void spawn_taken(std::uint32_t before) {
+    for (auto& j : spawned) {
+      if (j.first != before || j.answered) continue;
+      if (ctl.size() == before) {
+        j.answered = true;
+        j.not_started = 0;
+        send_to(j.asker_host, link::pmix_spawn_reply{j.asker_id, false, {}, "the job is ending"});
+      } else {
+        out_add_job(j);
+      }
+      return;
+    }
+  }
+
+  // A spawned rank started (or could not): the caller hears once all did, or at the first that
+  // could not (the failure policy then decides the rest).
+  void spawned_rank_started(std::uint32_t process, const std::string* failure) {
+    if (process < req.map.size()) return;
+    for (auto& j : spawned) {
+      if (!j.holds(process)) continue;
+      if (j.answered) return;
+      if (failure != nullptr) {
+        j.answered = true;
+        send_to(j.asker_host,
+                link::pmix_spawn_reply{j.asker_id,
+                                       false,
+                                       {},
+                                       "rank " + std::to_string(process - j.first) +
+                                           " of the spawned job could not start: " + *failure});
+      } else if (--j.not_started == 0) {
+        j.answered = true;
+        send_to(j.asker_host, link::pmix_spawn_reply{j.asker_id, true, j.nspace, {}});
+      }
+      return;
+    }
+  }
+
+  void answer_data(const std::vector<control::data_store::answer>& answers) {
+    for (const auto& a : answers) {
+      lookup_timers.erase({a.host, a.reply.id});
+      send_to(a.host, a.reply);
+    }
+  }
+
+  void on_lookup(std::uint32_t h, const link::pmix_lookup& q) {
+    if (!on_host(q.rank, h)) return;
+    if (auto a = store.lookup(h, q)) {
+      answer_data({*a});
+      return;
+    }
+    if (q.timeout_s == 0) return;  // held until published (or the job ends)
+    auto timer = std::make_unique<asio::steady_timer>(io, std::chrono::seconds(q.timeout_s));
+    timer->async_wait([weak = weak_from_this(), h, id = q.id](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self) return;
+      if (auto a = self->store.expire(h, id)) self->answer_data({*a});
+    });
+    lookup_timers[{h, q.id}] = std::move(timer);
+  }
+
+  void out_add_job(const driver::spawned_job& j) {
+    if (out) out->add_job(j.first, j.size());
   }
 
   void answer_fence(const control::fence_table::outcome& o) {
@@ -484,6 +645,14 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   static constexpr std::size_t spawn_batch = 16;
 
   link::rank_spec spec_of(std::uint32_t r) const {
+    if (const auto* j = spawned_of(r)) {
+      // A spawned rank: its own job's map and apps; stdin /dev/null (as under mpirun).
+      link::rank_spec s;
+      s.rank = r;
+      s.app = j->first_app + j->map.at(r - j->first).app;
+      s.env = joined(profile_env(j->map, r - j->first, req.env.profiles, req.env.facts));
+      return s;
+    }
     link::rank_spec s;
     s.rank = r;
     s.app = req.map.at(r).app;
@@ -626,8 +795,18 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
               attach_pipe(x.rank, k, fds[i].release());
             }
             post(rank_started{x.rank, x.pid});
+            spawned_rank_started(x.rank, nullptr);
           } else if constexpr (std::is_same_v<T, link::spawn_failed>) {
             post(rank_spawn_failed{x.rank, x.code, x.reason});
+            spawned_rank_started(x.rank, &x.reason);
+          } else if constexpr (std::is_same_v<T, link::pmix_spawn>) {
+            on_pmix_spawn(h, x);
+          } else if constexpr (std::is_same_v<T, link::pmix_publish>) {
+            if (on_host(x.rank, h)) answer_data(store.publish(h, x));
+          } else if constexpr (std::is_same_v<T, link::pmix_lookup>) {
+            on_lookup(h, x);
+          } else if constexpr (std::is_same_v<T, link::pmix_unpublish>) {
+            if (on_host(x.rank, h)) answer_data({store.unpublish(h, x)});
           } else if constexpr (std::is_same_v<T, link::exited>) {
             post(rank_exited{x.rank, x.status});
           } else if constexpr (std::is_same_v<T, link::stream_closed>) {
@@ -672,9 +851,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   std::vector<std::uint8_t> pushed;  // per rank: bits 1/2 stdout/stderr open, 4/8 closed
   static std::uint8_t open_bit(stream_kind s) { return s == stream_kind::out ? 1 : 2; }
   bool pushed_stream_usable(std::uint32_t h, std::uint32_t rank, stream_kind stream) {
-    if (rank >= req.map.size() || req.map.at(rank).host != h) return false;
+    if (!on_host(rank, h)) return false;
     if (stream == stream_kind::err && req.output.merge_stderr) return false;
-    if (pushed.empty()) pushed.assign(req.map.size(), 0);
+    if (pushed.size() < ctl.size()) pushed.resize(ctl.size(), 0);
     const std::uint8_t bit = open_bit(stream);
     if ((pushed[rank] & (bit << 2)) != 0) return false;  // closed already
     if ((pushed[rank] & bit) == 0) {
@@ -856,6 +1035,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     for (const auto d : with_it) {
       lose(d, "host " + host_info(h).name + ", which relayed its link, was lost");
     }
+    store.host_lost(h);
+    std::erase_if(lookup_timers, [&](const auto& t) { return t.first.first == h; });
     // Requests this host will never answer fail now: no rank waits for ever (ompi#7628).
     for (auto it = modex_routes.begin(); it != modex_routes.end();) {
       if (it->second.owner != h) {
@@ -904,8 +1085,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   void execute(notify_ranks& n) {
     if (!pmix_facts) return;
     std::string where;
-    if (!n.ranks.empty() && n.ranks.front() < req.map.size()) {
-      where = host_info(req.map.at(n.ranks.front()).host).name;
+    if (!n.ranks.empty() && n.ranks.front() < ctl.size()) {
+      where = host_info(ctl.host_of(n.ranks.front())).name;
     }
     send_to(n.host, link::pmix_notify{n.kind, std::move(n.ranks), n.code, std::move(where),
                                       std::move(n.line)});
@@ -1013,7 +1194,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       std::snprintf(ns, sizeof ns, "pmrun.%d.%08llx", static_cast<int>(::getpid()),
                     static_cast<unsigned long long>(nonce & 0xffffffffu));
       pmix_facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(req.map, ns, 0));
-      fences.emplace(req.map);
+      fences.emplace(req.map, [this](std::uint32_t process) -> std::optional<std::uint32_t> {
+        if (process < ctl.size()) return ctl.host_of(process);
+        return std::nullopt;
+      });
     }
     facts_ready = req.map.num_nodes() <= 1 && all_local();
     post(job_start{});

@@ -37,11 +37,12 @@ std::string format_rfc3339_utc(std::chrono::system_clock::time_point t) {
 }
 
 void append_line_prefix(std::string& out, bool tag, bool timestamp, std::string_view time,
-                        std::uint32_t rank, output_stream stream, line_flags flags) {
+                        std::uint32_t rank, output_stream stream, line_flags flags,
+                        std::uint32_t job) {
   if (timestamp) out.append(time);
   if (tag) {
     char buf[32];
-    const int n = std::snprintf(buf, sizeof buf, "[1,%u]", rank);
+    const int n = std::snprintf(buf, sizeof buf, "[%u,%u]", job, rank);
     out.append(buf, static_cast<std::size_t>(n));
   }
   out.append(stream == output_stream::out ? "<stdout>" : "<stderr>");
@@ -75,10 +76,14 @@ std::size_t rank_width(std::size_t job_size) {
 }
 
 std::string rank_directory(std::string_view dir, std::uint32_t rank, std::size_t job_size,
-                           bool with_jobid) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, with_jobid ? "/1/rank.%0*u" : "/rank.%0*u",
-                static_cast<int>(rank_width(job_size)), rank);
+                           bool with_jobid, std::uint32_t job) {
+  char buf[64];
+  if (with_jobid) {
+    std::snprintf(buf, sizeof buf, "/%u/rank.%0*u", job, static_cast<int>(rank_width(job_size)),
+                  rank);
+  } else {
+    std::snprintf(buf, sizeof buf, "/rank.%0*u", static_cast<int>(rank_width(job_size)), rank);
+  }
   std::string path(dir);
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   path.append(buf);

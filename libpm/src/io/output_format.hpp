@@ -27,8 +27,11 @@ std::string format_rfc3339_utc(std::chrono::system_clock::time_point t);
 ///   tag and timestamp: "<time>[1,R]<stdout>:"
 /// A piece of a long line that continues on the next line gets "+:" instead of ":"
 /// ("[1,R]<stdout>+:"). `time` is format_ctime's text (ignored without timestamp).
+/// `job` is Open MPI's job number: 1 for the launch's own ranks, 2 for the first job they
+/// spawned (MPI_Comm_spawn), ... with `rank` the rank in that job.
 void append_line_prefix(std::string& out, bool tag, bool timestamp, std::string_view time,
-                        std::uint32_t rank, output_stream stream, line_flags flags);
+                        std::uint32_t rank, output_stream stream, line_flags flags,
+                        std::uint32_t job = 1);
 
 /// One JSON-lines object and its '\n':
 ///   {"rank":R,"stream":"stdout","time":"<rfc3339>","line":"<text>"}
@@ -44,7 +47,7 @@ std::size_t rank_width(std::size_t job_size);
 /// "DIR/1/rank.R" with R zero-padded to rank_width(job_size); "DIR/rank.R" without the job id
 /// (--output-filename DIR:nojobid, as Open MPI 4.1).
 std::string rank_directory(std::string_view dir, std::uint32_t rank, std::size_t job_size,
-                           bool with_jobid = true);
+                           bool with_jobid = true, std::uint32_t job = 1);
 
 /// Caches the formatted time for the current second, so per-line timestamps cost no formatting.
 class ctime_cache {

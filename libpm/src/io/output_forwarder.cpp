@@ -777,6 +777,23 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   }
 
   // A new stream for a key not used before (its per-rank file is created now, as mpirun does).
+  // Spawned jobs: (first process, size), in order; Open MPI's job number is the index + 2.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> jobs;
+  struct label {
+    std::uint32_t job = 1;
+    std::uint32_t rank = 0;
+    std::size_t size = 0;
+  };
+  label label_of(std::uint32_t rank) const {
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      const auto [first, size] = jobs[i];
+      if (rank >= first && rank - first < size) {
+        return {static_cast<std::uint32_t>(i + 2), rank - first, size};
+      }
+    }
+    return {1, rank, job_size};
+  }
+
   stream_state& add_stream(std::uint32_t rank, output_stream which,
                            std::function<void(std::uint64_t)> on_eof) {
     const std::uint64_t key = key_of(rank, which);
@@ -788,8 +805,10 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     s->which = which;
     s->on_eof = std::move(on_eof);
     s->terminal = which == output_stream::out ? out_dest : err_dest;
-    append_line_prefix(s->tag_line, opt.tag, false, {}, rank, which, line_flags{});
-    append_line_prefix(s->tag_piece, opt.tag, false, {}, rank, which, line_flags{false, true});
+    const auto l = label_of(rank);
+    append_line_prefix(s->tag_line, opt.tag, false, {}, l.rank, which, line_flags{}, l.job);
+    append_line_prefix(s->tag_piece, opt.tag, false, {}, l.rank, which, line_flags{false, true},
+                       l.job);
     if (!opt.output_dir.empty()) s->file = open_rank_file(rank, which);
     ++st.streams_open;
     by_key.emplace(key, s.get());
@@ -866,7 +885,9 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
 
   std::unique_ptr<destination> open_rank_file(std::uint32_t rank, output_stream which) {
     auto d = std::make_unique<destination>();
-    const std::string dir = rank_directory(opt.output_dir, rank, job_size, !opt.output_dir_nojobid);
+    const auto l = label_of(rank);
+    const std::string dir =
+        rank_directory(opt.output_dir, l.rank, l.size, !opt.output_dir_nojobid, l.job);
     d->name = "'" + dir + "/" + std::string(to_string(which)) + "'";
     d->format = (opt.tag || opt.timestamp) ? format_mode::text : format_mode::raw;
     d->counts = false;
@@ -889,6 +910,10 @@ output_forwarder::output_forwarder(asio::io_context& io, output_options options,
     : impl_(std::make_shared<impl>(io, std::move(options), job_size, limits)) {}
 
 output_forwarder::~output_forwarder() = default;
+
+void output_forwarder::add_job(std::uint32_t first, std::uint32_t size) {
+  impl_->jobs.emplace_back(first, size);
+}
 
 void output_forwarder::attach(std::uint32_t rank, output_stream stream, int read_fd,
                               std::function<void(std::uint64_t)> on_eof) {

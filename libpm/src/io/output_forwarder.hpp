@@ -56,6 +56,11 @@ class output_forwarder {
   output_forwarder(const output_forwarder&) = delete;
   output_forwarder& operator=(const output_forwarder&) = delete;
 
+  /// A job the ranks spawned (MPI_Comm_spawn): the ranks (processes) first .. first + size - 1
+  /// are tagged [2,R] (the next one [3,R], ...) with R their rank in that job, and their per-rank
+  /// files go to DIR/2/rank.R; JSON lines and the sink keep the process number.
+  void add_job(std::uint32_t first, std::uint32_t size);
+
   /// Takes ownership of `read_fd`, the read end of a rank's stdout or stderr pipe, and forwards it
   /// until end-of-stream; then calls on_eof(bytes read) (the bytes may still be queued for writing:
   /// async_drain waits for those). on_eof runs in a handler on the io_context, never inside a call

@@ -169,16 +169,32 @@ rank_spec decode_rank(const json& v) {
   return spec;
 }
 
-app_spec decode_app(const json& v) {
-  if (!v.is_object()) fail("field 'apps' of a 'job' message must be an array of maps");
-  const reader r{v, "job"};
+app_spec decode_app(const json& v, std::string_view type = "job") {
+  const std::string t(type);
+  if (!v.is_object()) fail("field 'apps' of a '" + t + "' message must be an array of maps");
+  const reader r{v, type};
   app_spec a;
   a.argv = r.strings("argv");
   a.wdir = r.str("wdir");
   a.env = r.strings("env");
-  if (a.argv.empty()) fail("an app of a 'job' message has an empty argv");
-  if (a.argv.front().empty()) fail("an app of a 'job' message has an empty program name");
+  if (a.argv.empty()) fail("an app of a '" + t + "' message has an empty argv");
+  if (a.argv.front().empty()) fail("an app of a '" + t + "' message has an empty program name");
   return a;
+}
+
+std::uint64_t u64_field(const reader& r, const char* key) {
+  return r.unsigned_field(r.field(key), key, std::numeric_limits<std::uint64_t>::max(),
+                          "an unsigned 64-bit integer");
+}
+
+std::vector<published_entry> decode_entries(const reader& r) {
+  std::vector<published_entry> out;
+  for (const auto& v : r.array("values")) {
+    if (!v.is_object()) r.wrong("values", "an array of maps");
+    const reader x{v, r.type};
+    out.push_back(published_entry{x.str("key"), x.u32("rank"), x.str("value")});
+  }
+  return out;
 }
 
 std::vector<std::uint32_t> decode_u32s(const reader& r, const json& v, const char* key) {
@@ -189,9 +205,9 @@ std::vector<std::uint32_t> decode_u32s(const reader& r, const json& v, const cha
   return out;
 }
 
-pmix_job decode_pmix_job(const json& v, std::size_t apps) {
-  if (!v.is_object()) fail("field 'pmix' of a 'job' message must be a map");
-  const reader r{v, "job"};
+pmix_job decode_pmix_job(const json& v, std::size_t apps, std::string_view type = "job") {
+  if (!v.is_object()) fail("field 'pmix' of a '" + std::string(type) + "' message must be a map");
+  const reader r{v, type};
   pmix_job p;
   p.nspace = r.str("nspace");
   p.universe = r.u32("universe");
@@ -200,15 +216,23 @@ pmix_job decode_pmix_job(const json& v, std::size_t apps) {
   p.rank_node = decode_u32s(r, r.field("rank_node"), "rank_node");
   p.rank_app = decode_u32s(r, r.field("rank_app"), "rank_app");
   p.rank_local = decode_u32s(r, r.field("rank_local"), "rank_local");
-  // Consistent, so that the agent can index with them (its PMIx component checks the rest).
-  if (p.nodes.empty() || p.node >= p.nodes.size()) fail("'job' message: PMIx node out of range");
+  if (r.has("parent_nspace")) {
+    p.parent_nspace = r.str("parent_nspace");
+    p.parent_rank = r.u32("parent_rank");
+  }
+  // Consistent, so that the agent can index with them (its PMIx component checks the rest). A
+  // host may know a job it runs none of the ranks of (no_node): a spawned job's parents' host.
+  const std::string what = "'" + std::string(type) + "' message: ";
+  if (p.nodes.empty() || (p.node >= p.nodes.size() && p.node != no_node)) {
+    fail(what + "PMIx node out of range");
+  }
   if (p.rank_node.empty() || p.rank_app.size() != p.rank_node.size() ||
       p.rank_local.size() != p.rank_node.size()) {
-    fail("'job' message: PMIx rank arrays differ in length");
+    fail(what + "PMIx rank arrays differ in length");
   }
   for (std::size_t i = 0; i < p.rank_node.size(); ++i) {
     if (p.rank_node[i] >= p.nodes.size() || p.rank_app[i] >= apps || p.rank_local[i] > 0xffff) {
-      fail("'job' message: PMIx facts of rank " + std::to_string(i) + " out of range");
+      fail(what + "PMIx facts of rank " + std::to_string(i) + " out of range");
     }
   }
   return p;
@@ -401,11 +425,35 @@ struct encoder {
     w.array(v.size());
     for (const auto x : v) w.uint(x);
   }
-  void operator()(const job_setup& m) const {
-    begin(m.pmix ? 11 : 10);
+  void pmix_block(const pmix_job& p) const {
+    const bool spawned = !p.parent_nspace.empty();
+    w.key("pmix");
+    w.map(spawned ? 9 : 7);
+    w.key("node");
+    w.uint(p.node);
+    w.key("nodes");
+    w.strings(p.nodes);
+    w.key("nspace");
+    w.str(p.nspace);
+    if (spawned) {
+      w.key("parent_nspace");
+      w.str(p.parent_nspace);
+      w.key("parent_rank");
+      w.uint(p.parent_rank);
+    }
+    w.key("rank_app");
+    u32s(p.rank_app);
+    w.key("rank_local");
+    u32s(p.rank_local);
+    w.key("rank_node");
+    u32s(p.rank_node);
+    w.key("universe");
+    w.uint(p.universe);
+  }
+  void apps_field(const std::vector<app_spec>& apps) const {
     w.key("apps");
-    w.array(m.apps.size());
-    for (const auto& a : m.apps) {
+    w.array(apps.size());
+    for (const auto& a : apps) {
       w.map(3);
       w.key("argv");
       w.strings(a.argv);
@@ -414,6 +462,119 @@ struct encoder {
       w.key("wdir");
       w.str(a.wdir);
     }
+  }
+  void entries(const std::vector<published_entry>& values) const {
+    w.key("values");
+    w.array(values.size());
+    for (const auto& v : values) {
+      w.map(3);
+      w.key("key");
+      w.str(v.key);
+      w.key("rank");
+      w.uint(v.rank);
+      w.key("value");
+      w.str(v.value);
+    }
+  }
+  void operator()(const job_add& m) const {
+    begin(m.pmix ? 5 : 4);
+    apps_field(m.apps);
+    fds_field();
+    w.key("first");
+    w.uint(m.first);
+    w.key("first_app");
+    w.uint(m.first_app);
+    w.key("job");
+    w.uint(m.job);
+    if (m.pmix) pmix_block(*m.pmix);
+    type_field();
+  }
+  void operator()(const pmix_spawn_reply& m) const {
+    begin(4);
+    w.key("error");
+    w.str(m.error);
+    fds_field();
+    w.key("id");
+    w.uint(m.id);
+    w.key("nspace");
+    w.str(m.nspace);
+    w.key("ok");
+    w.boolean(m.ok);
+    type_field();
+  }
+  void operator()(const pmix_data_reply& m) const {
+    begin(3);
+    fds_field();
+    w.key("id");
+    w.uint(m.id);
+    w.key("status");
+    w.str(to_string(m.status));
+    type_field();
+    entries(m.values);
+  }
+  void operator()(const pmix_spawn& m) const {
+    begin(3);
+    w.key("apps");
+    w.array(m.apps.size());
+    for (const auto& a : m.apps) {
+      w.map(5);
+      w.key("argv");
+      w.strings(a.argv);
+      w.key("env");
+      w.strings(a.env);
+      w.key("hosts");
+      w.strings(a.hosts);
+      w.key("np");
+      w.uint(a.np);
+      w.key("wdir");
+      w.str(a.wdir);
+    }
+    fds_field();
+    w.key("id");
+    w.uint(m.id);
+    w.key("rank");
+    w.uint(m.rank);
+    type_field();
+  }
+  void operator()(const pmix_publish& m) const {
+    begin(3);
+    fds_field();
+    w.key("id");
+    w.uint(m.id);
+    w.key("rank");
+    w.uint(m.rank);
+    type_field();
+    entries(m.values);
+  }
+  void operator()(const pmix_lookup& m) const {
+    begin(5);
+    fds_field();
+    w.key("id");
+    w.uint(m.id);
+    w.key("keys");
+    w.strings(m.keys);
+    w.key("rank");
+    w.uint(m.rank);
+    w.key("timeout_s");
+    w.uint(m.timeout_s);
+    type_field();
+    w.key("wait");
+    w.boolean(m.wait);
+  }
+  void operator()(const pmix_unpublish& m) const {
+    begin(3);
+    fds_field();
+    w.key("id");
+    w.uint(m.id);
+    w.key("keys");
+    w.strings(m.keys);
+    w.key("rank");
+    w.uint(m.rank);
+    type_field();
+  }
+  void operator()(const job_setup& m) const {
+    begin(m.pmix ? 11 : 10);
+    apps_field(m.apps);
     w.key("base");
     w.strings(m.base);
     w.key("cwd");
@@ -429,25 +590,7 @@ struct encoder {
     w.uint(m.host);
     w.key("overrides");
     w.strings(m.overrides);
-    if (m.pmix) {
-      const pmix_job& p = *m.pmix;
-      w.key("pmix");
-      w.map(7);
-      w.key("node");
-      w.uint(p.node);
-      w.key("nodes");
-      w.strings(p.nodes);
-      w.key("nspace");
-      w.str(p.nspace);
-      w.key("rank_app");
-      u32s(p.rank_app);
-      w.key("rank_local");
-      u32s(p.rank_local);
-      w.key("rank_node");
-      u32s(p.rank_node);
-      w.key("universe");
-      w.uint(p.universe);
-    }
+    if (m.pmix) pmix_block(*m.pmix);
     w.key("silence_ms");
     w.uint(m.silence_ms);
     w.key("streams");
@@ -757,7 +900,14 @@ constexpr std::string_view names[] = {"hello",
                                       "pmix_server",
                                       "proc_table_request",
                                       "proc_table_reply",
-                                      "notify"};
+                                      "notify",
+                                      "job_add",
+                                      "pmix_spawn_reply",
+                                      "pmix_data_reply",
+                                      "pmix_spawn",
+                                      "pmix_publish",
+                                      "pmix_lookup",
+                                      "pmix_unpublish"};
 static_assert(std::size(names) == std::variant_size_v<message>);
 
 // ---- the direct decoder ----
@@ -1259,6 +1409,28 @@ std::optional<envelope> decode_fast(std::span<const std::uint8_t> body) {
 
 }  // namespace
 
+std::string_view to_string(data_status s) noexcept {
+  switch (s) {
+    case data_status::ok:
+      return "ok";
+    case data_status::not_found:
+      return "not_found";
+    case data_status::timeout:
+      return "timeout";
+    case data_status::error:
+      return "error";
+  }
+  return "error";
+}
+
+std::optional<data_status> data_status_from(std::string_view text) noexcept {
+  for (auto s :
+       {data_status::ok, data_status::not_found, data_status::timeout, data_status::error}) {
+    if (to_string(s) == text) return s;
+  }
+  return std::nullopt;
+}
+
 std::string_view type_name(const message& m) noexcept {
   return names[m.index()];
 }
@@ -1278,7 +1450,9 @@ sender sent_by(const message& m) noexcept {
                              std::is_same_v<T, agent_notice> ||
                              std::is_same_v<T, fence_contribution> ||
                              std::is_same_v<T, child_closed> || std::is_same_v<T, pmix_server> ||
-                             std::is_same_v<T, proc_table_request>) {
+                             std::is_same_v<T, proc_table_request> ||
+                             std::is_same_v<T, pmix_spawn> || std::is_same_v<T, pmix_publish> ||
+                             std::is_same_v<T, pmix_lookup> || std::is_same_v<T, pmix_unpublish>) {
           return sender::agent;
         } else {
           return sender::launcher;
@@ -1496,6 +1670,50 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
     m.host = r.str("host");
     m.text = r.str("text");
     e.msg = std::move(m);
+  } else if (type == "job_add") {
+    job_add m;
+    m.job = r.u32("job");
+    m.first = r.u32("first");
+    m.first_app = r.u32("first_app");
+    for (const auto& v : r.array("apps")) m.apps.push_back(decode_app(v, type));
+    if (m.apps.empty()) fail("'job_add' message has no app");
+    if (r.has("pmix")) m.pmix = decode_pmix_job(r.field("pmix"), m.apps.size(), type);
+    e.msg = std::move(m);
+  } else if (type == "pmix_spawn_reply") {
+    e.msg = pmix_spawn_reply{u64_field(r, "id"), r.boolean("ok"), r.str("nspace"), r.str("error")};
+  } else if (type == "pmix_data_reply") {
+    pmix_data_reply m;
+    m.id = u64_field(r, "id");
+    const auto st = data_status_from(r.str("status"));
+    if (!st) fail("'pmix_data_reply' message has an unknown status");
+    m.status = *st;
+    m.values = decode_entries(r);
+    e.msg = std::move(m);
+  } else if (type == "pmix_spawn") {
+    pmix_spawn m;
+    m.id = u64_field(r, "id");
+    m.rank = r.u32("rank");
+    for (const auto& v : r.array("apps")) {
+      if (!v.is_object()) r.wrong("apps", "an array of maps");
+      const reader x{v, type};
+      spawn_app_spec a;
+      a.argv = x.strings("argv");
+      a.env = x.strings("env");
+      a.hosts = x.strings("hosts");
+      a.np = x.u32("np");
+      a.wdir = x.str("wdir");
+      if (a.argv.empty() || a.argv.front().empty()) fail("an app of a 'pmix_spawn' has no program");
+      m.apps.push_back(std::move(a));
+    }
+    if (m.apps.empty()) fail("'pmix_spawn' message has no app");
+    e.msg = std::move(m);
+  } else if (type == "pmix_publish") {
+    e.msg = pmix_publish{u64_field(r, "id"), r.u32("rank"), decode_entries(r)};
+  } else if (type == "pmix_lookup") {
+    e.msg = pmix_lookup{u64_field(r, "id"), r.u32("rank"), r.strings("keys"), r.boolean("wait"),
+                        r.u32("timeout_s")};
+  } else if (type == "pmix_unpublish") {
+    e.msg = pmix_unpublish{u64_field(r, "id"), r.u32("rank"), r.strings("keys")};
   } else if (type == "fence") {
     fence_contribution m;
     m.members = decode_members(r);

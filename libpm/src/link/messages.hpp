@@ -31,8 +31,14 @@ namespace pm::link {
 /// Bumped on any incompatible change; both sides refuse a peer with another version.
 // 3: magic, nonce, job setup, data frames; 4: PMIx (job facts, abort, fences); 5: the tree launch
 // (child_open, child_data, child_close, child_closed); 6: PMIx tools (pmix_server,
-// proc_table_request, proc_table_reply) and events (notify)
-inline constexpr std::uint32_t protocol_version = 6;
+// proc_table_request, proc_table_reply) and events (notify); 7: spawned jobs (job_add,
+// pmix_spawn, pmix_spawn_reply) and the launcher's data store (pmix_publish, pmix_lookup,
+// pmix_unpublish, pmix_data_reply)
+inline constexpr std::uint32_t protocol_version = 7;
+
+/// A pmix_job's `node` for a host that runs none of the job's ranks but must know the namespace
+/// (the parents' hosts know their children's, and the other way round).
+inline constexpr std::uint32_t no_node = 0xffffffffu;
 
 // ---- both ways ----
 /// First message each way, right after the magic. The nonce is the job's: the launcher hands it
@@ -78,6 +84,10 @@ struct pmix_job {
   std::vector<std::uint32_t> rank_node;   ///< per global rank: its index into `nodes`
   std::vector<std::uint32_t> rank_app;    ///< per global rank: its app context
   std::vector<std::uint32_t> rank_local;  ///< per global rank: its local rank on its node
+  /// A spawned job (MPI_Comm_spawn): the namespace and rank that spawned it (PMIX_PARENT_ID);
+  /// empty for the first job.
+  std::string parent_nspace;
+  std::uint32_t parent_rank = 0;
   friend bool operator==(const pmix_job&, const pmix_job&) = default;
 };
 /// Everything about the job the agent needs before the first spawn; sent once, after hello.
@@ -111,6 +121,45 @@ struct rank_spec {
 struct spawn_request {
   std::vector<rank_spec> ranks;
   friend bool operator==(const spawn_request&, const spawn_request&) = default;
+};
+/// A rank's PMIx_Spawn (MPI_Comm_spawn) made a new job: sent to every agent before any of its
+/// ranks is spawned. Its ranks are the launcher's processes first .. first + size - 1 (rank_spec
+/// and every other message name them so), its apps the agent's apps first_app .. (rank_spec.app
+/// counts on from the first job's apps). `pmix`: the job as this host's PMIx server registers it
+/// (node no_node where it runs none of the job's ranks).
+struct job_add {
+  std::uint32_t job = 0;  ///< 1 for the first spawned job, 2 for the next, ...
+  std::uint32_t first = 0;
+  std::uint32_t first_app = 0;
+  std::vector<app_spec> apps;
+  std::optional<pmix_job> pmix;
+  friend bool operator==(const job_add&, const job_add&) = default;
+};
+/// The answer to a pmix_spawn of the same id: the new job's namespace, or why there is none.
+struct pmix_spawn_reply {
+  std::uint64_t id = 0;
+  bool ok = false;
+  std::string nspace;
+  std::string error;  ///< one line when !ok
+  friend bool operator==(const pmix_spawn_reply&, const pmix_spawn_reply&) = default;
+};
+/// What the launcher's data store answers a pmix_publish, pmix_unpublish or pmix_lookup.
+enum class data_status : std::uint8_t { ok, not_found, timeout, error };
+/// One published value: its key, who published it (a process of the launcher's), the bytes
+/// (PMIx's packed value, opaque to the launcher).
+struct published_entry {
+  std::string key;
+  std::uint32_t rank = 0;
+  std::string value;  ///< raw bytes
+  friend bool operator==(const published_entry&, const published_entry&) = default;
+};
+std::string_view to_string(data_status s) noexcept;
+std::optional<data_status> data_status_from(std::string_view text) noexcept;
+struct pmix_data_reply {
+  std::uint64_t id = 0;
+  data_status status = data_status::ok;
+  std::vector<published_entry> values;  ///< a lookup's finds, in the order asked
+  friend bool operator==(const pmix_data_reply&, const pmix_data_reply&) = default;
 };
 /// Signal each listed rank's process group.
 struct signal_request {
@@ -289,6 +338,46 @@ struct proc_table_reply {
   std::vector<proc_table_entry> ranks;
   friend bool operator==(const proc_table_reply&, const proc_table_reply&) = default;
 };
+/// One app of a PMIx_Spawn as the rank asked for it.
+struct spawn_app_spec {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;    ///< "NAME=value" (Open MPI's OMPI_PARENT_PORT, ...)
+  std::string wdir;                ///< "" none
+  std::uint32_t np = 0;            ///< maxprocs
+  std::vector<std::string> hosts;  ///< PMIX_HOST: only these hosts (empty: any)
+  friend bool operator==(const spawn_app_spec&, const spawn_app_spec&) = default;
+};
+/// A local rank called PMIx_Spawn: the launcher maps the apps on free slots, sends job_add to
+/// every agent, spawns the ranks and answers with a pmix_spawn_reply of the same id.
+struct pmix_spawn {
+  std::uint64_t id = 0;
+  std::uint32_t rank = 0;  ///< the caller
+  std::vector<spawn_app_spec> apps;
+  friend bool operator==(const pmix_spawn&, const pmix_spawn&) = default;
+};
+/// PMIx_Publish of a local rank: kept by the launcher for lookups from any job of the launch.
+struct pmix_publish {
+  std::uint64_t id = 0;
+  std::uint32_t rank = 0;
+  std::vector<published_entry> values;  ///< entries' rank is ignored (the publisher is `rank`)
+  friend bool operator==(const pmix_publish&, const pmix_publish&) = default;
+};
+/// PMIx_Lookup of a local rank; `wait`: answer once every key is there (or after timeout_s,
+/// 0: never).
+struct pmix_lookup {
+  std::uint64_t id = 0;
+  std::uint32_t rank = 0;
+  std::vector<std::string> keys;
+  bool wait = false;
+  std::uint32_t timeout_s = 0;
+  friend bool operator==(const pmix_lookup&, const pmix_lookup&) = default;
+};
+struct pmix_unpublish {
+  std::uint64_t id = 0;
+  std::uint32_t rank = 0;
+  std::vector<std::string> keys;
+  friend bool operator==(const pmix_unpublish&, const pmix_unpublish&) = default;
+};
 /// Everything is cleared; the agent exits right after.
 struct shutdown_done {
   friend bool operator==(const shutdown_done&, const shutdown_done&) = default;
@@ -311,7 +400,8 @@ using message =
                  shutdown_done, agent_error, fence_result, pmix_abort, fence_contribution,
                  modex_request, modex_reply, pmix_unfinalized, agent_notice, child_open, child_data,
                  child_close, child_closed, pmix_server, proc_table_request, proc_table_reply,
-                 pmix_notify>;
+                 pmix_notify, job_add, pmix_spawn_reply, pmix_data_reply, pmix_spawn, pmix_publish,
+                 pmix_lookup, pmix_unpublish>;
 
 /// Which side may send a message.
 enum class sender : std::uint8_t { launcher, agent, either };

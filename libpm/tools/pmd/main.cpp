@@ -591,6 +591,16 @@ void driver::on_link_events(std::vector<ln::link_event>& events) {
         if (pmix_) pmix_->notify(*n);
         continue;
       }
+      if (const auto* r = std::get_if<ln::pmix_spawn_reply>(&m->msg)) {
+        if (pmix_) pmix_->spawn_done(*r);
+        continue;
+      }
+      if (const auto* r = std::get_if<ln::pmix_data_reply>(&m->msg)) {
+        if (pmix_) pmix_->data_done(*r);
+        continue;
+      }
+      // A spawned job: its namespace first (its ranks' spawn requests follow), then its apps.
+      if (const auto* j = std::get_if<ln::job_add>(&m->msg); j && pmix_) pmix_->add_job(*j);
       if (const auto* sig = std::get_if<ln::signal_request>(&m->msg); sig && pmix_) {
         // The job is being stopped: a rank blocked in PMIx_Abort may return once signalled.
         const std::vector<std::uint32_t> ranks = sig->ranks;
@@ -812,6 +822,10 @@ void driver::start_pmix(const ln::pmix_job& job, std::vector<std::string> execut
   h.modex_answer = [this](ln::modex_reply a) { send_now(a); };
   h.notice = [this](const std::string& line) { send_now(ln::agent_notice{line}); };
   h.proc_table = [this](ln::proc_table_request q) { send_now(q); };
+  h.spawn = [this](ln::pmix_spawn q) { send_now(q); };
+  h.publish = [this](ln::pmix_publish q) { send_now(q); };
+  h.lookup = [this](ln::pmix_lookup q) { send_now(q); };
+  h.unpublish = [this](ln::pmix_unpublish q) { send_now(q); };
   pmix_ = std::make_unique<pmd::pmix_gateway>(job, std::move(executables), std::move(h));
   watch(pmix_->fd(), EPOLLIN, tag_pmix);
   send_now(pmix_->server_info());  // `pmrun --ps` shows tools where to attach

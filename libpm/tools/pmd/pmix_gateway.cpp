@@ -141,7 +141,9 @@ pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, std::vector<std::strin
   const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   oversubscribed_ = cores > 0 && local_ranks_.size() > static_cast<std::size_t>(cores);
 
-  place_.hostname = job_.nodes.at(job_.node);
+  // A host that runs none of the first job's ranks (one a spawned job brought in) learns its
+  // name for PMIx from that job (add_job).
+  if (job_.node < job_.nodes.size()) place_.hostname = job_.nodes[job_.node];
   place_.server_pid = ::getpid();
   // Named now (the ranks are told), made when the server starts: a job that never calls PMIx
   // makes and removes nothing (measured: a directory on /tmp costs ms on a busy disk). The names
@@ -173,6 +175,9 @@ pmix_gateway::~pmix_gateway() {
   fences_.clear();
   modex_.clear();
   tables_.clear();
+  spawns_.clear();
+  data_ops_.clear();
+  lookups_.clear();
   server_.reset();  // PMIx_server_finalize: its threads end
   // The module stays loaded: libpmix keeps atexit handlers and cannot be unloaded safely.
   if (made_dirs_) {
@@ -197,7 +202,95 @@ void pmix_gateway::make_dirs() {
 }
 
 std::vector<std::string> pmix_gateway::rank_env(std::uint32_t rank) const {
-  return pmix::predicted_rank_env(place_, job_.nspace, rank);
+  const auto p = proc_of(rank);
+  if (!p) return {};
+  return pmix::predicted_rank_env(place_, p->nspace, p->rank);
+}
+
+std::optional<std::uint32_t> pmix_gateway::process_of(const pmix::proc& p) const {
+  if (p.rank == pmix::wildcard_rank) return std::nullopt;
+  if (p.nspace == job_.nspace) {
+    if (p.rank < job_.rank_node.size()) return p.rank;
+    return std::nullopt;
+  }
+  for (const auto& j : spawned_) {
+    if (j.add.pmix && j.add.pmix->nspace == p.nspace && p.rank < j.add.pmix->rank_node.size()) {
+      return j.add.first + p.rank;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<pmix::proc> pmix_gateway::proc_of(std::uint32_t process) const {
+  if (process < job_.rank_node.size()) return pmix::proc{job_.nspace, process};
+  for (const auto& j : spawned_) {
+    if (j.add.pmix && process >= j.add.first &&
+        process - j.add.first < j.add.pmix->rank_node.size()) {
+      return pmix::proc{j.add.pmix->nspace, process - j.add.first};
+    }
+  }
+  return std::nullopt;
+}
+
+void pmix_gateway::add_job(const pm::link::job_add& job) {
+  if (!job.pmix) return;
+  spawned_job j;
+  j.add = job;
+  const auto& facts = *job.pmix;
+  for (std::uint32_t r = 0; r < facts.rank_node.size(); ++r) {
+    if (facts.rank_node[r] == facts.node) j.local.push_back(r);
+  }
+  if (place_.hostname.empty() && facts.node < facts.nodes.size()) {
+    place_.hostname = facts.nodes[facts.node];
+  }
+  spawned_.push_back(std::move(j));
+  if (server_) {
+    try {
+      register_spawned(spawned_.size() - 1);
+    } catch (const std::exception& e) {
+      say(std::string("PMIx: ") + e.what());
+    }
+  }
+}
+
+// Registers a spawned job's namespace and its ranks on this host with the running server, and
+// makes its directories (the ranks were told them at exec, as the first job's).
+void pmix_gateway::register_spawned(std::size_t index) {
+  auto& j = spawned_[index];
+  if (j.registered) return;
+  j.registered = true;
+  const auto& facts = *j.add.pmix;
+  const std::string jd = pmix::job_dir(place_, facts.nspace);
+  const std::string js = pmix::job_shm_dir(place_, facts.nspace);
+  if (::mkdir(jd.c_str(), 0700) != 0 && errno != EEXIST) fail("cannot create " + jd);
+  if (::mkdir(js.c_str(), 0700) != 0 && errno != EEXIST && errno != ENOENT) {
+    fail("cannot create " + js);
+  }
+  auto info = pmix::job_info_of(facts);
+  info.spawned = true;
+  info.parent = pmix::proc{facts.parent_nspace, facts.parent_rank};
+  std::string error = server_->register_job(info);
+  if (!error.empty()) throw pm::error(pm::errc::system, error);
+  for (const std::uint32_t rank : j.local) {
+    std::vector<std::string> env;
+    error = server_->rank_env(facts.nspace, rank, env);
+    if (!error.empty()) throw pm::error(pm::errc::system, error);
+    learn_port(env);
+  }
+  const std::size_t processes = j.add.first + facts.rank_node.size();
+  if (client_state_.size() < processes) client_state_.resize(processes, 0);
+}
+
+// The server's own port (the relay's destination), from the first rank's variables.
+void pmix_gateway::learn_port(const std::vector<std::string>& env) {
+  if (server_port_ != 0) return;
+  const std::string uri = value_of(env, "PMIX_SERVER_URI41");
+  const auto colon = uri.rfind(':');
+  server_port_ =
+      colon == std::string::npos
+          ? 0
+          : static_cast<std::uint16_t>(std::strtoul(uri.c_str() + colon + 1, nullptr, 10));
+  if (server_port_ == 0) throw pm::error(pm::errc::system, "no server URI from setup_fork");
 }
 
 void pmix_gateway::say(const std::string& text) {
@@ -276,29 +369,70 @@ void pmix_gateway::start_server() {
   opts.dir = place_.dir;
   opts.shm_dir = place_.shm_dir;
   opts.on.abort = [this](pmix::abort_request r) {
-    const std::uint32_t rank = r.caller.rank;
-    aborts_[rank] = std::move(r.release);
-    if (hooks_.abort) hooks_.abort(rank, r.exit_status, r.message);
+    const auto rank = process_of(r.caller);
+    if (!rank) {
+      r.release(pmix::status::success);  // not a rank of ours: it exits with its status
+      return;
+    }
+    aborts_[*rank] = std::move(r.release);
+    if (hooks_.abort) hooks_.abort(*rank, r.exit_status, r.message);
   };
   opts.on.fence = [this](pmix::fence_request r) { on_fence(std::move(r)); };
   client_state_.assign(job_.rank_node.size(), 0);
   opts.on.client_connected = [this](const pmix::proc& p) {
-    if (p.nspace == job_.nspace && p.rank < client_state_.size()) client_state_[p.rank] = 1;
+    if (const auto r = process_of(p); r && *r < client_state_.size()) client_state_[*r] = 1;
   };
   opts.on.client_finalized = [this](const pmix::proc& p) {
-    if (p.nspace == job_.nspace && p.rank < client_state_.size()) client_state_[p.rank] = 2;
+    if (const auto r = process_of(p); r && *r < client_state_.size()) client_state_[*r] = 2;
+  };
+  opts.on.connect = [this](pmix::connect_request r) { on_connect(std::move(r)); };
+  opts.on.disconnect = [this](pmix::connect_request r) { on_connect(std::move(r)); };
+  opts.on.spawn = [this](pmix::spawn_request r) { on_spawn(std::move(r)); };
+  opts.on.publish = [this](pmix::publish_request r) {
+    const auto rank = process_of(r.publisher);
+    if (!rank || !hooks_.publish) {
+      r.done(pmix::status::not_supported);
+      return;
+    }
+    pm::link::pmix_publish m{next_request_++, *rank, {}};
+    for (auto& v : r.values) {
+      m.values.push_back({v.key, *rank, std::string(v.value.begin(), v.value.end())});
+    }
+    data_ops_.emplace(m.id, std::move(r.done));
+    hooks_.publish(std::move(m));
+  };
+  opts.on.unpublish = [this](pmix::unpublish_request r) {
+    const auto rank = process_of(r.requester);
+    if (!rank || !hooks_.unpublish) {
+      r.done(pmix::status::not_supported);
+      return;
+    }
+    pm::link::pmix_unpublish m{next_request_++, *rank, r.keys};
+    data_ops_.emplace(m.id, std::move(r.done));
+    hooks_.unpublish(std::move(m));
+  };
+  opts.on.lookup = [this](pmix::lookup_request r) {
+    const auto rank = process_of(r.requester);
+    if (!rank || !hooks_.lookup) {
+      r.done(pmix::status::not_supported);
+      return;
+    }
+    pm::link::pmix_lookup m{next_request_++, *rank, r.keys, r.wait, r.timeout_s};
+    lookups_.emplace(m.id, std::move(r.done));
+    hooks_.lookup(std::move(m));
   };
   opts.on.query = [this](pmix::query_request r) { on_query(std::move(r)); };
   opts.on.direct_modex = [this](pmix::modex_request r) {
-    // Any rank of the job on another host (its host answers once the rank has committed its
-    // data); another namespace cannot be ours to serve, and a wildcard names no one host.
-    if (r.target.nspace != job_.nspace || r.target.rank >= job_.rank_node.size()) {
+    // Any rank of any of the launch's jobs on another host (its host answers once the rank has
+    // committed its data); a wildcard names no one host.
+    const auto target = process_of(r.target);
+    if (!target) {
       r.done(pmix::status::not_found);
       return;
     }
     const std::uint64_t id = next_modex_++;
     modex_[id] = std::move(r.done);
-    if (hooks_.modex_ask) hooks_.modex_ask(pm::link::modex_request{id, r.target.rank});
+    if (hooks_.modex_ask) hooks_.modex_ask(pm::link::modex_request{id, *target});
   };
   std::string error;
   server_.reset(start(opts, error));
@@ -312,13 +446,7 @@ void pmix_gateway::start_server() {
     if (server_port_ != 0) continue;
     // What the ranks were told at exec must be what the server says (but for the port, which
     // is ours; the server's own is where the relay goes).
-    const std::string uri = value_of(env, "PMIX_SERVER_URI41");
-    const auto colon = uri.rfind(':');
-    server_port_ =
-        colon == std::string::npos
-            ? 0
-            : static_cast<std::uint16_t>(std::strtoul(uri.c_str() + colon + 1, nullptr, 10));
-    if (server_port_ == 0) throw pm::error(pm::errc::system, "no server URI from setup_fork");
+    learn_port(env);
     for (const auto& told : rank_env(rank)) {
       const auto eq = told.find('=');
       const std::string name = told.substr(0, eq);
@@ -329,6 +457,7 @@ void pmix_gateway::start_server() {
       }
     }
   }
+  for (std::size_t i = 0; i < spawned_.size(); ++i) register_spawned(i);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = tag_server;
@@ -352,32 +481,150 @@ void pmix_gateway::send_notice(const pm::link::pmix_notify& n) {
   if (!problem.empty()) say("PMIx: " + problem);
 }
 
-void pmix_gateway::on_fence(pmix::fence_request r) {
-  pm::link::fence_members members;
-  members.all = false;
+// Participants as the launcher numbers them: every rank of the first job alone is `all` (the
+// common fence, named compactly); anything else is the sorted list of processes, a wildcard
+// standing for every rank of its namespace.
+bool pmix_gateway::members_of(const std::vector<pmix::proc>& participants,
+                              pm::link::fence_members& members, std::string& why) const {
   std::set<std::uint32_t> ranks;
-  for (const auto& p : r.participants) {
-    if (p.nspace != job_.nspace) {
-      say("PMIx: a fence with another namespace (" + p.nspace + ") is not supported");
-      r.done(pmix::status::not_supported);
-      return;
-    }
-    if (p.rank == pmix::wildcard_rank) {
-      members.all = true;
-    } else {
-      ranks.insert(p.rank);
-    }
+  if (participants.empty()) {
+    why = "no participants";
+    return false;
   }
-  if (!members.all && ranks.size() == job_.rank_node.size()) members.all = true;
+  for (const auto& p : participants) {
+    if (p.rank != pmix::wildcard_rank) {
+      const auto r = process_of(p);
+      if (!r) {
+        why = "a participant (" + p.nspace + ", " + std::to_string(p.rank) +
+              ") of no job of the launch";
+        return false;
+      }
+      ranks.insert(*r);
+      continue;
+    }
+    std::uint32_t first = 0, size = 0;
+    if (p.nspace == job_.nspace) {
+      size = static_cast<std::uint32_t>(job_.rank_node.size());
+    } else {
+      for (const auto& j : spawned_) {
+        if (j.add.pmix && j.add.pmix->nspace == p.nspace) {
+          first = j.add.first;
+          size = static_cast<std::uint32_t>(j.add.pmix->rank_node.size());
+        }
+      }
+    }
+    if (size == 0) {
+      why = "namespace " + p.nspace + ", which the launch does not have";
+      return false;
+    }
+    for (std::uint32_t r = 0; r < size; ++r) ranks.insert(first + r);
+  }
+  const auto n = static_cast<std::uint32_t>(job_.rank_node.size());
+  members.all = ranks.size() == n && *ranks.rbegin() == n - 1;
+  members.ranks.clear();
   if (!members.all) members.ranks.assign(ranks.begin(), ranks.end());
+  return true;
+}
+
+void pmix_gateway::contribute(pm::link::fence_members members, bool collect, std::vector<char> data,
+                              pmix::data_completion done) {
   const std::uint64_t seq = fence_seq_[members]++;
   pm::link::fence_contribution c;
   c.members = members;
   c.seq = seq;
-  c.collect = r.collect;
-  c.data.assign(r.data.begin(), r.data.end());
-  fences_[{members, seq}] = std::move(r.done);
+  c.collect = collect;
+  c.data.assign(data.begin(), data.end());
+  fences_[{members, seq}] = std::move(done);
   if (hooks_.fence) hooks_.fence(std::move(c));
+}
+
+void pmix_gateway::on_fence(pmix::fence_request r) {
+  pm::link::fence_members members;
+  std::string why;
+  if (!members_of(r.participants, members, why)) {
+    say("PMIx: a fence with " + why);
+    r.done(pmix::status::not_found);
+    return;
+  }
+  contribute(std::move(members), r.collect, std::move(r.data), std::move(r.done));
+}
+
+// PMIx_Connect / PMIx_Disconnect across hosts: a fence without data among the participants'
+// hosts (every host sees the same collectives of the same members in the same order).
+void pmix_gateway::on_connect(pmix::connect_request r) {
+  pm::link::fence_members members;
+  std::string why;
+  if (!members_of(r.participants, members, why)) {
+    say("PMIx: a connect with " + why);
+    r.done(pmix::status::not_found);
+    return;
+  }
+  auto done = std::make_shared<pmix::completion>(std::move(r.done));
+  contribute(std::move(members), false, {},
+             pmix::data_completion([done](pmix::status st, std::vector<char>) { (*done)(st); }));
+}
+
+void pmix_gateway::on_spawn(pmix::spawn_request r) {
+  const auto rank = process_of(r.requester);
+  if (!rank || !hooks_.spawn) {
+    // A tool's spawn (it is no rank of the launch): not supported yet (docs/pmix.md).
+    r.done(pmix::status::not_supported);
+    return;
+  }
+  pm::link::pmix_spawn m;
+  m.id = next_request_++;
+  m.rank = *rank;
+  for (auto& a : r.apps) {
+    m.apps.push_back(pm::link::spawn_app_spec{std::move(a.argv), std::move(a.env),
+                                              std::move(a.wdir), a.max_procs, std::move(a.hosts)});
+  }
+  spawns_.emplace(m.id, std::move(r.done));
+  hooks_.spawn(std::move(m));
+}
+
+void pmix_gateway::spawn_done(const pm::link::pmix_spawn_reply& reply) {
+  auto it = spawns_.find(reply.id);
+  if (it == spawns_.end()) return;
+  auto done = std::move(it->second);
+  spawns_.erase(it);
+  if (reply.ok) {
+    done(pmix::status::success, reply.nspace);
+  } else {
+    done(pmix::status::error);
+  }
+}
+
+void pmix_gateway::data_done(const pm::link::pmix_data_reply& reply) {
+  const auto status_of = [](pm::link::data_status s) {
+    switch (s) {
+      case pm::link::data_status::ok:
+        return pmix::status::success;
+      case pm::link::data_status::not_found:
+        return pmix::status::not_found;
+      case pm::link::data_status::timeout:
+        return pmix::status::timeout;
+      case pm::link::data_status::error:
+        break;
+    }
+    return pmix::status::error;
+  };
+  if (auto it = data_ops_.find(reply.id); it != data_ops_.end()) {
+    auto done = std::move(it->second);
+    data_ops_.erase(it);
+    done(status_of(reply.status));
+    return;
+  }
+  auto it = lookups_.find(reply.id);
+  if (it == lookups_.end()) return;
+  auto done = std::move(it->second);
+  lookups_.erase(it);
+  std::vector<pmix::found_value> found;
+  for (const auto& v : reply.values) {
+    const auto who = proc_of(v.rank);
+    found.push_back(pmix::found_value{v.key, who.value_or(pmix::proc{job_.nspace, v.rank}),
+                                      std::vector<char>(v.value.begin(), v.value.end())});
+  }
+  done(status_of(reply.status), std::move(found));
 }
 
 pm::link::pmix_server pmix_gateway::server_info() const {
@@ -519,15 +766,24 @@ void pmix_gateway::serve_modex(const pm::link::modex_request& request) {
   const auto answer = [this, id = request.id](bool found, std::string data) {
     if (hooks_.modex_answer) hooks_.modex_answer(pm::link::modex_reply{id, found, std::move(data)});
   };
-  if (request.rank >= job_.rank_node.size() || job_.rank_node[request.rank] != job_.node ||
-      !ensure_server()) {
+  const auto p = proc_of(request.rank);
+  bool here = false;
+  if (p && request.rank < job_.rank_node.size()) {
+    here = job_.rank_node[request.rank] == job_.node;
+  } else if (p) {
+    for (const auto& j : spawned_) {
+      if (j.add.pmix && j.add.pmix->nspace == p->nspace) {
+        here = j.add.pmix->rank_node.at(p->rank) == j.add.pmix->node;
+      }
+    }
+  }
+  if (!here || !ensure_server()) {
     answer(false, {});
     return;
   }
-  server_->local_modex(
-      {job_.nspace, request.rank}, [answer](pmix::status st, std::vector<char> bytes) {
-        answer(st == pmix::status::success, std::string(bytes.begin(), bytes.end()));
-      });
+  server_->local_modex(*p, [answer](pmix::status st, std::vector<char> bytes) {
+    answer(st == pmix::status::success, std::string(bytes.begin(), bytes.end()));
+  });
 }
 
 void pmix_gateway::modex_done(const pm::link::modex_reply& reply) {

@@ -44,6 +44,12 @@ class pmix_gateway {
     std::function<void(const std::string& line)> notice;
     /// A tool asked for the whole job's process table: ask the launcher (proc_table_done).
     std::function<void(pm::link::proc_table_request)> proc_table;
+    /// A rank's PMIx_Spawn, PMIx_Publish, PMIx_Lookup, PMIx_Unpublish: the launcher decides
+    /// (spawn_done, data_done).
+    std::function<void(pm::link::pmix_spawn)> spawn;
+    std::function<void(pm::link::pmix_publish)> publish;
+    std::function<void(pm::link::pmix_lookup)> lookup;
+    std::function<void(pm::link::pmix_unpublish)> unpublish;
   };
 
   /// Makes the private directories and the listener; throws pm::error naming what failed.
@@ -58,8 +64,15 @@ class pmix_gateway {
   int fd() const noexcept { return epoll_.get(); }
   void on_ready();
 
-  /// What local rank `rank` gets in its environment ("NAME=value", winning over the job's).
+  /// What local process `rank` (a rank of the first job, or of a spawned one: the launcher's
+  /// numbering) gets in its environment ("NAME=value", winning over the job's).
   std::vector<std::string> rank_env(std::uint32_t rank) const;
+  /// A job a rank spawned: its namespace is registered with the server (now, or when it starts),
+  /// and so are its ranks on this host.
+  void add_job(const pm::link::job_add& job);
+  /// The launcher's answers to spawn, publish, lookup and unpublish requests.
+  void spawn_done(const pm::link::pmix_spawn_reply& reply);
+  void data_done(const pm::link::pmix_data_reply& reply);
   /// More of this host's ranks than cores: Open MPI should yield when idle (mpirun sets it too).
   bool oversubscribed() const noexcept { return oversubscribed_; }
   /// No RDMA device on this host (no /sys/class/infiniband or /sys/class/cxi entry): Open MPI
@@ -100,6 +113,20 @@ class pmix_gateway {
   bool ensure_server();
   void start_server();
   void on_fence(pm::agent::pmix::fence_request r);
+  void on_connect(pm::agent::pmix::connect_request r);
+  void on_spawn(pm::agent::pmix::spawn_request r);
+  /// The process number of a PMIx proc of one of the jobs (nullopt: none, or a wildcard).
+  std::optional<std::uint32_t> process_of(const pm::agent::pmix::proc& p) const;
+  /// The PMIx name of a process of one of the jobs (nullopt: none).
+  std::optional<pm::agent::pmix::proc> proc_of(std::uint32_t process) const;
+  /// A fence's or a connect's participants as the launcher names them; false (and `why`) when
+  /// one is of no job the launch has.
+  bool members_of(const std::vector<pm::agent::pmix::proc>& participants,
+                  pm::link::fence_members& members, std::string& why) const;
+  void register_spawned(std::size_t index);
+  void learn_port(const std::vector<std::string>& env);
+  void contribute(pm::link::fence_members members, bool collect, std::vector<char> data,
+                  pm::agent::pmix::data_completion done);
   void on_query(pm::agent::pmix::query_request r);
   void answer_query(pm::agent::pmix::query_request r, const pm::link::proc_table_reply* table);
   /// A rank of the job as a tool is told it (its host and executable from the job's facts).
@@ -126,7 +153,19 @@ class pmix_gateway {
   tcp_relay relay_;
   std::map<std::uint32_t, pm::agent::pmix::completion> aborts_;
   std::map<pm::link::fence_members, std::uint64_t> fence_seq_;
-  std::vector<std::uint8_t> client_state_;  // per global rank: 0 never, 1 connected, 2 finalized
+  std::vector<std::uint8_t> client_state_;  // per process: 0 never, 1 connected, 2 finalized
+  // Jobs the ranks spawned, in order: the launcher's job_add (their first process, apps, facts).
+  struct spawned_job {
+    pm::link::job_add add;
+    std::vector<std::uint32_t> local;  // its ranks on this host
+    bool registered = false;
+  };
+  std::vector<spawned_job> spawned_;
+  std::uint64_t next_request_ = 0;
+  std::map<std::uint64_t, pm::agent::pmix::spawn_completion> spawns_;
+  // A publish or unpublish waits for a status, a lookup for values too.
+  std::map<std::uint64_t, pm::agent::pmix::completion> data_ops_;
+  std::map<std::uint64_t, pm::agent::pmix::lookup_completion> lookups_;
   std::vector<pm::link::pmix_notify> early_notices_;  // before the server started
   std::uint64_t next_modex_ = 0;
   std::map<std::uint64_t, pm::agent::pmix::data_completion> modex_;

@@ -213,6 +213,7 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
 
   pm::job_request request;
   request.apps = resolved.job.apps;
+  request.mapping = resolved.job.mapping;
   request.env = std::move(job_env);
   request.control.abort_on_failure = options.abort_on_failure;
   request.pmix = options.pmix;
