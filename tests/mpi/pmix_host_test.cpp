@@ -95,12 +95,19 @@ std::vector<pid_t> processes_of(const std::string& nspace) {
 
 struct upcalls {
   std::vector<px::proc> connected, finalized;
-  std::vector<px::abort_request> aborts;  // released by the test
-  std::vector<px::fence_request> fences;  // answered already; `done` is empty
-  std::vector<px::proc> modex_targets;    // answered "not found"
-  std::vector<px::query> queries;         // what tools asked
-  bool drop_queries = false;              // leave them unanswered (the completion goes)
-  std::string namespaces;                 // else: the answer to PMIX_QUERY_NAMESPACES
+  std::vector<px::abort_request> aborts;      // released by the test
+  std::vector<px::fence_request> fences;      // answered already; `done` is empty
+  std::vector<px::proc> modex_targets;        // answered "not found"
+  std::vector<px::query> queries;             // what tools asked
+  bool drop_queries = false;                  // leave them unanswered (the completion goes)
+  std::string namespaces;                     // else: the answer to PMIX_QUERY_NAMESPACES
+  std::vector<px::spawn_request> spawns;      // what was asked (answered by the host)
+  std::vector<std::string> published;         // keys
+  std::vector<px::lookup_request> lookups;    // what was asked (answered by the host)
+  std::vector<std::string> unpublished;       // keys
+  std::vector<px::connect_request> connects;  // answered with connect_answer already
+  std::vector<px::connect_request> disconnects;
+  px::status connect_answer = px::status::success;
   tiny_host* host = nullptr;
   std::function<void(px::abort_request&)> on_abort;  // what the "pmd" does before releasing
 };
@@ -144,6 +151,38 @@ px::server& shared_server() {
       const auto st = values.empty() ? px::status::not_supported : px::status::success;
       q.done(st, std::move(values));
     };
+    // Spawn and publish/lookup go to the running test's tiny host; without one, the requests
+    // fail with status::error when they go.
+    opts.on.spawn = [](px::spawn_request r) {
+      if (recording == nullptr) return;
+      recording->spawns.push_back({r.requester, r.apps, {}});
+      if (recording->host != nullptr) recording->host->spawn_job(std::move(r));
+    };
+    opts.on.publish = [](px::publish_request r) {
+      if (recording == nullptr || recording->host == nullptr) return;
+      for (const auto& v : r.values) recording->published.push_back(v.key);
+      recording->host->publish(std::move(r));
+    };
+    opts.on.lookup = [](px::lookup_request r) {
+      if (recording == nullptr || recording->host == nullptr) return;
+      recording->lookups.push_back({r.requester, r.keys, r.wait, r.timeout_s, {}});
+      recording->host->lookup(std::move(r));
+    };
+    opts.on.unpublish = [](px::unpublish_request r) {
+      if (recording == nullptr || recording->host == nullptr) return;
+      recording->unpublished.insert(recording->unpublished.end(), r.keys.begin(), r.keys.end());
+      recording->host->unpublish(std::move(r));
+    };
+    opts.on.connect = [](px::connect_request r) {
+      if (recording == nullptr) return;
+      r.done(recording->connect_answer);
+      recording->connects.push_back(std::move(r));
+    };
+    opts.on.disconnect = [](px::connect_request r) {
+      if (recording == nullptr) return;
+      r.done(recording->connect_answer);
+      recording->disconnects.push_back(std::move(r));
+    };
     return px::server::start(opts);
   }();
   return *server;
@@ -184,11 +223,17 @@ class PmixHost : public ::testing::Test {
   }
 
   void TearDown() override {
+    if (host_)
+      other_nspaces_.insert(other_nspaces_.end(), host_->spawned().begin(), host_->spawned().end());
     host_.reset();         // kills and reaps whatever is left
     seen_.aborts.clear();  // unreleased callers are released with an error
     recording = nullptr;
     if (registered_) server_->deregister_job(nspace_);
     EXPECT_EQ(processes_of(nspace_), std::vector<pid_t>{}) << "processes of " << nspace_ << " left";
+    for (const auto& ns : other_nspaces_) {
+      server_->deregister_job(ns);
+      EXPECT_EQ(processes_of(ns), std::vector<pid_t>{}) << "processes of " << ns << " left";
+    }
     EXPECT_EQ(scratch_entries("/tmp"), tmp_before_) << "left in /tmp";
     EXPECT_EQ(scratch_entries("/dev/shm"), shm_before_) << "left in /dev/shm";
     struct stat st {};
@@ -204,11 +249,18 @@ class PmixHost : public ::testing::Test {
            const std::vector<std::string>& env) {
     server_->register_job(j);
     registered_ = true;
-    host_ = std::make_unique<tiny_host>(*server_);
-    seen_.host = host_.get();
+    start_host(env);
     host_->spawn(j, argv, env);
     ASSERT_TRUE(host_->run(std::chrono::seconds(30))) << "job did not end:\n"
                                                       << host_->all_output();
+  }
+
+  // The tiny host, whose spawned jobs' ranks start from `env` too.
+  void start_host(const std::vector<std::string>& env) {
+    host_ = std::make_unique<tiny_host>(*server_);
+    host_->child_env = env;
+    host_->hostname = hostname();
+    seen_.host = host_.get();
   }
 
   void expect_all_exited_zero() const {
@@ -255,6 +307,7 @@ class PmixHost : public ::testing::Test {
   px::server* server_ = nullptr;
   std::string nspace_;
   bool registered_ = false;
+  std::vector<std::string> other_nspaces_;  // registered by the test, deregistered at the end
   upcalls seen_;
   std::unique_ptr<tiny_host> host_;
   std::set<std::string> tmp_before_, shm_before_;
@@ -463,7 +516,12 @@ TEST_F(PmixHost, AToolsQueriesReachTheHostAndAnUnansweredOneFailsAtOnce) {
   auto r = tool();
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("namespaces " + nspace_ + "\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("spawn NOT-SUPPORTED\n"), std::string::npos) << r.out;
+  // The tool's PMIx_Spawn reaches the host, which has no tiny host to start it here: it drops
+  // the request, which fails with ERROR.
+  EXPECT_NE(r.out.find("spawn ERROR\n"), std::string::npos) << r.out;
+  ASSERT_EQ(seen_.spawns.size(), 1u);
+  EXPECT_TRUE(seen_.spawns[0].requester.nspace.starts_with("pm-tool."))
+      << seen_.spawns[0].requester.nspace;
   EXPECT_NE(r.out.find("unsupported NOT-SUPPORTED\n"), std::string::npos) << r.out;
   ASSERT_FALSE(seen_.queries.empty());
   EXPECT_EQ(seen_.queries[0].keys, std::vector<std::string>{px::query_keys::namespaces});
@@ -513,6 +571,186 @@ TEST_F(PmixHost, MisuseIsOneClearError) {
                "and '-'");
   expect_error([] { px::server::start({}); }, pm::errc::system,
                "PMIx: a server was started in this process already (libpmix allows one)");
+}
+
+// ---- spawn, publish/lookup, connect ----
+
+// A parent (1 rank) and its children ran to the end: each said who it is and the sum it got.
+void expect_spawn_lines(const std::string& out, std::uint32_t children) {
+  EXPECT_EQ(
+      matches(out, std::regex("parent 0 of 1: children " + std::to_string(children) + "\n")).size(),
+      1u)
+      << out;
+  const long child_sum = static_cast<long>(children) * (children + 1) / 2;
+  EXPECT_EQ(
+      matches(out, std::regex("parent 0 of 1: sum " + std::to_string(child_sum) + "\n")).size(), 1u)
+      << out;
+  EXPECT_EQ(matches(out, std::regex(R"(child \d of )" + std::to_string(children) +
+                                    R"(: parent size 1\n)"))
+                .size(),
+            children)
+      << out;
+  EXPECT_EQ(matches(out, std::regex(R"(child \d of )" + std::to_string(children) + R"(: sum 1\n)"))
+                .size(),
+            children)
+      << out;
+}
+
+TEST_F(PmixHost, SpawnStartsChildrenThatTalkToTheirParent) {
+  // MPI_Comm_spawn of 2 children: PMIx_Spawn reaches the host, which registers and starts the
+  // new namespace; the roots meet by publish/lookup (the lookup waits), and PMIx_Connect of the
+  // two namespaces completes inside libpmix (every participant is local).
+  run(job(1), {mpi_dir + "/mpi_spawn", "2"}, base_env(3));
+  expect_all_exited_zero();
+  ASSERT_EQ(host_->ranks().size(), 3u) << host_->all_output();
+  expect_spawn_lines(host_->all_output(), 2);
+  ASSERT_EQ(seen_.spawns.size(), 1u);
+  const auto& sp = seen_.spawns[0];
+  EXPECT_EQ(sp.requester, (px::proc{nspace_, 0}));
+  ASSERT_EQ(sp.apps.size(), 1u);
+  EXPECT_EQ(sp.apps[0].argv, (std::vector<std::string>{mpi_dir + "/mpi_spawn", "child"}));
+  EXPECT_EQ(sp.apps[0].max_procs, 2u);
+  EXPECT_EQ(sp.apps[0].wdir, std::filesystem::current_path().string());
+  EXPECT_TRUE(sp.apps[0].hosts.empty());
+  EXPECT_TRUE(std::any_of(sp.apps[0].env.begin(), sp.apps[0].env.end(), [](const std::string& e) {
+    return e.starts_with("OMPI_PARENT_PORT=");
+  })) << "the children find their parent by OMPI_PARENT_PORT";
+  // The roots meet on "<port>:connect" and "<port>:accept"; Open MPI 4.1 then agrees on the
+  // intercommunicator's context id the same way ("<port>:nextcid:send:N", ..., each looked up
+  // with PMIX_WAIT by the other root).
+  auto has_key = [&](const std::string& suffix) {
+    return std::any_of(seen_.published.begin(), seen_.published.end(),
+                       [&](const std::string& k) { return k.ends_with(suffix); });
+  };
+  EXPECT_TRUE(has_key(":connect") && has_key(":accept"))
+      << ::testing::PrintToString(seen_.published);
+  EXPECT_EQ(seen_.lookups.size(), seen_.published.size());
+  for (const auto& l : seen_.lookups) EXPECT_TRUE(l.wait) << "Open MPI looks up with PMIX_WAIT";
+  EXPECT_TRUE(seen_.unpublished.empty()) << ::testing::PrintToString(seen_.unpublished);
+  EXPECT_TRUE(seen_.connects.empty()) << "a connect among local ranks completes inside libpmix";
+  ASSERT_EQ(host_->spawned().size(), 1u);
+  const auto& ranks = host_->ranks();
+  EXPECT_EQ(std::count_if(ranks.begin(), ranks.end(),
+                          [&](const auto& r) { return r.nspace == host_->spawned()[0]; }),
+            2);
+}
+
+TEST_F(PmixHost, Mpi4pySpawn) {
+  const std::string python = "/usr/bin/python3";
+  if (pm::test::run_command({python, "-c", "import mpi4py"}).exit_code != 0) {
+    GTEST_SKIP() << "python3-mpi4py is not installed";
+  }
+  run(job(1), {python, std::string(PM_MPI_SOURCE_DIR) + "/mpi_spawn.py", "2"}, base_env(3));
+  expect_all_exited_zero();
+  ASSERT_EQ(host_->ranks().size(), 3u) << host_->all_output();
+  expect_spawn_lines(host_->all_output(), 2);
+  ASSERT_EQ(seen_.spawns.size(), 1u);
+  EXPECT_EQ(seen_.spawns[0].apps[0].argv,
+            (std::vector<std::string>{python, std::string(PM_MPI_SOURCE_DIR) + "/mpi_spawn.py",
+                                      "child"}));
+}
+
+TEST_F(PmixHost, PublishLookupWaitsForTheKeys) {
+  // Rank 0 looks up with PMIX_WAIT before anyone published: the host holds the lookup and
+  // answers it when rank 1 publishes. The values (a string, an int32, a byte object with a 0
+  // in it) come back as published, packed and unpacked by the server.
+  const auto j = job(2);
+  server_->register_job(j);
+  registered_ = true;
+  const auto env = base_env(2);
+  start_host(env);
+  const std::string pubsub = mpi_dir + "/pmix_pubsub";
+  host_->spawn_rank(j, 0, {pubsub, "lookup", "k", "wait"}, env);
+  ASSERT_TRUE(
+      host_->run_until([&] { return host_->waiting_lookups() == 1; }, std::chrono::seconds(30)))
+      << host_->all_output();
+  ASSERT_EQ(host_->waiting_lookups(), 1u) << host_->all_output();
+  host_->spawn_rank(j, 1, {pubsub, "publish", "k"}, env);
+  ASSERT_TRUE(host_->run(std::chrono::seconds(30))) << host_->all_output();
+  expect_all_exited_zero();
+  const std::string& looker = host_->ranks()[0].text;
+  EXPECT_NE(looker.find("found k = value-of-k from " + nspace_ + ":1\n"), std::string::npos)
+      << looker;
+  EXPECT_NE(looker.find("found k.int = -7\n"), std::string::npos) << looker;
+  EXPECT_NE(looker.find("found k.bytes = 01 02 00 03\n"), std::string::npos) << looker;
+  EXPECT_EQ(seen_.published, (std::vector<std::string>{"k", "k.int", "k.bytes"}));
+  ASSERT_EQ(seen_.lookups.size(), 1u);
+  EXPECT_EQ(seen_.lookups[0].requester, (px::proc{nspace_, 0}));
+  EXPECT_EQ(seen_.lookups[0].keys, (std::vector<std::string>{"k", "k.int", "k.bytes"}));
+  EXPECT_TRUE(seen_.lookups[0].wait);
+  EXPECT_EQ(seen_.lookups[0].timeout_s, 60u);
+}
+
+TEST_F(PmixHost, LookupOfAMissingKeyWithoutWaitIsNotFound) {
+  const auto j = job(2);
+  server_->register_job(j);
+  registered_ = true;
+  const auto env = base_env(2);
+  start_host(env);
+  const std::string pubsub = mpi_dir + "/pmix_pubsub";
+  host_->spawn_rank(j, 0, {pubsub, "lookup", "nokey"}, env);
+  host_->spawn_rank(j, 1, {pubsub, "unpublish", "gone"}, env);
+  ASSERT_TRUE(host_->run(std::chrono::seconds(30))) << host_->all_output();
+  EXPECT_EQ(host_->ranks()[0].exit_code, 4) << host_->ranks()[0].text;
+  EXPECT_NE(host_->ranks()[0].text.find("lookup nokey: NOT-FOUND"), std::string::npos)
+      << host_->ranks()[0].text;
+  ASSERT_EQ(seen_.lookups.size(), 1u);
+  EXPECT_FALSE(seen_.lookups[0].wait);
+  EXPECT_EQ(seen_.lookups[0].timeout_s, 0u);
+  EXPECT_EQ(host_->ranks()[1].exit_code, 0) << host_->ranks()[1].text;
+  EXPECT_EQ(seen_.unpublished, (std::vector<std::string>{"gone"}));
+}
+
+TEST_F(PmixHost, ConnectWithANamespaceElsewhereGoesToTheHost) {
+  // A namespace registered with no rank here (no_node): PMIx cannot complete a connect with it
+  // alone and hands it to the host; the host's answer is the caller's.
+  px::job_info far;
+  far.nspace = nspace_ + ".far";
+  far.node_names = {"other-host"};
+  far.node_index = px::no_node;
+  far.ranks.resize(2);
+  far.ranks[1].local_rank = far.ranks[1].node_rank = 1;
+  server_->register_job(far);
+  other_nspaces_.push_back(far.nspace);
+  EXPECT_THROW(server_->rank_env(far.nspace, 0), pm::error) << "no rank of it is here";
+  run(job(1), {mpi_dir + "/pmix_pubsub", "connect", far.nspace}, base_env(1));
+  expect_all_exited_zero();
+  EXPECT_NE(host_->all_output().find("connect: SUCCESS"), std::string::npos) << host_->all_output();
+  ASSERT_EQ(seen_.connects.size(), 1u);
+  EXPECT_EQ(seen_.connects[0].participants,
+            (std::vector<px::proc>{{nspace_, px::wildcard_rank}, {far.nspace, px::wildcard_rank}}));
+}
+
+TEST_F(PmixHost, AFailedConnectFailsTheCaller) {
+  px::job_info far;
+  far.nspace = nspace_ + ".far";
+  far.node_names = {"other-host"};
+  far.node_index = px::no_node;
+  far.ranks.resize(1);
+  server_->register_job(far);
+  other_nspaces_.push_back(far.nspace);
+  seen_.connect_answer = px::status::unreachable;
+  run(job(1), {mpi_dir + "/pmix_pubsub", "connect", far.nspace}, base_env(1));
+  ASSERT_EQ(host_->ranks().size(), 1u);
+  EXPECT_EQ(host_->ranks()[0].exit_code, 4) << host_->all_output();
+  EXPECT_EQ(seen_.connects.size(), 1u);
+}
+
+TEST_F(PmixHost, ASpawnedJobKnowsItsParent) {
+  auto j = job(1);
+  j.spawned = true;
+  j.parent = px::proc{"pmtest.parent", 3};
+  run(j, {mpi_dir + "/pmix_pubsub", "info"}, base_env(1));
+  expect_all_exited_zero();
+  EXPECT_NE(host_->all_output().find("spawned 1 parent pmtest.parent:3\n"), std::string::npos)
+      << host_->all_output();
+}
+
+TEST_F(PmixHost, AJobNotSpawnedHasNoParent) {
+  run(job(1), {mpi_dir + "/pmix_pubsub", "info"}, base_env(1));
+  expect_all_exited_zero();
+  EXPECT_NE(host_->all_output().find("spawned 0 parent none\n"), std::string::npos)
+      << host_->all_output();
 }
 
 // ---- the server's own life, in a process of its own ----

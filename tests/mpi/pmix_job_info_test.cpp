@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "agent/pmix/pmix_host.hpp"
+#include "link/messages.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
 #include "pm/rank_map.hpp"
@@ -87,6 +88,54 @@ TEST(PmixJobInfo, ChecksNameEveryProblem) {
   bad = good;
   bad.ranks.clear();
   EXPECT_EQ(problem(bad), "PMIx job 'ns1': no ranks");
+  bad = good;
+  bad.node_names.push_back("c");
+  EXPECT_EQ(problem(bad), "PMIx job 'ns1': node c has no ranks");
+  bad = good;
+  bad.parent = px::proc{"x y", 0};
+  EXPECT_EQ(problem(bad), "PMIx job 'ns1': parent namespace 'x y' is not a valid namespace");
+}
+
+TEST(PmixJobInfo, AHostWithoutRanksMayKnowTheJob) {
+  auto job = px::make_job_info(two_app_map(), "ns1", 0);
+  job.node_index = px::no_node;
+  job.spawned = true;
+  job.parent = px::proc{"ns0", 0};
+  EXPECT_EQ(problem(job), "");
+  // The link does not carry spawned and parent (yet).
+  const auto back = px::job_info_of(px::pmix_job_of(job));
+  EXPECT_EQ(back.node_index, px::no_node);
+  EXPECT_FALSE(back.spawned);
+  EXPECT_FALSE(back.parent);
+}
+
+TEST(PmixCompletion, SpawnAndLookupCompletionsCarryTheirAnswersAndForgottenOnesFail) {
+  std::vector<std::pair<px::status, std::string>> spawned;
+  {
+    px::spawn_completion s([&](px::status st, std::string ns) { spawned.emplace_back(st, ns); });
+    s(px::status::success, "child");
+    s(px::status::error);  // a second call does nothing
+    px::spawn_completion forgotten(
+        [&](px::status st, std::string ns) { spawned.emplace_back(st, ns); });
+  }
+  EXPECT_EQ(spawned, (std::vector<std::pair<px::status, std::string>>{
+                         {px::status::success, "child"}, {px::status::error, ""}}));
+  std::vector<px::status> looked;
+  std::vector<px::found_value> found;
+  {
+    px::lookup_completion l([&](px::status st, std::vector<px::found_value> v) {
+      looked.push_back(st);
+      found = std::move(v);
+    });
+    l(px::status::success, {{"k", px::proc{"ns", 1}, {'v'}}});
+    px::lookup_completion forgotten(
+        [&](px::status st, std::vector<px::found_value>) { looked.push_back(st); });
+  }
+  EXPECT_EQ(looked, (std::vector<px::status>{px::status::success, px::status::error}));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].key, "k");
+  EXPECT_EQ(found[0].publisher, (px::proc{"ns", 1}));
+  EXPECT_EQ(found[0].value, std::vector<char>{'v'});
 }
 
 TEST(PmixCompletion, CalledOnceWithTheStatusGiven) {

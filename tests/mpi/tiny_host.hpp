@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -31,6 +32,7 @@ namespace pm::test {
 namespace px = pm::agent::pmix;
 
 struct rank_process {
+  std::string nspace;
   std::uint32_t rank = 0;
   pid_t pid = -1;
   int pidfd = -1;
@@ -86,36 +88,108 @@ class tiny_host {
   void spawn(const px::job_info& job, const std::vector<std::string>& argv,
              const std::vector<std::string>& base_env) {
     for (std::uint32_t rank = 0; rank < job.ranks.size(); ++rank) {
-      if (job.ranks[rank].node != job.node_index) continue;
-      int fds[2];
-      if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-      pm::local::spawn_request req;
-      req.path = argv.at(0);
-      req.argv = argv;
-      req.env = merge_env(base_env, server_.rank_env(job.nspace, rank));
-      req.stdout_fd = fds[1];
-      req.stderr_fd = fds[1];
-      rank_process r;
-      r.rank = rank;
-      r.out = fds[0];
-      try {
-        const auto p = pm::local::spawn(req);
-        r.pid = p.pid;
-        r.pidfd = p.pidfd;
-      } catch (...) {
-        ::close(fds[0]);
-        ::close(fds[1]);
-        throw;
-      }
-      ::close(fds[1]);
-      ranks_.push_back(r);
+      if (job.ranks[rank].node == job.node_index) spawn_rank(job, rank, argv, base_env);
     }
   }
 
+  /// Starts one local rank of `job` (in `wdir`, "" ours).
+  void spawn_rank(const px::job_info& job, std::uint32_t rank, const std::vector<std::string>& argv,
+                  const std::vector<std::string>& base_env, const std::string& wdir = {}) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+    pm::local::spawn_request req;
+    req.path = argv.at(0);
+    req.argv = argv;
+    req.env = merge_env(base_env, server_.rank_env(job.nspace, rank));
+    req.wdir = wdir;
+    req.stdout_fd = fds[1];
+    req.stderr_fd = fds[1];
+    rank_process r;
+    r.nspace = job.nspace;
+    r.rank = rank;
+    r.out = fds[0];
+    try {
+      const auto p = pm::local::spawn(req);
+      r.pid = p.pid;
+      r.pidfd = p.pidfd;
+    } catch (...) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      throw;
+    }
+    ::close(fds[1]);
+    ranks_.push_back(r);
+  }
+
+  // ---- a one-host pmd's spawn, publish/lookup and connect ----
+
+  /// The environment spawned jobs' ranks start from (then the app's, then rank_env), and the
+  /// name of this host (the server's).
+  std::vector<std::string> child_env;
+  std::string hostname;
+
+  /// PMIx_Spawn: one node, the apps' ranks in order; registered before the answer.
+  void spawn_job(px::spawn_request req) {
+    px::job_info job;
+    job.nspace = req.requester.nspace + ".s" + std::to_string(spawned_.size() + 1);
+    job.node_names = {hostname};
+    job.spawned = true;
+    job.parent = req.requester;
+    for (std::uint32_t a = 0; a < req.apps.size(); ++a) {
+      for (std::uint32_t i = 0; i < std::max(req.apps[a].max_procs, 1u); ++i) {
+        px::rank_info info;
+        info.app = a;
+        info.local_rank = static_cast<std::uint16_t>(job.ranks.size());
+        info.node_rank = info.local_rank;
+        job.ranks.push_back(info);
+      }
+    }
+    job.universe_size = static_cast<std::uint32_t>(job.ranks.size());
+    try {
+      server_.register_job(job);
+    } catch (...) {
+      req.done(px::status::error);
+      return;
+    }
+    spawned_.push_back(job.nspace);
+    for (std::uint32_t rank = 0; rank < job.ranks.size(); ++rank) {
+      const px::spawn_app& app = req.apps[job.ranks[rank].app];
+      spawn_rank(job, rank, app.argv, merge_env(child_env, app.env), app.wdir);
+    }
+    req.done(px::status::success, job.nspace);
+  }
+  /// The namespaces spawn_job registered (the test deregisters them).
+  const std::vector<std::string>& spawned() const { return spawned_; }
+
+  void publish(px::publish_request req) {
+    for (auto& v : req.values) published_[v.key] = {req.publisher, std::move(v.value)};
+    req.done(px::status::success);
+    answer_waiting();
+  }
+  /// Without wait: not_found unless every key is there. With it: held until they are.
+  void lookup(px::lookup_request req) {
+    if (!all_published(req.keys) && req.wait) {
+      waiting_.push_back(std::move(req));
+      return;
+    }
+    answer(req);
+  }
+  void unpublish(px::unpublish_request req) {
+    for (const auto& k : req.keys) published_.erase(k);
+    req.done(px::status::success);
+  }
+  std::size_t waiting_lookups() const { return waiting_.size(); }
+
   /// Polls until every rank exited and closed its output, or the deadline passed (then false).
   bool run(std::chrono::milliseconds limit) {
+    return run_until([] { return false; }, limit);
+  }
+  /// Likewise, but stops early (true) once `enough` says so.
+  template <class Pred>
+  bool run_until(Pred enough, std::chrono::milliseconds limit) {
     const auto until = std::chrono::steady_clock::now() + limit;
     while (!all_done()) {
+      if (enough()) return true;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           until - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
@@ -205,8 +279,38 @@ class tiny_host {
     close_fd(r.pidfd);
   }
 
+  bool all_published(const std::vector<std::string>& keys) const {
+    return std::all_of(keys.begin(), keys.end(),
+                       [&](const std::string& k) { return published_.contains(k); });
+  }
+  void answer(px::lookup_request& req) {
+    if (!all_published(req.keys)) {
+      req.done(px::status::not_found);
+      return;
+    }
+    std::vector<px::found_value> found;
+    for (const auto& k : req.keys) {
+      const auto& [who, bytes] = published_.at(k);
+      found.push_back({k, who, bytes});
+    }
+    req.done(px::status::success, std::move(found));
+  }
+  void answer_waiting() {
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (all_published(it->keys)) {
+        answer(*it);
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
   px::server& server_;
   std::vector<rank_process> ranks_;
+  std::vector<std::string> spawned_;
+  std::map<std::string, std::pair<px::proc, std::vector<char>>> published_;
+  std::vector<px::lookup_request> waiting_;
 };
 
 /// A one-node job of `n` ranks of one app.

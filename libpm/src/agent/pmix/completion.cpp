@@ -55,4 +55,38 @@ void query_completion::operator()(status s, std::vector<query_value> values) {
   if (fn) fn(s, std::move(values));
 }
 
+spawn_completion& spawn_completion::operator=(spawn_completion&& other) noexcept {
+  if (this != &other) {
+    if (fn_) (*this)(status::error);
+    fn_ = std::move(other.fn_);
+    other.fn_ = nullptr;
+  }
+  return *this;
+}
+spawn_completion::~spawn_completion() {
+  if (fn_) (*this)(status::error);
+}
+void spawn_completion::operator()(status s, std::string nspace) {
+  auto fn = std::move(fn_);
+  fn_ = nullptr;
+  if (fn) fn(s, std::move(nspace));
+}
+
+lookup_completion& lookup_completion::operator=(lookup_completion&& other) noexcept {
+  if (this != &other) {
+    if (fn_) (*this)(status::error);
+    fn_ = std::move(other.fn_);
+    other.fn_ = nullptr;
+  }
+  return *this;
+}
+lookup_completion::~lookup_completion() {
+  if (fn_) (*this)(status::error);
+}
+void lookup_completion::operator()(status s, std::vector<found_value> values) {
+  auto fn = std::move(fn_);
+  fn_ = nullptr;
+  if (fn) fn(s, std::move(values));
+}
+
 }  // namespace pm::agent::pmix

@@ -33,9 +33,12 @@ void check_job_info(const job_info& job) {
                     "PMIx namespace '" + job.nspace +
                         "' is not 1-200 characters of letters, digits, '.', '_' and '-'");
   }
+  if (job.parent && !valid_nspace(job.parent->nspace)) {
+    bad("parent namespace '" + job.parent->nspace + "' is not a valid namespace");
+  }
   if (job.node_names.empty()) bad("no nodes");
   if (job.ranks.empty()) bad("no ranks");
-  if (job.node_index >= job.node_names.size()) {
+  if (job.node_index >= job.node_names.size() && job.node_index != no_node) {
     bad("this node's index " + std::to_string(job.node_index) + " is not below the " +
         std::to_string(job.node_names.size()) + " nodes");
   }
@@ -65,6 +68,10 @@ void check_job_info(const job_info& job) {
   }
   for (std::uint32_t a = 0; a < num_apps; ++a) {
     if (!app_used[a]) bad("app " + std::to_string(a) + " has no ranks");
+  }
+  // PMIx 4.2.2 refuses a proc map with an empty node (BAD-PARAM from register_nspace).
+  for (std::size_t n = 0; n < job.node_names.size(); ++n) {
+    if (local_seen[n].empty()) bad("node " + job.node_names[n] + " has no ranks");
   }
 }
 
@@ -111,7 +118,7 @@ job_info job_info_of(const pm::link::pmix_job& facts) {
     info.node_rank = info.local_rank;  // one job per node
     job.ranks.push_back(info);
   }
-  return job;
+  return job;  // spawned and parent: not on the link yet
 }
 
 pm::link::pmix_job pmix_job_of(const job_info& job) {

@@ -63,7 +63,7 @@ class module_server final : public hosted_server {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) hosted_server* pm_pmix_start_v1(
+extern "C" __attribute__((visibility("default"))) hosted_server* pm_pmix_start_v2(
     const options& opts, std::string& error) noexcept {
   try {
     return new module_server(server::start(opts));

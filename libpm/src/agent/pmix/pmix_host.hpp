@@ -3,10 +3,10 @@
 // It wraps libpmix's server side (PMIx 4.2): start it, register a job (namespace), ask for each
 // local rank's environment, spawn the ranks yourself, and serve the requests PMIx cannot answer
 // on its own (abort, fences and direct modex that span hosts, tools' queries) from your event
-// loop. PMIx tools may attach (PMIx_tool_init): each gets a namespace of its own.
-// It lives in its own static library (pm_pmix) so that libpm never links libpmix: PMIx starts a
-// progress thread and needs care with signals, which a library must not impose on the programs
-// that embed it. Only pmd and the tests link it.
+// loop; spawn, publish/lookup and connect are the host's too. PMIx tools may attach
+// (PMIx_tool_init): each gets a namespace of its own. It lives in its own static library (pm_pmix)
+// so that libpm never links libpmix: PMIx starts a progress thread and needs care with signals,
+// which a library must not impose on the programs that embed it. Only pmd and the tests link it.
 //
 // Threads (what is and is not thread-safe):
 //   - One server per process, for the process's whole life: libpmix 4.2.2 crashes when a server
@@ -25,10 +25,11 @@
 //     A callback may call the server's members (register a job, ...), but must not destroy the
 //     server; an exception it throws leaves run_pending(), and the requests queued behind it
 //     complete with status::error.
-//   - `completion`, `data_completion` and `query_completion` objects (in abort, fence, modex and
-//     query requests) may be called from any thread, exactly once, but not concurrently with
-//     stop(). One that is destroyed without being called completes with status::error, so a rank
-//     or a tool never waits for ever on an answer the host forgot. After stop() they do nothing.
+//   - `completion`, `data_completion`, `query_completion`, `spawn_completion` and
+//     `lookup_completion` objects (in every request) may be called from any thread, exactly once,
+//     but not concurrently with stop(). One that is destroyed without being called completes with
+//     status::error, so a rank or a tool never waits for ever on an answer the host forgot. After
+//     stop() they do nothing.
 //   - Signals: start() blocks every signal in the calling thread while libpmix creates its
 //     threads, so those threads inherit a full mask and never take a process-directed signal (a
 //     SIGTERM or SIGCHLD meant for the host's signalfd cannot be lost to them). The host's own
@@ -225,6 +226,110 @@ struct query_request {
   std::vector<query> queries;
   query_completion done;
 };
+/// One app of a PMIx_Spawn (MPI_Comm_spawn's command).
+struct spawn_app {
+  std::vector<std::string>
+      argv;  ///< the command and its arguments (argv[0] = pmix_app_t.cmd as given)
+  std::vector<std::string>
+      env;  ///< "NAME=value" the app's ranks get on top of the job's (OMPI_PARENT_PORT, ...)
+  std::string wdir;             ///< pmix_app_t.cwd or the PMIX_WDIR info; "" none
+  std::uint32_t max_procs = 0;  ///< maxprocs
+  std::vector<std::string>
+      hosts;  ///< PMIX_HOST (comma-separated, app or job info); empty: anywhere
+};
+
+/// A spawn's answer: the status and the new namespace (copied).
+class spawn_completion {
+ public:
+  spawn_completion() = default;
+  explicit spawn_completion(std::function<void(status, std::string)> fn) : fn_(std::move(fn)) {}
+  spawn_completion(spawn_completion&&) noexcept = default;
+  spawn_completion& operator=(spawn_completion&& other) noexcept;
+  ~spawn_completion();
+  void operator()(status s, std::string nspace = {});
+  explicit operator bool() const noexcept { return static_cast<bool>(fn_); }
+
+ private:
+  std::function<void(status, std::string)> fn_;
+};
+
+/// A local rank (or a tool) called PMIx_Spawn: map and start the apps as a new namespace,
+/// register it (register_job) on every host of either job BEFORE answering, then answer with
+/// the new namespace. Directives the host does not honour are ignored: every app and job info
+/// but PMIX_WDIR and PMIX_HOST (Open MPI 4.1 also sends PMIX_PERSONALITY, PMIX_PREFIX, mapping
+/// and binding directives).
+struct spawn_request {
+  proc requester;
+  std::vector<spawn_app> apps;
+  spawn_completion done;
+};
+
+/// PMIx_Publish: data to keep for PMIx_Lookup by any process of the session. The value is
+/// opaque to the host: PMIx_Data_pack'ed pmix_value_t bytes the server unpacks again.
+struct published_value {
+  std::string key;
+  std::vector<char> value;
+};
+/// Directives (PMIX_RANGE, PMIX_PERSISTENCE, PMIX_USERID, ...: keys that start with "pmix") are
+/// not data and are not handed over: the host keeps the values for the whole session.
+struct publish_request {
+  proc publisher;
+  std::vector<published_value> values;
+  completion done;
+};
+
+/// One value a lookup found: the key, who published it, the bytes it published.
+struct found_value {
+  std::string key;
+  proc publisher;
+  std::vector<char> value;
+};
+
+/// A lookup's answer: the status and the values found (copied; PMIx unpacks them).
+class lookup_completion {
+ public:
+  lookup_completion() = default;
+  explicit lookup_completion(std::function<void(status, std::vector<found_value>)> fn)
+      : fn_(std::move(fn)) {}
+  lookup_completion(lookup_completion&&) noexcept = default;
+  lookup_completion& operator=(lookup_completion&& other) noexcept;
+  ~lookup_completion();
+  void operator()(status s, std::vector<found_value> values = {});
+  explicit operator bool() const noexcept { return static_cast<bool>(fn_); }
+
+ private:
+  std::function<void(status, std::vector<found_value>)> fn_;
+};
+
+/// PMIx_Lookup. `wait`: PMIX_WAIT was given (answer only once every key is published; the
+/// host must hold the request, Open MPI's connect/accept relies on it); `timeout_s`: PMIX_TIMEOUT
+/// seconds, 0 none (then answer status::timeout). Without `wait`: status::not_found when a key
+/// is not published (PMIx's clients want every key they asked for).
+struct lookup_request {
+  proc requester;
+  std::vector<std::string> keys;
+  bool wait = false;
+  std::uint32_t timeout_s = 0;
+  lookup_completion done;
+};
+
+/// PMIx_Unpublish: forget these keys of the requester's (empty: all of them).
+struct unpublish_request {
+  proc requester;
+  std::vector<std::string> keys;
+  completion done;
+};
+
+/// PMIx_Connect / PMIx_Disconnect whose participants are not all local (PMIx completes a
+/// local one alone): answer once every participant's host has called it (a collective like a
+/// fence without data). Participants may hold wildcard ranks and several namespaces. PMIx
+/// counts a namespace as local only when it is registered here with all its ranks local: one
+/// registered with node_index no_node (or not at all) sends the call to the host.
+struct connect_request {
+  std::vector<proc> participants;
+  completion done;
+};
+
 /// What this host's ranks of `nspace` are told (server::notify): another rank failed, or the job
 /// is being ended; the launcher decides, where the abort policy is off (docs/pmix.md, "Events").
 struct event_notice {
@@ -251,6 +356,13 @@ struct callbacks {
   std::function<void(modex_request)> direct_modex;
   /// Unset: queries fail with status::not_supported.
   std::function<void(query_request)> query;
+  /// Unset (each of the six): the request fails with status::not_supported at once.
+  std::function<void(spawn_request)> spawn;
+  std::function<void(publish_request)> publish;
+  std::function<void(lookup_request)> lookup;
+  std::function<void(unpublish_request)> unpublish;
+  std::function<void(connect_request)> connect;
+  std::function<void(connect_request)> disconnect;
 };
 
 struct options {
@@ -285,22 +397,30 @@ struct rank_info {
   friend bool operator==(const rank_info&, const rank_info&) = default;
 };
 
+/// job_info::node_index of a host that runs none of the job's ranks but must know the
+/// namespace (a parent job's host knows its spawned children's, and they the parent's, for
+/// connect and the modex).
+inline constexpr std::uint32_t no_node = 0xffffffffu;
+
 /// A job (a PMIx namespace) as seen from one of its nodes. The same for every node of the job
 /// except node_index. Sizes, the ranks on each node, app sizes and leaders are derived from
 /// `ranks`.
 struct job_info {
   std::string nspace;                   ///< [A-Za-z0-9._-], at most 200 bytes; unique per launch
   std::uint32_t universe_size = 0;      ///< MPI_UNIVERSE_SIZE (slots); at least the job size
-  std::uint32_t node_index = 0;         ///< this host, an index into node_names
+  std::uint32_t node_index = 0;         ///< this host, an index into node_names, or no_node
   std::vector<std::string> node_names;  ///< every node the job uses, in node order
   std::vector<rank_info> ranks;         ///< index = global rank
+  bool spawned = false;                 ///< started by PMIx_Spawn (PMIX_SPAWNED)
+  std::optional<proc> parent;           ///< who called PMIx_Spawn (PMIX_PARENT_ID)
 };
 
 /// The job as node `node_index` sees it, from libpm's rank map: nodes named as the allocation
 /// names them, local and node ranks from the map, universe = the allocation's slots.
 job_info make_job_info(const pm::rank_map& map, std::string nspace, std::uint32_t node_index);
 
-/// The job as the agent link carries it (link::pmix_job), and back.
+/// The job as the agent link carries it (link::pmix_job), and back. The link does not carry
+/// `spawned` and `parent` (yet): job_info_of leaves them at their defaults.
 job_info job_info_of(const pm::link::pmix_job& facts);
 pm::link::pmix_job pmix_job_of(const job_info& job);
 
@@ -327,7 +447,10 @@ class server {
 
   /// PMIx_server_setup_application, _register_nspace (job, node, app and per-rank info for every
   /// rank of the job, node and proc maps), _setup_local_support; creates the job's directory.
-  /// Throws pm::error (usage for bad job info, system for PMIx failures).
+  /// With node_index no_node the namespace is registered with no local ranks and without this
+  /// node's keys (a spawned job's parent host, or the children's for the parent): rank_env
+  /// refuses every rank then. Throws pm::error (usage for bad job info, system for PMIx
+  /// failures).
   void register_job(const job_info& job);
   /// The variables to add to local rank `rank`'s environment ("NAME=value"; they win over
   /// anything of the same name): PMIx's (PMIx_server_register_client + _setup_fork:

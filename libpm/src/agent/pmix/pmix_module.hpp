@@ -36,7 +36,8 @@ class hosted_server {
 
 /// The module's one exported function: starts the server, or returns null and says why.
 using start_function = hosted_server* (*)(const options& opts, std::string& error) noexcept;
-inline constexpr const char* start_symbol = "pm_pmix_start_v1";
+/// v2: options::on grew the spawn, publish/lookup and connect callbacks (a v1 module is refused).
+inline constexpr const char* start_symbol = "pm_pmix_start_v2";
 /// The module's file name; pmd looks beside its own lib directory (PM_PMIX_MODULE overrides).
 inline constexpr const char* module_file = "libpm-pmix.so";
 
