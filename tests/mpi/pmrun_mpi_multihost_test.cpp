@@ -300,4 +300,76 @@ TEST(PmrunMpiSlurm, SixRanksInsideAnAllocationAreOneWorld) {
   EXPECT_NE(a.err.find("rank 4 on node3 called abort with status 42"), std::string::npos) << a.err;
 }
 
+// ---- MPI_Comm_spawn across hosts (docs/pmix.md, "Spawn") ----
+
+// pmrun over the fixture's hosts, two slots each, `np` parents one per host (--map-by node).
+std::vector<std::string> pmrun_spread(const multihost_fixture& f, int np,
+                                      std::vector<std::string> args) {
+  std::string hosts;
+  for (const auto& h : f.hosts()) hosts += (hosts.empty() ? "" : ",") + h.name + ":2";
+  std::vector<std::string> argv = {pm::test::pmrun_path(),
+                                   "--allow-run-as-root",
+                                   "-mca",
+                                   "plm_rsh_agent",
+                                   "ssh -F " + f.ssh_config(),
+                                   "-H",
+                                   hosts,
+                                   "--map-by",
+                                   "node",
+                                   "-np",
+                                   std::to_string(np)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+TEST(PmrunMpiMultihost, CommSpawnPlacesChildrenOnEveryHostsFreeSlots) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // Three parents, one per host, leave one free slot on each: the three children land one per
+  // host, so their fences, the connect with the parents, the exchange of their addresses and
+  // the disconnect all span hosts.
+  const auto r =
+      run_command(pmrun_spread(f, 3, {"--tag-output", mpi_dir + "/mpi_spawn", "3"}), 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  for (int c = 0; c < 3; ++c) {
+    const std::string n = std::to_string(c);
+    EXPECT_NE(r.out.find("[2," + n + "]<stdout>:child " + n + " of 3: parent size 3"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("[2," + n + "]<stdout>:child " + n + " of 3: sum 6"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("[1," + n + "]<stdout>:parent " + n + " of 3: sum 6"), std::string::npos)
+        << r.out;
+  }
+  EXPECT_TRUE(hosts_clean(f));
+}
+
+TEST(PmrunMpiMultihost, ASpawnedRankFailingOnAnotherHostEndsEveryRank) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  const auto r =
+      run_command(pmrun_spread(f, 3, {mpi_dir + "/mpi_spawn", "3", "child-fails"}), 120s);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_NE(r.err.find("rank 2 of spawned job 1 on "), std::string::npos) << r.err;
+  EXPECT_TRUE(hosts_clean(f));
+}
+
+TEST(PmrunMpiMultihost, CommSpawnOntoAHostTheJobDidNotUseStartsItsAgentThen) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // node1 has one slot, taken by the only parent: the two children go to node2, which had no
+  // agent yet. pmrun starts one there during the job; it learns the first job's namespace
+  // without running any of its ranks.
+  const std::string hosts =
+      f.hosts()[0].name + ":1," + f.hosts()[1].name + ":2," + f.hosts()[2].name + ":2";
+  const auto r = run_command(
+      {pm::test::pmrun_path(), "--allow-run-as-root", "-mca", "plm_rsh_agent",
+       "ssh -F " + f.ssh_config(), "-H", hosts, "-np", "1", mpi_dir + "/mpi_spawn", "2"},
+      120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("child 1 of 2: sum 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("parent 0 of 1: sum 3"), std::string::npos) << r.out;
+  EXPECT_TRUE(hosts_clean(f));
+}
+
 }  // namespace

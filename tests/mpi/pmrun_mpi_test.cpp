@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -567,6 +568,83 @@ TEST_F(PmrunMpi, AToolAttachesToAJobWhoseRanksNeverCalledPmix) {
   job.wait_status();
   std::error_code ec;
   EXPECT_TRUE(fs::remove(status_dir, ec)) << ec.message();
+  expect_nothing_left();
+}
+
+// ---- MPI_Comm_spawn (docs/pmix.md, "Spawn") ----
+
+// Lines of `out` that start with `prefix`, sorted.
+std::vector<std::string> lines_starting(const std::string& out, const std::string& prefix) {
+  std::vector<std::string> found;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) == 0) found.push_back(line);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+TEST_F(PmrunMpi, CommSpawnStartsTheChildrenAsASecondJobConnectedToTheParents) {
+  // One parent spawns two children of itself on the free slots; both sides exchange a sum over
+  // the intercommunicator (the children's connect/accept goes through pmrun's data store).
+  auto r = pmrun({"-np", "1", mpi_dir + "/mpi_spawn", "2"}, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_EQ(lines_starting(r.out, "parent"),
+            (std::vector<std::string>{"parent 0 of 1: children 2", "parent 0 of 1: sum 3"}))
+      << r.out;
+  EXPECT_EQ(lines_starting(r.out, "child"),
+            (std::vector<std::string>{"child 0 of 2: parent size 1", "child 0 of 2: sum 1",
+                                      "child 1 of 2: parent size 1", "child 1 of 2: sum 1"}))
+      << r.out;
+  EXPECT_EQ(r.err, "");
+  expect_nothing_left();
+  // Two parents, three children: the spawned job's output is tagged as Open MPI tags it, its
+  // own job number and ranks.
+  r = pmrun({"--tag-output", "-np", "2", mpi_dir + "/mpi_spawn", "3"}, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_NE(r.out.find("[2," + std::to_string(c) + "]<stdout>:child " + std::to_string(c) +
+                         " of 3: sum 3"),
+              std::string::npos)
+        << r.out;
+  }
+  EXPECT_NE(r.out.find("[1,1]<stdout>:parent 1 of 2: sum 6"), std::string::npos) << r.out;
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, Mpi4pySpawnsChildren) {
+  const auto r = pmrun({"-np", "1", python, PM_MPI_SOURCE_DIR "/mpi_spawn.py", "2"}, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_EQ(lines_starting(r.out, "child").size(), 4u) << r.out;
+  EXPECT_EQ(lines_starting(r.out, "parent").size(), 2u) << r.out;
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, ASpawnedRankThatFailsEndsTheWholeLaunchAndIsNamed) {
+  // Child 1 exits 5 without MPI_Finalize while its parent and sibling wait in the exchange: the
+  // failure policy covers the spawned job as the first one.
+  const auto r = pmrun({"-np", "1", mpi_dir + "/mpi_spawn", "2", "child-fails"}, 60s);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_NE(r.err.find("rank 1 of spawned job 1 on "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with code 5 without calling MPI_Finalize"), std::string::npos)
+      << r.err;
+  expect_nothing_left();
+}
+
+TEST_F(PmrunMpi, ASpawnBeyondTheFreeSlotsIsRefusedInOneLine) {
+  // Two slots, one taken by the parent: two children do not fit. MPI_Comm_spawn fails (Open MPI
+  // then aborts with MPI_ERR_SPAWN) and pmrun says why.
+  const auto r = pmrun({"-H", "localhost:2", "-np", "1", mpi_dir + "/mpi_spawn", "2"}, 60s);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("pmrun: MPI_Comm_spawn (PMIx_Spawn) refused: not enough slots: 2 ranks "
+                       "requested, 1 slot available on 1 host"),
+            std::string::npos)
+      << r.err;
+  expect_nothing_left();
+  // With --oversubscribe the same spawn runs.
+  const auto ok =
+      pmrun({"--oversubscribe", "-H", "localhost:2", "-np", "1", mpi_dir + "/mpi_spawn", "2"}, 60s);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
   expect_nothing_left();
 }
 
