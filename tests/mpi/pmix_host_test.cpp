@@ -625,7 +625,10 @@ TEST_F(PmixHost, SpawnStartsChildrenThatTalkToTheirParent) {
   EXPECT_TRUE(has_key(":connect") && has_key(":accept"))
       << ::testing::PrintToString(seen_.published);
   EXPECT_EQ(seen_.lookups.size(), seen_.published.size());
-  for (const auto& l : seen_.lookups) EXPECT_TRUE(l.wait) << "Open MPI looks up with PMIX_WAIT";
+  for (const auto& l : seen_.lookups) {
+    EXPECT_TRUE(l.wait) << "Open MPI looks up with PMIX_WAIT";
+    EXPECT_EQ(l.timeout_s, 600u) << "and PMIX_TIMEOUT 600";
+  }
   EXPECT_TRUE(seen_.unpublished.empty()) << ::testing::PrintToString(seen_.unpublished);
   EXPECT_TRUE(seen_.connects.empty()) << "a connect among local ranks completes inside libpmix";
   ASSERT_EQ(host_->spawned().size(), 1u);
@@ -633,6 +636,39 @@ TEST_F(PmixHost, SpawnStartsChildrenThatTalkToTheirParent) {
   EXPECT_EQ(std::count_if(ranks.begin(), ranks.end(),
                           [&](const auto& r) { return r.nspace == host_->spawned()[0]; }),
             2);
+}
+
+TEST_F(PmixHost, AChildLeavingWithoutFinalizeIsTheHostsToEnd) {
+  // The last child exits 5 after its first line, without MPI_Finalize; the parent and the other
+  // child wait in the exchange for ever. The host sees that child connect and never finalize,
+  // and ends the rest (here: SIGTERM); nothing of either namespace is left (TearDown).
+  const auto j = job(1);
+  server_->register_job(j);
+  registered_ = true;
+  const auto env = base_env(3);
+  start_host(env);
+  host_->spawn(j, {mpi_dir + "/mpi_spawn", "2", "child-fails"}, env);
+  const auto failed = [&] {
+    const auto& ranks = host_->ranks();
+    return std::any_of(ranks.begin(), ranks.end(),
+                       [](const auto& r) { return r.exited && r.exit_code == 5; });
+  };
+  ASSERT_TRUE(host_->run_until(failed, std::chrono::seconds(30))) << host_->all_output();
+  ASSERT_TRUE(failed()) << host_->all_output();
+  ASSERT_EQ(host_->spawned().size(), 1u);
+  const std::string children = host_->spawned()[0];
+  host_->kill_all(SIGTERM);
+  ASSERT_TRUE(host_->run(std::chrono::seconds(30))) << host_->all_output();
+  EXPECT_NE(host_->all_output().find("child 1 of 2: parent size 1\n"), std::string::npos)
+      << host_->all_output();
+  EXPECT_TRUE(std::find(seen_.connected.begin(), seen_.connected.end(), px::proc{children, 1}) !=
+              seen_.connected.end());
+  EXPECT_TRUE(std::find(seen_.finalized.begin(), seen_.finalized.end(), px::proc{children, 1}) ==
+              seen_.finalized.end());
+  for (const auto& r : host_->ranks()) {
+    if (r.nspace == children && r.rank == 1) continue;
+    EXPECT_EQ(r.signal, SIGTERM) << r.nspace << " rank " << r.rank << ": " << r.text;
+  }
 }
 
 TEST_F(PmixHost, Mpi4pySpawn) {

@@ -4,9 +4,10 @@
 // local rank's environment, spawn the ranks yourself, and serve the requests PMIx cannot answer
 // on its own (abort, fences and direct modex that span hosts, tools' queries) from your event
 // loop; spawn, publish/lookup and connect are the host's too. PMIx tools may attach
-// (PMIx_tool_init): each gets a namespace of its own. It lives in its own static library (pm_pmix)
-// so that libpm never links libpmix: PMIx starts a progress thread and needs care with signals,
-// which a library must not impose on the programs that embed it. Only pmd and the tests link it.
+// (PMIx_tool_init): each gets a namespace of its own.
+// It lives in its own static library (pm_pmix) so that libpm never links libpmix: PMIx starts a
+// progress thread and needs care with signals, which a library must not impose on the programs
+// that embed it. Only pmd and the tests link it.
 //
 // Threads (what is and is not thread-safe):
 //   - One server per process, for the process's whole life: libpmix 4.2.2 crashes when a server
@@ -228,14 +229,14 @@ struct query_request {
 };
 /// One app of a PMIx_Spawn (MPI_Comm_spawn's command).
 struct spawn_app {
-  std::vector<std::string>
-      argv;  ///< the command and its arguments (argv[0] = pmix_app_t.cmd as given)
-  std::vector<std::string>
-      env;  ///< "NAME=value" the app's ranks get on top of the job's (OMPI_PARENT_PORT, ...)
+  /// The command and its arguments (argv[0] = pmix_app_t.cmd as given).
+  std::vector<std::string> argv;
+  /// "NAME=value" the app's ranks get on top of the job's (OMPI_PARENT_PORT, ...).
+  std::vector<std::string> env;
   std::string wdir;             ///< pmix_app_t.cwd or the PMIX_WDIR info; "" none
   std::uint32_t max_procs = 0;  ///< maxprocs
-  std::vector<std::string>
-      hosts;  ///< PMIX_HOST (comma-separated, app or job info); empty: anywhere
+  /// PMIX_HOST (comma-separated, app or job info; the app's wins); empty: anywhere.
+  std::vector<std::string> hosts;
 };
 
 /// A spawn's answer: the status and the new namespace (copied).
