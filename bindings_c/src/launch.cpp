@@ -82,7 +82,9 @@ void check_local(const pm_map& m) {
 // Calls on_rank_state for a rank whose state differs from the last one reported.
 void report_state_change(pm_run& run, const pm::rank_report& r) {
   if (run.options.on_rank_state == nullptr) return;
-  if (r.rank >= run.seen.size() || run.seen[r.rank] == r.state) return;
+  // A spawned job's ranks (MPI_Comm_spawn) are numbered after the map's: they join here.
+  if (r.rank >= run.seen.size()) run.seen.resize(std::size_t{r.rank} + 1, pm::rank_state::pending);
+  if (run.seen[r.rank] == r.state) return;
   run.seen[r.rank] = r.state;
   pm_rank_info info = PM_RANK_INFO_INIT;
   fill_rank_info(r, info);
