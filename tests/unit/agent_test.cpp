@@ -296,5 +296,36 @@ TEST(Agent, LauncherSignalsAreIgnoredOnceTheAgentKillsOnItsOwn) {
   EXPECT_TRUE(signals(h.msg(ch::signal_request{{0}, SIGCONT})).empty());
 }
 
+// A job a rank spawned (job_add): its apps count on from the first job's, so a spawn names them
+// by their index among all apps; the jobs must come in order.
+TEST(Agent, ASpawnedJobsAppsFollowTheFirstJobs) {
+  harness h;
+  h.msg(harness::setup());
+  EXPECT_TRUE(
+      h.msg(ch::job_add{1, 2, 1, {ch::app_spec{{"child", "x"}, "/w", {"C=1"}}}, std::nullopt})
+          .empty());
+  const auto a = h.msg(ch::spawn_request{{ch::rank_spec{2, 1, {"P=2"}, false}}});
+  const auto spawns = all<spawn_rank>(a);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(spawns[0].spec.rank, 2u);
+  EXPECT_EQ(spawns[0].spec.argv, (std::vector<std::string>{"child", "x"}));
+  EXPECT_EQ(spawns[0].spec.wdir, "/w");
+  const auto env = spawns[0].spec.environment();
+  EXPECT_NE(std::find(env.begin(), env.end(), "C=1"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "P=2"), env.end());
+  // An app past every job's is refused as before.
+  EXPECT_EQ(
+      sent(h.msg(ch::spawn_request{{ch::rank_spec{3, 2, {}, false}}})),
+      (std::vector<ch::message>{ch::spawn_failed{3, 127, "rank 3 names app 2, the job has 2"}}));
+}
+
+TEST(Agent, AJobAddedOutOfOrderIsAProtocolError) {
+  harness h;
+  h.msg(harness::setup());
+  const auto a = h.msg(ch::job_add{2, 1, 1, {ch::app_spec{{"child"}, "", {}}}, std::nullopt});
+  EXPECT_EQ(sent(a),
+            (std::vector<ch::message>{ch::agent_error{"'job_add' of job 2 out of order"}}));
+}
+
 }  // namespace
 }  // namespace pm::agent
