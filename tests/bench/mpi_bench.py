@@ -7,11 +7,18 @@ taken within a round (the machines are shared and noisy: absolute times drift, r
   init      launcher start to exit of mpi_hello (MPI_Init + MPI_Finalize) at 1 and 8 ranks
   true      -np 1 /bin/true with the PMIx server on (the default) against --no-pmix
   abort     4 ranks, rank 1 calls MPI_Abort(42): the call -> the launcher's exit
+  spawn     MPI_Comm_spawn: 1 parent spawns 2 children (mpi_spawn, and mpi4py's mpi_spawn.py),
+            they exchange a value and disconnect: launcher start to exit
   memory    pmrun + its agent (not the ranks) for 128 ranks that connect to PMIx (pmix_touch)
   hosts     3 fake hosts x 2 ranks (tests/multihost/hosts.sh): an mpi4py hello, and MPI_Abort
             on a remote rank -> exit
 
-Usage: mpi_bench.py BUILD_DIR [--rounds R] [--only init,true,abort,memory,hosts]
+Usage: mpi_bench.py BUILD_DIR [--rounds R] [--only init,true,abort,spawn,memory,hosts]
+                  [--skel-bashrc]
+--skel-bashrc: run in a mount namespace of its own where ~/.bashrc is Debian's default
+(/etc/skel/.bashrc): bash sources ~/.bashrc for every command sshd runs, and a .bashrc that does
+heavy work (pyenv init: 0.35 s on the development machine) adds to every ssh login of either
+launcher; a fresh Debian 12 root has the default one.
 Needs mpirun.openmpi; `hosts` needs root and the fixture's tools (hosts.sh probe).
 """
 import argparse
@@ -131,6 +138,20 @@ def bench_abort(build, rounds):
           f"{ratio_line(v, 'pmrun', 'mpirun'):.2f}x |")
 
 
+def bench_spawn(build, rounds):
+    print("\n## MPI_Comm_spawn: 1 parent + 2 children, launcher start to exit, ms")
+    print("| program | pmrun | mpirun | pmrun/mpirun |")
+    print("|---|---|---|---|")
+    programs = {"mpi_spawn (C)": [find(build, "tests/mpi/mpi_spawn"), "2"],
+                "mpi_spawn.py": [PYTHON, os.path.join(HERE, "..", "mpi", "mpi_spawn.py"), "2"]}
+    for label, prog in programs.items():
+        cs = {k: v + ["-np", "1"] + prog for k, v in launchers(build).items()}
+        v = rounds_of(cs, rounds, lambda n, r: r[0] if r[1] == 0 and r[2].count("sum") == 3
+                      else None)
+        print(f"| {label} | {med(v['pmrun']) * 1e3:.0f} | {med(v['mpirun']) * 1e3:.0f} | "
+              f"{ratio_line(v, 'pmrun', 'mpirun'):.2f}x |")
+
+
 def bench_memory(build, rounds):
     print("\n## Memory: launcher + agent (not the ranks), 128 ranks that connect to PMIx, MB")
     touch = os.path.realpath(find(build, "tests/mpi/pmix_touch"))
@@ -176,6 +197,15 @@ def bench_hosts(build, rounds):
         print("|---|---|---|")
         print(f"| {med(v['pmrun']) * 1e3:.0f} | {med(v['mpirun']) * 1e3:.0f} | "
               f"{ratio_line(v, 'pmrun', 'mpirun'):.2f}x |")
+        print("\n## 3 fake hosts: 3 parents (one per host) spawn 3 children, start to exit, ms")
+        prog = find(build, "tests/mpi/mpi_spawn")
+        cs = {k: v + ["--map-by", "node", "-np", "3", prog, "3"] for k, v in ls.items()}
+        v = rounds_of(cs, rounds, lambda n, r: r[0] if r[1] == 0 and r[2].count("sum") == 6
+                      else None)
+        print("| pmrun | mpirun | pmrun/mpirun |")
+        print("|---|---|---|")
+        print(f"| {med(v['pmrun']) * 1e3:.0f} | {med(v['mpirun']) * 1e3:.0f} | "
+              f"{ratio_line(v, 'pmrun', 'mpirun'):.2f}x |")
         print("\n## 3 fake hosts x 2 ranks: MPI_Abort(42) on node2 -> launcher exit, ms")
         prog = find(build, "tests/mpi/mpi_abort")
         cs = {k: v + ["-np", "6", prog, "3"] for k, v in ls.items()}
@@ -192,14 +222,22 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("build")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--only", default="init,true,abort,memory,hosts")
+    parser.add_argument("--only", default="init,true,abort,spawn,memory,hosts")
+    parser.add_argument("--skel-bashrc", action="store_true")
     args = parser.parse_args()
+    if args.skel_bashrc and not os.environ.get("PM_BENCH_SKEL_BASHRC"):
+        home_rc = os.path.join(os.path.expanduser("~"), ".bashrc")
+        os.environ["PM_BENCH_SKEL_BASHRC"] = "1"
+        os.execvp("unshare", ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                              'mount --bind /etc/skel/.bashrc "$1" && shift && exec "$@"', "sh",
+                              home_rc, sys.executable] + sys.argv)
     if not shutil.which("mpirun.openmpi"):
         sys.exit("mpi_bench: mpirun.openmpi is missing (apt install openmpi-bin)")
     random.seed(1)
-    print(f"# MPI under pmrun vs mpirun ({args.rounds} rounds; load {os.getloadavg()[0]:.1f})")
+    print(f"# MPI under pmrun vs mpirun ({args.rounds} rounds; load {os.getloadavg()[0]:.1f}"
+          f"{'; ~/.bashrc: Debian default' if os.environ.get('PM_BENCH_SKEL_BASHRC') else ''})")
     benches = {"init": bench_init, "true": bench_true, "abort": bench_abort,
-               "memory": bench_memory, "hosts": bench_hosts}
+               "spawn": bench_spawn, "memory": bench_memory, "hosts": bench_hosts}
     for name in args.only.split(","):
         benches[name](args.build, args.rounds)
     print(f"\n(load at the end {os.getloadavg()[0]:.1f})")
