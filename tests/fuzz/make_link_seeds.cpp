@@ -61,6 +61,17 @@ int main(int argc, char** argv) {
   agent_hello.addrs = {"10.0.0.2", "fe80::1%eth0"};
   agent_hello.port = 29500;
 
+  // A rank's MPI_Comm_spawn as its agent forwards it, and the job the launcher makes of it.
+  const link::pmix_spawn spawn_ask{
+      1, 0, {link::spawn_app_spec{{"./child", "child"}, {"OMPI_PARENT_PORT=1.0:7"}, "/w", 2, {}}}};
+  link::job_add added{1,
+                      3,
+                      2,
+                      {link::app_spec{{"./child", "child"}, "/w", {"OMPI_PARENT_PORT=1.0:7"}}},
+                      std::nullopt};
+  added.pmix =
+      link::pmix_job{"pmrun.1.a.1", 4, 0, {"node2"}, {0, 0}, {0, 0}, {0, 1}, "pmrun.1.a", 0};
+
   // What an agent says: hello, a rank started, its output, its end, the shutdown.
   link::endpoint agent = greeted(link::role::agent, agent_hello);
   bytes from_agent = take(agent);
@@ -81,6 +92,10 @@ int main(int argc, char** argv) {
   agent.send(
       link::pmix_server{"pmix-server.4242;tcp4://127.0.0.1:40001", "/tmp/pm-pmix.4242.x/pmix"});
   agent.send(link::proc_table_request{1});
+  agent.send(spawn_ask);
+  agent.send(link::pmix_publish{2, 0, {link::published_entry{"p:accept", 0, "\x01\x02"}}});
+  agent.send(link::pmix_lookup{3, 0, {"p:connect"}, true, 600});
+  agent.send(link::pmix_unpublish{4, 0, {"p:accept"}});
   agent.send(link::shutdown_done{});
   agent.send(link::agent_error{"the agent received SIGTERM"});
   const bytes agent_talk = take(agent);
@@ -107,6 +122,12 @@ int main(int argc, char** argv) {
   launcher.send(link::ack{20});
   launcher.send(link::signal_request{{0, 1}, 15});
   launcher.send(link::signal_request{{1}, 0});
+  launcher.send(added);
+  launcher.send(link::spawn_request{
+      {link::rank_spec{3, 2, {"RANK=0"}, false}, link::rank_spec{4, 2, {"RANK=1"}, false}}});
+  launcher.send(link::pmix_spawn_reply{1, true, "pmrun.1.a.1", ""});
+  launcher.send(link::pmix_data_reply{
+      3, link::data_status::ok, {link::published_entry{"p:connect", 3, "\x05"}}});
   launcher.send(link::proc_table_reply{1,
                                        {link::proc_table_entry{0, 1234, "running", -1, 0},
                                         link::proc_table_entry{1, 1235, "exited", 0, 0},
@@ -176,6 +197,13 @@ int main(int argc, char** argv) {
       link::proc_table_reply{9, {link::proc_table_entry{0, 77, "killed", -1, 15}}},
       link::pmix_notify{
           pm::notice_kind::rank_exited, {1}, 7, "node2", "rank 1 on node2 exited with code 7"},
+      spawn_ask,
+      added,
+      link::pmix_spawn_reply{2, false, "", "not enough slots"},
+      link::pmix_data_reply{3, link::data_status::timeout, {}},
+      link::pmix_publish{4, 1, {link::published_entry{"k", 1, std::string("\0v", 2)}}},
+      link::pmix_lookup{5, 1, {"k", "l"}, false, 0},
+      link::pmix_unpublish{6, 1, {"k"}},
       link::pmix_notify{pm::notice_kind::rank_unfinalized,
                         {2},
                         0,
