@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -364,6 +365,9 @@ void pmix_gateway::start_server() {
   // hwloc's display, OpenCL and libxml2 plugins find nothing a rank's placement needs and pull
   // in X11, libxml2 and ICU: 3.3 MB of pmd's memory (measured). hwloc's own XML export remains.
   ::setenv("HWLOC_PLUGINS_BLACKLIST", "hwloc_gl,hwloc_opencl,hwloc_xml_libxml", 0);
+  // PMIx's threads would each get a malloc arena of their own: one, shared with pmd's thread,
+  // is 0.5 MB less of pmd for 128 ranks (measured), and they allocate little after the start.
+  ::mallopt(M_ARENA_MAX, 1);
   pmix::options opts;
   opts.hostname = place_.hostname;
   opts.dir = place_.dir;

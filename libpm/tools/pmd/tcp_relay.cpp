@@ -17,6 +17,8 @@ namespace {
 
 // Enough for PMIx's messages (job data, fence results) without holding a reader back long.
 constexpr std::size_t high_water = std::size_t{1} << 20;
+// A queue emptied keeps at most this much capacity.
+constexpr std::size_t keep_capacity = 4096;
 
 }  // namespace
 
@@ -76,7 +78,29 @@ bool tcp_relay::drain(side& to) {
     if (n < 0 && errno == EINTR) continue;
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
+  // Emptied: give its capacity back. A rank's connection is idle nearly all its life, and 128
+  // of them each keeping the largest message it ever queued (the job's data) held 5 MB of pmd.
+  if (to.out.capacity() > keep_capacity) std::string().swap(to.out);
   return true;
+}
+
+// Sends `bytes` straight on when nothing waits before them; queues what the socket did not take.
+bool tcp_relay::forward(side& to, const char* bytes, std::size_t n) {
+  if (to.out.empty()) {
+    while (n > 0) {
+      const ssize_t sent = ::send(to.fd.get(), bytes, n, MSG_NOSIGNAL);
+      if (sent > 0) {
+        bytes += sent;
+        n -= static_cast<std::size_t>(sent);
+        continue;
+      }
+      if (sent < 0 && errno == EINTR) continue;
+      if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      return false;
+    }
+  }
+  to.out.append(bytes, n);
+  return drain(to);
 }
 
 bool tcp_relay::pump(pair& p, int from) {
@@ -86,8 +110,7 @@ bool tcp_relay::pump(pair& p, int from) {
   while (dst.out.size() < high_water) {
     const ssize_t n = ::recv(src.fd.get(), buf, sizeof buf, 0);
     if (n > 0) {
-      dst.out.append(buf, static_cast<std::size_t>(n));
-      if (!drain(dst)) return false;
+      if (!forward(dst, buf, static_cast<std::size_t>(n))) return false;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

@@ -40,8 +40,9 @@ class tcp_relay {
     side s[2];  // 0: the rank, 1: the server
   };
   void update(std::uint64_t id, pair& p);
-  bool pump(pair& p, int from);  // false: the pair is over
-  bool drain(side& to);          // false: write failed
+  bool pump(pair& p, int from);                              // false: the pair is over
+  bool drain(side& to);                                      // false: write failed
+  bool forward(side& to, const char* bytes, std::size_t n);  // false: write failed
 
   int epoll_;
   std::uint64_t base_;
