@@ -648,4 +648,35 @@ TEST_F(PmrunMpi, ASpawnBeyondTheFreeSlotsIsRefusedInOneLine) {
   expect_nothing_left();
 }
 
+TEST_F(PmrunMpi, PsShowsASpawnedJobsRanksAsOpenMpiNumbersThem) {
+  // The parent and its two children hold 3 s before their exchange: meanwhile `pmrun --ps`
+  // lists the children as ranks of job 2, and the JSON report gives their job and rank.
+  const std::string status_dir = tmp_ + "/st";
+  pm::test::background job({"/usr/bin/env", "TMPDIR=" + tmp_, "PM_STATUS_DIR=" + status_dir,
+                            pm::test::pmrun_path(), "--allow-run-as-root", "-np", "1", python,
+                            PM_MPI_SOURCE_DIR "/mpi_spawn.py", "2", "3"});
+  job.wait_lines(3);  // the parent's and the children's first lines
+  ASSERT_EQ(lines_starting(job.text, "child").size(), 2u) << job.text;
+  auto env = env_;
+  env.push_back("PM_STATUS_DIR=" + status_dir);
+  const auto human =
+      run_command({pm::test::pmrun_path(), "--ps", std::to_string(job.pid)}, 10s, "", &env);
+  EXPECT_NE(human.out.find("3 ranks (2 of spawned jobs) on 1 host"), std::string::npos)
+      << human.out;
+  EXPECT_TRUE(std::regex_search(human.out, std::regex(R"(\n +\[2,1\]  \S+ +\d+  running)")))
+      << human.out;
+  const auto json = run_command({pm::test::pmrun_path(), "--ps", std::to_string(job.pid), "--json"},
+                                10s, "", &env);
+  const auto doc = nlohmann::json::parse(json.out);
+  const auto& ranks = doc["report"]["ranks"];
+  ASSERT_EQ(ranks.size(), 3u) << json.out;
+  EXPECT_FALSE(ranks[0].contains("job"));
+  EXPECT_EQ(ranks[2]["job"], 1);
+  EXPECT_EQ(ranks[2]["job_rank"], 1);
+  EXPECT_EQ(job.wait_status(), 0);
+  std::error_code ec;
+  EXPECT_TRUE(fs::remove(status_dir, ec)) << ec.message();  // pmrun removed its socket
+  expect_nothing_left();
+}
+
 }  // namespace

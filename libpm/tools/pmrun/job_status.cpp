@@ -172,8 +172,14 @@ void print_job_ranks(const job_seen& j) {
   const auto report = j.doc.value("report", nlohmann::json::object());
   const auto ranks = report.value("ranks", nlohmann::json::array());
   const auto hosts = j.doc.value("hosts", nlohmann::json::array()).size();
-  std::printf("%zu rank%s on %zu host%s, %.1f s, %s\n", ranks.size(), ranks.size() == 1 ? "" : "s",
-              hosts, hosts == 1 ? "" : "s", get_or<double>(j.doc, "elapsed_s", 0.0),
+  // Ranks of jobs the ranks spawned (MPI_Comm_spawn) carry their job's number: shown [J,R].
+  const auto spawned =
+      std::count_if(ranks.begin(), ranks.end(), [](const auto& r) { return r.contains("job"); });
+  const std::string of_spawned =
+      spawned == 0 ? std::string() : " (" + std::to_string(spawned) + " of spawned jobs)";
+  std::printf("%zu rank%s%s on %zu host%s, %.1f s, %s\n", ranks.size(),
+              ranks.size() == 1 ? "" : "s", of_spawned.c_str(), hosts, hosts == 1 ? "" : "s",
+              get_or<double>(j.doc, "elapsed_s", 0.0),
               get_or<bool>(j.doc, "running", false) ? "running" : "ending");
   const auto summary = model::printable(get_or<std::string>(report, "summary", ""));
   if (!summary.empty()) std::printf("%s\n", summary.c_str());
@@ -192,7 +198,13 @@ void print_job_ranks(const job_seen& j) {
   std::printf("%6s  %-20s %9s  %s\n", "RANK", "HOST", "PID", "STATE");
   for (const auto& r : ranks) {
     const auto pid = get_or<std::int64_t>(r, "pid", 0);
-    std::printf("%6u  %-20s %9s  %s\n", get_or<unsigned>(r, "rank", 0),
+    std::string rank = std::to_string(get_or<unsigned>(r, "rank", 0));
+    if (r.contains("job")) {
+      // Open MPI's numbering, as the output tags show it: the first job is 1.
+      rank = "[" + std::to_string(get_or<unsigned>(r, "job", 0) + 1) + "," +
+             std::to_string(get_or<unsigned>(r, "job_rank", 0)) + "]";
+    }
+    std::printf("%6s  %-20s %9s  %s\n", rank.c_str(),
                 model::printable(get_or<std::string>(r, "host", "?")).c_str(),
                 pid != 0 ? std::to_string(pid).c_str() : "-", rank_state_text(r).c_str());
   }
