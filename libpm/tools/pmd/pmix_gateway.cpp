@@ -479,10 +479,24 @@ void pmix_gateway::notify(const pm::link::pmix_notify& notice) {
   }
 }
 
+// The notice names processes; PMIx names ranks of a namespace. The affected ranks' namespace is
+// told (its survivors here get the event); a job's end, naming none, goes to every namespace.
 void pmix_gateway::send_notice(const pm::link::pmix_notify& n) {
-  const std::string problem =
-      server_->notify(pmix::event_notice{job_.nspace, n.kind, n.ranks, n.code, n.host, n.text});
-  if (!problem.empty()) say("PMIx: " + problem);
+  std::map<std::string, std::vector<std::uint32_t>> told;
+  if (n.ranks.empty()) {
+    told[job_.nspace];
+    for (const auto& j : spawned_) {
+      if (j.registered) told[j.add.pmix->nspace];
+    }
+  }
+  for (const auto r : n.ranks) {
+    if (const auto p = proc_of(r)) told[p->nspace].push_back(p->rank);
+  }
+  for (auto& [nspace, ranks] : told) {
+    const std::string problem = server_->notify(
+        pmix::event_notice{nspace, n.kind, std::move(ranks), n.code, n.host, n.text});
+    if (!problem.empty()) say("PMIx: " + problem);
+  }
 }
 
 // Participants as the launcher numbers them: every rank of the first job alone is `all` (the
