@@ -35,6 +35,7 @@ struct pm_job {
 struct pm_map {
   pm::rank_map map;
   std::vector<pm::app_context> apps;
+  pm::mapping_policy mapping;  ///< the job's, for the jobs its ranks spawn (MPI_Comm_spawn)
   /// Its launch facts (MASTER_ADDR/PORT) are decided once, by decided_env(), hence mutable.
   mutable pm::job_env env;
   std::optional<std::uint16_t> master_port;

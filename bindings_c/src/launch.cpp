@@ -207,6 +207,7 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
     pm::job_request request;
     request.map = map->map;
     request.apps = map->apps;
+    request.mapping = map->mapping;
     request.env = decided_env(*map);  // with each app's own variables (job_env::app_overrides)
     request.control.abort_on_failure = options->no_abort_on_failure == 0;
     request.control.timeout = std::chrono::milliseconds(options->timeout_ms);

@@ -46,6 +46,7 @@ int pm_map_job(pm_map** out, const pm_job* job, const pm_allocation* allocation)
                               s.profiles, {});
     m->master_port = s.master_port;
     m->env.app_overrides = job->app_env;
+    m->mapping = spec.mapping;
     m->apps = std::move(spec.apps);
     *out = m.release();
     return PM_OK;

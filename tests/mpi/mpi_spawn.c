@@ -2,6 +2,8 @@
  * the intercommunicator (MPI_Allreduce: every rank adds rank + 1, so each side gets the other
  * side's n(n+1)/2), MPI_Comm_disconnect and MPI_Finalize.
  *   mpi_spawn [N] [child-fails]   the parents (N children, default 2)
+ *   mpi_spawn N twice             the parents spawn and exchange twice, the first children
+ *                                 still there (they disconnect at the end, with the second)
  *   mpi_spawn child [fails]       a child (as the parents start it)
  * Output: "parent R of P: children N", then "parent R of P: sum S";
  *         "child R of N: parent size P", then "child R of N: sum S".
@@ -26,7 +28,7 @@ int main(int argc, char** argv) {
   int rank = 0, size = 0, rc = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm parent = MPI_COMM_NULL, inter = MPI_COMM_NULL;
+  MPI_Comm parent = MPI_COMM_NULL;
   MPI_Comm_get_parent(&parent);
   if (argc > 1 && strcmp(argv[1], "child") == 0) {
     if (parent == MPI_COMM_NULL) {
@@ -51,14 +53,21 @@ int main(int argc, char** argv) {
     static char child[] = "child", fails[] = "fails";
     char* child_argv[] = {child, NULL, NULL};
     if (argc > 2 && strcmp(argv[2], "child-fails") == 0) child_argv[1] = fails;
-    MPI_Comm_spawn(argv[0], child_argv, n, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter,
-                   MPI_ERRCODES_IGNORE);
-    int children = 0;
-    MPI_Comm_remote_size(inter, &children);
-    printf("parent %d of %d: children %d\n", rank, size, children);
-    fflush(stdout);
-    rc = exchange(inter, "parent", rank, size, children);
-    MPI_Comm_disconnect(&inter);
+    // twice: the first children stay (in their disconnect) while the second ones are spawned.
+    const int rounds = argc > 2 && strcmp(argv[2], "twice") == 0 ? 2 : 1;
+    MPI_Comm inters[2] = {MPI_COMM_NULL, MPI_COMM_NULL};
+    for (int round = 0; round < rounds && rc == 0; ++round) {
+      MPI_Comm_spawn(argv[0], child_argv, n, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inters[round],
+                     MPI_ERRCODES_IGNORE);
+      int children = 0;
+      MPI_Comm_remote_size(inters[round], &children);
+      printf("parent %d of %d: children %d\n", rank, size, children);
+      fflush(stdout);
+      rc = exchange(inters[round], "parent", rank, size, children);
+    }
+    for (int round = 0; round < rounds; ++round) {
+      if (inters[round] != MPI_COMM_NULL) MPI_Comm_disconnect(&inters[round]);
+    }
   }
   MPI_Finalize();
   return rc;

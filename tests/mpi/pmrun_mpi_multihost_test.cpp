@@ -372,4 +372,50 @@ TEST(PmrunMpiMultihost, CommSpawnOntoAHostTheJobDidNotUseStartsItsAgentThen) {
   EXPECT_TRUE(hosts_clean(f));
 }
 
+TEST(PmrunMpiMultihost, AHostFirstUsedByASecondSpawnLearnsTheFirstOneToo) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // One slot per host: the parent on node1, its first child on node2, its second child (after
+  // the first ended) on node2 again or node3. A host linked after a spawn still learns every
+  // spawned job in order (its agent refuses a job_add out of order).
+  const std::string hosts =
+      f.hosts()[0].name + ":1," + f.hosts()[1].name + ":1," + f.hosts()[2].name + ":1";
+  const auto r = run_command({pm::test::pmrun_path(), "--allow-run-as-root", "-mca",
+                              "plm_rsh_agent", "ssh -F " + f.ssh_config(), "-H", hosts,
+                              "--tag-output", "-np", "1", mpi_dir + "/mpi_spawn", "1", "twice"},
+                             120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("[2,0]<stdout>:child 0 of 1: sum 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[3,0]<stdout>:child 0 of 1: sum 1"), std::string::npos) << r.out;
+  EXPECT_TRUE(hosts_clean(f));
+}
+
+TEST(PmrunMpiMultihost, AHostLostUnderItsSpawnedRanksOutputEndsTheLaunch) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // The parent on node1, its two children on node2; they print, then hold. node2 crashes: pmrun
+  // must not wait for the rest of their output (it is lost with the host), and ends.
+  const std::string hosts =
+      f.hosts()[0].name + ":1," + f.hosts()[1].name + ":2," + f.hosts()[2].name + ":1";
+  std::thread crash([&f] {
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < until && f.pids_on("node2").size() < 3) {
+      std::this_thread::sleep_for(50ms);
+    }
+    std::this_thread::sleep_for(1500ms);
+    f.crash("node2");
+  });
+  const auto started = std::chrono::steady_clock::now();
+  const auto r =
+      run_command({pm::test::pmrun_path(), "--allow-run-as-root", "-mca", "plm_rsh_agent",
+                   "ssh -F " + f.ssh_config(), "-H", hosts, "-np", "1", "/usr/bin/python3",
+                   std::string(PM_MPI_SOURCE_DIR) + "/mpi_spawn.py", "2", "30"},
+                  60s);
+  crash.join();
+  EXPECT_EQ(r.exit_code, 213) << r.err << r.out;
+  EXPECT_NE(r.err.find("host node2 was lost"), std::string::npos) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 25s);  // not the children's 30 s
+  EXPECT_TRUE(hosts_clean(f));
+}
+
 }  // namespace

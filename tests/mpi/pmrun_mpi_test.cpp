@@ -679,4 +679,18 @@ TEST_F(PmrunMpi, PsShowsASpawnedJobsRanksAsOpenMpiNumbersThem) {
   expect_nothing_left();
 }
 
+TEST_F(PmrunMpi, TwoSpawnsAtOnceShareTheFreeSlotsAndNeverOvercommit) {
+  // Three slots, two parents: each spawns one child from MPI_COMM_SELF at the same time. One
+  // slot is free, so one spawn is refused (even when both arrive before either is taken) and
+  // that parent's MPI_Comm_spawn fails.
+  const auto r =
+      pmrun({"-H", "localhost:3", "-np", "2", python, PM_MPI_SOURCE_DIR "/mpi_spawn.py", "1"}, 60s);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.err.find("MPI_Comm_spawn (PMIx_Spawn) refused: not enough slots: 1 rank requested, "
+                       "0 slots available"),
+            std::string::npos)
+      << r.err;
+  expect_nothing_left();
+}
+
 }  // namespace

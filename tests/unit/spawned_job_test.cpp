@@ -29,7 +29,7 @@ pm::link::pmix_spawn request(std::uint32_t np, std::vector<std::string> hosts = 
 
 TEST(MapSpawn, TheChildrenTakeTheSlotsTheLiveProcessesLeave) {
   // a: 2 slots, 2 live; b: 1 live; c: none live.
-  const auto j = pm::driver::map_spawn(request(3), three_hosts(2), {2, 1, 0}, {});
+  const auto j = pm::driver::map_spawn(request(3), three_hosts(2), {2, 1, 0}, {}, {});
   ASSERT_EQ(j.size(), 3u);
   EXPECT_EQ(j.host_of(0), 1u);
   EXPECT_EQ(j.host_of(1), 2u);
@@ -37,14 +37,33 @@ TEST(MapSpawn, TheChildrenTakeTheSlotsTheLiveProcessesLeave) {
   ASSERT_EQ(j.apps.size(), 1u);
   EXPECT_EQ(j.apps[0].env, (std::vector<std::string>{"OMPI_PARENT_PORT=x"}));
   EXPECT_EQ(j.apps[0].wdir, "/w");
-  EXPECT_EQ(j.map.allocation().hosts.at(0).name, "a");  // host indices stay the allocation's
+  EXPECT_EQ(j.node_on(1), 0u);
+  EXPECT_EQ(j.node_on(2), 1u);
+  EXPECT_FALSE(j.node_on(0));
+}
+
+TEST(MapSpawn, LostHostsAndHostsAtTheirMaxSlotsTakeNoneEvenOversubscribed) {
+  auto alloc = three_hosts(1);
+  alloc.hosts[2].max_slots = 1;  // c: its one process is all it may run
+  pm::mapping_policy over;
+  over.oversubscribe = true;
+  // a is lost: everything goes to b, oversubscribed, none to a or c.
+  const auto j = pm::driver::map_spawn(request(3), alloc, {0, 1, 1}, {false, true, true}, over);
+  for (std::uint32_t r = 0; r < 3; ++r) EXPECT_EQ(j.host_of(r), 1u);
+  try {
+    pm::driver::map_spawn(request(1, {"a"}), alloc, {0, 1, 1}, {false, true, true}, over);
+    FAIL() << "a was lost";
+  } catch (const pm::error& e) {
+    EXPECT_NE(std::string(e.what()).find("host 'a' has no room"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(pm::driver::map_spawn(request(1u << 21), alloc, {0, 0, 0}, {}, over), pm::error);
 }
 
 TEST(MapSpawn, PmixHostLimitsTheHostsAndTooManyRanksAreOneLine) {
-  const auto j = pm::driver::map_spawn(request(1, {"c"}), three_hosts(2), {1, 1, 1}, {});
+  const auto j = pm::driver::map_spawn(request(1, {"c"}), three_hosts(2), {1, 1, 1}, {}, {});
   EXPECT_EQ(j.host_of(0), 2u);
   try {
-    pm::driver::map_spawn(request(4), three_hosts(2), {1, 1, 1}, {});
+    pm::driver::map_spawn(request(4), three_hosts(2), {1, 1, 1}, {}, {});
     FAIL() << "4 ranks on 3 free slots";
   } catch (const pm::error& e) {
     EXPECT_EQ(std::string(e.what()),
@@ -53,7 +72,7 @@ TEST(MapSpawn, PmixHostLimitsTheHostsAndTooManyRanksAreOneLine) {
   }
   pm::mapping_policy over;
   over.oversubscribe = true;
-  EXPECT_EQ(pm::driver::map_spawn(request(4), three_hosts(2), {1, 1, 1}, over).size(), 4u);
+  EXPECT_EQ(pm::driver::map_spawn(request(4), three_hosts(2), {1, 1, 1}, {}, over).size(), 4u);
 }
 
 }  // namespace

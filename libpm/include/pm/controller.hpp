@@ -211,6 +211,9 @@ class PM_API controller {
   void handle(job_time now, const event& e, std::vector<action>& out);
 
   bool finished() const noexcept;
+  /// The job is being ended (a failure under the abort policy, a signal, the timeout, a cancel):
+  /// it takes no spawned job any more.
+  bool ending() const noexcept;
   /// The report as of now (final once finished()).
   job_report report() const;
   /// One rank's entry of report(), in O(1): a driver that reports state changes asks for the

@@ -563,6 +563,10 @@ bool controller::finished() const noexcept {
   return state_->ph == phase::finished;
 }
 
+bool controller::ending() const noexcept {
+  return state_->ph == phase::aborting;
+}
+
 rank_report controller::rank_report_of(std::uint32_t rank) const {
   const auto& s = *state_;
   if (rank >= s.ranks.size())

@@ -54,6 +54,13 @@ data_store::answer data_store::unpublish(std::uint32_t host, const link::pmix_un
   answer a{host, {}};
   a.reply.id = request.id;
   a.reply.status = link::data_status::not_found;
+  if (request.keys.empty()) {
+    // No keys: everything the caller published (as PMIx_Unpublish with NULL keys).
+    const auto n =
+        std::erase_if(values_, [&](const auto& v) { return v.second.rank == request.rank; });
+    if (n > 0) a.reply.status = link::data_status::ok;
+    return a;
+  }
   for (const auto& key : request.keys) {
     const auto it = values_.find(key);
     if (it == values_.end() || it->second.rank != request.rank) continue;

@@ -35,7 +35,8 @@ class data_store {
   /// expire() or host_lost()). Without `wait`, keys not there: not_found when none is,
   /// ok with those found otherwise (as PMIx answers a partial lookup).
   std::optional<answer> lookup(std::uint32_t host, const link::pmix_lookup& request);
-  /// Removes the keys `request.rank` published (ok; not_found when none of them was its).
+  /// Removes the keys `request.rank` published, all of them when it names none (ok; not_found
+  /// when none of them was its).
   answer unpublish(std::uint32_t host, const link::pmix_unpublish& request);
   /// The held lookup `id` of `host` timed out: its reply (timeout), if it was still held.
   std::optional<answer> expire(std::uint32_t host, std::uint64_t id);

@@ -92,6 +92,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     std::string agent_error;                    // what the agent said before it closed
     std::uint32_t attempts = 0;
     bool shutdown_sent = false;
+    bool retrying = false;          // waiting to connect again (retry_later opens the link)
     bool closed = false;            // the link is over and its transport was told
     bool lost_told = false;         // host_lost went to the controller
     std::uint64_t held_ack = 0;     // output consumed while the destination was congested
@@ -146,6 +147,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   std::uint64_t next_modex = 0;
   // Jobs the ranks spawned (MPI_Comm_spawn), in order, and what they published for each other.
   std::vector<driver::spawned_job> spawned;
+  std::deque<driver::spawned_job> offered;  // posted to the controller, not taken yet
   std::uint32_t spawned_apps = 0;
   control::data_store store;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::unique_ptr<asio::steady_timer>>
@@ -381,114 +383,116 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 
   // ---- spawned jobs (MPI_Comm_spawn, PMIx_Spawn; docs/pmix.md, "Spawn") ----
 
-  // A rank asked for a new job: place it on the free slots, tell every agent about it (each
-  // registers the namespace, so that parents and children can connect wherever they run), and
-  // let the controller start it. The caller is answered once every new rank runs.
+  // A rank asked for a new job: place it on the free slots and offer it to the controller; once
+  // taken (spawn_taken) every agent learns it and its ranks start. The caller is answered once
+  // every new rank runs, or as soon as the job cannot be.
   void on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q) {
-    const auto refuse = [&](const std::string& why) {
-      send_to(h, link::pmix_spawn_reply{q.id, false, {}, why});
-      if (cb.on_message) cb.on_message("MPI_Comm_spawn (PMIx_Spawn) refused: " + why);
-    };
     if (!on_host(q.rank, h)) return;  // not its rank: ignored, like its other messages
-    if (!pmix_facts || finishing || ctl.finished()) {
-      refuse("the job is ending");
+    driver::spawned_job job;
+    job.asker_host = h;
+    job.asker_id = q.id;
+    if (!pmix_facts || finishing || ctl.finished() || ctl.ending()) {
+      refuse_spawn(job, "the job is ending");
       return;
     }
-    std::vector<std::uint32_t> live(req.map.allocation().hosts.size(), 0);
-    for (std::uint32_t host = 0; host < live.size(); ++host) live[host] = ctl.live_on_host(host);
-    driver::spawned_job job;
+    const auto& alloc = req.map.allocation();
+    std::vector<std::uint32_t> live(alloc.hosts.size(), 0);
+    std::vector<bool> usable(alloc.hosts.size(), true);
+    for (std::uint32_t host = 0; host < live.size(); ++host) {
+      live[host] = ctl.live_on_host(host);
+      const auto it = hosts.find(host);
+      usable[host] = it == hosts.end() || !it->second.lost_told;
+    }
+    // Jobs offered to the controller but not taken yet hold their slots too.
+    for (const auto& p : offered) {
+      for (std::uint32_t r = 0; r < p.size(); ++r) ++live[p.host_of(r)];
+    }
     try {
-      job = driver::map_spawn(q, req.map.allocation(), live, req.mapping);
-    } catch (const error& e) {
-      refuse(e.what());
+      job = driver::map_spawn(q, alloc, live, usable, req.mapping);
+    } catch (const std::exception& e) {  // a mapping error, or no memory for a huge request
+      job.asker_host = h;
+      job.asker_id = q.id;
+      refuse_spawn(job, e.what());
+      return;
+    }
+    job.asker_host = h;
+    job.asker_id = q.id;
+    job.facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(job.map, "", 0));
+    job.facts->universe = pmix_facts->universe;  // MPI_UNIVERSE_SIZE: the allocation's slots
+    const auto caller = pmix_name_of(q.rank);
+    job.facts->parent_nspace = caller.first;
+    job.facts->parent_rank = caller.second;
+    std::vector<std::uint32_t> places;
+    places.reserve(job.size());
+    for (std::uint32_t r = 0; r < job.size(); ++r) places.push_back(job.host_of(r));
+    offered.push_back(std::move(job));
+    post(job_spawned{std::move(places)});
+  }
+
+  void refuse_spawn(driver::spawned_job& job, const std::string& why) {
+    job.answered = true;
+    send_to(job.asker_host, link::pmix_spawn_reply{job.asker_id, false, {}, why});
+    if (cb.on_message) cb.on_message("MPI_Comm_spawn (PMIx_Spawn) refused: " + why);
+  }
+
+  // The controller took (or, while the job ends, refused) the oldest job offered: a taken job
+  // gets its numbers now, every agent its job_add (before any spawn of its ranks, which the
+  // controller's actions for it send right after), the output layer its labels.
+  void spawn_taken(std::uint32_t before) {
+    if (offered.empty()) return;
+    driver::spawned_job job = std::move(offered.front());
+    offered.pop_front();
+    if (ctl.size() == before) {
+      refuse_spawn(job, "the job is ending");
       return;
     }
     job.job = static_cast<std::uint32_t>(spawned.size()) + 1;
-    job.first = ctl.size() + pending_processes();
+    job.first = before;
     job.first_app = static_cast<std::uint32_t>(req.apps.size()) + spawned_apps;
     job.nspace = pmix_facts->nspace + "." + std::to_string(job.job);
-    job.requester = q.rank;
-    job.asker_host = h;
-    job.asker_id = q.id;
+    job.facts->nspace = job.nspace;
+    job.started.assign(job.size(), false);
     job.not_started = job.size();
     spawned_apps += static_cast<std::uint32_t>(job.apps.size());
-    // The namespace as every host registers it: a parent's host must know its children, and the
-    // other way round, wherever they run.
-    auto facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(job.map, job.nspace, 0));
-    facts.universe = pmix_facts->universe;  // MPI_UNIVERSE_SIZE: the allocation's slots
-    const auto caller = job_rank_of(q.rank);
-    facts.parent_nspace = caller.first;
-    facts.parent_rank = caller.second;
-    std::vector<std::uint32_t> hosts_of_ranks;
-    hosts_of_ranks.reserve(job.size());
-    for (std::uint32_t r = 0; r < job.size(); ++r) hosts_of_ranks.push_back(job.host_of(r));
-    for (const auto host : hosts_of_ranks) link_to(host);  // hosts new to the launch get an agent
-    for (auto& [host, hs] : hosts) {
-      if (!hs.link || hs.closed || hs.lost_told) continue;
-      link::job_add add;
-      add.job = job.job;
-      add.first = job.first;
-      add.first_app = job.first_app;
-      add.apps = job.apps;
-      add.pmix = facts;
-      add.pmix->node = job.map.node_of_host(host).value_or(link::no_node);
-      hs.link->send(add);
-    }
+    if (out) out->add_job(job.first, job.size());
     spawned.push_back(std::move(job));
-    post(job_spawned{std::move(hosts_of_ranks)});
-  }
-
-  // Processes of spawned jobs posted to the controller but not handled yet.
-  std::uint32_t pending_processes() const {
-    std::uint32_t n = 0;
-    for (const auto& j : spawned) {
-      if (j.first >= ctl.size()) n += j.size();
-    }
-    return n;
-  }
-
-  // The namespace and rank of a process, as PMIx names it.
-  std::pair<std::string, std::uint32_t> job_rank_of(std::uint32_t process) const {
-    if (const auto* j = spawned_of(process)) return {j->nspace, process - j->first};
-    return {pmix_facts ? pmix_facts->nspace : std::string(), process};
-  }
-
-  // The controller took (or, while the job ends, refused) the oldest spawned job it had not.
-  void spawn_taken(std::uint32_t before) {
-    for (auto& j : spawned) {
-      if (j.first != before || j.answered) continue;
-      if (ctl.size() == before) {
-        j.answered = true;
-        j.not_started = 0;
-        send_to(j.asker_host, link::pmix_spawn_reply{j.asker_id, false, {}, "the job is ending"});
-      } else {
-        out_add_job(j);
-      }
-      return;
+    const auto& added = spawned.back();
+    // Agents linked now get it; a link opened from here on (a host new to the launch, or one
+    // retried) gets every taken job right after its setup (open_link).
+    for (auto& [host, hs] : hosts) {
+      if (hs.link && !hs.closed && !hs.lost_told) hs.link->send(added.add_for(host));
     }
   }
 
-  // A spawned rank started (or could not): the caller hears once all did, or at the first that
-  // could not (the failure policy then decides the rest).
-  void spawned_rank_started(std::uint32_t process, const std::string* failure) {
-    if (process < req.map.size()) return;
+  // A spawned rank's start (or failure to start) was reported by its host's agent: the caller
+  // hears once all started, or at the first that could not (the failure policy ends the rest).
+  void spawned_rank_reported(std::uint32_t h, std::uint32_t process, const std::string* failure) {
+    if (process < req.map.size() || !on_host(process, h)) return;
     for (auto& j : spawned) {
       if (!j.holds(process)) continue;
-      if (j.answered) return;
+      const auto rank = process - j.first;
+      if (j.answered || j.started[rank]) return;  // a duplicate report counts once
+      j.started[rank] = true;
       if (failure != nullptr) {
-        j.answered = true;
-        send_to(j.asker_host,
-                link::pmix_spawn_reply{j.asker_id,
-                                       false,
-                                       {},
-                                       "rank " + std::to_string(process - j.first) +
-                                           " of the spawned job could not start: " + *failure});
+        answer_spawn_failed(
+            j, "rank " + std::to_string(rank) + " of the spawned job could not start: " + *failure);
       } else if (--j.not_started == 0) {
         j.answered = true;
         send_to(j.asker_host, link::pmix_spawn_reply{j.asker_id, true, j.nspace, {}});
       }
       return;
     }
+  }
+
+  void answer_spawn_failed(driver::spawned_job& j, const std::string& why) {
+    j.answered = true;
+    send_to(j.asker_host, link::pmix_spawn_reply{j.asker_id, false, {}, why});
+  }
+
+  // The namespace and rank of a process, as PMIx names it.
+  std::pair<std::string, std::uint32_t> pmix_name_of(std::uint32_t process) const {
+    if (const auto* j = spawned_of(process)) return {j->nspace, process - j->first};
+    return {pmix_facts ? pmix_facts->nspace : std::string(), process};
   }
 
   void answer_data(const std::vector<control::data_store::answer>& answers) {
@@ -512,10 +516,6 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       if (auto a = self->store.expire(h, id)) self->answer_data({*a});
     });
     lookup_timers[{h, q.id}] = std::move(timer);
-  }
-
-  void out_add_job(const driver::spawned_job& j) {
-    if (out) out->add_job(j.first, j.size());
   }
 
   void answer_fence(const control::fence_table::outcome& o) {
@@ -553,7 +553,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 
   host_state& link_to(std::uint32_t h) {
     auto& hs = hosts[h];
-    if (!hs.link) open_link(h);
+    if (!hs.link && !hs.retrying) open_link(h);
     return hs;
   }
 
@@ -588,6 +588,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     };
     hs.link = driver::host_link::create(io, link_options(h), std::move(lc), epoch);
     hs.link->send(setup_for(h));
+    for (const auto& j : spawned) hs.link->send(j.add_for(h));  // jobs the ranks spawned so far
     auto link = hs.link;
     transport_for(h).open(
         target_for(h), [link](agent_stream s) { link->attach(s); },
@@ -795,10 +796,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
               attach_pipe(x.rank, k, fds[i].release());
             }
             post(rank_started{x.rank, x.pid});
-            spawned_rank_started(x.rank, nullptr);
+            spawned_rank_reported(h, x.rank, nullptr);
           } else if constexpr (std::is_same_v<T, link::spawn_failed>) {
             post(rank_spawn_failed{x.rank, x.code, x.reason});
-            spawned_rank_started(x.rank, &x.reason);
+            spawned_rank_reported(h, x.rank, &x.reason);
           } else if constexpr (std::is_same_v<T, link::pmix_spawn>) {
             on_pmix_spawn(h, x);
           } else if constexpr (std::is_same_v<T, link::pmix_publish>) {
@@ -874,7 +875,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   // would wait for them forever (what they had sent is written; the rest is gone with the host).
   void end_pushed_streams(std::uint32_t h) {
     if (pushed.empty() || !out) return;
-    for (const auto rank : req.map.ranks_on_host(h)) {
+    for (const auto rank : ctl.processes_on_host(h)) {
+      if (rank >= pushed.size()) continue;
       for (const auto stream : {stream_kind::out, stream_kind::err}) {
         const std::uint8_t bit = open_bit(stream);
         if ((pushed[rank] & bit) == 0 || (pushed[rank] & (bit << 2)) != 0) continue;
@@ -993,9 +995,11 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     const auto wait = base + std::chrono::milliseconds(rd() % (base.count() / 2 + 1));
     auto timer = std::make_shared<asio::steady_timer>(io, wait);
     hs.link.reset();
+    hs.retrying = true;
     timer->async_wait([weak = weak_from_this(), h, timer](const boost::system::error_code& ec) {
       auto self = weak.lock();
       if (ec || !self || self->finishing) return;
+      self->hosts[h].retrying = false;
       self->open_link(h);
       if (self->facts_ready) self->requeue_spawns(h);
     });
@@ -1004,7 +1008,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   // A retried link starts from nothing: every rank of the host is asked for again.
   void requeue_spawns(std::uint32_t h) {
     auto& hs = hosts[h];
-    const auto ranks = req.map.ranks_on_host(h);
+    const auto ranks = ctl.processes_on_host(h);
     hs.pending_spawns.assign(ranks.begin(), ranks.end());
     flush_spawns(h);
   }
@@ -1036,6 +1040,16 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       lose(d, "host " + host_info(h).name + ", which relayed its link, was lost");
     }
     store.host_lost(h);
+    // A caller waiting for children that were to start there is told now.
+    for (auto& j : spawned) {
+      if (j.answered) continue;
+      for (std::uint32_t r = 0; r < j.size(); ++r) {
+        if (j.host_of(r) == h && !j.started[r]) {
+          answer_spawn_failed(j, "host " + host_info(h).name + " was lost");
+          break;
+        }
+      }
+    }
     std::erase_if(lookup_timers, [&](const auto& t) { return t.first.first == h; });
     // Requests this host will never answer fail now: no rank waits for ever (ompi#7628).
     for (auto it = modex_routes.begin(); it != modex_routes.end();) {
@@ -1100,6 +1114,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     final_report = std::move(f.report);
     finishing = true;
     timers.clear();
+    lookup_timers.clear();
     // Every stream reached end-of-stream; let the output layer write what it holds, then let the
     // agents clear what the ranks left behind, then report.
     out->async_drain([self = shared_from_this()] {

@@ -1,9 +1,11 @@
 // A job that a rank's PMIx_Spawn (MPI_Comm_spawn) made, as the launcher keeps it, and how it is
 // placed: on the allocation's free slots, with the launch's own mapping policy (docs/pmix.md,
-// "Spawn"). Its ranks are the controller's processes first .. first + size - 1.
+// "Spawn"). Once the controller took it, its ranks are the controller's processes first ..
+// first + size - 1.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,13 +21,15 @@ struct spawned_job {
   std::uint32_t first = 0;      ///< its rank 0's process number
   std::uint32_t first_app = 0;  ///< its app 0's index among the agents' apps
   std::string nspace;
-  /// The ranks' places over `hosts`, a copy of the allocation with each host's free slots
-  /// (its slots minus the processes not ended there when the spawn came).
+  /// The ranks' places over the hosts that had room (a sub-allocation: `hosts` maps its host
+  /// indices to the allocation's), each with its free slots when the spawn came.
   rank_map map;
+  std::vector<std::uint32_t> hosts;
   std::vector<link::app_spec> apps;
-  std::uint32_t requester = 0;  ///< the process that called PMIx_Spawn
+  std::optional<link::pmix_job> facts;  ///< as registered on every host (node set per host)
   std::uint32_t asker_host = 0;
   std::uint64_t asker_id = 0;  ///< its host's id of the request
+  std::vector<bool> started;   ///< per rank: its start was reported
   std::uint32_t not_started = 0;
   bool answered = false;
 
@@ -33,16 +37,21 @@ struct spawned_job {
   bool holds(std::uint32_t process) const noexcept {
     return process >= first && process - first < map.size();
   }
-  /// The allocation host of its rank `rank` (the map's hosts are the allocation's, in order).
-  std::uint32_t host_of(std::uint32_t rank) const { return map.at(rank).host; }
+  /// The allocation host of its rank `rank`.
+  std::uint32_t host_of(std::uint32_t rank) const { return hosts.at(map.at(rank).host); }
+  /// Its node index on allocation host `host` (nullopt: none of its ranks run there).
+  std::optional<std::uint32_t> node_on(std::uint32_t host) const;
+  /// The job_add that tells allocation host `host`'s agent about it.
+  link::job_add add_for(std::uint32_t host) const;
 };
 
-/// Places a PMIx_Spawn's apps on the free slots: host h takes alloc.hosts[h].slots - live[h]
-/// ranks (max_slots likewise counts the live ones), under `policy` (oversubscription as the
-/// launch allows it). An app's `hosts` (PMIX_HOST) limits it to those hosts. Throws
-/// pm::error(errc::mapping) naming the problem ("not enough slots: 4 ranks requested, 1 slot
-/// available on 1 host ..."). Fills map and apps; the caller sets the rest.
+/// Places a PMIx_Spawn's apps on the free slots: host h has room for alloc.hosts[h].slots -
+/// live[h] ranks (max_slots likewise counts the live ones); hosts with `usable[h]` false (lost)
+/// and hosts whose max_slots are used up take none, whatever the policy. An app's `hosts`
+/// (PMIX_HOST) limits it to those. Throws pm::error(errc::mapping) naming the problem ("not
+/// enough slots: 4 ranks requested, 1 slot available on 1 host ..."). Fills map, hosts and apps.
 spawned_job map_spawn(const link::pmix_spawn& request, const allocation& alloc,
-                      const std::vector<std::uint32_t>& live, const mapping_policy& policy);
+                      const std::vector<std::uint32_t>& live, const std::vector<bool>& usable,
+                      const mapping_policy& policy);
 
 }  // namespace pm::driver

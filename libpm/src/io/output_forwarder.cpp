@@ -887,7 +887,9 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     auto d = std::make_unique<destination>();
     const auto l = label_of(rank);
     const std::string dir =
-        rank_directory(opt.output_dir, l.rank, l.size, !opt.output_dir_nojobid, l.job);
+        // A spawned job keeps its job directory also with nojobid: DIR/rank.0 is the first job's.
+        rank_directory(opt.output_dir, l.rank, l.size, !opt.output_dir_nojobid || l.job != 1,
+                       l.job);
     d->name = "'" + dir + "/" + std::string(to_string(which)) + "'";
     d->format = (opt.tag || opt.timestamp) ? format_mode::text : format_mode::raw;
     d->counts = false;
