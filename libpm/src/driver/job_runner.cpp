@@ -381,15 +381,22 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 
   // ---- spawned jobs (MPI_Comm_spawn, PMIx_Spawn; docs/pmix.md, "Spawn") ----
 
-  // A rank asked for a new job: place it on the free slots, tell every agent about it (each
-  // registers the namespace, so that parents and children can connect wherever they run), and
-  // let the controller start it. The caller is answered once every new rank runs.
+  // A rank (or a PMIx tool attached to host h's agent) asked for a new job: place it on the free
+  // slots, tell every agent about it (each registers the namespace, so that parents and children
+  // can connect wherever they run), and let the controller start it. The caller is answered once
+  // every new rank runs.
   void on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q) {
+    const bool by_tool = !q.tool.empty();
     const auto refuse = [&](const std::string& why) {
       send_to(h, link::pmix_spawn_reply{q.id, false, {}, why});
-      if (cb.on_message) cb.on_message("MPI_Comm_spawn (PMIx_Spawn) refused: " + why);
+      if (!cb.on_message) return;
+      cb.on_message(by_tool ? "PMIx_Spawn of tool " + q.tool + " on " + host_info(h).name +
+                                  " refused: " + why
+                            : "MPI_Comm_spawn (PMIx_Spawn) refused: " + why);
     };
-    if (!on_host(q.rank, h)) return;  // not its rank: ignored, like its other messages
+    // A rank's spawn comes from its own host's agent (else it is ignored, like its other
+    // messages); a tool is no process of the launch: it is wherever the agent is.
+    if (!by_tool && !on_host(q.rank, h)) return;
     if (!pmix_facts || finishing || ctl.finished()) {
       refuse("the job is ending");
       return;
@@ -407,7 +414,6 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     job.first = ctl.size() + pending_processes();
     job.first_app = static_cast<std::uint32_t>(req.apps.size()) + spawned_apps;
     job.nspace = pmix_facts->nspace + "." + std::to_string(job.job);
-    job.requester = q.rank;
     job.asker_host = h;
     job.asker_id = q.id;
     job.not_started = job.size();
@@ -416,7 +422,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     // other way round, wherever they run.
     auto facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(job.map, job.nspace, 0));
     facts.universe = pmix_facts->universe;  // MPI_UNIVERSE_SIZE: the allocation's slots
-    const auto caller = job_rank_of(q.rank);
+    const auto caller = by_tool ? std::pair{q.tool, q.rank} : job_rank_of(q.rank);
     facts.parent_nspace = caller.first;
     facts.parent_rank = caller.second;
     std::vector<std::uint32_t> hosts_of_ranks;

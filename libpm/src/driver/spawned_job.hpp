@@ -1,6 +1,6 @@
-// A job that a rank's PMIx_Spawn (MPI_Comm_spawn) made, as the launcher keeps it, and how it is
-// placed: on the allocation's free slots, with the launch's own mapping policy (docs/pmix.md,
-// "Spawn"). Its ranks are the controller's processes first .. first + size - 1.
+// A job that a rank's PMIx_Spawn (MPI_Comm_spawn), or a PMIx tool's, made, as the launcher keeps
+// it, and how it is placed: on the allocation's free slots, with the launch's own mapping policy
+// (docs/pmix.md, "Spawn"). Its ranks are the controller's processes first .. first + size - 1.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,6 @@ struct spawned_job {
   /// (its slots minus the processes not ended there when the spawn came).
   rank_map map;
   std::vector<link::app_spec> apps;
-  std::uint32_t requester = 0;  ///< the process that called PMIx_Spawn
   std::uint32_t asker_host = 0;
   std::uint64_t asker_id = 0;  ///< its host's id of the request
   std::uint32_t not_started = 0;
