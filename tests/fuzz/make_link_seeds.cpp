@@ -63,7 +63,13 @@ int main(int argc, char** argv) {
 
   // A rank's MPI_Comm_spawn as its agent forwards it, and the job the launcher makes of it.
   const link::pmix_spawn spawn_ask{
-      1, 0, {link::spawn_app_spec{{"./child", "child"}, {"OMPI_PARENT_PORT=1.0:7"}, "/w", 2, {}}}};
+      1,
+      0,
+      {link::spawn_app_spec{{"./child", "child"}, {"OMPI_PARENT_PORT=1.0:7"}, "/w", 2, {}}},
+      ""};
+  // A PMIx tool's spawn (rank 0 of its own namespace) as the agent forwards it.
+  const link::pmix_spawn tool_spawn{
+      5, 0, {link::spawn_app_spec{{"/bin/echo", "hi"}, {}, "", 2, {"node2"}}}, "pm-tool.4242.0"};
   link::job_add added{1,
                       3,
                       2,
@@ -93,6 +99,7 @@ int main(int argc, char** argv) {
       link::pmix_server{"pmix-server.4242;tcp4://127.0.0.1:40001", "/tmp/pm-pmix.4242.x/pmix"});
   agent.send(link::proc_table_request{1});
   agent.send(spawn_ask);
+  agent.send(tool_spawn);
   agent.send(link::pmix_publish{2, 0, {link::published_entry{"p:accept", 0, "\x01\x02"}}});
   agent.send(link::pmix_lookup{3, 0, {"p:connect"}, true, 600});
   agent.send(link::pmix_unpublish{4, 0, {"p:accept"}});
@@ -209,6 +216,7 @@ int main(int argc, char** argv) {
                         0,
                         "node1",
                         "rank 2 on node1 exited with code 0 without calling MPI_Finalize"},
+      tool_spawn,
   };
   int i = 0;
   for (const auto& m : messages) {

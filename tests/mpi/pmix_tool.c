@@ -1,17 +1,24 @@
 /* A PMIx tool that attaches to a running job's agent (docs/pmix.md, "Tools"): asks its server for
  * the namespaces, the job's size and process table, this host's part of it and what spawn
- * supports, then tries a spawn and a query for a namespace that does not exist.
+ * supports, a namespace that does not exist, then spawns a job.
  *   pmix_tool --uri URI              the server's PMIX_SERVER_URI (pmrun --ps PID --json: pmix_uri)
  *   pmix_tool --pid PID --tmpdir DIR the agent's pid and PMIx tmpdir (agents: pid, pmix_tmpdir)
+ *   ... [--spawn PROGRAM] [--np N] [--arg WORD]...
+ *                                    what PMIx_Spawn starts: N (default 1) ranks of PROGRAM
+ *                                    (default /bin/true) with the WORDs as arguments
  * Output, one line each:
+ *   tool NSPACE RANK                                  (the tool's own name, from its server)
  *   namespaces NS[,NS...]
  *   job_size N
- *   proc NSPACE RANK HOST EXECUTABLE PID STATE EXIT      (the whole job, from
- * PMIX_QUERY_PROC_TABLE) local NSPACE RANK HOST EXECUTABLE PID STATE EXIT
- * (PMIX_QUERY_LOCAL_PROC_TABLE) spawn_support '...' unknown_nspace STATUS      (the proc table of
- * "no-such-job") unsupported STATUS         (PMIX_QUERY_MEMORY_USAGE) spawn STATUS (PMIx_Spawn of
- * /bin/true) A query that fails prints "KEY error STATUS"; exit 0 when the tool could attach,
- * else 1. */
+ *   proc NSPACE RANK HOST EXECUTABLE PID STATE EXIT   (the whole job, PMIX_QUERY_PROC_TABLE)
+ *   local NSPACE RANK HOST EXECUTABLE PID STATE EXIT  (PMIX_QUERY_LOCAL_PROC_TABLE)
+ *   spawn_support '...'
+ *   unknown_nspace STATUS                             (the proc table of "no-such-job")
+ *   unsupported STATUS                                (PMIX_QUERY_MEMORY_USAGE)
+ *   mixed STATUS namespaces|-                         (one answered key and one not)
+ *   spawn STATUS                                      (PMIx_Spawn)
+ *   spawned NSPACE                                    (its namespace, when it succeeded)
+ * A query that fails prints "KEY error STATUS"; exit 0 when the tool could attach, else 1. */
 #include <pmix_tool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,14 +68,21 @@ static void print_table(const char* label, const char* key, const char* nspace) 
 }
 
 int main(int argc, char** argv) {
-  const char *uri = NULL, *pid = NULL, *tmpdir = NULL;
+  const char *uri = NULL, *pid = NULL, *tmpdir = NULL, *program = "/bin/true";
+  int np = 1, nargs = 0;
+  const char* args[16];
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--uri") == 0) uri = argv[i + 1];
     if (strcmp(argv[i], "--pid") == 0) pid = argv[i + 1];
     if (strcmp(argv[i], "--tmpdir") == 0) tmpdir = argv[i + 1];
+    if (strcmp(argv[i], "--spawn") == 0) program = argv[i + 1];
+    if (strcmp(argv[i], "--np") == 0) np = atoi(argv[i + 1]);
+    if (strcmp(argv[i], "--arg") == 0 && nargs < 16) args[nargs++] = argv[i + 1];
   }
   if (uri == NULL && (pid == NULL || tmpdir == NULL)) {
-    fprintf(stderr, "usage: pmix_tool --uri URI | --pid PID --tmpdir DIR\n");
+    fprintf(stderr,
+            "usage: pmix_tool --uri URI | --pid PID --tmpdir DIR [--spawn PROGRAM] [--np N] "
+            "[--arg WORD]...\n");
     return 2;
   }
   pmix_info_t init[3];
@@ -89,6 +103,7 @@ int main(int argc, char** argv) {
     printf("attach error %s\n", PMIx_Error_string(rc));
     return 1;
   }
+  printf("tool %s %u\n", me.nspace, me.rank);
 
   pmix_info_t* info;
   size_t n;
@@ -150,13 +165,15 @@ int main(int argc, char** argv) {
 
   pmix_app_t app;
   PMIX_APP_CONSTRUCT(&app);
-  app.cmd = strdup("/bin/true");
-  app.argv = (char**)calloc(2, sizeof(char*));
-  app.argv[0] = strdup("/bin/true");
-  app.maxprocs = 1;
+  app.cmd = strdup(program);
+  app.argv = (char**)calloc((size_t)nargs + 2, sizeof(char*));
+  app.argv[0] = strdup(program);
+  for (int i = 0; i < nargs; ++i) app.argv[i + 1] = strdup(args[i]);
+  app.maxprocs = np;
   pmix_nspace_t child;
   rc = PMIx_Spawn(NULL, 0, &app, 1, child);
   printf("spawn %s\n", PMIx_Error_string(rc));
+  if (rc == PMIX_SUCCESS) printf("spawned %s\n", child);
   PMIX_APP_DESTRUCT(&app);
 
   fflush(stdout);

@@ -212,7 +212,9 @@ TEST(PmrunMpiMultihost, APmixToolOnOneHostSeesTheRanksOfEveryHost) {
   }
   EXPECT_EQ(on_node2.size(), 2u);
   EXPECT_EQ(local, on_node2);
-  EXPECT_NE(t.out.find("spawn NOT-SUPPORTED"), std::string::npos);
+  // Its spawn (one rank of /bin/true) reaches pmrun from node2's agent and finds no free slot:
+  // the six ranks fill the allocation.
+  EXPECT_NE(t.out.find("spawn ERROR\n"), std::string::npos);
 
   ::kill(job.pid, SIGTERM);
   job.wait_status();
@@ -416,6 +418,67 @@ TEST(PmrunMpiMultihost, AHostLostUnderItsSpawnedRanksOutputEndsTheLaunch) {
   EXPECT_NE(r.err.find("host node2 was lost"), std::string::npos) << r.err;
   EXPECT_LT(std::chrono::steady_clock::now() - started, 25s);  // not the children's 30 s
   EXPECT_TRUE(hosts_clean(f));
+}
+
+TEST(PmrunMpiMultihost, AToolOnOneHostSpawnsOntoTheFreeSlotsOfEveryHost) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  // Two ranks fill node1 and half of node2 and wait; a tool on node2 spawns three ranks of
+  // mpi_hello: one on node2's free slot, two on node3, which gets its agent then. They make one
+  // world of 3 across the hosts, their output comes through pmrun as job 2's, and pmrun exits 0
+  // once both jobs ended.
+  char dir_template[] = "/tmp/pm-mh-toolspawn.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template, status_dir = dir + "/st", go = dir + "/go";
+  const std::string hosts =
+      f.hosts()[0].name + ":1," + f.hosts()[1].name + ":2," + f.hosts()[2].name + ":2";
+  pm::test::background job(
+      {"/usr/bin/env", "PM_STATUS_DIR=" + status_dir, pm::test::pmrun_path(), "--allow-run-as-root",
+       "--tag-output", "-mca", "plm_rsh_agent", "ssh -F " + f.ssh_config(), "-H", hosts, "-np", "2",
+       "sh", "-c", "echo up on $(hostname); while [ ! -e " + go + " ]; do sleep 0.05; done"});
+  job.wait_lines(2);
+  ASSERT_EQ(job.text.find("up on node3"), std::string::npos) << job.text;
+
+  const std::vector<std::string> env = {"PM_STATUS_DIR=" + status_dir, "PATH=/usr/bin:/bin"};
+  std::string uri;
+  for (int i = 0; i < 200 && uri.empty(); ++i) {
+    const auto r = run_command({pm::test::pmrun_path(), "--ps", std::to_string(job.pid), "--json"},
+                               10s, "", &env);
+    if (r.exit_code == 0) {
+      const auto doc = nlohmann::json::parse(r.out);
+      for (const auto& a : doc.value("agents", nlohmann::json::array())) {
+        if (a.value("host", "") == "node2" && a.contains("pmix_uri")) uri = a["pmix_uri"];
+      }
+    }
+    if (uri.empty()) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_FALSE(uri.empty()) << "pmrun --ps never showed node2's PMIx server";
+  const auto t = run_command(f.on_host("node2", {mpi_dir + "/pmix_tool", "--uri", uri, "--spawn",
+                                                 "/bin/sh", "--np", "3", "--arg", "-c", "--arg",
+                                                 "echo child $PMIX_RANK on $(hostname); exec " +
+                                                     mpi_dir + "/mpi_hello 3"}),
+                             60s);
+  SCOPED_TRACE("tool: " + t.out + t.err);
+  ASSERT_EQ(t.exit_code, 0);
+  EXPECT_NE(t.out.find("spawn SUCCESS\n"), std::string::npos);
+
+  { std::ofstream(go).put('\n'); }
+  const int status = job.wait_status();
+  job.wait_lines(2 + 6);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << job.text;
+  EXPECT_NE(job.text.find("[2,0]<stdout>:child 0 on node2\n"), std::string::npos) << job.text;
+  for (const std::string r : {"1", "2"}) {
+    EXPECT_NE(job.text.find("[2," + r + "]<stdout>:child " + r + " on node3\n"), std::string::npos)
+        << job.text;
+  }
+  for (const std::string r : {"0", "1", "2"}) {
+    // mpi_hello 3 exits 3 unless it is in a world of 3.
+    EXPECT_NE(job.text.find("[2," + r + "]<stdout>:hello rank " + r + " size 3 "),
+              std::string::npos)
+        << job.text;
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(hosts_clean(f)) << pm::test::left_on_hosts(f);
 }
 
 }  // namespace

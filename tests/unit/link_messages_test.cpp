@@ -130,7 +130,9 @@ std::vector<message> samples() {
       pmix_spawn{7,
                  0,
                  {spawn_app_spec{{"./child"}, {"A=1"}, "/w", 2, {"node2"}},
-                  spawn_app_spec{{"/bin/true", ""}, {}, "", 1, {}}}},
+                  spawn_app_spec{{"/bin/true", ""}, {}, "", 1, {}}},
+                 ""},
+      pmix_spawn{12, 0, {spawn_app_spec{{"/bin/echo", "hi"}, {}, "", 2, {}}}, "pm-tool.4242.0"},
       pmix_publish{8, 2, {published_entry{"k", 2, "v"}, published_entry{"", 0, ""}}},
       pmix_lookup{9, 1u << 31, {"a", "b"}, true, 600},
       pmix_lookup{10, 0, {}, false, 0},
@@ -640,7 +642,7 @@ TEST(LinkMessages, RandomMessagesRoundTripThroughTheReference) {
     nt.host = text();
     nt.text = text();
     ms.push_back(nt);
-    pmix_spawn ps{big(), static_cast<std::uint32_t>(big()), {}};
+    pmix_spawn ps{big(), static_cast<std::uint32_t>(big()), {}, rng() % 2 == 0 ? "" : text()};
     for (std::size_t a = 0; a < 1 + rng() % 3; ++a)
       ps.apps.push_back(spawn_app_spec{
           {text() + "x", text()}, {text()}, text(), static_cast<std::uint32_t>(big()), {text()}});

@@ -383,14 +383,17 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 
   // ---- spawned jobs (MPI_Comm_spawn, PMIx_Spawn; docs/pmix.md, "Spawn") ----
 
-  // A rank asked for a new job: place it on the free slots and offer it to the controller; once
-  // taken (spawn_taken) every agent learns it and its ranks start. The caller is answered once
-  // every new rank runs, or as soon as the job cannot be.
+  // A rank (or a PMIx tool attached to host h's agent) asked for a new job: place it on the free
+  // slots and offer it to the controller; once taken (spawn_taken) every agent learns it and its
+  // ranks start. The caller is answered once every new rank runs, or as soon as the job cannot be.
   void on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q) {
-    if (!on_host(q.rank, h)) return;  // not its rank: ignored, like its other messages
+    // A rank's spawn comes from its own host's agent (else it is ignored, like its other
+    // messages); a tool is no process of the launch: it is wherever the agent is.
+    if (q.tool.empty() && !on_host(q.rank, h)) return;
     driver::spawned_job job;
     job.asker_host = h;
     job.asker_id = q.id;
+    job.tool = q.tool;
     if (!pmix_facts || finishing || ctl.finished() || ctl.ending()) {
       refuse_spawn(job, "the job is ending");
       return;
@@ -408,18 +411,19 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       for (std::uint32_t r = 0; r < p.size(); ++r) ++live[p.host_of(r)];
     }
     try {
-      job = driver::map_spawn(q, alloc, live, usable, req.mapping);
+      auto placed = driver::map_spawn(q, alloc, live, usable, req.mapping);
+      placed.asker_host = job.asker_host;
+      placed.asker_id = job.asker_id;
+      placed.tool = std::move(job.tool);
+      job = std::move(placed);
     } catch (const std::exception& e) {  // a mapping error, or no memory for a huge request
-      job.asker_host = h;
-      job.asker_id = q.id;
       refuse_spawn(job, e.what());
       return;
     }
-    job.asker_host = h;
-    job.asker_id = q.id;
     job.facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(job.map, "", 0));
     job.facts->universe = pmix_facts->universe;  // MPI_UNIVERSE_SIZE: the allocation's slots
-    const auto caller = pmix_name_of(q.rank);
+    // PMIX_PARENT_ID: the rank, or the tool, that asked.
+    const auto caller = job.tool.empty() ? pmix_name_of(q.rank) : std::pair{job.tool, q.rank};
     job.facts->parent_nspace = caller.first;
     job.facts->parent_rank = caller.second;
     std::vector<std::uint32_t> places;
@@ -432,7 +436,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   void refuse_spawn(driver::spawned_job& job, const std::string& why) {
     job.answered = true;
     send_to(job.asker_host, link::pmix_spawn_reply{job.asker_id, false, {}, why});
-    if (cb.on_message) cb.on_message("MPI_Comm_spawn (PMIx_Spawn) refused: " + why);
+    if (!cb.on_message) return;
+    cb.on_message(job.tool.empty() ? "MPI_Comm_spawn (PMIx_Spawn) refused: " + why
+                                   : "PMIx_Spawn of tool " + job.tool + " on " +
+                                         host_info(job.asker_host).name + " refused: " + why);
   }
 
   // The controller took (or, while the job ends, refused) the oldest job offered: a taken job

@@ -1,7 +1,7 @@
-// A job that a rank's PMIx_Spawn (MPI_Comm_spawn) made, as the launcher keeps it, and how it is
-// placed: on the allocation's free slots, with the launch's own mapping policy (docs/pmix.md,
-// "Spawn"). Once the controller took it, its ranks are the controller's processes first ..
-// first + size - 1.
+// A job that a rank's PMIx_Spawn (MPI_Comm_spawn), or a PMIx tool's, made, as the launcher keeps
+// it, and how it is placed: on the allocation's free slots, with the launch's own mapping policy
+// (docs/pmix.md, "Spawn"). Once the controller took it, its ranks are the controller's processes
+// first .. first + size - 1.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,7 @@ struct spawned_job {
   std::vector<std::uint32_t> hosts;
   std::vector<link::app_spec> apps;
   std::optional<link::pmix_job> facts;  ///< as registered on every host (node set per host)
+  std::string tool;  ///< the namespace of the PMIx tool that asked ("": a rank asked)
   std::uint32_t asker_host = 0;
   std::uint64_t asker_id = 0;  ///< its host's id of the request
   std::vector<bool> started;   ///< per rank: its start was reported

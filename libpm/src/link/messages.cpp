@@ -513,7 +513,7 @@ struct encoder {
     entries(m.values);
   }
   void operator()(const pmix_spawn& m) const {
-    begin(3);
+    begin(4);
     w.key("apps");
     w.array(m.apps.size());
     for (const auto& a : m.apps) {
@@ -534,6 +534,8 @@ struct encoder {
     w.uint(m.id);
     w.key("rank");
     w.uint(m.rank);
+    w.key("tool");
+    w.str(m.tool);
     type_field();
   }
   void operator()(const pmix_publish& m) const {
@@ -1693,6 +1695,7 @@ envelope decode_reference(std::span<const std::uint8_t> body) {
     pmix_spawn m;
     m.id = u64_field(r, "id");
     m.rank = r.u32("rank");
+    m.tool = r.str("tool");
     for (const auto& v : r.array("apps")) {
       if (!v.is_object()) r.wrong("apps", "an array of maps");
       const reader x{v, type};

@@ -347,12 +347,14 @@ struct spawn_app_spec {
   std::vector<std::string> hosts;  ///< PMIX_HOST: only these hosts (empty: any)
   friend bool operator==(const spawn_app_spec&, const spawn_app_spec&) = default;
 };
-/// A local rank called PMIx_Spawn: the launcher maps the apps on free slots, sends job_add to
-/// every agent, spawns the ranks and answers with a pmix_spawn_reply of the same id.
+/// A local rank or a PMIx tool attached to the agent called PMIx_Spawn: the launcher maps the
+/// apps on free slots, sends job_add to every agent, spawns the ranks and answers with a
+/// pmix_spawn_reply of the same id.
 struct pmix_spawn {
   std::uint64_t id = 0;
-  std::uint32_t rank = 0;  ///< the caller
+  std::uint32_t rank = 0;  ///< the caller: its process number, or its rank in `tool`
   std::vector<spawn_app_spec> apps;
+  std::string tool;  ///< "" a rank asks; else the asking tool's namespace
   friend bool operator==(const pmix_spawn&, const pmix_spawn&) = default;
 };
 /// PMIx_Publish of a local rank: kept by the launcher for lookups from any job of the launch.

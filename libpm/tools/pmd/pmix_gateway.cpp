@@ -222,6 +222,13 @@ std::optional<std::uint32_t> pmix_gateway::process_of(const pmix::proc& p) const
   return std::nullopt;
 }
 
+bool pmix_gateway::launch_nspace(const std::string& nspace) const {
+  if (nspace == job_.nspace) return true;
+  return std::any_of(spawned_.begin(), spawned_.end(), [&](const spawned_job& j) {
+    return j.add.pmix && j.add.pmix->nspace == nspace;
+  });
+}
+
 std::optional<pmix::proc> pmix_gateway::proc_of(std::uint32_t process) const {
   if (process < job_.rank_node.size()) return pmix::proc{job_.nspace, process};
   for (const auto& j : spawned_) {
@@ -582,16 +589,25 @@ void pmix_gateway::on_connect(pmix::connect_request r) {
              pmix::data_completion([done](pmix::status st, std::vector<char>) { (*done)(st); }));
 }
 
+// A rank's spawn names it by its process number; anyone else connected to this server is a tool
+// attached here (PMIx lets only ranks and tools in), named by its own namespace and rank.
 void pmix_gateway::on_spawn(pmix::spawn_request r) {
-  const auto rank = process_of(r.requester);
-  if (!rank || !hooks_.spawn) {
-    // A tool's spawn (it is no rank of the launch): not supported yet (docs/pmix.md).
+  if (!hooks_.spawn) {
     r.done(pmix::status::not_supported);
     return;
   }
   pm::link::pmix_spawn m;
+  if (const auto rank = process_of(r.requester)) {
+    m.rank = *rank;
+  } else if (!r.requester.nspace.empty() && r.requester.rank != pmix::wildcard_rank &&
+             !launch_nspace(r.requester.nspace)) {
+    m.rank = r.requester.rank;
+    m.tool = r.requester.nspace;
+  } else {
+    r.done(pmix::status::error);
+    return;
+  }
   m.id = next_request_++;
-  m.rank = *rank;
   for (auto& a : r.apps) {
     m.apps.push_back(pm::link::spawn_app_spec{std::move(a.argv), std::move(a.env),
                                               std::move(a.wdir), a.max_procs, std::move(a.hosts)});
@@ -715,8 +731,12 @@ void pmix_gateway::answer_query(pmix::query_request r, const pm::link::proc_tabl
     for (const auto& k : q.keys) {
       if (k == keys::namespaces) {
         values.push_back({k, job_.nspace});
-      } else if (k == keys::spawn_support || k == keys::debug_support) {
-        // Neither spawn nor debugger support: no attribute of either is supported.
+      } else if (k == keys::spawn_support) {
+        // The spawn attributes honoured (pmix_common.h's PMIX_HOST, PMIX_WDIR); the rest of a
+        // spawn's directives are ignored (docs/pmix.md, "Tools").
+        values.push_back({k, std::string("pmix.host,pmix.wdir")});
+      } else if (k == keys::debug_support) {
+        // No debugger attribute is supported.
         values.push_back({k, std::string()});
       } else if (k == keys::num_psets) {
         values.push_back({k, std::size_t{0}});

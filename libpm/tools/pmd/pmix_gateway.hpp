@@ -117,6 +117,8 @@ class pmix_gateway {
   void on_spawn(pm::agent::pmix::spawn_request r);
   /// The process number of a PMIx proc of one of the jobs (nullopt: none, or a wildcard).
   std::optional<std::uint32_t> process_of(const pm::agent::pmix::proc& p) const;
+  /// Whether `nspace` is one of the launch's jobs' (else it is a tool's).
+  bool launch_nspace(const std::string& nspace) const;
   /// The PMIx name of a process of one of the jobs (nullopt: none).
   std::optional<pm::agent::pmix::proc> proc_of(std::uint32_t process) const;
   /// A fence's or a connect's participants as the launcher names them; false (and `why`) when
