@@ -304,24 +304,29 @@ TEST(PmrunMpiSlurm, SixRanksInsideAnAllocationAreOneWorld) {
 
 // ---- MPI_Comm_spawn across hosts (docs/pmix.md, "Spawn") ----
 
-// pmrun over the fixture's hosts, two slots each, `np` parents one per host (--map-by node).
-std::vector<std::string> pmrun_spread(const multihost_fixture& f, int np,
-                                      std::vector<std::string> args) {
+// pmrun over the fixture's hosts with these slots (node1, node2, ...), then `args`.
+std::vector<std::string> pmrun_slots(const multihost_fixture& f, std::vector<int> slots,
+                                     std::vector<std::string> args) {
   std::string hosts;
-  for (const auto& h : f.hosts()) hosts += (hosts.empty() ? "" : ",") + h.name + ":2";
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    hosts += (hosts.empty() ? "" : ",") + f.hosts().at(k).name + ":" + std::to_string(slots[k]);
+  }
   std::vector<std::string> argv = {pm::test::pmrun_path(),
                                    "--allow-run-as-root",
                                    "-mca",
                                    "plm_rsh_agent",
                                    "ssh -F " + f.ssh_config(),
                                    "-H",
-                                   hosts,
-                                   "--map-by",
-                                   "node",
-                                   "-np",
-                                   std::to_string(np)};
+                                   hosts};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
+}
+
+// Two slots per host, `np` parents one per host (--map-by node).
+std::vector<std::string> pmrun_spread(const multihost_fixture& f, int np,
+                                      std::vector<std::string> args) {
+  args.insert(args.begin(), {"--map-by", "node", "-np", std::to_string(np)});
+  return pmrun_slots(f, {2, 2, 2}, std::move(args));
 }
 
 TEST(PmrunMpiMultihost, CommSpawnPlacesChildrenOnEveryHostsFreeSlots) {
@@ -362,12 +367,8 @@ TEST(PmrunMpiMultihost, CommSpawnOntoAHostTheJobDidNotUseStartsItsAgentThen) {
   // node1 has one slot, taken by the only parent: the two children go to node2, which had no
   // agent yet. pmrun starts one there during the job; it learns the first job's namespace
   // without running any of its ranks.
-  const std::string hosts =
-      f.hosts()[0].name + ":1," + f.hosts()[1].name + ":2," + f.hosts()[2].name + ":2";
-  const auto r = run_command(
-      {pm::test::pmrun_path(), "--allow-run-as-root", "-mca", "plm_rsh_agent",
-       "ssh -F " + f.ssh_config(), "-H", hosts, "-np", "1", mpi_dir + "/mpi_spawn", "2"},
-      120s);
+  const auto r =
+      run_command(pmrun_slots(f, {1, 2, 2}, {"-np", "1", mpi_dir + "/mpi_spawn", "2"}), 120s);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("child 1 of 2: sum 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("parent 0 of 1: sum 3"), std::string::npos) << r.out;
@@ -377,15 +378,12 @@ TEST(PmrunMpiMultihost, CommSpawnOntoAHostTheJobDidNotUseStartsItsAgentThen) {
 TEST(PmrunMpiMultihost, AHostFirstUsedByASecondSpawnLearnsTheFirstOneToo) {
   NEED_HOSTS();
   multihost_fixture f(3);
-  // One slot per host: the parent on node1, its first child on node2, its second child (after
-  // the first ended) on node2 again or node3. A host linked after a spawn still learns every
-  // spawned job in order (its agent refuses a job_add out of order).
-  const std::string hosts =
-      f.hosts()[0].name + ":1," + f.hosts()[1].name + ":1," + f.hosts()[2].name + ":1";
-  const auto r = run_command({pm::test::pmrun_path(), "--allow-run-as-root", "-mca",
-                              "plm_rsh_agent", "ssh -F " + f.ssh_config(), "-H", hosts,
-                              "--tag-output", "-np", "1", mpi_dir + "/mpi_spawn", "1", "twice"},
-                             120s);
+  // One slot per host: the parent on node1, its first child on node2, its second child (the
+  // first one still there) on node3, whose agent starts only then. A host linked after a spawn
+  // still learns every spawned job, in order (an agent refuses a job_add out of order).
+  const auto r = run_command(
+      pmrun_slots(f, {1, 1, 1}, {"--tag-output", "-np", "1", mpi_dir + "/mpi_spawn", "1", "twice"}),
+      120s);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("[2,0]<stdout>:child 0 of 1: sum 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[3,0]<stdout>:child 0 of 1: sum 1"), std::string::npos) << r.out;
@@ -397,8 +395,6 @@ TEST(PmrunMpiMultihost, AHostLostUnderItsSpawnedRanksOutputEndsTheLaunch) {
   multihost_fixture f(3);
   // The parent on node1, its two children on node2; they print, then hold. node2 crashes: pmrun
   // must not wait for the rest of their output (it is lost with the host), and ends.
-  const std::string hosts =
-      f.hosts()[0].name + ":1," + f.hosts()[1].name + ":2," + f.hosts()[2].name + ":1";
   std::thread crash([&f] {
     const auto until = std::chrono::steady_clock::now() + 60s;
     while (std::chrono::steady_clock::now() < until && f.pids_on("node2").size() < 3) {
@@ -409,9 +405,9 @@ TEST(PmrunMpiMultihost, AHostLostUnderItsSpawnedRanksOutputEndsTheLaunch) {
   });
   const auto started = std::chrono::steady_clock::now();
   const auto r =
-      run_command({pm::test::pmrun_path(), "--allow-run-as-root", "-mca", "plm_rsh_agent",
-                   "ssh -F " + f.ssh_config(), "-H", hosts, "-np", "1", "/usr/bin/python3",
-                   std::string(PM_MPI_SOURCE_DIR) + "/mpi_spawn.py", "2", "30"},
+      run_command(pmrun_slots(f, {1, 2, 1},
+                              {"-np", "1", "/usr/bin/python3",
+                               std::string(PM_MPI_SOURCE_DIR) + "/mpi_spawn.py", "2", "30"}),
                   60s);
   crash.join();
   EXPECT_EQ(r.exit_code, 213) << r.err << r.out;
