@@ -658,7 +658,12 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       link::rank_spec s;
       s.rank = r;
       s.app = j->first_app + j->map.at(r - j->first).app;
-      s.env = joined(profile_env(j->map, r - j->first, req.env.profiles, req.env.facts));
+      auto vars = profile_env(j->map, r - j->first, req.env.profiles, req.env.facts);
+      // Its map holds the free slots only; the universe is the allocation's (as PMIx says).
+      for (auto& v : vars) {
+        if (v.name == "OMPI_UNIVERSE_SIZE") v.value = std::to_string(req.map.total_slots());
+      }
+      s.env = joined(vars);
       return s;
     }
     link::rank_spec s;
