@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "pm/controller.hpp"
+#include "support/controller_harness.hpp"
 #include "support/describe_action.hpp"
 
 namespace {
@@ -14,66 +15,10 @@ namespace {
 using namespace std::chrono_literals;
 using strings = std::vector<std::string>;
 
-// Two hosts "a" and "b" with 4 slots each unless told otherwise; one rank per slot.
-pm::rank_map make_map(std::vector<pm::host> hosts, std::optional<std::uint32_t> np = std::nullopt,
-                      pm::map_by by = pm::map_by::slot) {
-  pm::job_spec j;
-  j.apps.push_back(pm::app_context{{"app"}, np, {}, {}});
-  j.mapping.by = by;
-  return pm::map_job(j, pm::allocation{std::move(hosts), pm::allocation_source::host_list});
-}
-
 using pm::test::describe;
+using pm::test::make_map;
 using pm::test::ranks_text;
-
-// A small driver: feeds events 1 ms apart, keeps every action.
-struct harness {
-  pm::rank_map map;
-  pm::controller ctl;
-  std::vector<pm::action> actions;
-  pm::job_time now{0};
-
-  explicit harness(pm::rank_map m, pm::controller_options o = {})
-      : map(std::move(m)), ctl(map, o) {}
-  explicit harness(pm::controller_options o = {}) : harness(make_map({{"a", 4}, {"b", 4}}), o) {}
-
-  strings feed(const pm::event& e) {
-    std::vector<pm::action> out;
-    now += 1ms;
-    ctl.handle(now, e, out);
-    actions.insert(actions.end(), out.begin(), out.end());
-    strings text;
-    for (const auto& a : out) text.push_back(describe(a));
-    return text;
-  }
-  void start_all() {
-    feed(pm::job_start{});
-    for (std::uint32_t r = 0; r < map.size(); ++r) feed(pm::rank_started{r, 1000 + r});
-  }
-  void close_streams(std::uint32_t rank) {
-    feed(pm::stream_closed{rank, pm::stream_kind::out, 0});
-    feed(pm::stream_closed{rank, pm::stream_kind::err, 0});
-  }
-  // Output first, then the exit: the usual order.
-  strings end(std::uint32_t rank, pm::exit_status st) {
-    close_streams(rank);
-    return feed(pm::rank_exited{rank, st});
-  }
-  template <class T>
-  std::vector<T> all() const {
-    std::vector<T> out;
-    for (const auto& a : actions) {
-      if (auto* p = std::get_if<T>(&a)) out.push_back(*p);
-    }
-    return out;
-  }
-  std::optional<pm::job_report> finished_report() const {
-    auto f = all<pm::finish>();
-    if (f.empty()) return std::nullopt;
-    EXPECT_EQ(f.size(), 1u);
-    return f[0].report;
-  }
-};
+using harness = pm::test::controller_harness;
 
 const auto ok = pm::exit_status::exited(0);
 const auto by_term = pm::exit_status::signaled(SIGTERM);
