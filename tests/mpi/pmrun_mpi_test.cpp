@@ -517,6 +517,11 @@ TEST_F(PmrunMpi, APmixToolSeesTheJobsRanksAndSpawns) {
     const auto ns = lines_of(t.out, "namespaces");
     ASSERT_EQ(ns.size(), 1u);
     EXPECT_EQ(ns[0].rfind("pmrun.", 0), 0u);
+    // Every namespace of the launch: the first job's, then those spawned before this tool asked.
+    const std::string first_ns = ns[0].substr(0, ns[0].find(','));
+    std::string all = first_ns;
+    for (int k = 1; k <= spawned; ++k) all += "," + first_ns + "." + std::to_string(k);
+    EXPECT_EQ(ns[0], all);
     EXPECT_EQ(lines_of(t.out, "job_size"), std::vector<std::string>{"3"});
     for (const std::string table : {"proc", "local"}) {
       const auto procs = lines_of(t.out, table);
@@ -526,7 +531,7 @@ TEST_F(PmrunMpi, APmixToolSeesTheJobsRanksAndSpawns) {
         // The exit code does not cross PMIx 4.2.2's wire (it packs pid and state, not the code):
         // rank 2's state says how it ended.
         const std::string expected =
-            ns[0] + " " + rank + " " + host_name() + " sh " + pid_of_rank[rank] +
+            first_ns + " " + rank + " " + host_name() + " sh " + pid_of_rank[rank] +
             (r < 2 ? " PROC EXECUTING 0" : " PROC TERMINATED WITH NON-ZERO STATUS ");
         EXPECT_EQ(procs[r].substr(0, expected.size()), expected) << table;
       }
@@ -539,7 +544,7 @@ TEST_F(PmrunMpi, APmixToolSeesTheJobsRanksAndSpawns) {
     // The launch's namespaces are the first job's and that with ".<spawned job>" appended.
     ++spawned;
     EXPECT_EQ(lines_of(t.out, "spawned"),
-              std::vector<std::string>{ns[0] + "." + std::to_string(spawned)});
+              std::vector<std::string>{first_ns + "." + std::to_string(spawned)});
   }
   // The spawned ranks' lines come through pmrun, tagged with their own job and rank; each
   // mpi_hello found itself in a world of 2 (else it exits 3 and says nothing).

@@ -208,25 +208,31 @@ std::vector<std::string> pmix_gateway::rank_env(std::uint32_t rank) const {
   return pmix::predicted_rank_env(place_, p->nspace, p->rank);
 }
 
-std::optional<std::uint32_t> pmix_gateway::process_of(const pmix::proc& p) const {
-  if (p.rank == pmix::wildcard_rank) return std::nullopt;
-  if (p.nspace == job_.nspace) {
-    if (p.rank < job_.rank_node.size()) return p.rank;
-    return std::nullopt;
-  }
+const pm::link::pmix_job* pmix_gateway::facts_of(const std::string& nspace,
+                                                 std::uint32_t& first) const {
+  first = 0;
+  if (nspace == job_.nspace) return &job_;
   for (const auto& j : spawned_) {
-    if (j.add.pmix && j.add.pmix->nspace == p.nspace && p.rank < j.add.pmix->rank_node.size()) {
-      return j.add.first + p.rank;
+    if (j.add.pmix && j.add.pmix->nspace == nspace) {
+      first = j.add.first;
+      return &*j.add.pmix;
     }
   }
-  return std::nullopt;
+  return nullptr;
+}
+
+std::optional<std::uint32_t> pmix_gateway::process_of(const pmix::proc& p) const {
+  std::uint32_t first = 0;
+  const auto* facts = facts_of(p.nspace, first);
+  if (facts == nullptr || p.rank == pmix::wildcard_rank || p.rank >= facts->rank_node.size()) {
+    return std::nullopt;
+  }
+  return first + p.rank;
 }
 
 bool pmix_gateway::launch_nspace(const std::string& nspace) const {
-  if (nspace == job_.nspace) return true;
-  return std::any_of(spawned_.begin(), spawned_.end(), [&](const spawned_job& j) {
-    return j.add.pmix && j.add.pmix->nspace == nspace;
-  });
+  std::uint32_t first = 0;
+  return facts_of(nspace, first) != nullptr;
 }
 
 std::optional<pmix::proc> pmix_gateway::proc_of(std::uint32_t process) const {
@@ -527,22 +533,13 @@ bool pmix_gateway::members_of(const std::vector<pmix::proc>& participants,
       ranks.insert(*r);
       continue;
     }
-    std::uint32_t first = 0, size = 0;
-    if (p.nspace == job_.nspace) {
-      size = static_cast<std::uint32_t>(job_.rank_node.size());
-    } else {
-      for (const auto& j : spawned_) {
-        if (j.add.pmix && j.add.pmix->nspace == p.nspace) {
-          first = j.add.first;
-          size = static_cast<std::uint32_t>(j.add.pmix->rank_node.size());
-        }
-      }
-    }
-    if (size == 0) {
+    std::uint32_t first = 0;
+    const auto* facts = facts_of(p.nspace, first);
+    if (facts == nullptr) {
       why = "namespace " + p.nspace + ", which the launch does not have";
       return false;
     }
-    for (std::uint32_t r = 0; r < size; ++r) ranks.insert(first + r);
+    for (std::uint32_t r = 0; r < facts->rank_node.size(); ++r) ranks.insert(first + r);
   }
   const auto n = static_cast<std::uint32_t>(job_.rank_node.size());
   members.all = ranks.size() == n && *ranks.rbegin() == n - 1;
@@ -730,7 +727,12 @@ void pmix_gateway::answer_query(pmix::query_request r, const pm::link::proc_tabl
     const bool ours = q.nspace.value_or(job_.nspace) == job_.nspace;
     for (const auto& k : q.keys) {
       if (k == keys::namespaces) {
-        values.push_back({k, job_.nspace});
+        // Every namespace of the launch: the first job's and those its ranks or tools spawned.
+        std::string all = job_.nspace;
+        for (const auto& j : spawned_) {
+          if (j.add.pmix) all += "," + j.add.pmix->nspace;
+        }
+        values.push_back({k, std::move(all)});
       } else if (k == keys::spawn_support) {
         // The spawn attributes honoured (pmix_common.h's PMIX_HOST, PMIX_WDIR); the rest of a
         // spawn's directives are ignored (docs/pmix.md, "Tools").
@@ -805,16 +807,9 @@ void pmix_gateway::serve_modex(const pm::link::modex_request& request) {
     if (hooks_.modex_answer) hooks_.modex_answer(pm::link::modex_reply{id, found, std::move(data)});
   };
   const auto p = proc_of(request.rank);
-  bool here = false;
-  if (p && request.rank < job_.rank_node.size()) {
-    here = job_.rank_node[request.rank] == job_.node;
-  } else if (p) {
-    for (const auto& j : spawned_) {
-      if (j.add.pmix && j.add.pmix->nspace == p->nspace) {
-        here = j.add.pmix->rank_node.at(p->rank) == j.add.pmix->node;
-      }
-    }
-  }
+  std::uint32_t first = 0;
+  const auto* facts = p ? facts_of(p->nspace, first) : nullptr;
+  const bool here = facts != nullptr && facts->rank_node.at(p->rank) == facts->node;
   if (!here || !ensure_server()) {
     answer(false, {});
     return;

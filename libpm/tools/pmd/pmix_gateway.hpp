@@ -119,6 +119,8 @@ class pmix_gateway {
   std::optional<std::uint32_t> process_of(const pm::agent::pmix::proc& p) const;
   /// Whether `nspace` is one of the launch's jobs' (else it is a tool's).
   bool launch_nspace(const std::string& nspace) const;
+  /// The facts of one of the launch's namespaces and its first process (null: none of them).
+  const pm::link::pmix_job* facts_of(const std::string& nspace, std::uint32_t& first) const;
   /// The PMIx name of a process of one of the jobs (nullopt: none).
   std::optional<pm::agent::pmix::proc> proc_of(std::uint32_t process) const;
   /// A fence's or a connect's participants as the launcher names them; false (and `why`) when
