@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "support/command.hpp"
+#include "support/other_user.hpp"
 #include "support/processes.hpp"
 
 namespace {
@@ -164,6 +165,42 @@ TEST_F(PmrunStatus, AnArgumentThatIsNotUtf8NeitherHidesNorEndsTheJob) {
   kill(job.pid, SIGTERM);
   const int status = job.wait_status();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_TRUE(dir_entries(dir).empty());
+}
+
+// Another local user learns nothing of the job: neither through `pmrun --ps` pointed at the job's
+// directory nor by connecting to its socket (docs/security.md).
+TEST_F(PmrunStatus, AnotherUserNeitherListsNorReachesTheJob) {
+  std::string why;
+  auto other = pm::test::other_user::create(why);
+  if (!other) GTEST_SKIP() << why;
+  background job(sleeping_job("2"));
+  job.wait_lines(2);
+  wait_for(job.pid, [](const nlohmann::json&) { return true; });
+  const auto names = dir_entries(dir);
+  ASSERT_EQ(names.size(), 1u);
+  const std::string socket = dir + "/" + names[0];
+  // The test's root directory is the test's; the other user may pass through it to the job's.
+  ASSERT_EQ(chmod(root.c_str(), 0755), 0);
+
+  auto list = run_command(other->as({pm::test::pmrun_path(), "--ps", std::to_string(job.pid)},
+                                    {"PM_STATUS_DIR=" + dir}),
+                          10s);
+  EXPECT_EQ(list.exit_code, 1) << list.out << list.err;
+  EXPECT_EQ(list.out, "");
+  EXPECT_EQ(list.err, "pmrun: --ps: " + dir +
+                          " is not a directory of this user closed to others; not read\n");
+  auto reach = run_command(
+      other->as(
+          {"/usr/bin/python3", "-c",
+           "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1])\n"
+           " print(s.recv(100))\nexcept OSError as e:\n print(e.errno)",
+           socket}),
+      10s);
+  EXPECT_EQ(reach.out, "13\n") << reach.err;  // EACCES: the directory is closed to others
+  EXPECT_TRUE(pm::test::alive(job.pid));
+  kill(job.pid, SIGTERM);
+  job.wait_status();
   EXPECT_TRUE(dir_entries(dir).empty());
 }
 

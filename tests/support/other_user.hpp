@@ -39,8 +39,8 @@ class other_user {
     std::snprintf(name, sizeof name, "pmt%08x", static_cast<unsigned>(rd()));
     // useradd locks /etc/passwd; tests running beside each other take turns.
     for (int attempt = 0; attempt < 50; ++attempt) {
-      const auto r = run_command({"/usr/sbin/useradd", "-M", "-N", "-d", "/nonexistent", "-s",
-                                  "/usr/sbin/nologin", name});
+      const auto r = run_command(
+          {"/usr/sbin/useradd", "-M", "-N", "-d", "/nonexistent", "-s", "/usr/sbin/nologin", name});
       if (r.exit_code == 0) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -101,7 +101,7 @@ class other_user {
       char* end = nullptr;
       const long pid = std::strtol(e->d_name, &end, 10);
       if (pid <= 0 || *end != '\0') continue;
-      struct stat st{};
+      struct stat st {};
       if (::stat((std::string("/proc/") + e->d_name).c_str(), &st) == 0 && st.st_uid == uid_) {
         pids.push_back(static_cast<pid_t>(pid));
       }
@@ -111,7 +111,8 @@ class other_user {
   }
 
  private:
-  other_user(std::string name, uid_t uid, gid_t gid) : name_(std::move(name)), uid_(uid), gid_(gid) {}
+  other_user(std::string name, uid_t uid, gid_t gid)
+      : name_(std::move(name)), uid_(uid), gid_(gid) {}
 
   void kill_processes() const {
     for (const pid_t pid : processes()) ::kill(pid, SIGKILL);
