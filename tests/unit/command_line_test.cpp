@@ -1,6 +1,7 @@
 // pmrun's command line: mpirun spellings (Open MPI 4 and 5), MPMD, and every bad input's message.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -215,6 +216,35 @@ TEST(CommandLine, RshAgentSpellings) {
   EXPECT_EQ(parse({"-mca", "plm_rsh_args", "", "a"}).remote.rsh_args, std::vector<std::string>{});
   EXPECT_EQ(args.exports.mca, (std::vector<std::pair<std::string, std::string>>{
                                   {"plm_rsh_args", "-p 2222 -o 'ProxyJump bastion'"}}));
+}
+
+// docs/multihost.md's example: -mca plm_rsh_agent "ssh -F ~/cluster.cfg" means the file in the
+// home directory, as the same words typed in a shell would (ssh does not expand -F's path).
+TEST(CommandLine, TheRshAgentsLeadingTildeIsTheHomeDirectory) {
+  const char* saved = std::getenv("HOME");
+  const std::string before = saved != nullptr ? saved : "";
+  ::setenv("HOME", "/home/me", 1);
+  using words = std::vector<std::string>;
+  EXPECT_EQ(parse({"-mca", "plm_rsh_agent", "ssh -F ~/cluster.cfg", "a"}).remote.rsh_agent,
+            (words{"ssh", "-F", "/home/me/cluster.cfg"}));
+  EXPECT_EQ(parse({"-mca", "plm_rsh_agent", "ssh -F '~/cluster.cfg'", "a"}).remote.rsh_agent,
+            (words{"ssh", "-F", "~/cluster.cfg"}));  // quoted: as written, as in a shell
+  EXPECT_EQ(parse({"-mca", "plm_rsh_args", "-i ~/.ssh/cluster_key", "a"}).remote.rsh_args,
+            (words{"-i", "/home/me/.ssh/cluster_key"}));
+  const pm::env_map env{{"PM_RSH_AGENT", "~/bin/ssh-wrapper -F ~/c"},
+                        {"OMPI_MCA_plm_rsh_args", "-F ~/c2"}};
+  const auto r = pm::resolve_remote_options(parse({"a"}).remote, env);
+  EXPECT_EQ(r.rsh_agent, (words{"/home/me/bin/ssh-wrapper", "-F", "/home/me/c"}));
+  EXPECT_EQ(r.rsh_args, (words{"-F", "/home/me/c2"}));
+  // What reaches the ranks (OMPI_MCA_plm_rsh_agent) stays as the user wrote it.
+  EXPECT_EQ(parse({"-mca", "plm_rsh_agent", "ssh -F ~/cluster.cfg", "a"}).exports.mca,
+            (std::vector<std::pair<std::string, std::string>>{
+                {"plm_rsh_agent", "ssh -F ~/cluster.cfg"}}));
+  if (saved != nullptr) {
+    ::setenv("HOME", before.c_str(), 1);
+  } else {
+    ::unsetenv("HOME");
+  }
 }
 
 TEST(CommandLine, RemoteAgentAndNetworkOptions) {

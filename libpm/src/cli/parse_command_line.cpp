@@ -228,7 +228,7 @@ void apply_mca(parse_state& st, std::string_view name, std::string_view key,
     if (canonical == "plm_ssh_agent") {
       st.opts.remote.rsh_agent = cli::agent_words(option, value);
     } else if (canonical == "plm_ssh_args") {
-      st.opts.remote.rsh_args = cli::agent_args(option, value);
+      st.opts.remote.rsh_args = cli::ssh_args(option, value);
     } else if (canonical == "plm_ssh_num_concurrent") {
       st.opts.remote.max_ssh = parse_number<std::uint32_t>(option, value, 1, 4096);
     } else if (canonical == "plm_ssh_no_tree_spawn") {
