@@ -786,12 +786,13 @@ std::string help_text() {
   std::string out =
       "Usage: pmrun [OPTIONS] PROGRAM [ARGS...] [: [OPTIONS] PROGRAM [ARGS...]]...\n"
       "Launch and supervise the ranks of a parallel job (mpirun-compatible spelling).\n"
-      "Long options also work with one dash (-np, -map-by, -x, -mca, -wdir, ...).\n"
+      "Long options also work with one dash (-np, -map-by, -x, -mca, -wdir, ...), and a\n"
+      "long option's one value may follow '=' (--timeout=3, --np=4, --map-by=node).\n"
       "Options marked * apply to their MPMD segment; the others to the whole job.\n\n";
   for (const auto& spec : option_table()) {
     std::string names;
     for (auto n : spec.names) {
-      if (n == "--n" || n == "--gmca" || n == "-gmca") continue;
+      if (n == "-gmca") continue;  // one-dash spellings of long options go without saying
       if (!names.empty()) names += ", ";
       names += n;
     }
