@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -82,7 +84,7 @@ const char* kind_of(mode_t mode) {
 // The group's only member is `owner` (Debian's StrictModes rule for "user private groups"): no
 // other user has it as primary group or is listed in it, and the owner is in it one way or the
 // other. Reads the user database (all of it): only asked for a group-writable directory.
-bool private_group(gid_t gid, uid_t owner) {
+bool private_group_uncached(gid_t gid, uid_t owner) {
   const std::string owner_name = user_name(owner);
   if (owner_name.empty()) return false;
   std::vector<char> buf(65536);
@@ -111,6 +113,19 @@ bool private_group(gid_t gid, uid_t owner) {
   }
   ::endpwent();
   return !others && members > 0;
+}
+
+// The answer is kept for the process's life (rank directories made under a umask of 002 are all
+// group-writable: one reading of the user database, not one per rank).
+bool private_group(gid_t gid, uid_t owner) {
+  static std::mutex lock;
+  static std::map<std::pair<gid_t, uid_t>, bool> known;
+  const std::lock_guard<std::mutex> hold(lock);
+  const auto key = std::make_pair(gid, owner);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  const bool answer = private_group_uncached(gid, owner);
+  known.emplace(key, answer);
+  return answer;
 }
 
 // An access ACL beyond the mode bits (then the group bits are the ACL's mask, and a named user or
