@@ -1,6 +1,7 @@
 // pmrun's command line: mpirun spellings (Open MPI 4 and 5), MPMD, and every bad input's message.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -215,6 +216,35 @@ TEST(CommandLine, RshAgentSpellings) {
   EXPECT_EQ(parse({"-mca", "plm_rsh_args", "", "a"}).remote.rsh_args, std::vector<std::string>{});
   EXPECT_EQ(args.exports.mca, (std::vector<std::pair<std::string, std::string>>{
                                   {"plm_rsh_args", "-p 2222 -o 'ProxyJump bastion'"}}));
+}
+
+// docs/multihost.md's example: -mca plm_rsh_agent "ssh -F ~/cluster.cfg" means the file in the
+// home directory, as the same words typed in a shell would (ssh does not expand -F's path).
+TEST(CommandLine, TheRshAgentsLeadingTildeIsTheHomeDirectory) {
+  const char* saved = std::getenv("HOME");
+  const std::string before = saved != nullptr ? saved : "";
+  ::setenv("HOME", "/home/me", 1);
+  using words = std::vector<std::string>;
+  EXPECT_EQ(parse({"-mca", "plm_rsh_agent", "ssh -F ~/cluster.cfg", "a"}).remote.rsh_agent,
+            (words{"ssh", "-F", "/home/me/cluster.cfg"}));
+  EXPECT_EQ(parse({"-mca", "plm_rsh_agent", "ssh -F '~/cluster.cfg'", "a"}).remote.rsh_agent,
+            (words{"ssh", "-F", "~/cluster.cfg"}));  // quoted: as written, as in a shell
+  EXPECT_EQ(parse({"-mca", "plm_rsh_args", "-i ~/.ssh/cluster_key", "a"}).remote.rsh_args,
+            (words{"-i", "/home/me/.ssh/cluster_key"}));
+  const pm::env_map env{{"PM_RSH_AGENT", "~/bin/ssh-wrapper -F ~/c"},
+                        {"OMPI_MCA_plm_rsh_args", "-F ~/c2"}};
+  const auto r = pm::resolve_remote_options(parse({"a"}).remote, env);
+  EXPECT_EQ(r.rsh_agent, (words{"/home/me/bin/ssh-wrapper", "-F", "/home/me/c"}));
+  EXPECT_EQ(r.rsh_args, (words{"-F", "/home/me/c2"}));
+  // What reaches the ranks (OMPI_MCA_plm_rsh_agent) stays as the user wrote it.
+  EXPECT_EQ(parse({"-mca", "plm_rsh_agent", "ssh -F ~/cluster.cfg", "a"}).exports.mca,
+            (std::vector<std::pair<std::string, std::string>>{
+                {"plm_rsh_agent", "ssh -F ~/cluster.cfg"}}));
+  if (saved != nullptr) {
+    ::setenv("HOME", before.c_str(), 1);
+  } else {
+    ::unsetenv("HOME");
+  }
 }
 
 TEST(CommandLine, RemoteAgentAndNetworkOptions) {
@@ -495,6 +525,22 @@ TEST(CommandLine, AppFileExpands) {
   } catch (const pm::error& e) {
     EXPECT_EQ(std::string(e.what()), "--app 'e': no app context in the file");
   }
+}
+
+// Spellings that were accepted but not documented (issue 20, item 8): --help lists them now,
+// docs/cli.md says what they mean.
+TEST(CommandLine, EverySpellingAcceptedIsListed) {
+  const auto help = pm::help_text();
+  EXPECT_NE(help.find("-np, -n, -c, --np, --n N"), std::string::npos) << help;
+  EXPECT_NE(help.find("--mca, -mca, --gmca KEY VALUE"), std::string::npos) << help;
+  EXPECT_NE(help.find("(--timeout=3, --np=4, --map-by=node)"), std::string::npos) << help;
+  const auto o =
+      parse({"--timeout=3", "--n", "2", "--gmca", "btl", "self", "--report=r.json", "a"});
+  EXPECT_EQ(o.timeout, std::chrono::seconds(3));
+  EXPECT_EQ(o.job.apps[0].np, 2u);
+  EXPECT_EQ(o.exports.mca, (std::vector<std::pair<std::string, std::string>>{{"btl", "self"}}));
+  EXPECT_EQ(o.report_file, "r.json");
+  EXPECT_EQ(usage_error({"--mca=btl", "self", "a"}).find("--mca"), 0u);
 }
 
 TEST(CommandLine, DocsCliReferenceIsTheHelpText) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "link/messages.hpp"
+#include "pm/allocation.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
 
@@ -84,6 +85,14 @@ TEST(FuzzRegressions, AHelloOfAnotherVersionAnnouncingDescriptorsIsRefused) {
       "agent link: 'hello' message announces 17 descriptors, more than the 0 it may carry";
   EXPECT_EQ(error_of([&] { pm::link::decode(bytes); }), want);
   EXPECT_EQ(error_of([&] { pm::link::decode_reference(bytes); }), want);
+}
+
+// fuzz_host_list (CI's 5-second run on a fresh clone, issue 20): a host listed twice added its
+// slots with an unsigned wrap, 4294967295 + 1 = 0, and the parser returned a host without slots.
+// The input is kept in tests/fuzz/corpus/fuzz_host_list/found-slot-overflow.
+TEST(FuzzRegressions, RepeatedHostSlotsThatOverflowAreRefused) {
+  EXPECT_EQ(error_of([] { pm::parse_host_list("a:4294967295,a:1"); }),
+            "-H 'a:4294967295,a:1': host 'a' adds up to more than 4294967295 slots (overflow)");
 }
 
 }  // namespace

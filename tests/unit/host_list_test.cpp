@@ -41,6 +41,14 @@ TEST(HostList, RepeatedHostsAddUpInFirstOrder) {
   EXPECT_EQ(names(pm::parse_host_list("x:4294967294,x")), "x:4294967295");
 }
 
+TEST(HostList, SlotsAddingUpPastTheLimitAreRefusedNotWrapped) {
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("x:4294967295,x"); }),
+            "-H 'x:4294967295,x': host 'x' adds up to more than 4294967295 slots (overflow)");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a:2147483648,b,a:2147483648"); }),
+            "-H 'a:2147483648,b,a:2147483648': host 'a' adds up to more than 4294967295 slots "
+            "(overflow)");
+}
+
 TEST(HostList, NamesMayHoldLettersDigitsDashDotUnderscore) {
   EXPECT_EQ(names(pm::parse_host_list("Node_1.example-site.org:2")), "Node_1.example-site.org:2");
   EXPECT_EQ(names(pm::parse_host_list("192.168.1.10")), "192.168.1.10:1");

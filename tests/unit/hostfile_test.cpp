@@ -51,6 +51,12 @@ TEST(Hostfile, ASingleBareLineLeavesTheCountToTheHost) {
   EXPECT_EQ(a.hosts[0].slots, 1u);  // placeholder until its cores are known
 }
 
+TEST(Hostfile, SlotsAddingUpPastTheLimitAreRefusedNotWrapped) {
+  EXPECT_EQ(names(parse("n1 slots=4294967294\nn1\n")), "n1:4294967295");
+  EXPECT_EQ(parse_error([] { parse("n1 slots=4294967295\nn1\n"); }),
+            "hostfile hf:2: host 'n1' adds up to more than 4294967295 slots (overflow)");
+}
+
 TEST(Hostfile, RepeatedBareLinesAddASlotEach) {
   const auto a = parse("n1\nn2\nn1\nn1\n");
   EXPECT_EQ(names(a), "n1:3,n2:1");

@@ -341,10 +341,79 @@ TEST(OutputForwarder, AnOutputDirThatCannotBeCreatedIsAnError) {
     FAIL() << "no error";
   } catch (const pm::error& e) {
     EXPECT_EQ(e.code(), pm::errc::system);
-    EXPECT_EQ(std::string(e.what()).rfind("cannot create output directory '/proc/no/such/1': ", 0),
+    EXPECT_EQ(std::string(e.what()).rfind("--output-filename: cannot create '/proc/no/such': ", 0),
               0u)
         << e.what();
   }
+}
+
+// What the per-rank files would be written through is refused before any stream is attached (so
+// before any rank starts), and nothing is written through it (docs/output.md, "Where the files
+// may be"; the walk itself: safe_path_test.cpp).
+TEST(OutputForwarder, AFileOrDirectoryThatIsNotSafeIsRefusedAtTheStart) {
+  temp_dir dir;
+  std::ofstream(dir.file("victim")) << "precious\n";
+  fs::create_directories(dir.file("od/1/rank.1"));
+  ASSERT_EQ(::symlink(dir.file("victim").c_str(), dir.file("od/1/rank.1/stderr").c_str()), 0);
+  boost::asio::io_context io;
+  pm::output_options opt;
+  opt.output_dir = dir.file("od");
+  try {
+    pm::io::output_forwarder fwd(io, opt, 2);
+    FAIL() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_EQ(e.code(), pm::errc::system);
+    EXPECT_EQ(std::string(e.what()), "--output-filename: refusing '" +
+                                         dir.file("od/1/rank.1/stderr") +
+                                         "': it is a symbolic link");
+  }
+  // With merged streams no stderr file is written: that link is never reached.
+  opt.merge_stderr = true;
+  EXPECT_NO_THROW(pm::io::output_forwarder(io, opt, 2));
+  // A group- or world-writable level is refused as well (here the job's own DIR/1).
+  opt.merge_stderr = false;
+  fs::remove(dir.file("od/1/rank.1/stderr"));
+  ::chmod(dir.file("od/1").c_str(), 0777);
+  try {
+    pm::io::output_forwarder fwd(io, opt, 2);
+    FAIL() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_EQ(std::string(e.what()), "--output-filename: refusing '" + dir.file("od/1") +
+                                         "': it is writable by every user (mode 0777)");
+  }
+  EXPECT_EQ(slurp(dir.file("victim")), "precious\n");
+}
+
+// A spawned job's files are made when its ranks start: a refusal then is reported through
+// on_error, the file is skipped (never written through) and the output still reaches the terminal.
+TEST(OutputForwarder, AnUnsafeFileOfASpawnedJobIsReportedAndSkipped) {
+  temp_dir dir;
+  std::ofstream(dir.file("victim")) << "precious\n";
+  fs::create_directories(dir.file("od/2/rank.0"));
+  ASSERT_EQ(::symlink(dir.file("victim").c_str(), dir.file("od/2/rank.0/stdout").c_str()), 0);
+  pm::output_options opt;
+  opt.output_dir = dir.file("od");
+  opt.stdout_fd = open_file(dir.file("term"));
+  opt.stderr_fd = opt.stdout_fd;
+  std::vector<std::string> errors;
+  opt.on_error = [&](std::string_view m) { errors.emplace_back(m); };
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 1);
+  fwd.add_job(1, 1);
+  fwd.open_stream(1, output_stream::out, [](std::uint64_t) {});
+  const std::string text = "from the spawned job\n";
+  fwd.push(1, output_stream::out, text);
+  fwd.close_stream(1, output_stream::out);
+  bool drained = false;
+  fwd.async_drain([&] { drained = true; });
+  io.run_for(std::chrono::seconds(10));
+  ::close(opt.stdout_fd);
+  EXPECT_TRUE(drained);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0], "--output-filename: refusing '" + dir.file("od/2/rank.0/stdout") +
+                           "': it is a symbolic link; rank 1's stdout is not written to a file");
+  EXPECT_EQ(slurp(dir.file("victim")), "precious\n");
+  EXPECT_EQ(slurp(dir.file("term")), text);
 }
 
 TEST(OutputForwarder, ABlockedDestinationBlocksTheWritersWithBoundedMemory) {

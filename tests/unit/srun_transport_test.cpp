@@ -4,22 +4,31 @@
 // node becomes that node's stream; a wrong token, garbage, a duplicate and a stranger are refused
 // and reported; srun's exit fails the nodes that never called and ends the streams of those that
 // did.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "agent/host_facts.hpp"
+#include "model/printable.hpp"
 #include "pm/error.hpp"
+#include "support/command.hpp"
+#include "support/other_user.hpp"
 #include "transport/srun/caller_gate.hpp"
 #include "transport/srun/connect_back.hpp"
+#include "transport/srun/refusal_log.hpp"
 #include "transport/srun/srun_command.hpp"
 #include "transport/srun/srun_transport.hpp"
 
@@ -145,6 +154,102 @@ TEST(ConnectBack, NobodyListeningIsOneLineNamingTheAddresses) {
   } catch (const pm::error& e) {
     EXPECT_NE(std::string(e.what()).find("127.0.0.1: Connection refused"), std::string::npos)
         << e.what();
+  }
+}
+
+// ---- refused callers: bounded lines, sanitized names (issue 20, item 7) ----
+
+TEST(ConnectBack, RefusalsAreSaidOncePerKindAndAddressThenCounted) {
+  using clock = sr::refusal_log::clock;
+  sr::refusal_log log;
+  const auto t0 = clock::now();
+  // The first of each (address, kind) in full, whatever the port.
+  EXPECT_EQ(log.refused("10.0.0.5:4000", "wrong token", "wrong token (claims to be node 'n1')", t0),
+            "refused a connection from 10.0.0.5:4000: wrong token (claims to be node 'n1')");
+  EXPECT_FALSE(log.refused("10.0.0.5:4001", "wrong token", "wrong token (...)", t0));
+  EXPECT_TRUE(log.refused("10.0.0.5:4002", "no greeting", "no greeting within 5 s", t0));
+  EXPECT_TRUE(log.refused("10.0.0.6:4000", "wrong token", "wrong token (...)", t0));
+  // Counted: a summary an interval after the first counted one, not before.
+  ASSERT_TRUE(log.summary_due());
+  EXPECT_EQ(*log.summary_due(), t0 + std::chrono::seconds(10));
+  EXPECT_FALSE(log.summary(t0 + std::chrono::seconds(9)));
+  for (int i = 0; i < 5; ++i) log.refused("10.0.0.6:1", "wrong token", "x", t0);
+  EXPECT_EQ(log.summary(t0 + std::chrono::seconds(10)),
+            "refused 6 more connections in the last 10 s: 5 from 10.0.0.6 (wrong token), 1 from "
+            "10.0.0.5 (wrong token)");
+  EXPECT_FALSE(log.summary_due());
+  EXPECT_FALSE(log.summary(t0 + std::chrono::seconds(30), true));  // nothing left to say
+  // The end of the job says what is left, due or not.
+  log.refused("10.0.0.6:1", "wrong token", "x", t0 + std::chrono::seconds(31));
+  EXPECT_EQ(log.summary(t0 + std::chrono::seconds(32), true),
+            "refused 1 more connection in the last 1 s: 1 from 10.0.0.6 (wrong token)");
+  EXPECT_EQ(log.total(), 10u);
+}
+
+TEST(ConnectBack, AFloodOfRefusalsPrintsABoundedNumberOfLines) {
+  // The issue's flood: 27,000 connections over 30 s printed 18,247 lines. Now from one address,
+  // and again from 1,000 addresses with every kind of refusal.
+  using clock = sr::refusal_log::clock;
+  for (const int addresses : {1, 1000}) {
+    sr::refusal_log log;
+    const auto t0 = clock::now();
+    std::vector<std::string> lines;
+    const char* reasons[] = {"wrong token", "not an agent's greeting", "no greeting",
+                             "a broken connection"};
+    for (int i = 0; i < 27000; ++i) {
+      const auto now = t0 + std::chrono::microseconds(i * 30000000LL / 27000);
+      const std::string peer =
+          "10.1." + std::to_string(i % addresses / 250) + "." + std::to_string(i % addresses % 250);
+      if (auto l = log.refused(peer + ":" + std::to_string(1024 + i % 60000), reasons[i % 4],
+                               reasons[i % 4], now)) {
+        lines.push_back(*l);
+      }
+      if (auto l = log.summary(now)) lines.push_back(*l);
+    }
+    if (auto l = log.summary(t0 + std::chrono::seconds(31), true)) lines.push_back(*l);
+    // 8 first lines at most, one summary per 10 s, one at the end.
+    EXPECT_LE(lines.size(), 8u + 3u + 1u) << addresses;
+    EXPECT_GE(lines.size(), 2u);
+    // Every connection is accounted for: said, or counted in a summary.
+    std::uint64_t said = 0;
+    for (const auto& l : lines) {
+      if (l.starts_with("refused a connection")) {
+        ++said;
+      } else {
+        std::string n = l.substr(std::string("refused ").size());
+        n = n.substr(0, n.find(' '));
+        std::erase(n, ',');
+        said += std::stoull(n);
+      }
+      EXPECT_LE(l.size(), 300u) << l;
+    }
+    EXPECT_EQ(said, 27000u) << addresses;
+    EXPECT_EQ(log.total(), 27000u);
+  }
+}
+
+TEST(ConnectBack, WhatACallerSaysIsSanitizedBeforeItIsPrinted) {
+  const std::string token(64, 'c');
+  sr::caller_gate gate(token);
+  gate.expect(1, "node1");
+  // No blanks or control characters pass the greeting's own check; bytes past ASCII (a C1 CSI
+  // that some terminals obey, invalid UTF-8), quotes and backslashes do, and length up to 255.
+  const std::string hostile =
+      "n\x9b"
+      "2J'\xff\\x";
+  auto v = gate.judge(sr::greeting(std::string(64, 'd'), hostile));
+  EXPECT_EQ(v.why, "wrong token (claims to be node 'n\\x9b2J\\x27\\xff\\\\x')");
+  EXPECT_EQ(v.reason, "wrong token");
+  v = gate.judge(sr::greeting(token, std::string(255, 'z')));
+  EXPECT_EQ(v.why, "node '" + std::string(64, 'z') + "...' is not a host of this job");
+  EXPECT_EQ(v.reason, "not a host of this job");
+  v = gate.judge("\x1b[2J");
+  EXPECT_EQ(v.why, "not an agent's greeting");
+  for (unsigned c = 0; c < 256; ++c) {
+    const auto shown = pm::model::untrusted(std::string(1, static_cast<char>(c)));
+    for (const char ch : shown) {
+      EXPECT_TRUE(ch >= 0x20 && ch < 0x7f && ch != '\'') << c;
+    }
   }
 }
 
@@ -328,6 +433,142 @@ TEST(SrunTransport, AMissingSrunFailsEveryNodeWithOneLine) {
   ASSERT_TRUE(run_until(io, [&] { return failed.size() == 2; }));
   EXPECT_NE(failed[0].find("srun: '/nonexistent/srun' does not exist"), std::string::npos)
       << failed[0];
+}
+
+// Opens hosts 1..n of a transport with the stand-in srun and waits for its environment.
+std::map<std::string, std::string> start_step(sr::srun_transport& t, boost::asio::io_context& io,
+                                              const stand_in& fake, std::uint32_t n) {
+  for (std::uint32_t h = 1; h <= n; ++h) {
+    pm::agent_target target;
+    target.host = h;
+    target.info.name = "node" + std::to_string(h);
+    target.agent_argv = {"/opt/pmd", "--stdio"};
+    t.open(
+        target, [](pm::agent_stream s) { ::close(s.read_fd); }, [](std::string) {});
+  }
+  EXPECT_TRUE(run_until(io, [&] { return std::filesystem::exists(fake.dir + "/env"); }));
+  return fake.env();
+}
+
+// Connects to address:port; true when something listens there.
+bool listening(const std::string& address, std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  ::inet_pton(AF_INET, address.c_str(), &sa.sin_addr);
+  const bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0;
+  ::close(fd);
+  return ok;
+}
+
+TEST(SrunTransport, AFloodFromAnotherUserPrintsABoundedNumberOfLines) {
+  std::string why;
+  auto mallory = pm::test::other_user::create(why);
+  if (!mallory) GTEST_SKIP() << why;
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no python3 for the flood";
+  stand_in fake;
+  boost::asio::io_context io;
+  pm::remote_launch opts;
+  opts.launcher = pm::agent_launcher::srun;
+  opts.srun_command = {fake.dir + "/srun"};
+  std::vector<std::string> notices;
+  opts.notice = [&](std::string_view line) { notices.emplace_back(line); };
+  auto t = std::make_unique<sr::srun_transport>(io, opts);
+  const auto env = start_step(*t, io, fake, 2);
+  const std::string port = env.at("PM_AGENT_PORT");
+  // 3,000 connections as another user: wrong tokens, garbage, and some closed at once.
+  const std::string flood =
+      "import socket\n"
+      "for i in range(3000):\n"
+      "    s = socket.create_connection(('127.0.0.1', " +
+      port +
+      "))\n"
+      "    if i % 3 == 0: s.sendall(b'pmcb1 ' + b'f' * 64 + b' node1\\n')\n"
+      "    elif i % 3 == 1: s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n"
+      "    s.close()\n";
+  pm::test::command_result result;
+  std::atomic<bool> done{false};
+  std::thread client([&] {
+    result = pm::test::run_command(mallory->as({"/usr/bin/python3", "-c", flood}),
+                                   std::chrono::seconds(120));
+    done = true;
+  });
+  // The launcher keeps serving while the flood runs.
+  while (!done) {
+    io.restart();
+    io.run_for(20ms);
+  }
+  client.join();
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  // Every refusal reached the launcher: wait until each one was said or counted.
+  const auto count_said = [&] {
+    std::uint64_t n = 0;
+    for (const auto& l : notices) {
+      if (l.starts_with("srun: refused a connection")) ++n;
+    }
+    return n;
+  };
+  // The job ends: the hosts close, the count is said.
+  std::ofstream(fake.dir + "/end").put('x');
+  int closed = 0;
+  run_until(
+      io, [] { return false; }, 1000ms);  // let the last refusals arrive
+  for (std::uint32_t h = 1; h <= 2; ++h) t->close(h, [&](pm::agent_end) { ++closed; });
+  ASSERT_TRUE(run_until(io, [&] { return closed == 2; }));
+  std::uint64_t total = count_said();
+  std::size_t lines = 0;
+  for (const auto& l : notices) {
+    if (!l.starts_with("srun: refused")) continue;
+    ++lines;
+    if (l.starts_with("srun: refused a connection")) continue;
+    std::string n = l.substr(std::string("srun: refused ").size());
+    n = n.substr(0, n.find(' '));
+    std::erase(n, ',');
+    total += std::stoull(n);
+  }
+  std::string said;
+  for (const auto& l : notices) said += l + "\n";
+  EXPECT_LE(lines, 8u + 2u) << said;
+  EXPECT_EQ(total, 3000u);  // each connection accounted for once
+  bool summary = false;
+  for (const auto& l : notices)
+    summary = summary || l.find(" more connections in the last ") != std::string::npos;
+  EXPECT_TRUE(summary);
+}
+
+TEST(SrunTransport, WithIfaceTheListenerBindsOnlyThatAddress) {
+  const auto mine = pm::agent::reachable_addresses();
+  if (mine.empty()) GTEST_SKIP() << "no address but loopback on this machine";
+  const std::string address = mine.front().substr(0, mine.front().find('%'));
+  stand_in fake;
+  boost::asio::io_context io;
+  pm::remote_launch opts;
+  opts.launcher = pm::agent_launcher::srun;
+  opts.srun_command = {fake.dir + "/srun"};
+  opts.iface = {address + "/32"};
+  auto t = std::make_unique<sr::srun_transport>(io, opts);
+  const auto env = start_step(*t, io, fake, 1);
+  EXPECT_EQ(env.at("PM_AGENT_ADDRS"), address);
+  const auto port = static_cast<std::uint16_t>(std::stoi(env.at("PM_AGENT_PORT")));
+  EXPECT_TRUE(listening(address, port));
+  EXPECT_FALSE(listening("127.0.0.1", port)) << "bound to every address";
+  std::ofstream(fake.dir + "/end").put('x');
+  bool closed = false;
+  t->close(1, [&](pm::agent_end) { closed = true; });
+  EXPECT_TRUE(run_until(io, [&] { return closed; }));
+  // Without --iface: every address, loopback included (a node on this machine reaches it).
+  stand_in fake2;
+  opts.srun_command = {fake2.dir + "/srun"};
+  opts.iface.clear();
+  auto any = std::make_unique<sr::srun_transport>(io, opts);
+  const auto env2 = start_step(*any, io, fake2, 1);
+  const auto port2 = static_cast<std::uint16_t>(std::stoi(env2.at("PM_AGENT_PORT")));
+  EXPECT_TRUE(listening("127.0.0.1", port2));
+  std::ofstream(fake2.dir + "/end").put('x');
+  closed = false;
+  any->close(1, [&](pm::agent_end) { closed = true; });
+  EXPECT_TRUE(run_until(io, [&] { return closed; }));
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
 // The ssh command line: quoting, agent splitting, argv order (checked against the real ssh's
 // `-G`, which prints the settings it would use without connecting), the remote agent's path.
 #include <fcntl.h>
+#include <pwd.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,6 +135,44 @@ TEST(SplitAgentCommand, LikeAShellWithoutExpansion) {
   EXPECT_EQ(split_agent_command("x '' \"\""), (words{"x", "", ""}));
   EXPECT_EQ(split_agent_command(""), words{});
   EXPECT_EQ(split_agent_command(" \t"), words{});
+}
+
+// docs/multihost.md's own example, -mca plm_rsh_agent "ssh -F ~/cluster.cfg", needs the `~` a shell
+// would have expanded (ssh does not expand -F's path): a leading unquoted tilde prefix is.
+TEST(SplitAgentCommand, ALeadingTildeIsExpandedAsAShellWouldForAnUnquotedWord) {
+  using pm::ssh::split_agent_command;
+  const pm::ssh::home_lookup homes = [](std::string_view user) -> std::optional<std::string> {
+    if (user.empty()) return "/home/me";
+    if (user == "bob") return "/srv/bob home";
+    return std::nullopt;
+  };
+  const auto split = [&](std::string_view text) { return split_agent_command(text, "x", homes); };
+  EXPECT_EQ(split("ssh -F ~/cluster.cfg"), (words{"ssh", "-F", "/home/me/cluster.cfg"}));
+  EXPECT_EQ(split("~/bin/myssh -x"), (words{"/home/me/bin/myssh", "-x"}));
+  EXPECT_EQ(split("ssh -i ~ -F ~bob/cfg ~bob"),
+            (words{"ssh", "-i", "/home/me", "-F", "/srv/bob home/cfg", "/srv/bob home"}));
+  EXPECT_EQ(split(R"(ssh -F ~/a\ b/'c d')"), (words{"ssh", "-F", "/home/me/a b/c d"}));
+  // As written: quoted or escaped, a quoted character in the prefix, inside a word, unknown user.
+  EXPECT_EQ(split(R"(ssh '~/a' "~/b" \~/c ~"bob"/d ~'x')"),
+            (words{"ssh", "~/a", "~/b", "~/c", "~bob/d", "~x"}));
+  EXPECT_EQ(split("ssh -oIdentityFile=~/k a~/b ~nobody-here/x"),
+            (words{"ssh", "-oIdentityFile=~/k", "a~/b", "~nobody-here/x"}));
+  // Without a lookup (PM_SRUN_ARGS, --app lines) nothing is expanded, as before.
+  EXPECT_EQ(split_agent_command("ssh -F ~/cluster.cfg"), (words{"ssh", "-F", "~/cluster.cfg"}));
+}
+
+TEST(SplitAgentCommand, TheSystemsHomeIsHomeThenThePasswordDatabase) {
+  const char* saved = std::getenv("HOME");
+  const std::string before = saved != nullptr ? saved : "";
+  ::setenv("HOME", "/some/where", 1);
+  EXPECT_EQ(pm::ssh::system_home(""), "/some/where");
+  ::unsetenv("HOME");
+  const passwd* me = ::getpwuid(::getuid());
+  ASSERT_NE(me, nullptr);
+  EXPECT_EQ(pm::ssh::system_home(""), std::string(me->pw_dir));
+  EXPECT_EQ(pm::ssh::system_home(me->pw_name), std::string(me->pw_dir));
+  EXPECT_EQ(pm::ssh::system_home("no-such-user-here"), std::nullopt);
+  if (saved != nullptr) ::setenv("HOME", before.c_str(), 1);
 }
 
 TEST(SplitAgentCommand, ErrorsNameTheSource) {

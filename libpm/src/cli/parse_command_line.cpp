@@ -228,7 +228,7 @@ void apply_mca(parse_state& st, std::string_view name, std::string_view key,
     if (canonical == "plm_ssh_agent") {
       st.opts.remote.rsh_agent = cli::agent_words(option, value);
     } else if (canonical == "plm_ssh_args") {
-      st.opts.remote.rsh_args = cli::agent_args(option, value);
+      st.opts.remote.rsh_args = cli::ssh_args(option, value);
     } else if (canonical == "plm_ssh_num_concurrent") {
       st.opts.remote.max_ssh = parse_number<std::uint32_t>(option, value, 1, 4096);
     } else if (canonical == "plm_ssh_no_tree_spawn") {
@@ -786,12 +786,13 @@ std::string help_text() {
   std::string out =
       "Usage: pmrun [OPTIONS] PROGRAM [ARGS...] [: [OPTIONS] PROGRAM [ARGS...]]...\n"
       "Launch and supervise the ranks of a parallel job (mpirun-compatible spelling).\n"
-      "Long options also work with one dash (-np, -map-by, -x, -mca, -wdir, ...).\n"
+      "Long options also work with one dash (-np, -map-by, -x, -mca, -wdir, ...), and a\n"
+      "long option's one value may follow '=' (--timeout=3, --np=4, --map-by=node).\n"
       "Options marked * apply to their MPMD segment; the others to the whole job.\n\n";
   for (const auto& spec : option_table()) {
     std::string names;
     for (auto n : spec.names) {
-      if (n == "--n" || n == "--gmca" || n == "-gmca") continue;
+      if (n == "-gmca") continue;  // one-dash spellings of long options go without saying
       if (!names.empty()) names += ", ";
       names += n;
     }

@@ -33,7 +33,7 @@ void refuse_empty_words(std::string_view what, std::string_view text,
 }  // namespace
 
 std::vector<std::string> agent_words(std::string_view what, std::string_view text) {
-  auto words = ssh::split_agent_command(text, what);
+  auto words = ssh::split_agent_command(text, what, ssh::system_home);
   if (words.empty() || words[0].empty()) throw bad_words(what, text, "no agent command");
   refuse_empty_words(what, text, words);
   for (const auto& w : words) {
@@ -42,6 +42,12 @@ std::vector<std::string> agent_words(std::string_view what, std::string_view tex
       throw bad_words(what, text, "alternatives ('ssh : rsh') are not supported; name one agent");
     }
   }
+  return words;
+}
+
+std::vector<std::string> ssh_args(std::string_view what, std::string_view text) {
+  auto words = ssh::split_agent_command(text, what, ssh::system_home);
+  refuse_empty_words(what, text, words);
   return words;
 }
 
@@ -104,7 +110,7 @@ remote_options resolve_remote_options(const remote_options& given, const env_map
   if (!out.rsh_args) {
     if (const auto* text =
             first_set(env, {"OMPI_MCA_plm_rsh_args", "PRTE_MCA_plm_ssh_args"}, which)) {
-      out.rsh_args = cli::agent_args(which, *text);
+      out.rsh_args = cli::ssh_args(which, *text);
     } else {
       out.rsh_args.emplace();
     }

@@ -76,6 +76,14 @@ void stdin_forwarder::read_some() {
     auto self = weak.lock();
     if (!self) return;
     self->reading_ = false;
+    if (ec == asio::error::operation_not_supported && !self->is_file_) {
+      // A descriptor epoll refuses (a character device such as /dev/zero or /dev/urandom, which
+      // poll(2) calls always ready): Asio fails the wait at once. It was read as end of input,
+      // so `--stdin all < /dev/zero` gave the ranks nothing. Read it as a regular file instead.
+      self->is_file_ = true;
+      self->read_some();
+      return;
+    }
     if (ec) {
       self->finish_input();
       return;
@@ -87,20 +95,33 @@ void stdin_forwarder::read_some() {
     }
     const ssize_t n =
         ::read(self->input_->native_handle(), self->buffer_.data(), self->buffer_.size());
-    if (n > 0)
+    if (n > 0) {
       self->on_read(static_cast<std::size_t>(n));
-    else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
       self->finish_input();
+    } else if (errno == EAGAIN && self->is_file_) {
+      // Read without waiting (above) and nothing there: look again shortly rather than spin.
+      self->background_wait_.expires_after(std::chrono::milliseconds(10));
+      self->background_wait_.async_wait([weak](const boost::system::error_code& e) {
+        if (auto s = weak.lock(); s && !e) s->read_some();
+      });
+      return;
+    }
     self->read_some();
   });
 }
 
 void stdin_forwarder::on_read(std::size_t n) {
+  bool anyone = false;
   for (std::size_t i = 0; i < targets_.size(); ++i) {
     if (!targets_[i].pipe) continue;  // that rank closed its stdin
+    anyone = true;
     targets_[i].pending.append(buffer_.data(), n);
     flush(i);
   }
+  // Every reading rank closed its stdin (`head -c 1000` ended): an endless input (/dev/zero, a
+  // pipe that never closes) is no longer read for nobody.
+  if (!anyone) finish_input();
 }
 
 void stdin_forwarder::flush(std::size_t i) {

@@ -15,9 +15,10 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
-#include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,7 @@
 
 #include "io/line_assembler.hpp"
 #include "io/output_format.hpp"
+#include "io/safe_path.hpp"
 #include "io/sigpipe_guard.hpp"
 #include "pm/error.hpp"
 
@@ -139,6 +141,10 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   std::size_t tagged_size = 0;
   std::size_t tagged_capacity = 0;
   std::string line;  // a sink's line when it straddles the kept tail and the new chunk
+  // --output-filename: DIR, and DIR/1 (or DIR with nojobid), held open; spawned jobs' DIR/J.
+  safe_dir base_dir;
+  safe_dir first_job_dir;
+  std::map<std::uint32_t, safe_dir> job_dirs;
   std::function<void()> drain_handler;
   statistics st;
   // The time of the chunk being processed, formatted at most once per chunk.
@@ -154,14 +160,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     scratch.reset(new char[limits.read_chunk]);
     scratch_size = limits.read_chunk;
     guard = !sigpipe_ignored();
-    if (!opt.output_dir.empty()) {
-      std::error_code ec;
-      const std::string top = opt.output_dir_nojobid ? opt.output_dir : opt.output_dir + "/1";
-      std::filesystem::create_directories(top, ec);
-      if (ec) {
-        throw error(errc::system, "cannot create output directory '" + top + "': " + ec.message());
-      }
-    }
+    if (!opt.output_dir.empty()) open_output_directories();
     if (!opt.sink && !(opt.output_dir_nocopy && !opt.output_dir.empty())) {
       const format_mode fm = opt.json_lines               ? format_mode::json
                              : (opt.tag || opt.timestamp) ? format_mode::text
@@ -173,6 +172,38 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
         err_dest = make_fd_destination(opt.stderr_fd, "standard error", fm);
       }
     }
+  }
+
+  // --output-filename DIR: DIR and the first job's directory (DIR/1, or DIR itself with nojobid)
+  // are walked (created where missing) and held open; what already exists of every rank's
+  // directory and files is checked now, so that a refusal comes before any rank starts
+  // (docs/output.md, "Where the files may be"). The directories are then ours and closed to
+  // others: nobody else can plant anything in them before the ranks' files are made.
+  void open_output_directories() {
+    path_problem p;
+    base_dir = open_directory(opt.output_dir, true, p);
+    if (!base_dir) throw error(errc::system, "--output-filename: " + p.message("create"));
+    if (opt.output_dir_nojobid) {
+      first_job_dir = base_dir.duplicate();
+    } else {
+      first_job_dir = open_below(base_dir, "1", true, p);
+      if (!first_job_dir) throw error(errc::system, "--output-filename: " + p.message("create"));
+    }
+    if (first_job_dir.created()) return;  // empty: nothing to check
+    std::vector<std::string_view> files = {to_string(output_stream::out)};
+    if (!opt.merge_stderr) files.push_back(to_string(output_stream::err));
+    for (std::size_t r = 0; r < job_size; ++r) {
+      const auto name = rank_name(static_cast<std::uint32_t>(r), job_size);
+      if (!check_below(first_job_dir, name, files, p)) {
+        throw error(errc::system, "--output-filename: " + p.message("open"));
+      }
+    }
+  }
+
+  static std::string rank_name(std::uint32_t rank, std::size_t size) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "rank.%0*u", static_cast<int>(rank_width(size)), rank);
+    return buf;
   }
 
   static bool same_file(int a, int b) {
@@ -430,6 +461,11 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   // ---- writing -----------------------------------------------------------------------------
 
   void fail(destination& d, int e) {
+    fail_with(d, "cannot write to " + d.name + ": " + errno_text(e) +
+                     "; the ranks' further output to it is discarded");
+  }
+
+  void fail_with(destination& d, const std::string& message) {
     if (d.failed) return;
     d.failed = true;
     st.bytes_discarded += d.queued;
@@ -437,10 +473,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     d.queued = 0;
     d.queue_front = 0;
     leave_over(d);
-    if (opt.on_error) {
-      opt.on_error("cannot write to " + d.name + ": " + errno_text(e) +
-                   "; the ranks' further output to it is discarded");
-    }
+    if (opt.on_error) opt.on_error(message);
     resume_parked(d);
   }
 
@@ -893,12 +926,27 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
     d->name = "'" + dir + "/" + std::string(to_string(which)) + "'";
     d->format = (opt.tag || opt.timestamp) ? format_mode::text : format_mode::raw;
     d->counts = false;
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    const std::string path = dir + "/" + std::string(to_string(which));
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // Walked from the held directories: never through a link, never into another user's
+    // directory (safe_path.hpp). A refusal here means something changed since the check at the
+    // start (or a spawned job's directory is not ours): the file is skipped, said once.
+    path_problem p;
+    const safe_dir* job_dir = &first_job_dir;
+    if (l.job != 1) {
+      auto it = job_dirs.find(l.job);
+      if (it == job_dirs.end() || !it->second) {
+        auto made = open_below(base_dir, std::to_string(l.job), true, p);
+        it = job_dirs.insert_or_assign(l.job, std::move(made)).first;
+      }
+      job_dir = &it->second;
+    }
+    int fd = -1;
+    if (*job_dir) {
+      const safe_dir rank_dir = open_below(*job_dir, rank_name(l.rank, l.size), true, p);
+      if (rank_dir) fd = open_file_in(rank_dir, to_string(which), 0644, p);
+    }
     if (fd < 0) {
-      fail(*d, errno);
+      fail_with(*d, "--output-filename: " + p.message("open") + "; rank " + std::to_string(rank) +
+                        "'s " + std::string(to_string(which)) + " is not written to a file");
     } else {
       d->fd = fd;
       d->owned_fd = fd;

@@ -1,4 +1,5 @@
 // -H/--host: "a,b:4,bob@c:2" (mpirun's syntax).
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -71,7 +72,15 @@ allocation parse_host_list(std::string_view text, std::string_view option) {
                     model::printable(opt + " " + whole + ": host '" + std::string(name) +
                                      "' is listed again " + conflict));
       }
-      same.slots += slots;  // a repeated host adds up, as in mpirun
+      // A repeated host adds up, as in mpirun; past 2^32 - 1 it would wrap (to 0 for
+      // a:4294967295,a:1, which fuzz_host_list found): refused instead.
+      if (slots > UINT32_MAX - same.slots) {
+        throw error(errc::parse,
+                    model::printable(opt + " " + whole + ": host '" + std::string(name) +
+                                     "' adds up to more than " + std::to_string(UINT32_MAX) +
+                                     " slots (overflow)"));
+      }
+      same.slots += slots;
     } else {
       index.emplace(std::string(name), static_cast<std::uint32_t>(out.hosts.size()));
       out.hosts.push_back(std::move(fresh));

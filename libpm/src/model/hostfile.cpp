@@ -194,8 +194,10 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
       }
       // A repeated line without slots= adds one slot; the count is now known.
       if (h->slots == UINT32_MAX) {
-        throw error(errc::parse,
-                    model::printable(where + "too many slots for '" + std::string(name) + "'"));
+        throw error(
+            errc::parse,
+            model::printable(where + "host '" + std::string(name) + "' adds up to more than " +
+                             std::to_string(UINT32_MAX) + " slots (overflow)"));
       }
       ++h->slots;
       h->slots_given = true;

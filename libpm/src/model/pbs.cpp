@@ -36,6 +36,13 @@ allocation parse_pbs_nodefile(std::string_view text, std::string_view filename) 
                                                 std::string(line) + "'"));
     }
     if (auto i = find_in(index, line)) {
+      if (out.hosts[*i].slots == UINT32_MAX) {  // a line per slot: 2^32 lines would wrap
+        throw error(errc::parse,
+                    model::printable("PBS_NODEFILE " + std::string(filename) + ":" +
+                                     std::to_string(line_no) + ": host '" + std::string(line) +
+                                     "' adds up to more than " + std::to_string(UINT32_MAX) +
+                                     " slots (overflow)"));
+      }
       ++out.hosts[*i].slots;
     } else {
       index.emplace(std::string(line), static_cast<std::uint32_t>(out.hosts.size()));

@@ -18,6 +18,7 @@
 #include "cli/messages.hpp"
 #include "cli/remote_options.hpp"
 #include "driver/stdin_forwarder.hpp"
+#include "io/safe_path.hpp"
 #include "job_status.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
@@ -50,14 +51,31 @@ bool root_allowed(const pm::run_options& options, const pm::env_map& env) {
   return is_one("OMPI_ALLOW_RUN_AS_ROOT") && is_one("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");
 }
 
+// A file the user named for pmrun to write (--report, --display-map-json), opened so that no
+// other user's link or directory can send it elsewhere (io/safe_path.hpp, docs/output.md): one
+// line naming the path and why, or a stdio stream.
+std::FILE* open_for_writing(const std::string& path, const char* option) {
+  pm::io::path_problem problem;
+  const int fd = pm::io::open_file(path, 0666, problem);
+  if (fd < 0) throw pm::error(pm::errc::system, std::string(option) + ": " + problem.message());
+  std::FILE* out = fdopen(fd, "w");
+  if (out == nullptr) {
+    const int e = errno;
+    close(fd);
+    throw pm::error(pm::errc::system,
+                    std::string(option) + ": cannot write '" + path + "': " + std::strerror(e));
+  }
+  return out;
+}
+
 void write_text(const std::string& target, const std::string& text, const char* option) {
   if (target == "-") {
     print(text);
     return;
   }
-  std::FILE* out = std::fopen(target.c_str(), "w");
-  bool written = out != nullptr && print(text, out);
-  if (out != nullptr && std::fclose(out) != 0) written = false;
+  std::FILE* out = open_for_writing(target, option);
+  bool written = print(text, out);
+  if (std::fclose(out) != 0) written = false;
   if (!written) {
     throw pm::error(pm::errc::system, std::string(option) + ": cannot write '" + target + "'");
   }
@@ -69,11 +87,7 @@ class report_file {
  public:
   explicit report_file(const std::string& path) : path_(path) {
     if (path_.empty() || path_ == "-") return;
-    out_ = std::fopen(path_.c_str(), "w");
-    if (out_ == nullptr) {
-      throw pm::error(pm::errc::system,
-                      "--report: cannot write '" + path_ + "': " + std::strerror(errno));
-    }
+    out_ = open_for_writing(path_, "--report");
   }
   ~report_file() {
     if (out_ != nullptr) std::fclose(out_);

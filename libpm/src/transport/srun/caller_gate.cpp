@@ -1,6 +1,7 @@
 #include "transport/srun/caller_gate.hpp"
 
 #include "model/host_name.hpp"
+#include "model/printable.hpp"
 #include "transport/srun/connect_back.hpp"
 
 namespace pm::srun {
@@ -32,29 +33,28 @@ caller_gate::verdict caller_gate::judge(std::string_view bytes) {
   const auto g = parse_greeting(bytes, problem);
   if (!problem.empty()) {
     v.kind = verdict::refuse;
-    v.why = problem;
+    v.why = problem;  // fixed texts (connect_back.cpp)
+    v.reason = problem;
     return v;
   }
   if (!g) return v;  // more
   v.kind = verdict::refuse;
-  if (!same_token(g->token, token_)) {
-    v.why = "wrong token (claims to be node '" + g->node + "')";
+  const std::string node = model::untrusted(g->node);
+  const auto refuse = [&](std::string why, const char* reason) {
+    v.why = std::move(why);
+    v.reason = reason;
     return v;
+  };
+  if (!same_token(g->token, token_)) {
+    return refuse("wrong token (claims to be node '" + node + "')", "wrong token");
   }
   const auto it = by_node_.find(model::host_key(g->node));
   if (it == by_node_.end()) {
-    v.why = "node '" + g->node + "' is not a host of this job";
-    return v;
+    return refuse("node '" + node + "' is not a host of this job", "not a host of this job");
   }
   auto& e = it->second;
-  if (e.called) {
-    v.why = "node '" + g->node + "' has its agent already";
-    return v;
-  }
-  if (!e.expected) {
-    v.why = "node '" + g->node + "' expects no agent now";
-    return v;
-  }
+  if (e.called) return refuse("node '" + node + "' has its agent already", "a second agent");
+  if (!e.expected) return refuse("node '" + node + "' expects no agent now", "a late agent");
   e.called = true;
   v.kind = verdict::accept;
   v.host = e.host;

@@ -8,7 +8,9 @@
 // when the token is the job's, the name is a host of the job that is expected and has no caller
 // yet; anything else is refused with one line. Late callers (after forget), duplicates (a second
 // caller for a host), forged ones (a wrong token) and strangers (a name that is no expected host)
-// are refused; a host whose agent never calls is the link's to notice (the hello timeout).
+// are refused; a host whose agent never calls is the link's to notice (the hello timeout). A name
+// a caller sends is quoted in a refusal only through model::untrusted (printable ASCII, at most 64
+// bytes): the caller is not authenticated yet.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,10 @@ class caller_gate {
   struct verdict {
     enum kind_t { more, accept, refuse } kind = more;
     std::uint32_t host = 0;  ///< accept: the caller is this host's agent
-    std::string why;         ///< refuse: one line
+    std::string why;         ///< refuse: one line (what the caller said in it is sanitized)
+    /// refuse: the kind of refusal, a fixed text without anything the caller said ("wrong token",
+    /// "not a host of this job", ...): what repeated refusals are counted by.
+    std::string reason;
   };
   /// The bytes one caller sent so far (its greeting, as far as it came).
   verdict judge(std::string_view bytes);

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -29,6 +30,7 @@
 #include "transport/local/spawner.hpp"
 #include "transport/srun/caller_gate.hpp"
 #include "transport/srun/connect_back.hpp"
+#include "transport/srun/refusal_log.hpp"
 #include "transport/srun/srun_command.hpp"
 
 extern char** environ;
@@ -158,8 +160,11 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
   remote_launch opts;
   std::string token = fresh_token();
   caller_gate gate{token};
-  std::optional<tcp::acceptor> acceptor;
-  std::unique_ptr<asio::steady_timer> accept_retry;
+  // One listener on every address (0.0.0.0), or one per address --iface chose, all on one port.
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  refusal_log refusals;
+  std::optional<asio::steady_timer> refusal_timer;
+  bool refusal_timer_armed = false;
   std::vector<std::string> addresses;
   std::uint16_t port = 0;
   std::optional<bool> external_launcher;
@@ -205,40 +210,70 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     return out;
   }
 
+  // Listens for the agents. Without --iface on every address of this machine (the agents are
+  // told the addresses that route toward them, but a node may reach another one). With --iface
+  // only on the addresses it chose, one listener each on one port: a caller from a network the
+  // user left out cannot even connect.
   void listen(const std::string& first_node) {
     addresses = agent_addresses(first_node);
-    try {
-      acceptor.emplace(io);
-      acceptor->open(tcp::v4());
-      acceptor->set_option(tcp::acceptor::reuse_address(true));
-      acceptor->bind(tcp::endpoint(asio::ip::address_v4::any(), 0));
-      acceptor->listen(4096);
-      port = acceptor->local_endpoint().port();
-    } catch (const boost::system::system_error& e) {
-      acceptor.reset();
-      throw error(errc::system, std::string("cannot listen for the agents: ") + e.what());
+    std::vector<asio::ip::address_v4> binds;
+    if (opts.iface.empty()) {
+      binds.push_back(asio::ip::address_v4::any());
+    } else {
+      for (const auto& a : addresses) {
+        boost::system::error_code ec;
+        const auto address = asio::ip::make_address_v4(a, ec);
+        if (!ec) binds.push_back(address);
+      }
     }
-    accept_next();
+    std::string failure;
+    // Another program may hold the first listener's port on a later address: try a few ports.
+    for (int attempt = 0; attempt < 8 && acceptors.empty(); ++attempt) {
+      std::vector<std::unique_ptr<tcp::acceptor>> made;
+      std::uint16_t chosen = 0;
+      try {
+        for (const auto& address : binds) {
+          auto a = std::make_unique<tcp::acceptor>(io);
+          a->open(tcp::v4());
+          a->set_option(tcp::acceptor::reuse_address(true));
+          a->bind(tcp::endpoint(address, chosen));
+          a->listen(4096);
+          if (chosen == 0) chosen = a->local_endpoint().port();
+          made.push_back(std::move(a));
+        }
+        acceptors = std::move(made);
+        port = chosen;
+      } catch (const boost::system::system_error& e) {
+        failure = e.what();
+      }
+    }
+    if (acceptors.empty()) {
+      throw error(errc::system, "cannot listen for the agents: " + failure);
+    }
+    for (std::size_t i = 0; i < acceptors.size(); ++i) accept_next(i);
   }
 
-  void accept_next() {
-    if (!acceptor) return;
+  void accept_next(std::size_t index) {
+    if (index >= acceptors.size() || !acceptors[index]) return;
     auto c = std::make_shared<caller>(io);
-    acceptor->async_accept(c->sock, [weak = weak_from_this(), c](boost::system::error_code ec) {
+    acceptors[index]->async_accept(c->sock, [weak = weak_from_this(), c,
+                                             index](boost::system::error_code ec) {
       auto self = weak.lock();
-      if (!self || !self->acceptor || ec == asio::error::operation_aborted) return;
+      if (!self || index >= self->acceptors.size() || !self->acceptors[index] ||
+          ec == asio::error::operation_aborted) {
+        return;
+      }
       if (ec) {
         // Out of descriptors, or the like: try again shortly rather than spin.
-        self->accept_retry =
-            std::make_unique<asio::steady_timer>(self->io, std::chrono::milliseconds(100));
-        self->accept_retry->async_wait([weak](const boost::system::error_code& e) {
+        auto retry = std::make_shared<asio::steady_timer>(self->io, std::chrono::milliseconds(100));
+        retry->async_wait([weak, retry, index](const boost::system::error_code& e) {
           auto s = weak.lock();
-          if (!e && s) s->accept_next();
+          if (!e && s) s->accept_next(index);
         });
         return;
       }
       self->greet(c);
-      self->accept_next();
+      self->accept_next(index);
     });
   }
 
@@ -251,16 +286,47 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     c->timer.async_wait([weak = weak_from_this(), c](const boost::system::error_code& e) {
       auto self = weak.lock();
       if (e || !self || !c->sock.is_open()) return;
-      self->refuse(*c, "no greeting within " + std::to_string(greeting_deadline.count()) + " s");
+      self->refuse(*c, "no greeting within " + std::to_string(greeting_deadline.count()) + " s",
+                   "no greeting");
     });
     read_greeting(c);
   }
 
-  void refuse(caller& c, const std::string& why) {
-    notice("refused a connection from " + c.peer + ": " + why);
+  // A refused caller is closed at once; what is said about it is bounded (refusal_log.hpp): its
+  // first refusal of a kind from its address in full, the rest counted, one summary line at most
+  // every 10 s, and the count left at the job's end.
+  void refuse(caller& c, const std::string& why, const std::string& reason) {
     boost::system::error_code ignored;
     c.timer.cancel();
     c.sock.close(ignored);
+    if (auto line = refusals.refused(c.peer, reason, why, std::chrono::steady_clock::now())) {
+      notice(*line);
+    }
+    arm_refusal_summary();
+  }
+
+  void arm_refusal_summary() {
+    const auto due = refusals.summary_due();
+    if (!due || refusal_timer_armed) return;
+    if (!refusal_timer) refusal_timer.emplace(io);
+    refusal_timer_armed = true;
+    refusal_timer->expires_at(*due);
+    refusal_timer->async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (!self || ec) return;
+      self->refusal_timer_armed = false;
+      if (auto line = self->refusals.summary(std::chrono::steady_clock::now())) {
+        self->notice(*line);
+      }
+      self->arm_refusal_summary();
+    });
+  }
+
+  // The job's hosts are all closed: what was counted and not said yet is said now.
+  void flush_refusals() {
+    if (auto line = refusals.summary(std::chrono::steady_clock::now(), true)) notice(*line);
+    if (refusal_timer) refusal_timer->cancel();
+    refusal_timer_armed = false;
   }
 
   void read_greeting(const std::shared_ptr<caller>& c) {
@@ -283,7 +349,8 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
       return;
     }
     if (n <= 0) {
-      refuse(*c, n == 0 ? "closed before its greeting" : std::strerror(errno));
+      refuse(*c, n == 0 ? "closed before its greeting" : std::strerror(errno),
+             n == 0 ? "closed before its greeting" : "a broken connection");
       return;
     }
     const auto* nl = static_cast<const char*>(std::memchr(buf, '\n', static_cast<std::size_t>(n)));
@@ -291,13 +358,13 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
         nl != nullptr ? static_cast<std::size_t>(nl - buf + 1) : static_cast<std::size_t>(n);
     const ssize_t got = ::recv(fd, buf, take, MSG_DONTWAIT);
     if (got != static_cast<ssize_t>(take)) {
-      refuse(*c, "the connection broke during its greeting");
+      refuse(*c, "the connection broke during its greeting", "a broken connection");
       return;
     }
     c->got.append(buf, take);
     const auto v = gate.judge(c->got);
     if (v.kind == caller_gate::verdict::refuse) {
-      refuse(*c, v.why);
+      refuse(*c, v.why, v.reason);
       return;
     }
     if (v.kind == caller_gate::verdict::more) {
@@ -327,7 +394,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     to_launch.clear();
     if (list.empty()) return;
     try {
-      if (!acceptor) listen(hosts[list.front()].name);
+      if (acceptors.empty()) listen(hosts[list.front()].name);
       srun_settings settings;
       if (!opts.srun_command.empty()) settings.command = opts.srun_command;
       settings.extra_args = opts.srun_args;
@@ -518,12 +585,18 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     auto it = hosts.find(host);
     if (it == hosts.end() || it->second.step == SIZE_MAX) {
       if (it != hosts.end()) it->second.closed = true;
+      if (std::all_of(hosts.begin(), hosts.end(), [](const auto& h) { return h.second.closed; })) {
+        flush_refusals();
+      }
       asio::post(io, [done = std::move(done)] { done({}); });
       return;
     }
     auto& entry = it->second;
     const bool was_connected = entry.connected;
     entry.closed = true;
+    if (std::all_of(hosts.begin(), hosts.end(), [](const auto& h) { return h.second.closed; })) {
+      flush_refusals();
+    }
     gate.forget(host);
     entry.watch.reset();
     const std::size_t index = entry.step;
@@ -553,9 +626,9 @@ srun_transport::srun_transport(asio::io_context& io, remote_launch options)
     : impl_(std::make_shared<impl>(io, std::move(options))) {}
 
 srun_transport::~srun_transport() {
-  if (impl_->acceptor) {
+  for (auto& a : impl_->acceptors) {
     boost::system::error_code ignored;
-    impl_->acceptor->close(ignored);
+    if (a) a->close(ignored);
   }
   for (auto& s : impl_->steps) {
     if (s->exited || !s->pidfd || !s->pidfd->is_open()) continue;

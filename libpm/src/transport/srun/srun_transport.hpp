@@ -5,10 +5,12 @@
 // --nodelist=<them> pmd --connect --nonce N` (srun_command.hpp), one agent per node, srun's own
 // stdio not used for the link. Before srun starts, the transport listens on a TCP port of this
 // machine (every address, told to the agents as the non-loopback addresses of this host, the one
-// that routes toward the first node first, --iface filtering them); the token, addresses and port
-// reach the agents in srun's environment, never in argv. A connection whose first line is not an
-// agent's greeting with the job's token and a node of the step that has no agent yet (caller_gate
-// decides) is closed and reported through remote_launch::notice; the job goes on. An accepted
+// that routes toward the first node first; with --iface only on the addresses it chose, one
+// listener each, and only those told); the token, addresses and port reach the agents in srun's
+// environment, never in argv. A connection whose first line is not an agent's greeting with the
+// job's token and a node of the step that has no agent yet (caller_gate decides) is closed and
+// reported through remote_launch::notice, boundedly (refusal_log.hpp: the first of each kind from
+// each address, then a count every 10 s and at the end); the job goes on. An accepted
 // socket becomes the host's stream (a TCP socket: no descriptors travel, output comes as data
 // frames).
 //

@@ -1,7 +1,12 @@
 // The ssh command line: POSIX quoting, agent splitting, argv order, the remote agent's path.
 #include "transport/ssh/ssh_command.hpp"
 
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "model/printable.hpp"
 #include "pm/error.hpp"
@@ -62,7 +67,27 @@ std::string shell_join(const std::vector<std::string>& words) {
   return out;
 }
 
-std::vector<std::string> split_agent_command(std::string_view text, std::string_view what) {
+std::optional<std::string> system_home(std::string_view user) {
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (user.empty()) {
+    if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') return home;
+    if (::getpwuid_r(::getuid(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+      return std::nullopt;
+    }
+  } else {
+    const std::string name(user);
+    if (::getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+      return std::nullopt;
+    }
+  }
+  if (found->pw_dir == nullptr || *found->pw_dir == '\0') return std::nullopt;
+  return std::string(found->pw_dir);
+}
+
+std::vector<std::string> split_agent_command(std::string_view text, std::string_view what,
+                                             const home_lookup& home) {
   auto fail = [&](std::string_view problem) {
     return error(errc::usage, model::printable(std::string(what) + " '" + std::string(text) +
                                                "': " + std::string(problem)));
@@ -112,6 +137,24 @@ std::vector<std::string> split_agent_command(std::string_view text, std::string_
         ++i;
       }
       if (!closed) throw fail("unterminated double quote");
+      in_word = true;
+    } else if (c == '~' && !in_word && home) {
+      // A tilde prefix: up to the first unquoted '/' or the word's end, with no quoting in it.
+      std::size_t end = i + 1;
+      while (end < text.size() && text[end] != '/' && !blank(text[end]) && text[end] != '\'' &&
+             text[end] != '"' && text[end] != '\\') {
+        ++end;
+      }
+      const bool unquoted = end == text.size() || text[end] == '/' || blank(text[end]);
+      std::optional<std::string> dir;
+      if (unquoted) dir = home(text.substr(i + 1, end - i - 1));
+      if (dir) {
+        word += *dir;
+        i = end;
+      } else {
+        word += c;
+        ++i;
+      }
       in_word = true;
     } else if (c == '\\') {
       if (i + 1 >= text.size()) throw fail("ends with a backslash");

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,12 +34,25 @@ std::string shell_quote(std::string_view word);
 /// exactly these words.
 std::string shell_join(const std::vector<std::string>& words);
 
+/// Where `~` (user "") and `~user` lead: that user's home directory, or nullopt (the word then
+/// stays as it is, as in a shell).
+using home_lookup = std::function<std::optional<std::string>(std::string_view user)>;
+
+/// This process's answer: $HOME for `~` (the password database's entry of the real uid when HOME is
+/// unset or empty), the password database for `~user`.
+std::optional<std::string> system_home(std::string_view user);
+
 /// A user's agent command ("ssh -F '/a b/cfg' -x") split into words as a POSIX shell would for
-/// blanks, quotes and backslashes, without any expansion ($VAR, `cmd`, ~ and globs stay as they
-/// are). Throws pm::error(errc::usage) naming `what` and the text for an unterminated quote or a
-/// trailing backslash. Blank text gives no words.
+/// blanks, quotes and backslashes. $VAR, `cmd` and globs stay as they are. With `home`, a word
+/// that starts with an unquoted `~` has its tilde prefix expanded as a shell does for an unquoted
+/// word: `~` and `~/cfg` become the home directory (`/home/me/cfg`), `~bob/x` bob's; a quoted or
+/// escaped tilde (`'~/x'`, `\~/x`), a prefix with a quoted character (`~"bob"/x`), a tilde inside
+/// a word (`-oIdentityFile=~/k`) and an unknown user stay as written. Without `home` nothing is
+/// expanded. Throws pm::error(errc::usage) naming `what` and the text for an unterminated quote
+/// or a trailing backslash. Blank text gives no words.
 std::vector<std::string> split_agent_command(std::string_view text,
-                                             std::string_view what = "plm_rsh_agent");
+                                             std::string_view what = "plm_rsh_agent",
+                                             const home_lookup& home = {});
 
 /// True when the agent program is OpenSSH's client (its base name is `ssh`): only then does
 /// ssh_argv add ssh's own options.
