@@ -339,8 +339,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     });
   }
 
-  // on_rank_state for the ranks the event may have moved: only rank events and a lost host
-  // change a rank's state (the controller's rules), so this is O(1) per event.
+  // on_rank_state for the ranks the event may have moved: only rank events, a lost host and
+  // withdrawn spawns change a rank's state (the controller's rules), so this is O(1) per rank
+  // concerned.
   void tell_state_changes(const event& e) {
     if (!cb.on_rank_state) return;
     if (told.size() < ctl.size()) told.resize(ctl.size(), rank_state::pending);
@@ -356,6 +357,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     if (const auto* x = std::get_if<rank_spawn_failed>(&e)) tell(x->rank);
     if (const auto* x = std::get_if<host_lost>(&e)) {
       for (auto rank : ctl.processes_on_host(x->host)) tell(rank);
+    }
+    if (const auto* x = std::get_if<spawn_withdrawn>(&e)) {
+      for (auto rank : x->ranks) tell(rank);
     }
   }
 
