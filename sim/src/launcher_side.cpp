@@ -290,9 +290,14 @@ void world::abandon(std::uint32_t host) {
   h.abandoned = true;
   ++result_.stats.given_up_in_setup;
   h.shutdown_sent = true;
-  h.launcher_down = true;
   last_progress_ = now_;
   if (gate_) gate_->forget(host);
+  // What its end still holds goes out first (job_runner's close() writes what the stream takes),
+  // then the end of the stream; the launcher's end is gone (no heartbeat, no deadline after it).
+  h.down_loud = true;
+  flush_end(host, h, true);
+  h.launcher_down = true;
+  h.launcher_end.reset();
   const auto t = arrival(h, h.down, h.agent_start);
   h.down.push_end(t);
   at(t, ek::link_arrival, host, 0);
