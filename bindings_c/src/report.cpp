@@ -94,7 +94,7 @@ const char* pm_cause_name(pm_cause cause) {
 
 const char* pm_rank_state_name(pm_rank_state state) {
   const auto v = raw_value(state);
-  if (std::cmp_less(v, 0) || std::cmp_greater(v, int{PM_RANK_LOST})) return "unknown";
+  if (std::cmp_less(v, 0) || std::cmp_greater(v, int{PM_RANK_NOT_STARTED})) return "unknown";
   return pm::to_string(static_cast<pm::rank_state>(v));
 }
 
