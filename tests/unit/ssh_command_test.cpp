@@ -1,13 +1,13 @@
 // The ssh command line: quoting, agent splitting, argv order (checked against the real ssh's
 // `-G`, which prints the settings it would use without connecting), the remote agent's path.
 #include <fcntl.h>
-#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <string>
 #include <vector>
 
