@@ -116,13 +116,23 @@ struct stopped_sshd {
   ~stopped_sshd() { kill(pid, SIGCONT); }
 };
 
-// The agent (pmd itself, not the remote shell around it) on `host`, or 0.
-pid_t agent_on(const multihost_fixture& f, const std::string& host) {
+// The agent (pmd itself, not the remote shell around it) on `host` once it runs `ranks` ranks of
+// `program`, or 0 if that does not happen within 10 s.
+pid_t agent_on(const multihost_fixture& f, const std::string& host, const std::string& program,
+               std::size_t ranks) {
   const std::string pmd = std::string(PM_BINARY_DIR) + "/bin/pmd";
-  for (const auto pid : f.pids_on(host)) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-    const std::string cmd((std::istreambuf_iterator<char>(in)), {});
-    if (cmd.rfind(pmd + '\0', 0) == 0) return pid;
+  const auto until = clock_type::now() + 10s;
+  while (clock_type::now() < until) {
+    pid_t agent = 0;
+    std::size_t running = 0;
+    for (const auto pid : f.pids_on(host)) {
+      std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+      const std::string cmd((std::istreambuf_iterator<char>(in)), {});
+      if (cmd.rfind(pmd + '\0', 0) == 0) agent = pid;
+      if (cmd.rfind(program + '\0', 0) == 0) ++running;
+    }
+    if (agent > 0 && running >= ranks) return agent;
+    std::this_thread::sleep_for(20ms);
   }
   return 0;
 }
@@ -214,9 +224,7 @@ void sigint_while_a_host_is_silent(bool rank0_silent) {
                      f.state_dir() + "/pmrun.err");
   // Let the launch get stuck on the silent host (and, with rank 0 elsewhere, its ranks run).
   if (!rank0_silent) {
-    const auto until = clock_type::now() + 10s;
-    while (f.pids_on(alive.name).size() < 3 && clock_type::now() < until)
-      std::this_thread::sleep_for(20ms);
+    EXPECT_GT(agent_on(f, alive.name, pm::test::payload_path(), 2), 0) << left_on_hosts(f);
   }
   std::this_thread::sleep_for(1500ms);
   const auto sent = clock_type::now();
@@ -277,7 +285,7 @@ TEST(PmrunSetup, ASecondSigintEscalatesAtOnce) {
   background_pmrun p(pmrun(f, {"--kill-grace", "30", "-H", hosts_with_slots(f, 2), "-np", "4",
                                "/bin/sh", "-c", "trap '' INT TERM; exec sleep 60"}),
                      f.state_dir() + "/pmrun.err");
-  ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
+  for (const auto& h : f.hosts()) ASSERT_GT(agent_on(f, h.name, "sleep", 2), 0) << left_on_hosts(f);
   kill(p.pid, SIGINT);
   EXPECT_FALSE(p.wait(1500ms)) << "the ranks ignore SIGINT: the grace should hold pmrun";
   const auto sent = clock_type::now();
@@ -306,7 +314,7 @@ TEST(PmrunSetup, ASecondSigintDoesNotWaitForAnAgentThatDoesNotAnswer) {
                 "-np", "4", "/bin/sh", "-c", "trap '' INT TERM; exec sleep 60"}),
       f.state_dir() + "/pmrun.err");
   ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
-  const pid_t agent = agent_on(f, f.hosts()[1].name);
+  const pid_t agent = agent_on(f, f.hosts()[1].name, "sleep", 2);
   ASSERT_GT(agent, 0) << left_on_hosts(f);
   kill(agent, SIGSTOP);
   kill(p.pid, SIGINT);
@@ -335,7 +343,7 @@ TEST(PmrunSetup, ARemoteAgentKilledBySigkillIsNamed) {
       pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "4", pm::test::payload_path(), "sleep", "60"}),
       f.state_dir() + "/pmrun.err");
   ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
-  const pid_t agent = agent_on(f, f.hosts()[1].name);
+  const pid_t agent = agent_on(f, f.hosts()[1].name, pm::test::payload_path(), 2);
   ASSERT_GT(agent, 0) << left_on_hosts(f);
   kill(agent, SIGKILL);
   ASSERT_TRUE(p.wait(20s)) << p.err();
