@@ -21,6 +21,7 @@ void fill_rank_info(const pm::rank_report& r, pm_rank_info& out) {
 
 // The C enums name the C++ ones in the same order.
 static_assert(PM_RANK_LOST == static_cast<int>(pm::rank_state::lost));
+static_assert(PM_RANK_NOT_STARTED == static_cast<int>(pm::rank_state::not_started));
 static_assert(PM_RANK_SPAWN_FAILED == static_cast<int>(pm::rank_state::spawn_failed));
 static_assert(PM_RANK_KILLED == static_cast<int>(pm::rank_state::killed));
 static_assert(PM_CAUSE_TIMEOUT == static_cast<int>(pm::cause_kind::timeout));
@@ -93,7 +94,7 @@ const char* pm_cause_name(pm_cause cause) {
 
 const char* pm_rank_state_name(pm_rank_state state) {
   const auto v = raw_value(state);
-  if (std::cmp_less(v, 0) || std::cmp_greater(v, int{PM_RANK_LOST})) return "unknown";
+  if (std::cmp_less(v, 0) || std::cmp_greater(v, int{PM_RANK_NOT_STARTED})) return "unknown";
   return pm::to_string(static_cast<pm::rank_state>(v));
 }
 

@@ -27,6 +27,12 @@ void world::on_agent_starts(std::uint32_t host) {
     at(said, ek::link_arrival, host, 1);
     return;
   }
+  if (h.silent) {
+    // Nothing answers there: no agent, not a byte (ssh waits for a banner that never comes).
+    ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::silent_host)];
+    line("!! " + host_name(host) + " does not answer");
+    return;
+  }
   if (h.lost_call) {
     // Its call never arrives (a firewall, a wrong address): the launcher hears nothing at all.
     ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::lost_call)];

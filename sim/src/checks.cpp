@@ -13,7 +13,7 @@ bool world::rank_hit(std::uint32_t rank) const {
   const auto& p = procs_[rank];
   const auto& h = hosts_[procs_[rank].host];
   return (p.flags & (f_spawn_fail | f_lost_exit)) != 0 || !script(rank).succeeds() || h.crashed ||
-         h.launcher_down || h.agent_fails;
+         h.launcher_down || h.agent_fails || h.silent;
 }
 
 void world::check_report(const job_report& r) {
@@ -53,12 +53,15 @@ void world::check_report(const job_report& r) {
   // after the abort began must have been sent a signal (SIGTERM, or SIGKILL after the grace).
   const bool aborted = r.cause != cause_kind::none &&
                        (s_.control.abort_on_failure || r.cause == cause_kind::signal ||
-                        r.cause == cause_kind::timeout);
+                        r.cause == cause_kind::timeout || forced_abort_at_ >= 0);
   if (aborted) {
-    const std::int64_t began =
-        r.cause == cause_kind::timeout
-            ? std::chrono::duration_cast<sim_time>(s_.control.timeout).count()
-            : f.t;
+    std::int64_t began = r.cause == cause_kind::timeout
+                             ? std::chrono::duration_cast<sim_time>(s_.control.timeout).count()
+                             : f.t;
+    // With the policy off, a host lost before its hello began the abort, whatever came first.
+    if (!s_.control.abort_on_failure && r.cause != cause_kind::signal &&
+        r.cause != cause_kind::timeout && forced_abort_at_ >= 0)
+      began = forced_abort_at_;
     for (const auto& rr : r.ranks) {
       if (rr.state != rank_state::exited && rr.state != rank_state::killed) continue;
       if (f.kind != cause_kind::none && rr.rank == f.rank) continue;
@@ -71,7 +74,8 @@ void world::check_report(const job_report& r) {
     }
   }
   // Without abort, every rank that no fault touched runs to completion and succeeds.
-  if (!s_.control.abort_on_failure && !saw_abort_ && !saw_launcher_signal_ && !timeout_set) {
+  if (!s_.control.abort_on_failure && !saw_abort_ && !saw_launcher_signal_ && !timeout_set &&
+      forced_abort_at_ < 0) {
     for (const auto& rr : r.ranks) {
       if (rank_hit(rr.rank)) continue;
       if (rr.state != rank_state::exited || !rr.status || !rr.status->success()) {

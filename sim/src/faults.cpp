@@ -53,6 +53,9 @@ void world::plan(const fault& f) {
     case fault_kind::lost_call:
       hosts_[f.target].lost_call = true;
       break;
+    case fault_kind::silent_host:
+      hosts_[f.target].silent = true;
+      break;
   }
 }
 
@@ -85,7 +88,7 @@ void world::on_crash(std::uint32_t host) {
   if (h.crashed) return;
   const bool used = map_.node_of_host(host).has_value();
   if (used) ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::host_crash)];
-  if (h.launched && !h.agent_fails && !h.lost_call && !h.agent_done) --agents_pending_;
+  if (h.launched && !h.agent_fails && !h.lost_call && !h.silent && !h.agent_done) --agents_pending_;
   h.crashed = true;
   line("!! " + host_name(host) + " crashes");
   hash_.add(static_cast<std::uint64_t>(now_));

@@ -43,6 +43,7 @@ void world::feed_ctl(const event& e) {
   }
   actions.clear();
   ctl_out_.swap(actions);
+  if (ctl_.ending() && !setup_given_up_) give_up_setup();
 }
 
 void world::execute(action& a) {
@@ -149,7 +150,7 @@ void world::launch(std::uint32_t host) {
   h.down.last_arrival = start;
   h.up.last_arrival = start;
   h.spawn_free = start;
-  if (!h.agent_fails && !h.crashed && !h.lost_call) ++agents_pending_;
+  if (!h.agent_fails && !h.crashed && !h.lost_call && !h.silent) ++agents_pending_;
   at(start, ek::agent_starts, host, 0);
 }
 
@@ -230,7 +231,77 @@ void world::do_spawn(const spawn& x) {
     launch(x.host);
     send_down(x.host, setup_for(x.host));
   }
+  // Until rank 0's agent said hello the launch facts are not known: the spawn waits here (its
+  // host's link is started, its setup sent), as job_runner holds it.
+  if (!facts_ready_) {
+    h.held.push_back(std::move(req));
+    return;
+  }
   send_down(x.host, req);
+}
+
+// A host's agent said hello to the launcher's end. Rank 0's host's decides the launch facts:
+// every spawn held so far goes out (to links whose agent has not answered yet too: they are
+// written as soon as their stream takes them, as job_runner's flush_spawns does).
+void world::on_greeted(std::uint32_t host) {
+  hosts_[host].greeted = true;
+  if (facts_ready_ || setup_given_up_ || map_.size() == 0 || host != map_.at(0).host) return;
+  facts_ready_ = true;
+  for (std::uint32_t node = 0; node < map_.num_nodes(); ++node) {
+    auto& h = hosts_[map_.host_of_node(node)];
+    for (auto& req : h.held) send_down(map_.host_of_node(node), req);
+    h.held.clear();
+  }
+}
+
+// The job is ending: nothing still being set up is waited for (job_runner's give_up_setup).
+// Spawns held here never go out, hosts whose agent has not said hello are given up (their link
+// closes; their ranks end as never started), in node order.
+void world::give_up_setup() {
+  setup_given_up_ = true;
+  std::vector<std::uint32_t> withdrawn;
+  for (std::uint32_t node = 0; node < map_.num_nodes(); ++node) {
+    const auto host = map_.host_of_node(node);
+    auto& h = hosts_[host];
+    if (!h.launched || h.launcher_down) continue;
+    if (h.greeted) {
+      for (const auto& req : h.held) {
+        for (const auto& spec : req.ranks) withdrawn.push_back(spec.rank);
+      }
+      h.held.clear();
+      continue;
+    }
+    h.held.clear();
+    abandon(host);
+    for (auto rank : map_.ranks_on_host(host)) {
+      if (ctl_.rank_report_of(rank).state == rank_state::pending) withdrawn.push_back(rank);
+    }
+  }
+  if (withdrawn.empty()) return;
+  result_.stats.spawns_withdrawn += static_cast<std::uint32_t>(withdrawn.size());
+  for (auto rank : withdrawn) procs_[rank].flags |= end_known;
+  feed_ctl(spawn_withdrawn{std::move(withdrawn)});
+}
+
+// The launcher closes its end of a link whose agent has not answered (it ends the ssh): no loss,
+// the job is ending. The agent, if it ever starts, finds the link closed and exits.
+void world::abandon(std::uint32_t host) {
+  auto& h = hosts_[host];
+  h.abandoned = true;
+  ++result_.stats.given_up_in_setup;
+  h.shutdown_sent = true;
+  last_progress_ = now_;
+  if (gate_) gate_->forget(host);
+  // What its end still holds goes out first (job_runner's close() writes what the stream takes),
+  // then the end of the stream; the launcher's end is gone (no heartbeat, no deadline after it).
+  h.down_loud = true;
+  flush_end(host, h, true);
+  h.launcher_down = true;
+  h.launcher_end.reset();
+  const auto t = arrival(h, h.down, h.agent_start);
+  h.down.push_end(t);
+  at(t, ek::link_arrival, host, 0);
+  line("!! the launcher gives up on " + host_name(host) + " before its hello: the job is ending");
 }
 
 void world::do_signal(signal_ranks&& x) {
@@ -281,6 +352,7 @@ void world::on_launcher_events(std::uint32_t host, std::vector<link::link_event>
     } else if (std::holds_alternative<link::peer_greeted>(e)) {
       hash_.add(static_cast<std::uint64_t>(now_));
       hash_.add(0x700 + std::uint64_t{host});
+      on_greeted(host);
     }
     // output_in: output bytes are counted by the scripts, not carried.
   }
@@ -350,14 +422,15 @@ void world::on_launcher_link_down(std::uint32_t host, const std::string& reason)
   if (h.part_from >= 0 && now_ >= h.part_from) h.partition_noticed = true;
   line("!! the launcher gives up on " + host_name(host) + ": " + reason);
   const bool faulted = h.crashed || h.agent_fails || (h.part_from >= 0 && now_ >= h.part_from) ||
-                       h.lost_call || h.late_call >= 0 || h.call_refused;
+                       h.lost_call || h.late_call >= 0 || h.call_refused || h.silent;
   if (!faulted)
     correctness(host_name(host) + " was lost though nothing happened to it (" + reason + ")");
   if (h.detect_bound >= 0 && now_ > h.detect_bound)
     correctness(host_name(host) + " was declared lost at " + format_duration(sim_time(now_)) +
                 ", later than its link promises (" + format_duration(sim_time(h.detect_bound)) +
                 ")");
-  result_.hosts_lost.push_back(host_loss{host, sim_time(now_), reason});
+  result_.hosts_lost.push_back(host_loss{host, sim_time(now_), reason, !h.greeted});
+  if (!h.greeted) ++result_.stats.lost_before_hello;
   bool any_live = false;
   std::uint32_t first = 0;
   for (auto rank : map_.ranks_on_host(host)) {
@@ -368,9 +441,18 @@ void world::on_launcher_link_down(std::uint32_t host, const std::string& reason)
     }
     p.flags |= end_known;
   }
-  if (any_live && !ctl_.finished())
-    note_failure(cause_kind::host_lost, first, host, exit_codes::host_lost);
-  feed_ctl(host_lost{host, reason});
+  // Before its agent's hello the host never joined the launch: a set-up failure (125), which
+  // ends the job whatever the policy; after it, a lost host (213).
+  const bool before_hello = !h.greeted;
+  if (any_live && !ctl_.finished()) {
+    if (before_hello)
+      note_failure(cause_kind::spawn_failed, first, host, exit_codes::launch_failed);
+    else
+      note_failure(cause_kind::host_lost, first, host, exit_codes::host_lost);
+  }
+  if (before_hello && any_live && !ctl_.ending() && !ctl_.finished() && forced_abort_at_ < 0)
+    forced_abort_at_ = now_;
+  feed_ctl(host_lost{host, reason, before_hello});
   // The host's output came over the link that just went down: the output layer sees the end of
   // every stream of it still open (also of ranks that had ended before the loss).
   for (auto rank : map_.ranks_on_host(host)) {

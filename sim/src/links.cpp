@@ -92,7 +92,10 @@ void world::deliver(std::uint32_t host, bool to_launcher) {
       on_agent_events(host, link_events_);
     }
   });
-  if (!(to_launcher ? h.launcher_end : h.agent_end)) s.drop();
+  // Nobody will read them: the end is gone. (An agent that has not started yet reads them when
+  // it does: its launcher may have written, or closed the link, before it ran.)
+  if (!(to_launcher ? h.launcher_end : h.agent_end) && (to_launcher || now_ >= h.agent_start))
+    s.drop();
 }
 
 // Connect-back: what arrives before the host's caller was accepted is the call's greeting, read

@@ -246,6 +246,8 @@ const char* to_string(fault_kind k) noexcept {
       return "late-call";
     case fault_kind::lost_call:
       return "lost-call";
+    case fault_kind::silent_host:
+      return "silent";
   }
   return "?";
 }
@@ -291,10 +293,12 @@ fault parse_fault(std::string_view text) {
     f.kind = fault_kind::late_call;
   } else if (kind == "lost-call") {
     f.kind = fault_kind::lost_call;
+  } else if (kind == "silent") {
+    f.kind = fault_kind::silent_host;
   } else {
     usage(what + ": unknown kind " + quoted(kind) +
           " (crash, partition, spawn-fail, agent-fail, lost-exit, launcher-signal, forged-call, "
-          "dup-call, late-call, lost-call)");
+          "dup-call, late-call, lost-call, silent)");
   }
   if (target.empty()) usage(what + ": missing target, e.g. " + std::string(kind) + ":3");
   if (f.kind == fault_kind::launcher_signal) {
@@ -435,7 +439,7 @@ std::vector<fault> generate_faults(const scenario& s, std::uint64_t seed, std::u
   std::vector<bool> partitioned(hosts, false);
   for (std::uint32_t i = 0; i < count; ++i) {
     fault f;
-    switch (rng.below(5)) {
+    switch (rng.below(7)) {
       case 0:
         f.kind = fault_kind::host_crash;
         f.target = static_cast<std::uint32_t>(rng.below(hosts));
@@ -458,6 +462,18 @@ std::vector<fault> generate_faults(const scenario& s, std::uint64_t seed, std::u
         f.kind = fault_kind::agent_failure;
         f.target = static_cast<std::uint32_t>(rng.below(hosts));
         break;
+      case 4:
+        f.kind = fault_kind::silent_host;
+        f.target = static_cast<std::uint32_t>(rng.below(hosts));
+        break;
+      case 5: {
+        // During the set-up: before the agents' hellos (an agent hop is 20 ms by default).
+        f.kind = fault_kind::launcher_signal;
+        static constexpr int signals[] = {SIGINT, SIGTERM};
+        f.target = static_cast<std::uint32_t>(signals[rng.below(2)]);
+        f.at = sim_time(rng.between(1, std::chrono::nanoseconds(50ms).count()));
+        break;
+      }
       default: {
         f.kind = fault_kind::launcher_signal;
         static constexpr int signals[] = {SIGINT, SIGTERM, SIGUSR1};
@@ -500,7 +516,8 @@ void check_targets(const scenario& s, std::uint32_t hosts, std::uint32_t ranks) 
     if (call && !s.connect_back)
       usage("fault '" + to_string(f) + "': a caller's fault needs --connect-back");
     const bool on_host = f.kind == fault_kind::host_crash || f.kind == fault_kind::partition ||
-                         f.kind == fault_kind::agent_failure || call;
+                         f.kind == fault_kind::agent_failure || f.kind == fault_kind::silent_host ||
+                         call;
     if (on_host && f.target >= hosts)
       usage("fault '" + to_string(f) + "': no host " + std::to_string(f.target) +
             " (the cluster has " + std::to_string(hosts) + " hosts)");

@@ -56,9 +56,10 @@ void world::trace_event(const event& e) {
           },
           [&](const host_lost& x) {
             hash_.add(x.host);
+            if (x.before_hello) hash_.add(0x1e110);
             if (tracing())
-              line("<- host_lost host=" + std::to_string(x.host) + " (" + host_name(x.host) + ") " +
-                   x.reason);
+              line("<- host_lost host=" + std::to_string(x.host) + " (" + host_name(x.host) + ")" +
+                   (x.before_hello ? " before its hello " : " ") + x.reason);
           },
           [&](const timer_fired& x) {
             hash_.add(x.timer);
@@ -88,6 +89,11 @@ void world::trace_event(const event& e) {
             hash_.add(x.hosts.size());
             if (!x.hosts.empty()) hash_.add(x.hosts.front());
             if (tracing()) line("<- job_spawned hosts=" + rank_list(x.hosts));
+          },
+          [&](const spawn_withdrawn& x) {
+            hash_.add(x.ranks.size());
+            if (!x.ranks.empty()) hash_.add(x.ranks.front());
+            if (tracing()) line("<- spawn_withdrawn ranks=" + rank_list(x.ranks));
           },
       },
       e);

@@ -86,10 +86,16 @@ struct host_rec {
   bool partition_fired = false;
   bool partition_noticed = false;  // a side of its link went down during its partition
   // Connect-back (scenario::connect_back): its agent's call, as the launcher's caller_gate saw it.
-  bool called = false;               // the gate accepted its agent: the link's bytes flow
-  bool call_refused = false;         // the gate refused its agent's call: the connection is closed
-  bool lost_call = false;            // fault: the call never arrives
-  bool dup_call = false;             // fault: the agent calls twice
+  bool called = false;        // the gate accepted its agent: the link's bytes flow
+  bool call_refused = false;  // the gate refused its agent's call: the connection is closed
+  bool lost_call = false;     // fault: the call never arrives
+  bool dup_call = false;      // fault: the agent calls twice
+  bool silent = false;        // fault: the host never answers (no agent, no byte)
+  bool greeted = false;       // the launcher's end saw its agent's hello
+  bool abandoned = false;     // the job ended before its hello: the launcher gave it up
+  // Spawn requests the launcher holds until the launch facts are decided (rank 0's host's hello),
+  // as job_runner holds them (decide_facts).
+  std::vector<link::spawn_request> held;
   std::int64_t launcher_start = -1;  // when the launcher began reaching it (its end started)
   std::int64_t agent_start = -1;     // when its agent runs
   std::int64_t spawn_free = 0;       // when its agent can fork the next rank
@@ -163,6 +169,9 @@ class world {
   void on_launcher_events(std::uint32_t host, std::vector<link::link_event>& events);
   void on_agent_message(std::uint32_t host, link::message& m);
   void on_launcher_link_down(std::uint32_t host, const std::string& reason);
+  void on_greeted(std::uint32_t host);
+  void give_up_setup();
+  void abandon(std::uint32_t host);
   void on_abort_request(std::uint32_t host, std::uint32_t rank, int status);
 
   // ---- agent_side.cpp: the agents and their ends ----
@@ -259,6 +268,13 @@ class world {
   bool saw_launcher_signal_ = false;       // one that ends or signals ranks
   std::uint32_t terminating_signals_ = 0;  // SIGINT/SIGTERM/SIGHUP fed before the finish
   bool finish_seen_ = false;
+  // The launch facts (MASTER_ADDR, ...) are decided: spawns are no longer held.
+  bool facts_ready_ = false;
+  // The job began to end: what was still being set up was given up (give_up_setup).
+  bool setup_given_up_ = false;
+  // A host lost before its hello made the controller end the job although the abort policy is
+  // off (a set-up failure ends a launch whatever the policy): from then on ranks are ended.
+  std::int64_t forced_abort_at_ = -1;
   std::int64_t grace_started_at_ = -1;  // the first timer as long as the kill grace
   trace_hash hash_;
   run_result result_;

@@ -180,8 +180,8 @@ int main(int argc, char** argv) {
                  "R=SCRIPT: rank R's script, e.g. 3=signal:9@2s, 4=hang+ignore-term");
   app.add_option("--default", f.default_script, "every other rank's script (default exit:0)");
   app.add_option("--fault", f.faults,
-                 "crash:H@T, partition:H@T1-T2, spawn-fail:R, agent-fail:H, lost-exit:R, "
-                 "launcher-signal:SIG@T");
+                 "crash:H@T, partition:H@T1-T2, spawn-fail:R, agent-fail:H, silent:H, "
+                 "lost-exit:R, launcher-signal:SIG@T");
   app.add_option("--crash", f.crashes, "H@T: host H crashes at T");
   app.add_option("--partition", f.partitions, "H@T1-T2: host H is cut off from T1 to T2");
   app.add_option("--signal", f.signals,

@@ -31,6 +31,7 @@ static void status_names(void) {
   CHECK_STR(pm_cause_name(PM_CAUSE_RANK_FAILED), "rank_failed");
   CHECK_STR(pm_cause_name((pm_cause)77), "unknown");
   CHECK_STR(pm_rank_state_name(PM_RANK_SPAWN_FAILED), "spawn_failed");
+  CHECK_STR(pm_rank_state_name(PM_RANK_NOT_STARTED), "not_started");
   CHECK_STR(pm_rank_state_name((pm_rank_state)-1), "unknown");
   CHECK_STR(pm_sim_verdict_name(PM_SIM_LIVENESS), "liveness failure");
   CHECK_STR(pm_sim_verdict_name((pm_sim_verdict)9), "unknown");

@@ -24,7 +24,7 @@ typedef struct capture {
   pm_stream line_stream[max_lines];
   unsigned line_flags[max_lines];
   int line_count;
-  int state_seen[max_ranks][PM_RANK_LOST + 1]; /* how often each rank entered each state */
+  int state_seen[max_ranks][PM_RANK_NOT_STARTED + 1]; /* how often each rank entered each state */
   int64_t pid[max_ranks];
   int ended_code[max_ranks];
   int messages;
@@ -63,7 +63,7 @@ static void on_rank_state(const pm_rank_info* rank, void* user_data) {
   capture* c = user_data;
   CHECK(rank->version == PM_RANK_INFO_VERSION);
   CHECK(rank->rank < max_ranks);
-  CHECK(rank->state >= PM_RANK_PENDING && rank->state <= PM_RANK_LOST);
+  CHECK(rank->state >= PM_RANK_PENDING && rank->state <= PM_RANK_NOT_STARTED);
   c->state_seen[rank->rank][rank->state]++;
   if (rank->pid != 0) c->pid[rank->rank] = rank->pid;
   if (rank->ended) c->ended_code[rank->rank] = rank->exit_code;

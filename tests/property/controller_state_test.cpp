@@ -211,18 +211,18 @@ struct Model {
     return n;
   }
 
-  // SIGCONT and `signo` to every running rank, the grace timer; the count is every rank not ended.
+  // SIGCONT and `signo` to every running rank, the grace timer (while any rank has not ended);
+  // the count is the ranks signalled now (a pending rank gets the signal at its start).
   std::uint32_t begin_abort(int signo, expect& ex) {
     aborting = true;
     abort_signo = signo;
-    const auto n = not_ended();
-    if (n == 0) return 0;
+    if (not_ended() == 0) return 0;
     for (std::uint32_t r = 0; r < np(); ++r) {
       if (ranks[r].ph != phase::running) continue;
       RC_ASSERT(!ranks[r].abort_signalled);  // the model's own consistency: one abort per job
       ranks[r].abort_signalled = true;
     }
-    signal_running({SIGCONT, signo}, ex);
+    const auto n = signal_running({SIGCONT, signo}, ex);
     RC_ASSERT(grace == timer_state::off);
     grace = timer_state::armed;
     ex.started.push_back(timer_role::grace);

@@ -141,8 +141,14 @@ RC_GTEST_PROP(SimLinkProperty, HostLossDuringLaunchAndRunOverTheRealLink, ()) {
       for (const auto rank : map.ranks_on_host(loss.host))
         loss_hit_a_live_rank |= r.report.ranks[rank].state == pm::rank_state::lost;
     }
+    const bool set_up_failure = std::any_of(r.hosts_lost.begin(), r.hosts_lost.end(),
+                                            [](const auto& loss) { return loss.before_hello; });
     if (r.report.cause == pm::cause_kind::host_lost) {
       SIM_ASSERT(r, r.report.exit_code == pm::exit_codes::host_lost);
+    } else if (r.report.exit_code == pm::exit_codes::launch_failed) {
+      // A host lost before its agent's hello: a set-up failure, not a lost host.
+      SIM_ASSERT(r, set_up_failure);
+      SIM_ASSERT(r, r.report.cause == pm::cause_kind::spawn_failed);
     } else if (loss_hit_a_live_rank) {
       SIM_ASSERT(r, earlier_failure);
       SIM_ASSERT(r, r.report.cause == pm::cause_kind::rank_failed);

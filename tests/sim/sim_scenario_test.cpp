@@ -189,16 +189,58 @@ TEST(SimScenario, SpawnFailureIsTheCause) {
             "rank 3 on node1 could not start: cannot execute 'app': No such file or directory");
 }
 
-TEST(SimScenario, AgentThatDoesNotStartLosesItsHost) {
+TEST(SimScenario, AgentThatDoesNotStartIsASetUpFailure) {
   auto s = cluster(3, 1);
   s.faults.push_back(parse_fault("agent-fail:2"));
   const auto r = pm::sim::run(s);
   ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
-  EXPECT_EQ(r.report.exit_code, pm::exit_codes::host_lost);
+  // Its agent never said hello: the launch fails (125), it is not a lost host (213).
+  EXPECT_EQ(r.report.exit_code, pm::exit_codes::launch_failed);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::spawn_failed);
+  EXPECT_EQ(r.report.failed_host, 2u);
   // What ssh carries back from a host where pmd cannot start, as the real link reports it.
   EXPECT_EQ(r.report.summary,
-            "host node2 was lost (the agent closed the link before its hello (it printed: 'bash: "
-            "pmd: command not found')); its 1 rank failed");
+            "the agent on node2 did not start (the agent closed the link before its hello (it "
+            "printed: 'bash: pmd: command not found')); its 1 rank could not start");
+}
+
+TEST(SimScenario, RankZerosHostSilentBeforeItsHelloFailsTheLaunchAtItsDeadline) {
+  // node0 holds rank 0: the launch facts wait for its hello, so every other host's spawns are
+  // held. When its deadline passes, the launch fails at once and nothing else ever started.
+  auto s = cluster(4, 2);
+  s.faults.push_back(parse_fault("silent:0"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.report.exit_code, pm::exit_codes::launch_failed);
+  EXPECT_EQ(r.report.summary,
+            "the agent on node0 did not start (no hello from the agent within 20.0 s); its 2 ranks "
+            "could not start");
+  EXPECT_EQ(r.lines.size(), 1u);  // one line: nothing was running to abort
+  for (const auto& rr : r.report.ranks) {
+    EXPECT_EQ(rr.state, rr.host == 0 ? pm::rank_state::spawn_failed : pm::rank_state::not_started)
+        << rr.rank;
+    EXPECT_EQ(rr.pid, 0) << rr.rank;
+  }
+  EXPECT_LT(r.finish_time, 20s + 10ms);
+}
+
+TEST(SimScenario, ASignalDuringTheSetUpEndsTheLaunchAtOnceAlsoWithASilentHost) {
+  // Ctrl-C 5 ms in: no agent has said hello yet (an agent hop is 20 ms), node3 never will. The
+  // launcher gives up every link still being set up and ends within a link's latency.
+  auto s = cluster(4, 2);
+  s.faults.push_back(parse_fault("silent:3"));
+  s.faults.push_back(parse_fault("launcher-signal:INT@5ms"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::signal);
+  EXPECT_EQ(r.report.exit_code, 128 + SIGINT);
+  ASSERT_FALSE(r.lines.empty());
+  EXPECT_EQ(r.lines[0], "interrupted by SIGINT");  // nothing ran: no "SIGINT to N ranks"
+  for (const auto& rr : r.report.ranks) EXPECT_EQ(rr.state, pm::rank_state::not_started);
+  EXPECT_LT(r.finish_time, 6ms);
+  EXPECT_TRUE(r.hosts_lost.empty());  // given up, not lost
 }
 
 TEST(SimScenario, LostExitNotificationIsALoudLivenessFailure) {
@@ -313,7 +355,7 @@ TEST(SimScenario, BadFaultsAndScriptsAreUsageErrors) {
             "fault 'partition:1@2s-1s': the partition must end after it begins");
   EXPECT_EQ(message_of([] { parse_fault("flood:1"); }),
             "fault 'flood:1': unknown kind 'flood' (crash, partition, spawn-fail, agent-fail, "
-            "lost-exit, launcher-signal, forged-call, dup-call, late-call, lost-call)");
+            "lost-exit, launcher-signal, forged-call, dup-call, late-call, lost-call, silent)");
   EXPECT_EQ(message_of([] { parse_fault("launcher-signal:KILL@1s"); }),
             "fault 'launcher-signal:KILL@1s': 'KILL' is not a signal the launcher handles (INT, "
             "TERM, HUP, USR1, USR2, TSTP, CONT)");
@@ -335,8 +377,9 @@ TEST(SimScenario, ValuesPrintAndParseBack) {
                            "signal:9@2s", "hang", "abort:3@1s", "exit:0"}) {
     EXPECT_EQ(to_string(parse_script(text)), text);
   }
-  for (const char* text : {"crash:3@1s", "partition:3@1.5s-5s", "spawn-fail:12", "agent-fail:3",
-                           "lost-exit:12", "launcher-signal:INT@2s", "launcher-signal:USR1@20ms"}) {
+  for (const char* text :
+       {"crash:3@1s", "partition:3@1.5s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12",
+        "launcher-signal:INT@2s", "launcher-signal:USR1@20ms", "silent:2"}) {
     EXPECT_EQ(to_string(parse_fault(text)), text);
   }
   EXPECT_EQ(to_string(parse_fault("launcher-signal:SIGTERM@1s")), "launcher-signal:TERM@1s");

@@ -280,11 +280,10 @@ TEST(Controller, RankStartingDuringTheAbortIsSignalledAtOnce) {
   harness h(make_map({{"a", 3}}));
   h.feed(pm::job_start{});
   h.feed(pm::rank_started{0, 1});
-  // Ranks 1 and 2 are still being spawned: the line counts them, the signals go to rank 0.
-  EXPECT_EQ(
-      h.end(0, pm::exit_status::exited(1)),
-      (strings{"start_timer 1 3000ms",
-               "emit rank 0 on a exited with code 1; aborting the job (SIGTERM to 2 ranks)"}));
+  // Ranks 1 and 2 are still being spawned: nothing runs, so nothing is signalled now and the line
+  // counts nobody (they get the signals when their start is reported).
+  EXPECT_EQ(h.end(0, pm::exit_status::exited(1)),
+            (strings{"start_timer 1 3000ms", "emit rank 0 on a exited with code 1"}));
   EXPECT_EQ(h.feed(pm::rank_started{1, 2}),
             (strings{"signal 0 [1] SIGCONT", "signal 0 [1] SIGTERM"}));
   EXPECT_EQ(h.feed(pm::timer_fired{1}),
@@ -337,8 +336,7 @@ TEST(Controller, SpawnFailureNotExecutableIs126AndEveryRankFailingFinishes) {
   // Synchronous failures: nothing runs yet, so nothing to signal; rank 1 is still being spawned.
   EXPECT_EQ(h.feed(pm::rank_spawn_failed{0, 126, "cannot execute '/x': Permission denied"}),
             (strings{"start_timer 1 3000ms",
-                     "emit rank 0 on a could not start: cannot execute '/x': Permission denied; "
-                     "aborting the job (SIGTERM to 1 rank)"}));
+                     "emit rank 0 on a could not start: cannot execute '/x': Permission denied"}));
   EXPECT_EQ(h.feed(pm::rank_spawn_failed{1, 126, "cannot execute '/x': Permission denied"}),
             (strings{"cancel_timer 1", "finish 126 spawn_failed"}));
   EXPECT_EQ(h.finished_report()->ranks_failed, 2u);
@@ -473,6 +471,79 @@ TEST(Controller, HostLossDuringTheAbortIsNotACause) {
   const auto r = *h.finished_report();
   EXPECT_EQ(r.ranks[1].state, pm::rank_state::lost);
   EXPECT_EQ(r.ranks_failed, 3u);  // the failed rank and the two lost ones
+}
+
+// ---- a host whose agent never said hello, and ranks the driver gives up on ----
+
+TEST(Controller, AnAgentThatNeverSaidHelloIsALaunchFailure125NotALostHost) {
+  harness h(make_map({{"a", 2}, {"b", 2}}));
+  h.feed(pm::job_start{});
+  // b's agent never answered (ssh refused): its ranks could not start; nothing runs, so the
+  // line has no abort tail.
+  EXPECT_EQ(h.feed(pm::host_lost{1, "ssh: Connection refused", true}),
+            (strings{"start_timer 1 3000ms",
+                     "emit the agent on b did not start (ssh: Connection refused); its 2 ranks "
+                     "could not start"}));
+  EXPECT_TRUE(h.feed(pm::host_lost{1, "again", true}).empty());
+  // a's ranks were never sent (the launch facts waited for b): the driver gives them up.
+  EXPECT_EQ(h.feed(pm::spawn_withdrawn{{0, 1}}),
+            (strings{"cancel_timer 1", "finish 125 spawn_failed"}));
+  const auto r = *h.finished_report();
+  EXPECT_EQ(r.exit_code, pm::exit_codes::launch_failed);
+  EXPECT_EQ(r.cause, pm::cause_kind::spawn_failed);
+  EXPECT_EQ(r.failed_host, 1u);
+  EXPECT_EQ(r.failed_rank, 2u);
+  EXPECT_EQ(r.summary,
+            "the agent on b did not start (ssh: Connection refused); its 2 ranks could not start");
+  EXPECT_EQ(r.ranks[0].state, pm::rank_state::not_started);
+  EXPECT_FALSE(r.ranks[0].status);
+  EXPECT_EQ(r.ranks[2].state, pm::rank_state::spawn_failed);
+  EXPECT_EQ(r.ranks[2].status, pm::exit_status::exited(125));
+  EXPECT_EQ(r.ranks[2].reason, "ssh: Connection refused");
+  EXPECT_EQ(r.ranks_failed, 2u);
+  EXPECT_EQ(r.ranks_killed, 0u);
+}
+
+TEST(Controller, AnAgentThatNeverSaidHelloEndsTheJobAlsoWithAbortOff) {
+  pm::controller_options o;
+  o.abort_on_failure = false;
+  harness h(make_map({{"a", 1}, {"b", 1}}), o);
+  h.feed(pm::job_start{});
+  h.feed(pm::rank_started{0, 7});
+  EXPECT_EQ(h.feed(pm::host_lost{1, "no key accepted", true}),
+            (strings{"signal 0 [0] SIGCONT", "signal 0 [0] SIGTERM", "start_timer 1 3000ms",
+                     "emit the agent on b did not start (no key accepted); its 1 rank could not "
+                     "start; aborting the job (SIGTERM to 1 rank)"}));
+  h.end(0, by_term);
+  EXPECT_EQ(h.finished_report()->exit_code, 125);
+}
+
+TEST(Controller, AnAgentThatNeverSaidHelloDuringTheAbortLeavesItsRanksNotStarted) {
+  harness h(make_map({{"a", 1}, {"b", 1}}));
+  h.feed(pm::job_start{});
+  h.feed(pm::signal_received{SIGINT});
+  EXPECT_EQ(h.feed(pm::host_lost{1, "the job ended before its agent answered", true}), strings{});
+  EXPECT_EQ(h.feed(pm::spawn_withdrawn{{0}}), (strings{"cancel_timer 1", "finish 130 signal"}));
+  const auto r = *h.finished_report();
+  EXPECT_EQ(r.ranks[0].state, pm::rank_state::not_started);
+  EXPECT_EQ(r.ranks[1].state, pm::rank_state::not_started);
+  EXPECT_EQ(r.ranks_failed, 0u);
+}
+
+TEST(Controller, SpawnWithdrawnOnlyWhileTheJobEndsAndOnlyForPendingRanks) {
+  harness h(make_map({{"a", 3}}));
+  h.feed(pm::job_start{});
+  h.feed(pm::rank_started{0, 1});
+  EXPECT_TRUE(h.feed(pm::spawn_withdrawn{{1, 2}}).empty());  // a running job gives up on nothing
+  EXPECT_EQ(h.ctl.rank_report_of(1).state, pm::rank_state::pending);
+  EXPECT_EQ(h.feed(pm::signal_received{SIGTERM}),
+            (strings{"signal 0 [0] SIGCONT", "signal 0 [0] SIGTERM", "start_timer 1 3000ms",
+                     "emit interrupted by SIGTERM; aborting the job (SIGTERM to 1 rank)"}));
+  EXPECT_TRUE(h.feed(pm::spawn_withdrawn{{0, 1, 2, 99}}).empty());  // rank 0 runs: not withdrawn
+  EXPECT_EQ(h.ctl.rank_report_of(0).state, pm::rank_state::running);
+  EXPECT_EQ(h.ctl.rank_report_of(2).state, pm::rank_state::not_started);
+  EXPECT_TRUE(h.feed(pm::rank_started{1, 5}).empty());  // too late: it was given up
+  EXPECT_EQ(h.end(0, by_term), (strings{"cancel_timer 1", "finish 143 signal"}));
 }
 
 // ---- without abort on failure ----

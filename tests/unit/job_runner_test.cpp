@@ -9,11 +9,14 @@
 #include <boost/asio/io_context.hpp>
 #include <map>
 
+#include <boost/asio/post.hpp>
+
 #include "pm/env.hpp"
 #include "pm/error.hpp"
 #include "pm/launch_facts.hpp"
 #include "pm/launcher.hpp"
 #include "pm/rank_map.hpp"
+#include "pm/transport.hpp"
 
 namespace {
 
@@ -157,6 +160,133 @@ TEST(JobRunner, RefusesASignalAJobDoesNotTake) {
   io.run_for(20s);
   ASSERT_TRUE(code.has_value());
   EXPECT_EQ(*code, 0);
+}
+
+// ---- the set-up (docs/failure-semantics.md, "Set-up"), with a transport that stands for ssh ----
+
+// A remote transport whose agents never answer (`fail` empty: ssh waits for a host that does not
+// answer) or fail at once with `fail` (ssh's reason). It records which hosts the job closed.
+struct stub_transport : pm::transport {
+  boost::asio::io_context& io;
+  std::string fail;
+  std::vector<std::uint32_t> opened, closed;
+  stub_transport(boost::asio::io_context& context, std::string why)
+      : io(context), fail(std::move(why)) {}
+  void open(const pm::agent_target& target, std::function<void(pm::agent_stream)>,
+            std::function<void(std::string)> failed) override {
+    opened.push_back(target.host);
+    if (!fail.empty()) boost::asio::post(io, [failed, why = fail] { failed(why); });
+  }
+  void close(std::uint32_t host, std::function<void(pm::agent_end)> done) override {
+    closed.push_back(host);
+    boost::asio::post(io, [done] { done({}); });
+  }
+};
+
+// This machine (one slot, rank 0) and a remote host "far" (one slot, rank 1) reached through
+// `transport`: rank 0's MASTER_ADDR must be an address "far" reaches, so its spawn waits for far's
+// agent's hello, which never comes.
+pm::job_request local_and_far(const std::shared_ptr<pm::transport>& transport) {
+  pm::allocation alloc;
+  alloc.source = pm::allocation_source::api;
+  const auto me = pm::local_host_info();
+  alloc.hosts.push_back(pm::host{me.hostname, 1, 0, true, true});
+  alloc.hosts.push_back(pm::host{"far", 1, 0, true, false});
+  pm::job_spec spec;
+  spec.apps.push_back(pm::app_context{{"/bin/sleep", "30"}, 2, {}, {}});
+  pm::job_request request;
+  request.map = pm::map_job(spec, alloc);
+  request.apps = spec.apps;
+  request.env = pm::make_job_env(pm::current_environment(), {}, pm::default_env_profiles,
+                                 pm::decide_launch_facts(request.map, me, std::nullopt));
+  request.agent_path = std::string(PM_BINARY_DIR) + "/bin/pmd";
+  request.remote_transport = transport;
+  request.output.sink = [](std::uint32_t, pm::output_stream, std::string_view, pm::line_flags) {};
+  return request;
+}
+
+struct ended_job {
+  std::optional<pm::job_report> report;
+  std::vector<std::string> lines;
+  std::map<std::uint32_t, pm::rank_state> last_state;
+  std::chrono::steady_clock::duration took{};
+};
+
+// Runs the job; `poke` (if any) is called on the runner 200 ms in.
+ended_job run_with(pm::job_request request, boost::asio::io_context& io,
+                   const std::function<void(pm::job_runner&)>& poke = {}) {
+  ended_job out;
+  pm::job_callbacks cb;
+  cb.on_message = [&](std::string_view line) { out.lines.emplace_back(line); };
+  cb.on_finish = [&](const pm::job_report& r) { out.report = r; };
+  cb.on_rank_state = [&](const pm::rank_report& r) { out.last_state[r.rank] = r.state; };
+  pm::job_runner runner(io, std::move(request), cb);
+  const auto start = std::chrono::steady_clock::now();
+  runner.start();
+  if (poke) {
+    io.run_for(200ms);
+    poke(runner);
+  }
+  while (!out.report && std::chrono::steady_clock::now() - start < 20s) io.run_for(10ms);
+  out.took = std::chrono::steady_clock::now() - start;
+  io.run_for(300ms);  // what the runner still closes after the finish
+  return out;
+}
+
+TEST(JobRunnerSetup, AnAgentThatFailsBeforeItsHelloFailsTheLaunchWith125AtOnce) {
+  boost::asio::io_context io;
+  auto t = std::make_shared<stub_transport>(
+      io, "ssh to far failed: ssh: connect to host 10.0.0.9 port 22: Connection refused");
+  const auto r = run_with(local_and_far(t), io);
+  ASSERT_TRUE(r.report) << "the launch did not end";
+  EXPECT_LT(r.took, 5s);
+  EXPECT_EQ(r.report->exit_code, pm::exit_codes::launch_failed);
+  EXPECT_EQ(r.report->cause, pm::cause_kind::spawn_failed);
+  EXPECT_EQ(r.report->failed_host, 1u);
+  ASSERT_EQ(r.lines.size(), 1u);
+  EXPECT_EQ(r.lines[0],
+            "the agent on far did not start (ssh to far failed: ssh: connect to host 10.0.0.9 "
+            "port 22: Connection refused); its 1 rank could not start");
+  // Rank 0 waited for far's hello (the launch facts): it never started.
+  EXPECT_EQ(r.report->ranks[0].state, pm::rank_state::not_started);
+  EXPECT_EQ(r.report->ranks[0].pid, 0);
+  EXPECT_EQ(r.report->ranks[1].state, pm::rank_state::spawn_failed);
+  EXPECT_EQ(r.last_state.at(0), pm::rank_state::not_started);  // on_rank_state says so too
+}
+
+TEST(JobRunnerSetup, SigintWhileAHostNeverAnswersEndsTheLaunchAtOnce) {
+  boost::asio::io_context io;
+  auto t = std::make_shared<stub_transport>(io, "");
+  const auto r = run_with(local_and_far(t), io, [](pm::job_runner& j) { j.signal(SIGINT); });
+  ASSERT_TRUE(r.report) << "the launch did not end";
+  EXPECT_LT(r.took, 200ms + 2s);
+  EXPECT_EQ(r.report->cause, pm::cause_kind::signal);
+  EXPECT_EQ(r.report->exit_code, 128 + SIGINT);
+  ASSERT_EQ(r.lines.size(), 1u);
+  EXPECT_EQ(r.lines[0], "interrupted by SIGINT");  // nothing ran, nothing was signalled
+  for (const auto& rr : r.report->ranks) EXPECT_EQ(rr.state, pm::rank_state::not_started);
+  EXPECT_EQ(t->closed, (std::vector<std::uint32_t>{1}));  // far's "ssh" was ended, not waited for
+}
+
+TEST(JobRunnerSetup, TheTimeoutWhileAHostNeverAnswersEndsTheLaunch) {
+  boost::asio::io_context io;
+  auto t = std::make_shared<stub_transport>(io, "");
+  auto request = local_and_far(t);
+  request.control.timeout = 300ms;
+  const auto r = run_with(std::move(request), io);
+  ASSERT_TRUE(r.report) << "the launch did not end";
+  EXPECT_LT(r.took, 300ms + 2s);
+  EXPECT_EQ(r.report->exit_code, pm::exit_codes::timeout);
+  EXPECT_EQ(t->closed, (std::vector<std::uint32_t>{1}));
+}
+
+TEST(JobRunnerSetup, ACancelWhileAHostNeverAnswersEndsTheLaunch) {
+  boost::asio::io_context io;
+  auto t = std::make_shared<stub_transport>(io, "");
+  const auto r = run_with(local_and_far(t), io, [](pm::job_runner& j) { j.cancel(); });
+  ASSERT_TRUE(r.report) << "the launch did not end";
+  EXPECT_EQ(r.report->cause, pm::cause_kind::abort_requested);
+  EXPECT_EQ(r.report->ranks_failed, 0u);
 }
 
 TEST(Controller, RankReportOfAgreesWithTheReport) {

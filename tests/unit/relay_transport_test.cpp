@@ -33,12 +33,18 @@ TEST(RelayChildEnd, ExitZeroSaysNothing) {
 }
 
 TEST(RelayChildEnd, SshFailureBeforeTheHelloNamesBothHostsAndMayBeRetried) {
-  const auto e = pm::relay::child_end(ln::child_closed{3, 255, 0, "Connection refused"},
-                                      named("node4"), "/x/pmd", "node1", false);
+  const auto e =
+      pm::relay::child_end(ln::child_closed{3, 255, 0, "Connection closed by 10.0.0.4 port 22"},
+                           named("node4"), "/x/pmd", "node1", false);
   EXPECT_NE(e.how.find("node4"), std::string::npos) << e.how;
   EXPECT_NE(e.how.find("from node1"), std::string::npos) << e.how;
-  EXPECT_NE(e.how.find("Connection refused"), std::string::npos) << e.how;
-  EXPECT_TRUE(e.retryable);
+  EXPECT_NE(e.how.find("Connection closed"), std::string::npos) << e.how;
+  EXPECT_TRUE(e.retryable);  // what sshd's MaxStartups does under a burst
+  // A refused connection is final: trying again at once would only delay the line.
+  const auto refused = pm::relay::child_end(ln::child_closed{3, 255, 0, "Connection refused"},
+                                            named("node4"), "/x/pmd", "node1", false);
+  EXPECT_NE(refused.how.find("Connection refused"), std::string::npos) << refused.how;
+  EXPECT_FALSE(refused.retryable);
   const auto later = pm::relay::child_end(ln::child_closed{3, 255, 0, ""}, named("node4"), "/x/pmd",
                                           "node1", true);
   EXPECT_FALSE(later.retryable);  // after the hello the job may have run: never again
@@ -48,6 +54,9 @@ TEST(RelayChildEnd, AMissingAgentAndASignalAndNoSshAreSaid) {
   auto e = pm::relay::child_end(ln::child_closed{3, 127, 0, ""}, named("node4"), "/x/pmd", "node1",
                                 false);
   EXPECT_NE(e.how.find("not found on node4"), std::string::npos) << e.how;
+  e = pm::relay::child_end(ln::child_closed{3, 137, 0, "bash: line 1: 7 Killed"}, named("node4"),
+                           "/x/pmd", "node1", true);
+  EXPECT_EQ(e.how, "the agent pmd on node4 was killed by SIGKILL, from node1") << e.how;
   e = pm::relay::child_end(ln::child_closed{3, -1, 9, ""}, named("node4"), "/x/pmd", "node1", true);
   EXPECT_NE(e.how.find("SIGKILL"), std::string::npos) << e.how;
   e = pm::relay::child_end(ln::child_closed{3, -1, 0, "no ssh"}, named("node4"), "/x/pmd", "node1",
@@ -114,7 +123,7 @@ TEST(RelayTransport, StartsAChildOnlyOnceItsParentIsGreetedWithTheSshCommandLine
   ASSERT_GE(argv.size(), 4u);
   EXPECT_EQ(argv[0], "ssh");
   EXPECT_EQ(argv[argv.size() - 2], "node4");
-  EXPECT_EQ(argv.back(), "/opt/pm/bin/pmd --stdio --nonce 00000000000000ab");
+  EXPECT_EQ(argv.back(), "/opt/pm/bin/pmd --stdio --nonce 00000000000000ab; exit");
   for (const auto& a : argv) EXPECT_EQ(a.find("SECRET"), std::string::npos);
   ASSERT_TRUE(r.stream);
   EXPECT_FALSE(r.stream->socket);  // no descriptor crosses a relay

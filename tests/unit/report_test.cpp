@@ -45,6 +45,7 @@ TEST(Report, StateAndCauseNames) {
   EXPECT_STREQ(pm::to_string(pm::rank_state::killed), "killed");
   EXPECT_STREQ(pm::to_string(pm::rank_state::spawn_failed), "spawn_failed");
   EXPECT_STREQ(pm::to_string(pm::rank_state::lost), "lost");
+  EXPECT_STREQ(pm::to_string(pm::rank_state::not_started), "not_started");
   EXPECT_STREQ(pm::to_string(static_cast<pm::rank_state>(99)), "unknown");
   EXPECT_STREQ(pm::to_string(pm::cause_kind::none), "none");
   EXPECT_STREQ(pm::to_string(pm::cause_kind::rank_failed), "rank_failed");

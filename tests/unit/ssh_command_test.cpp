@@ -198,14 +198,15 @@ TEST(SshArgv, DefaultsForTheSystemSsh) {
   EXPECT_EQ(
       pm::ssh::ssh_argv({}, host("n1"), {"/opt/pm/bin/pmd", "--stdio"}),
       (words{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
-             "-o", "ServerAliveCountMax=3", "-T", "n1", "/opt/pm/bin/pmd --stdio"}));
+             "-o", "ServerAliveCountMax=3", "-T", "n1", "/opt/pm/bin/pmd --stdio; exit"}));
   pm::ssh::ssh_settings s;
   s.connect_timeout = std::chrono::seconds(3);
   s.server_alive_interval = std::chrono::seconds(1);
   s.server_alive_count = 2;
-  EXPECT_EQ(pm::ssh::ssh_argv(s, host("n1"), {"pmd"}),
-            (words{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=3", "-o",
-                   "ServerAliveInterval=1", "-o", "ServerAliveCountMax=2", "-T", "n1", "pmd"}));
+  EXPECT_EQ(
+      pm::ssh::ssh_argv(s, host("n1"), {"pmd"}),
+      (words{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=3", "-o", "ServerAliveInterval=1",
+             "-o", "ServerAliveCountMax=2", "-T", "n1", "pmd; exit"}));
 }
 
 TEST(SshArgv, HostUserAndPortFirstThenTheUsersWordsThenDefaults) {
@@ -231,12 +232,12 @@ TEST(SshArgv, HostUserAndPortFirstThenTheUsersWordsThenDefaults) {
                                                                            "ServerAliveCountMax=3",
                                                                            "-T",
                                                                            "n1",
-                                                                           "pmd"}));
+                                                                           "pmd; exit"}));
 }
 
 TEST(SshArgv, TheRemoteCommandIsOneQuotedArgument) {
   const auto argv = pm::ssh::ssh_argv({}, host("n1"), {"/opt/my pm/pmd", "--stdio", "a;b $(c)"});
-  EXPECT_EQ(argv.back(), "'/opt/my pm/pmd' --stdio 'a;b $(c)'");
+  EXPECT_EQ(argv.back(), "'/opt/my pm/pmd' --stdio 'a;b $(c)'; exit");
   EXPECT_EQ(argv[argv.size() - 2], "n1");
 }
 
@@ -338,6 +339,48 @@ TEST(RemoteAgentPath, WhyTheAgentDidNotStart) {
             "never asks for a password; ssh's message says why)");
   EXPECT_EQ(agent_start_failure(host("n1"), "/x/pmd", 3),
             "the agent on n1 (/x/pmd) exited with status 3 before it answered");
+  EXPECT_EQ(agent_start_failure(host("n1"), "/x/pmd", 137),
+            "pmd on n1 (/x/pmd) was killed by SIGKILL before it answered");
+}
+
+TEST(SshEnd, AfterTheHelloASignalNamesTheAgentAndA255IsSshs) {
+  using pm::ssh::ssh_end;
+  EXPECT_TRUE(ssh_end(host("n2"), "/x/pmd", 0, 0, true, "").how.empty());
+  // The remote shell's 128+9 (ssh_argv's "; exit"): the agent was killed, not ssh.
+  auto e = ssh_end(host("n2"), "/x/pmd", 137, 0, true, "bash: line 1: 4242 Killed  /x/pmd");
+  EXPECT_EQ(e.how, "the agent pmd on n2 was killed by SIGKILL");
+  EXPECT_FALSE(e.retryable);
+  e = ssh_end(host("n2"), "/x/pmd", 255, 0, true, "Connection to n2 closed by remote host.");
+  EXPECT_EQ(e.how, "ssh exited with code 255: Connection to n2 closed by remote host.");
+  EXPECT_FALSE(e.retryable);  // the job may have run: never again
+  e = ssh_end(host("n2"), "/x/pmd", 1, 0, true, "");
+  EXPECT_EQ(e.how, "the agent pmd on n2 exited with code 1");
+  e = ssh_end(host("n2"), "/x/pmd", -1, 15, true, "");  // ssh itself got SIGTERM
+  EXPECT_EQ(e.how, "ssh was killed by SIGTERM");
+}
+
+TEST(SshEnd, BeforeTheHelloOnlyABurstsFailureIsRetried) {
+  using pm::ssh::ssh_end;
+  auto e = ssh_end(host("n1", "", 2222), "/x/pmd", 255, 0, false,
+                   "ssh: connect to host 10.0.0.1 port 2222: Connection refused");
+  EXPECT_EQ(e.how,
+            "ssh to n1 (port 2222) failed (unreachable, refused, or no key accepted: pmrun never "
+            "asks for a password; ssh's message says why): ssh: connect to host 10.0.0.1 port "
+            "2222: Connection refused");
+  EXPECT_FALSE(e.retryable);
+  for (const char* final_line :
+       {"bob@10.0.0.1: Permission denied (publickey).",
+        "ssh: Could not resolve hostname nosuch: Name or service not known",
+        "ssh: connect to host 10.0.0.1 port 22: No route to host",
+        "ssh: connect to host 10.0.0.1 port 22: Connection timed out",
+        "Connection timed out during banner exchange", "Host key verification failed."}) {
+    EXPECT_FALSE(ssh_end(host("n1"), "/x", 255, 0, false, final_line).retryable) << final_line;
+  }
+  for (const char* burst : {"kex_exchange_identification: read: Connection reset by peer",
+                            "Connection closed by 10.0.0.1 port 22", ""}) {
+    EXPECT_TRUE(ssh_end(host("n1"), "/x", 255, 0, false, burst).retryable) << burst;
+  }
+  EXPECT_FALSE(ssh_end(host("n1"), "/x", 127, 0, false, "").retryable);
 }
 
 // What a remote login shell does with the joined command when pmd is missing: status 127, which

@@ -258,7 +258,8 @@ typedef enum pm_rank_state {
   PM_RANK_EXITED,       /* ended by itself (any code or signal) */
   PM_RANK_KILLED,       /* ended by the job's abort (not a failure) */
   PM_RANK_SPAWN_FAILED, /* could not be started */
-  PM_RANK_LOST          /* its host was lost */
+  PM_RANK_LOST,         /* its host was lost */
+  PM_RANK_NOT_STARTED   /* never started: the job ended before its start went out */
 } pm_rank_state;
 
 typedef enum pm_cause {

@@ -81,9 +81,17 @@ struct rank_exited {
   exit_status status;
 };
 /// A host (its agent) is gone: its ranks that had not ended count as failed.
+///
+/// `before_hello`: its agent never said hello (ssh refused, no key, unreachable, pmd missing, a
+/// hello deadline): the host never joined the launch, so this is a set-up failure, not a lost
+/// host. Its ranks end `spawn_failed` (status 125, the host's reason), the cause is
+/// `spawn_failed` with exit_codes::launch_failed (125), the line says "the agent on HOST did not
+/// start (REASON)", and the job ends also with abort_on_failure off (a launch that cannot be set
+/// up is not run in part). During an abort its ranks end `not_started`.
 struct host_lost {
   std::uint32_t host;  ///< allocation host index
   std::string reason;  ///< e.g. "no heartbeat for 1.0 s", "agent channel closed"
+  bool before_hello = false;
 };
 /// A timer started by a start_timer action expired.
 struct timer_fired {
@@ -126,9 +134,19 @@ struct job_spawned {
   std::vector<std::uint32_t> hosts;  ///< per rank of the new job: its allocation host index
 };
 
-using event =
-    std::variant<job_start, rank_started, rank_spawn_failed, stream_closed, rank_exited, host_lost,
-                 timer_fired, signal_received, abort_requested, rank_unfinalized, job_spawned>;
+/// The driver gives up on starting these ranks because the job is ending: it never sent their
+/// spawn (it held it, e.g. waiting for the launch facts) or it closed their host's link before the
+/// agent said hello. Each rank still pending ends `not_started` (neither failed nor killed; no
+/// line). Ignored unless the job is ending (an abort, a signal, the timeout, a cancel): a running
+/// job never gives up on a rank this way. What lets a job whose set-up is cut short finish at once
+/// instead of waiting for starts that will never be reported.
+struct spawn_withdrawn {
+  std::vector<std::uint32_t> ranks;
+};
+
+using event = std::variant<job_start, rank_started, rank_spawn_failed, stream_closed, rank_exited,
+                           host_lost, timer_fired, signal_received, abort_requested,
+                           rank_unfinalized, job_spawned, spawn_withdrawn>;
 
 // ---- actions: what the driver must do -------------------------------------------------------
 

@@ -148,12 +148,12 @@ struct job_callbacks {
   std::function<void(std::string_view line)> on_message;
   /// The job ended; the report is final. Called once, last.
   std::function<void(const job_report& report)> on_finish;
-  /// A rank changed state: it started (running) or ended (exited, killed, spawn_failed, lost).
-  /// Called once per change, in the order the job learned them, with that rank's entry of the
-  /// report; O(1) per change (a lost host calls it for each of its ranks). A rank whose exit
-  /// overtook its start goes from pending to its end in one call. Ranks still pending at the
-  /// finish (never started) are not reported here; the final report lists them. (Last in the
-  /// struct, so that {on_message, on_finish} initialisation keeps its meaning.)
+  /// A rank changed state: it started (running) or ended (exited, killed, spawn_failed, lost,
+  /// not_started). Called once per change, in the order the job learned them, with that rank's
+  /// entry of the report; O(1) per change (a lost host calls it for each of its ranks). A rank
+  /// whose exit overtook its start goes from pending to its end in one call; a rank the ending
+  /// job gave up before it started goes from pending to not_started. (Last in the struct, so
+  /// that {on_message, on_finish} initialisation keeps its meaning.)
   std::function<void(const rank_report& rank)> on_rank_state = {};
 };
 
@@ -178,9 +178,11 @@ class PM_API job_runner {
 
   /// Starts the job; returns at once (the io_context runs it).
   void start();
-  /// Tells the job that its launcher received `signo` (SIGINT/TERM/HUP abort it, a second one
-  /// escalates to SIGKILL; USR1/USR2/TSTP/CONT are forwarded to every rank). Any other signal
-  /// throws pm::error (errc::usage) instead of doing nothing (pm::check_job_signal).
+  /// Tells the job that its launcher received `signo` (SIGINT/TERM/HUP abort it, also during the
+  /// set-up: hosts whose agent has not answered are given up at once; a second one escalates to
+  /// SIGKILL and waits at most 500 ms more for the agents; USR1/USR2/TSTP/CONT are forwarded to
+  /// every rank). Any other signal throws pm::error (errc::usage) instead of doing nothing
+  /// (pm::check_job_signal).
   void signal(int signo);
   /// Aborts the job (SIGTERM, then SIGKILL after the grace period), as a cancelled job.
   void cancel();

@@ -17,7 +17,8 @@ namespace exit_codes {
 inline constexpr int success = 0;
 inline constexpr int usage = 2;            ///< bad command line or input file: nothing started
 inline constexpr int timeout = 124;        ///< --timeout expired (as coreutils timeout)
-inline constexpr int launch_failed = 125;  ///< the launcher could not run the job (its own failure)
+/// the launcher could not run the job: its own failure, or an agent that never said hello
+inline constexpr int launch_failed = 125;
 inline constexpr int not_executable = 126;
 inline constexpr int not_found = 127;
 inline constexpr int host_lost = 213;  ///< a host (its agent) was lost
@@ -30,6 +31,7 @@ enum class rank_state : std::uint8_t {
   killed,        ///< ended by the job's abort (does not count as a failure)
   spawn_failed,  ///< could not be started
   lost,          ///< its host was lost
+  not_started,   ///< never started: the job ended before its spawn went out (spawn_withdrawn)
 };
 PM_API const char* to_string(rank_state s) noexcept;
 

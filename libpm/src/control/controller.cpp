@@ -246,15 +246,16 @@ struct controller::state {
 
   // Begins the abort: SIGCONT (so that stopped ranks act on what follows) then `signo` to every
   // running rank, and the grace timer after which SIGKILL follows. Ranks still being spawned get
-  // the same when their start is reported. Returns the number of ranks the abort covers.
+  // the same when their start is reported. Returns the number of ranks signalled now (the line
+  // counts only those: a rank that ended or never started gets nothing).
   std::uint32_t begin_abort(int signo, std::vector<action>& out) {
     ph = phase::aborting;
     abort_signal = signo;
     if (not_ended == 0) return 0;
-    signal_running({SIGCONT, signo}, out);
+    const auto n = signal_running({SIGCONT, signo}, out);
     grace_timer = next_timer++;
     out.push_back(start_timer{grace_timer, options.kill_grace});
-    return not_ended;
+    return n;
   }
 
   std::string abort_tail(std::uint32_t n) const {
@@ -371,6 +372,10 @@ struct controller::state {
 
   void on(job_time now, const host_lost& e, std::vector<action>& out) {
     if (e.host >= map->allocation().hosts.size()) return;
+    if (e.before_hello) {
+      never_joined(now, e, out);
+      return;
+    }
     host_gone[e.host] = true;
     std::uint32_t lost = 0;
     std::optional<std::uint32_t> first;
@@ -391,6 +396,53 @@ struct controller::state {
             "host " + host_name(e.host) + " was lost (" + e.reason + "); its " + ranks_text(lost) +
                 " failed",
             false, out, notice_kind::host_lost, std::move(taken), 0);
+  }
+
+  // host_lost before the agent's hello: its ranks never started. A set-up failure (125) that ends
+  // the job whatever the policy; during an abort its ranks simply never start.
+  void never_joined(job_time now, const host_lost& e, std::vector<action>& out) {
+    host_gone[e.host] = true;
+    const bool aborting = ph == phase::aborting;
+    std::uint32_t failed = 0;
+    std::optional<std::uint32_t> first;
+    std::vector<std::uint32_t> taken;  // for the survivors' notice
+    for_each_process_on(e.host, [&](std::uint32_t rank) {
+      auto& r = ranks[rank];
+      drop_streams(r);
+      if (r.state == rank_state::running) {
+        // A start without a hello cannot happen; should a driver say so, the rank is lost.
+        end_rank(r, rank_state::lost, now);
+        return;
+      }
+      if (r.state != rank_state::pending) return;
+      if (aborting) {
+        end_rank(r, rank_state::not_started, now);
+        return;
+      }
+      end_rank(r, rank_state::spawn_failed, now);
+      r.set_status(exit_status::exited(exit_codes::launch_failed));
+      if (!first) first = rank;
+      ++failed;
+      if (notifying()) taken.push_back(rank);
+    });
+    host_reasons.try_emplace(e.host, e.reason);
+    if (aborting || failed == 0) return;
+    failure(cause_kind::spawn_failed, first, e.host, exit_status::exited(exit_codes::launch_failed),
+            exit_codes::launch_failed,
+            "the agent on " + host_name(e.host) + " did not start (" + e.reason + "); its " +
+                ranks_text(failed) + " could not start",
+            true, out, notice_kind::host_lost, std::move(taken), 0);
+  }
+
+  void on(job_time now, const spawn_withdrawn& e, std::vector<action>&) {
+    if (ph != phase::aborting) return;  // only an ending job gives up on its ranks
+    for (auto rank : e.ranks) {
+      if (!valid(rank)) continue;
+      auto& r = ranks[rank];
+      if (r.state != rank_state::pending) continue;  // started, or ended already
+      end_rank(r, rank_state::not_started, now);
+      r.flags |= closed_all;  // it never had a stream
+    }
   }
 
   void on(job_time, const timer_fired& e, std::vector<action>& out) {
@@ -585,12 +637,14 @@ rank_report controller::rank_report_of(std::uint32_t rank) const {
   if (slot.started_at.count() >= 0) rr.started_at = slot.started_at;
   if (slot.ended_at.count() >= 0) rr.ended_at = slot.ended_at;
   if (slot.state != rank_state::pending && slot.state != rank_state::running &&
-      slot.state != rank_state::lost)
+      slot.state != rank_state::lost && slot.state != rank_state::not_started)
     rr.status = slot.status();
-  if (slot.state == rank_state::lost) {
-    if (auto it = s.host_reasons.find(rr.host); it != s.host_reasons.end()) rr.reason = it->second;
-  } else if (auto it = s.rank_reasons.find(rank); it != s.rank_reasons.end()) {
+  if (auto it = s.rank_reasons.find(rank);
+      slot.state != rank_state::lost && it != s.rank_reasons.end()) {
     rr.reason = it->second;
+  } else if (slot.state == rank_state::lost || slot.state == rank_state::spawn_failed) {
+    // A lost host's ranks, and those of a host whose agent never started: the host's reason.
+    if (auto h = s.host_reasons.find(rr.host); h != s.host_reasons.end()) rr.reason = h->second;
   }
   return rr;
 }
@@ -674,6 +728,7 @@ job_report controller::report() const {
     switch (slot.state) {
       case rank_state::pending:
       case rank_state::running:
+      case rank_state::not_started:
         break;
       case rank_state::lost:
         ++r.ranks_failed;

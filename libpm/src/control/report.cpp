@@ -20,6 +20,8 @@ const char* to_string(rank_state s) noexcept {
       return "spawn_failed";
     case rank_state::lost:
       return "lost";
+    case rank_state::not_started:
+      return "not_started";
   }
   return "unknown";
 }

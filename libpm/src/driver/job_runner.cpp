@@ -97,6 +97,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     bool lost_told = false;         // host_lost went to the controller
     std::uint64_t held_ack = 0;     // output consumed while the destination was congested
     bool lost_with_parent = false;  // tree: relayed by a host that was lost; reported with it
+    bool abandoned = false;  // the job ended before its agent answered: given up (give_up_setup)
     std::optional<link::pmix_server> pmix;  // where its PMIx server is for tools
   };
 
@@ -124,6 +125,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   bool done = false;
   bool finishing = false;
   bool facts_ready = false;
+  bool setup_given_up = false;   // the job is ending: nothing more is started (give_up_setup)
+  std::uint32_t interrupts = 0;  // SIGINT/SIGTERM/SIGHUP received
+  std::unique_ptr<asio::steady_timer> hurry_timer;  // after a second interrupt (hurry)
   std::optional<job_report> final_report;
   std::vector<rank_state> told;  // per rank: the state on_rank_state last reported
   std::unordered_map<std::uint32_t, host_state> hosts;
@@ -253,11 +257,91 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       if (std::holds_alternative<job_spawned>(e)) spawn_taken(before);
       tell_state_changes(e);
       for (auto& a : actions) std::visit([this](auto& act) { execute(act); }, a);
+      if (ctl.ending() && !setup_given_up) give_up_setup();
     }
   }
 
-  // on_rank_state for the ranks the event may have moved: only rank events and a lost host
-  // change a rank's state (the controller's rules), so this is O(1) per event.
+  // The job is ending (a failure under the abort policy, a signal, the timeout, a cancel): it
+  // waits for nothing that was still being set up. Spawns held here (waiting for the launch
+  // facts, or for a link) never go out, and hosts whose agent has not said hello yet (ssh still
+  // connecting or retrying, a silent or unroutable host) are given up at once: their links close
+  // (the agent, if it started, sees the end and exits with whatever it started) and their ranks
+  // end as never started. Without this, a launch whose rank-0 host never answered waited for
+  // ever, and a Ctrl-C waited for ssh's retries (docs/failure-semantics.md, "Set-up").
+  void give_up_setup() {
+    setup_given_up = true;
+    std::vector<std::uint32_t> withdrawn;
+    std::vector<std::uint32_t> known;
+    known.reserve(hosts.size());
+    for (const auto& [h, hs] : hosts) known.push_back(h);
+    std::sort(known.begin(), known.end());
+    for (const auto h : known) {
+      auto& hs = hosts[h];
+      if (hs.lost_told || hs.abandoned) continue;
+      if (hs.agent) {
+        // Its agent is up: what it was sent is reported; what waits here is not sent.
+        withdrawn.insert(withdrawn.end(), hs.pending_spawns.begin(), hs.pending_spawns.end());
+        hs.pending_spawns.clear();
+        continue;
+      }
+      abandon(h);
+      for (const auto rank : ctl.processes_on_host(h)) {
+        if (ctl.rank_report_of(rank).state == rank_state::pending) withdrawn.push_back(rank);
+      }
+    }
+    if (!withdrawn.empty()) post(spawn_withdrawn{std::move(withdrawn)});
+  }
+
+  // Closes a host's link before its agent answered, without calling it lost: the job is ending.
+  void abandon(std::uint32_t h) {
+    auto& hs = hosts[h];
+    hs.abandoned = true;
+    hs.shutdown_sent = true;
+    hs.retrying = false;  // its retry timer finds it abandoned
+    hs.pending_spawns.clear();
+    if (!hs.link || hs.closed) return;
+    auto link = hs.link;
+    link->close();
+    transport_for(h).close(h, [weak = weak_from_this(), h, link](agent_end) {
+      auto self = weak.lock();
+      if (!self) return;
+      auto& st = self->hosts[h];
+      if (st.link != link) return;
+      st.closed = true;
+      self->maybe_all_closed();
+    });
+  }
+
+  // A second SIGINT/SIGTERM/SIGHUP: the controller sends SIGKILL to every rank at once; an agent
+  // that does not confirm within a moment (a silent host) is not waited for: its link closes and
+  // its ranks count as lost (its agent, cut off, ends them itself). mpirun exits at the second
+  // Ctrl-C; so does pmrun, with nothing left behind.
+  void hurry() {
+    if (hurry_timer || finishing) return;
+    hurry_timer = std::make_unique<asio::steady_timer>(io, std::chrono::milliseconds(500));
+    hurry_timer->async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->finishing) return;
+      for (auto& [h, hs] : self->hosts) {
+        if (!hs.link || hs.closed || hs.lost_told || hs.abandoned) continue;
+        if (self->ctl.live_on_host(h) == 0) continue;
+        hs.shutdown_sent = true;  // its link's end is ours, not a loss to wait for
+        auto link = hs.link;
+        link->close();
+        self->transport_for(h).close(h, [weak, h, link](agent_end) {
+          auto s = weak.lock();
+          if (!s || s->hosts[h].link != link) return;
+          s->hosts[h].closed = true;
+          s->maybe_all_closed();
+        });
+        self->lose(h, "not waited for after a second interrupt");
+      }
+    });
+  }
+
+  // on_rank_state for the ranks the event may have moved: only rank events, a lost host and
+  // withdrawn spawns change a rank's state (the controller's rules), so this is O(1) per rank
+  // concerned.
   void tell_state_changes(const event& e) {
     if (!cb.on_rank_state) return;
     if (told.size() < ctl.size()) told.resize(ctl.size(), rank_state::pending);
@@ -273,6 +357,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     if (const auto* x = std::get_if<rank_spawn_failed>(&e)) tell(x->rank);
     if (const auto* x = std::get_if<host_lost>(&e)) {
       for (auto rank : ctl.processes_on_host(x->host)) tell(rank);
+    }
+    if (const auto* x = std::get_if<spawn_withdrawn>(&e)) {
+      for (auto rank : x->ranks) tell(rank);
     }
   }
 
@@ -604,7 +691,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
           if (!self || self->hosts[h].link != link) return;
           link->close();
           self->hosts[h].closed = true;
-          self->lose(h, reason);
+          self->lose(h, reason, true);  // nothing started there: a set-up failure
         });
   }
 
@@ -969,8 +1056,14 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
           }
           *reported = true;
           if (!greeted && end.retryable && st.attempts <= self->req.remote.connect_retries &&
-              !self->finishing) {
+              !self->finishing && !self->setup_given_up) {
             self->retry_later(h);
+            return;
+          }
+          if (!greeted) {
+            // Its agent never answered: a set-up failure, said in the carrier's words (ssh's
+            // reason) when it has any.
+            self->lose(h, end.how.empty() ? reason : end.how, true);
             return;
           }
           self->lose(h, end.how.empty() ? reason : reason + " (" + end.how + ")");
@@ -1010,7 +1103,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     hs.retrying = true;
     timer->async_wait([weak = weak_from_this(), h, timer](const boost::system::error_code& ec) {
       auto self = weak.lock();
-      if (ec || !self || self->finishing) return;
+      if (ec || !self || self->finishing || self->hosts[h].abandoned) return;
       self->hosts[h].retrying = false;
       self->open_link(h);
       if (self->facts_ready) self->requeue_spawns(h);
@@ -1025,9 +1118,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     flush_spawns(h);
   }
 
-  void lose(std::uint32_t h, const std::string& reason) {
+  // `before_hello`: its agent never said hello (a set-up failure, exit 125; docs/exit-codes.md).
+  void lose(std::uint32_t h, const std::string& reason, bool before_hello = false) {
     auto& hs = hosts[h];
-    if (finishing) {
+    if (finishing || hs.abandoned) {
       maybe_all_closed();
       return;
     }
@@ -1047,9 +1141,11 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     std::string names;
     for (const auto d : with_it) names += (names.empty() ? "" : ", ") + host_info(d).name;
     post(host_lost{h,
-                   with_it.empty() ? reason : reason + "; with it the hosts it relayed: " + names});
+                   with_it.empty() ? reason : reason + "; with it the hosts it relayed: " + names,
+                   before_hello});
     for (const auto d : with_it) {
-      lose(d, "host " + host_info(h).name + ", which relayed its link, was lost");
+      lose(d, "host " + host_info(h).name + ", which relayed its link, was lost",
+           !hosts[d].agent.has_value());
     }
     store.host_lost(h);
     // A caller waiting for children that were to start there is told now.
@@ -1247,6 +1343,14 @@ void job_runner::start() {
 }
 void job_runner::signal(int signo) {
   check_job_signal(signo);
+  if (signo == SIGINT || signo == SIGTERM || signo == SIGHUP) {
+    // The second one escalates (the controller's SIGKILL to every rank) and waits for no agent.
+    if (++impl_->interrupts >= 2) {
+      impl_->post(signal_received{signo});
+      impl_->hurry();
+      return;
+    }
+  }
   // A stopped launcher reads nothing: the agents must not take its silence for a loss.
   if (signo == SIGTSTP) {
     for (auto& [h, hs] : impl_->hosts) {

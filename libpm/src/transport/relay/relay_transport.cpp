@@ -30,15 +30,20 @@ agent_end child_end(const link::child_closed& c, const pm::host& child,
   if (c.code == 0 && c.signo == 0) return e;
   if (c.code == -1 && c.signo == 0) {
     e.how = "the agent on " + parent_name + " could not start ssh to " + child.name;
-  } else if (c.signo != 0) {
-    e.how = "ssh from " + parent_name + " was killed by " + signal_name(c.signo);
-  } else if (!established) {
-    e.how = ssh::agent_start_failure(child, agent_path, c.code) + ", from " + parent_name;
-  } else {
-    e.how = "ssh from " + parent_name + " exited with code " + std::to_string(c.code);
+    if (!c.said.empty()) e.how += ": " + c.said;
+    return e;
   }
-  if (!c.said.empty()) e.how += ": " + c.said;
-  e.retryable = c.code == 255 && !established;
+  if (c.signo != 0) {
+    e.how = "ssh from " + parent_name + " was killed by " + signal_name(c.signo);
+    if (!c.said.empty()) e.how += ": " + c.said;
+    return e;
+  }
+  // The flat launch's words (ssh::ssh_end), and the parent that ran the ssh.
+  e = ssh::ssh_end(child, agent_path, c.code, 0, established, {});
+  e.how += ", from " + parent_name;
+  const bool killed = established && c.code > 128 && c.code <= 128 + 64;
+  if (!c.said.empty() && !killed) e.how += ": " + c.said;
+  e.retryable = c.code == 255 && !established && !ssh::ssh_failure_is_final(c.said);
   return e;
 }
 

@@ -10,6 +10,7 @@
 
 #include "model/printable.hpp"
 #include "pm/error.hpp"
+#include "pm/exit_status.hpp"
 
 namespace pm::ssh {
 namespace {
@@ -230,8 +231,11 @@ std::vector<std::string> ssh_argv(const ssh_settings& settings, const pm::host& 
   } else {
     argv.push_back(h.user.empty() ? h.name : h.user + "@" + h.name);
   }
-  // ONE argument: ssh would join several with spaces anyway and lose where words end.
-  argv.push_back(shell_join(remote_argv));
+  // ONE argument: ssh would join several with spaces anyway and lose where words end. For ssh,
+  // "; exit" keeps the remote shell as the agent's parent, so that a signal that kills the agent
+  // comes back as 128+N (sh, bash, dash, zsh, ksh, csh and fish all take it; ssh drops the
+  // exit-signal the server sends and would say 255).
+  argv.push_back(ssh ? shell_join(remote_argv) + "; exit" : shell_join(remote_argv));
   return argv;
 }
 
@@ -265,10 +269,68 @@ std::string agent_start_failure(const pm::host& h, std::string_view agent_path, 
                               " failed (unreachable, refused, or no key accepted: pmrun never "
                               "asks for a password; ssh's message says why)");
     default:
+      if (exit_status > 128 && exit_status <= 128 + 64) {
+        return model::printable("pmd on " + h.name + " (" + std::string(agent_path) +
+                                ") was killed by " + signal_name(exit_status - 128) +
+                                " before it answered");
+      }
       return model::printable("the agent on " + h.name + " (" + std::string(agent_path) +
                               ") exited with status " + std::to_string(exit_status) +
                               " before it answered");
   }
+}
+
+bool ssh_failure_is_final(std::string_view said) {
+  static constexpr std::string_view final_words[] = {
+      "Connection refused",
+      "Permission denied",
+      "Could not resolve hostname",
+      "Name or service not known",
+      "Temporary failure in name resolution",
+      "No route to host",
+      "Network is unreachable",
+      "Connection timed out",
+      "Operation timed out",
+      "Host key verification failed",
+      "REMOTE HOST IDENTIFICATION HAS CHANGED",
+      "Too many authentication failures",
+      "Bad configuration option",
+      "Bad owner or permissions",
+      "no matching",  // no matching host key type, cipher, key exchange method
+      "Can't open user config file",
+      "Unsupported option",
+      "Invalid user",
+      "command-line line",  // a malformed -o option
+  };
+  for (const auto w : final_words) {
+    if (said.find(w) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+agent_end ssh_end(const pm::host& h, std::string_view agent_path, int code, int signo,
+                  bool established, std::string_view said) {
+  agent_end e;
+  if (code == 0 && signo == 0) return e;
+  const bool killed_remotely = code > 128 && code <= 128 + 64;
+  if (signo != 0) {
+    e.how = "ssh was killed by " + signal_name(signo);
+  } else if (!established) {
+    e.how = agent_start_failure(h, agent_path, code);
+  } else if (killed_remotely) {
+    // The shell's own note ("bash: line 1: 123 Killed ...") says no more than this line.
+    e.how = model::printable("the agent pmd on " + h.name + " was killed by " +
+                             signal_name(code - 128));
+    return e;
+  } else if (code == 255) {
+    e.how = "ssh exited with code 255";
+  } else {
+    e.how = model::printable("the agent pmd on " + h.name + " exited with code " +
+                             std::to_string(code));
+  }
+  if (!said.empty() && !(killed_remotely && !established)) e.how += ": " + std::string(said);
+  e.retryable = signo == 0 && code == 255 && !established && !ssh_failure_is_final(said);
+  return e;
 }
 
 }  // namespace pm::ssh

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "pm/allocation.hpp"
+#include "pm/transport.hpp"
 
 namespace pm::ssh {
 
@@ -72,15 +73,18 @@ struct ssh_settings {
 /// The argv to exec to run `remote_argv` on host `h`:
 ///   agent[0]  [-l USER] [-p PORT]  agent[1..]  extra_args
 ///   [-o BatchMode=yes -o ConnectTimeout=N -o ServerAliveInterval=N -o ServerAliveCountMax=N -T]
-///   HOST  shell_join(remote_argv)
+///   HOST  shell_join(remote_argv) ["; exit"]
 /// ssh takes the FIRST value it sees for each setting (command line before config files, and
 /// among -o/-p/-l the first one; checked with `ssh -G` of OpenSSH 9.2), so the order is the
 /// precedence: the host's own user and port (hostfile, -H) over the user's agent words and
 /// plm_rsh_args, those over pmrun's defaults. The bracketed ssh options are added only when
 /// is_ssh_program(agent[0]); for another agent (rsh, a wrapper script) the words are passed as
 /// they are, a user goes in `user@host` form, and a port is an error (how that agent takes one
-/// is unknown). Throws pm::error(errc::usage) for an empty agent, a host name or user starting
-/// with '-', or an empty remote_argv.
+/// is unknown). For ssh the remote command ends in "; exit": the remote shell then runs the
+/// agent as its child instead of exec'ing it, and reports a signal that killed it as 128+N,
+/// which ssh passes on (ssh itself drops the exit-signal and exits 255; ssh_end names it). Throws
+/// pm::error(errc::usage) for an empty agent, a host name or user starting with '-', or an empty
+/// remote_argv.
 std::vector<std::string> ssh_argv(const ssh_settings& settings, const pm::host& h,
                                   const std::vector<std::string>& remote_argv);
 
@@ -97,5 +101,27 @@ std::string remote_agent_path(const std::optional<std::string>& launch_agent,
 ///         --launch-agent)"
 ///   126: "... is not executable ...", 255: "ssh to node1 failed (...)", other: "... exited ...".
 std::string agent_start_failure(const pm::host& h, std::string_view agent_path, int exit_status);
+
+/// True when ssh's last line (`said`) names a failure that trying again at once will not mend:
+/// a refused connection, a key not accepted, a name that does not resolve, no route, a connect
+/// timeout, a host key that does not match, a bad configuration. The retries are for what a
+/// burst causes (sshd's MaxStartups dropping a connection: "Connection closed", "Connection reset
+/// by peer", "kex_exchange_identification"), and for a 255 without a word.
+bool ssh_failure_is_final(std::string_view said);
+
+/// How an ssh that carried a host's agent link ended (docs/multihost.md, "Failures across
+/// hosts"): one line, and whether a retry may help. `code` is ssh's exit status (the remote
+/// command's, or 255 for ssh's own failures), `signo` non-zero when ssh itself was killed, `said`
+/// ssh's last stderr line, `established` whether the agent had said hello.
+///   - before the hello: agent_start_failure's line plus ssh's; retryable for 255 unless
+///     ssh_failure_is_final(said); 128+N: "pmd on n1 (PATH) was killed by SIGN before it
+///     answered";
+///   - after it: 128+N (the remote shell's status for a command killed by signal N, which the
+///     `; exit` that ssh_argv adds makes it report): "the agent pmd on n1 was killed by SIGKILL";
+///     255: "ssh exited with code 255" plus ssh's line (a connection that broke); another code:
+///     "the agent pmd on n1 exited with code N".
+/// Empty for a clean end (0).
+agent_end ssh_end(const pm::host& h, std::string_view agent_path, int code, int signo,
+                  bool established, std::string_view said);
 
 }  // namespace pm::ssh

@@ -224,20 +224,10 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
   }
 
   agent_end end_of(const connection& c) const {
-    agent_end e;
-    if (c.code == 0) return e;
-    const std::string said = model::last_line(c.stderr_text);
-    if (c.signo != 0) {
-      e.how = "ssh was killed by " + signal_name(c.signo);
-    } else if (!c.established) {
-      // Before the hello the exit status says what went wrong: 127 no pmd there, 255 ssh itself.
-      e.how = agent_start_failure(c.host, c.agent_path, c.code);
-    } else {
-      e.how = "ssh exited with code " + std::to_string(c.code);
-    }
-    if (!said.empty()) e.how += ": " + said;
-    e.retryable = c.code == 255 && !c.established;
-    return e;
+    // Before the hello the exit status says what went wrong (127 no pmd there, 255 ssh itself);
+    // after it, 128+N is the agent killed by signal N (ssh_end).
+    return ssh_end(c.host, c.agent_path, c.signo != 0 ? -1 : c.code, c.signo, c.established,
+                   model::last_line(c.stderr_text));
   }
 
   void finish(std::uint32_t host) {
@@ -306,6 +296,10 @@ void ssh_transport::established(std::uint32_t host) {
 }
 
 void ssh_transport::close(std::uint32_t host, std::function<void(agent_end)> done) {
+  // A start still waiting for a set-up slot never begins (a launch that ends while many hosts
+  // are still queued behind --max-ssh).
+  std::erase_if(impl_->waiting_to_start,
+                [host](const impl::queued& q) { return q.target.host == host; });
   auto it = impl_->conns.find(host);
   if (it == impl_->conns.end()) {
     boost::asio::post(impl_->io, [done = std::move(done)] { done({}); });

@@ -72,8 +72,12 @@ enum class fault_kind : std::uint8_t {
   duplicate_call,  ///< host `target`'s agent calls twice (the second is refused)
   late_call,       ///< host `target`'s agent calls only at `at` (after the hello timeout: refused)
   lost_call,       ///< host `target`'s agent's call never arrives (the hello timeout loses it)
+  /// Host `target` never answers (an unroutable address, a stopped sshd): its agent never
+  /// starts and nothing arrives. Lost before its hello, at the hello deadline, unless the job
+  /// ends first (then the launcher gives it up at once, as it gives up whatever is being set up).
+  silent_host,
 };
-inline constexpr std::size_t fault_kind_count = 10;
+inline constexpr std::size_t fault_kind_count = 11;
 const char* to_string(fault_kind k) noexcept;
 
 struct fault {
@@ -85,7 +89,8 @@ struct fault {
 };
 /// "crash:3@1s", "partition:3@1s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12",
 /// "launcher-signal:INT@2s" (INT, TERM, HUP, USR1, USR2, TSTP, CONT or a number),
-/// "forged-call:3@1s", "dup-call:3", "late-call:3@25s", "lost-call:3" (connect-back only).
+/// "forged-call:3@1s", "dup-call:3", "late-call:3@25s", "lost-call:3" (connect-back only),
+/// "silent:3".
 std::string to_string(const fault& f);
 fault parse_fault(std::string_view text);
 
@@ -157,8 +162,9 @@ struct scenario {
 
 /// A random fault plan of `count` faults for the scenario's hosts and ranks, drawn from `seed`
 /// (the same seed, the same plan): crashes and partitions (at most one per host) within the
-/// first `within` of the run, spawn failures, agent failures and launcher signals (SIGINT,
-/// SIGTERM, SIGUSR1). Lost exits are left out: they can only end in a liveness failure.
+/// first `within` of the run, spawn failures, agent failures, silent hosts (both lost before
+/// their hello) and launcher signals (SIGINT, SIGTERM, SIGUSR1), some of them during the set-up
+/// (the first 50 ms). Lost exits are left out: they can only end in a liveness failure.
 /// The plan is a plain value: print it (to_string) or append it to scenario::faults, whose
 /// replay command then lists every fault explicitly.
 std::vector<fault> generate_faults(const scenario& s, std::uint64_t seed, std::uint32_t count,

@@ -70,11 +70,17 @@ struct run_stats {
   std::uint32_t timers_after_cancel = 0;  ///< timer_fired delivered after its cancel_timer
   std::uint32_t exits_before_streams = 0;
   std::uint32_t streams_before_exit = 0;
-  std::uint32_t sigkills = 0;    ///< ranks the controller sent SIGKILL
-  std::uint32_t leftovers = 0;   ///< ranks whose leftovers the job had to clear
-  std::uint32_t notices = 0;     ///< notify_ranks the controller sent (notify_failures, no abort)
-  std::uint64_t link_bytes = 0;  ///< bytes the agent links carried, both ways
-  std::uint64_t link_ticks = 0;  ///< timer events of the link endpoints (heartbeats, silence)
+  std::uint32_t sigkills = 0;   ///< ranks the controller sent SIGKILL
+  std::uint32_t leftovers = 0;  ///< ranks whose leftovers the job had to clear
+  std::uint32_t notices = 0;    ///< notify_ranks the controller sent (notify_failures, no abort)
+  /// Hosts lost before their agent's hello (a set-up failure, exit 125: the job ends whatever
+  /// the abort policy), and hosts the launcher gave up before their hello because the job was
+  /// ending (give_up_setup).
+  std::uint32_t lost_before_hello = 0;
+  std::uint32_t given_up_in_setup = 0;
+  std::uint32_t spawns_withdrawn = 0;  ///< ranks the launcher never started: the job was ending
+  std::uint64_t link_bytes = 0;        ///< bytes the agent links carried, both ways
+  std::uint64_t link_ticks = 0;        ///< timer events of the link endpoints (heartbeats, silence)
 
   // Connect-back (scenario::connect_back):
   std::uint32_t calls = 0;            ///< calls the launcher judged (duplicates included)
@@ -85,7 +91,8 @@ struct run_stats {
 struct host_loss {
   std::uint32_t host = 0;
   sim_time at{0};
-  std::string reason;  ///< the link endpoint's, e.g. "no word from the agent for 3.0 s"
+  std::string reason;         ///< the link endpoint's, e.g. "no word from the agent for 3.0 s"
+  bool before_hello = false;  ///< its agent never said hello: a set-up failure (125)
 };
 
 /// An agent that lost its launcher (silence, or the launcher closed the link) and ended its
