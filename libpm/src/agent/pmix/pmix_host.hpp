@@ -386,8 +386,26 @@ struct options {
   /// Share the server's hwloc topology with the ranks (without it every rank discovers it again
   /// and MPI_Init gets slower).
   bool share_topology = true;
+  /// Where the server takes its connections instead of the TCP port libpmix 4.2.2 listens on,
+  /// which every local user reaches (docs/pmix.md, "Who reaches the server"): a Unix socket path
+  /// in a private (0700) directory, at most 107 bytes ("/proc/self/fd/N/name" names one in a
+  /// directory held open). Right after PMIx_server_init the server's listening socket is
+  /// replaced by one listening here (dup2 over its descriptor), the TCP port is shut, and every
+  /// connection it took meanwhile is shut too; a tool that connected meanwhile is named
+  /// "pm-untrusted.*" and refused whatever it asks. start() throws if that cannot be done.
+  /// Empty: the server stays on its TCP port and serves whoever connects (tests that connect
+  /// their ranks straight to it; pmd always gives a path and relays the ranks' connections).
+  std::string listener_path;
+  /// With listener_path: the address ("tcp4://127.0.0.1:PORT", pmd's relay) that the rendezvous
+  /// files PMIx writes for tools in its tmpdir give instead of the server's shut TCP port.
+  std::string tool_address;
   callbacks on;
 };
+
+/// How long the host thread waits for libpmix to answer a call that completes on PMIx's progress
+/// thread (register_job, rank_env, deregister_job, start's confinement): a progress thread that
+/// is stuck gives the host an error line, never a wait for ever.
+inline constexpr std::chrono::seconds answer_bound{10};
 
 /// One rank of the job as every rank of it is told.
 struct rank_info {
@@ -484,6 +502,9 @@ class server {
   std::string job_tmpdir(const std::string& nspace) const;
   /// How long PMIx_server_init took.
   std::chrono::nanoseconds init_time() const noexcept;
+  /// Lines the host should show, once each: connections made to the server's TCP port before it
+  /// was shut, tools that connected through it.
+  std::vector<std::string> take_notices();
 
   struct impl;
 
