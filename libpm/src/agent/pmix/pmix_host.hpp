@@ -4,7 +4,9 @@
 // local rank's environment, spawn the ranks yourself, and serve the requests PMIx cannot answer
 // on its own (abort, fences and direct modex that span hosts, tools' queries) from your event
 // loop; spawn, publish/lookup and connect are the host's too. PMIx tools may attach
-// (PMIx_tool_init): each gets a namespace of its own.
+// (PMIx_tool_init): each gets a namespace of its own. Who may connect at all is the host's to
+// decide before libpmix reads a byte: options::listener_path takes the server off libpmix's TCP
+// port (which every local user reaches, and whose clients libpmix believes about their uid).
 // It lives in its own static library (pm_pmix) so that libpm never links libpmix: PMIx starts a
 // progress thread and needs care with signals, which a library must not impose on the programs
 // that embed it. Only pmd and the tests link it.
@@ -18,7 +20,7 @@
 //     start-up work) if the server is handed over only once it returned. register_job, rank_env
 //     and deregister_job block the host thread while PMIx's progress thread does the work
 //     (measured: 1-4 ms per job, 0.03-0.2 ms per rank, 2-20 ms; more on a loaded machine:
-//     docs/pmix.md).
+//     docs/pmix.md), at most answer_bound each: then they throw (deregister_job gives up).
 //   - PMIx calls us ("upcalls") on its own progress thread. We never run host code there: each
 //     upcall copies its arguments into a queue, makes event_fd() readable and returns at once.
 //     The host polls event_fd() and calls run_pending(), which runs the `callbacks` on the host
