@@ -168,12 +168,18 @@ bool pmix_gateway::stop(std::chrono::milliseconds bound) {
   // First every relayed connection, both sides: PMIx_server_finalize waits for PMIx's progress
   // thread, which must not be waiting on a connection whose end only this thread would deliver.
   relay_.close_all();
+  // The refusals, counted: one line for all of them if there were more than were shown.
+  std::string counts;
+  std::uint64_t total = 0;
   for (const auto& [uid, count] : relay_.refused()) {
-    if (count < 2) continue;
-    std::fprintf(
-        stderr, "pmd: PMIx: refused %llu connections from %s in all\n",
-        static_cast<unsigned long long>(count),
-        uid < 0 ? "owners the kernel could not name" : ("uid " + std::to_string(uid)).c_str());
+    total += count;
+    counts +=
+        (counts.empty() ? "" : ", ") + std::to_string(count) +
+        (uid < 0 ? " whose owner the kernel could not name" : " from uid " + std::to_string(uid));
+  }
+  if (total > relay_.refused().size()) {
+    std::fprintf(stderr, "pmd: PMIx: refused %llu connections in all: %s\n",
+                 static_cast<unsigned long long>(total), counts.c_str());
   }
   // Unanswered requests fail (their completions' destructors) while the server still runs.
   aborts_.clear();
