@@ -72,13 +72,17 @@ constexpr const char* usage =
     "                         PM_AGENT_PORT, PM_AGENT_TOKEN or PM_AGENT_TOKEN_FILE)\n"
     "  the libpm node agent; started by the launcher, not by hand (docs/agent.md)\n"
     "  --hello-ms MS  how long to wait for the launcher's hello (default 20000, the launcher's\n"
-    "                 own hello timeout; 0: for ever)\n";
+    "                 own hello timeout; 300000 on a socket of a launcher on this machine,\n"
+    "                 which may start pmd before it knows the job; 0: for ever)\n";
 
 // The launcher's hello must come this long after pmd started (--hello-ms): as long as the
-// launcher waits for pmd's (remote_launch::hello_timeout). The launcher writes its hello as soon
-// as the stream is open, before pmd runs, so only a stream that is not a launcher's (a silent
-// pipe, a terminal) ever meets it.
+// launcher waits for pmd's (remote_launch::hello_timeout). Over ssh (pipes) the launcher wrote
+// its hello before pmd even ran, so only a stream that is not a launcher's (a silent pipe, a
+// terminal) ever meets the bound. A launcher on this machine (a socket pair) may start pmd early,
+// before it has read the allocation and mapped the job (pm::early_agent), and write its hello
+// only then: it gets longer (a dead launcher closes the socket anyway, which ends pmd at once).
 constexpr std::chrono::milliseconds default_hello_bound{20000};
+constexpr std::chrono::milliseconds default_socket_hello_bound{300000};
 
 struct rank_process {
   pid_t pid = 0;
@@ -879,7 +883,7 @@ int main(int argc, char** argv) {
   bool stdio = false;
   bool connect = false;  // started by srun: dial the launcher back (docs/slurm.md)
   std::optional<std::uint64_t> nonce;
-  std::chrono::milliseconds hello_bound = default_hello_bound;
+  std::optional<std::chrono::milliseconds> hello_bound;
   ag::options opts;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -961,7 +965,9 @@ int main(int argc, char** argv) {
   extern char** environ;
   for (char** e = environ; *e != nullptr; ++e) opts.environment.emplace_back(*e);
   try {
-    driver d(link, std::move(opts), *nonce, hello_bound, nofile);
+    const auto bound =
+        hello_bound.value_or(link.socket ? default_socket_hello_bound : default_hello_bound);
+    driver d(link, std::move(opts), *nonce, bound, nofile);
     return d.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pmd: %s\n", e.what());
