@@ -813,9 +813,10 @@ int driver::run() {
     if (!writer_.flush(link_, ep_, error)) break;
     if (!ep_.output().empty()) ::usleep(1000);
   }
-  // The server stops within a bound, its directories go. If PMIx did not let go, its threads
-  // still run: end now, without the static destructors and atexit handlers that would meet them.
-  if (pmix_ && !pmix_->stop(pmd::pmix_gateway::default_stop_bound)) {
+  // The PMIx server's directories go; the server itself is not finalized (pmix_gateway::stop):
+  // if it ran, its threads still do, so end now, without the static destructors and atexit
+  // handlers that would meet them.
+  if (pmix_ && !pmix_->stop()) {
     std::fflush(stderr);
     std::_Exit(*exit_code_);
   }

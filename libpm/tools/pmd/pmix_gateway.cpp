@@ -15,14 +15,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <set>
-#include <thread>
 
 #include "agent/private_dir.hpp"
 #include "pm/error.hpp"
@@ -159,14 +156,14 @@ pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, std::vector<std::strin
 }
 
 pmix_gateway::~pmix_gateway() {
-  stop(default_stop_bound);
+  stop();  // pmd calls it itself, and ends with _Exit when the server ran
 }
 
-bool pmix_gateway::stop(std::chrono::milliseconds bound) {
+bool pmix_gateway::stop() {
   if (stopped_) return true;
   stopped_ = true;
-  // First every relayed connection, both sides: PMIx_server_finalize waits for PMIx's progress
-  // thread, which must not be waiting on a connection whose end only this thread would deliver.
+  // First every relayed connection: PMIx's progress thread must not be waiting on a connection
+  // whose end only this thread would deliver.
   relay_.close_all();
   // The refusals, counted: one line for all of them if there were more than were shown.
   std::string counts;
@@ -189,36 +186,9 @@ bool pmix_gateway::stop(std::chrono::milliseconds bound) {
   spawns_.clear();
   data_ops_.clear();
   lookups_.clear();
-  bool let_go = true;
-  if (server_) {
-    // PMIx_server_finalize on a thread of its own, with a deadline: if PMIx does not let go,
-    // pmd still removes its directories and ends (its ranks were ended before this).
-    struct done_flag {
-      std::mutex mu;
-      std::condition_variable cv;
-      bool done = false;
-    };
-    auto flag = std::make_shared<done_flag>();
-    pm::agent::pmix::hosted_server* s = server_.release();
-    std::thread finalizer([s, flag] {
-      delete s;  // PMIx_server_finalize: its threads end
-      std::lock_guard lock(flag->mu);
-      flag->done = true;
-      flag->cv.notify_all();
-    });
-    {
-      std::unique_lock lock(flag->mu);
-      let_go = flag->cv.wait_for(lock, bound, [&] { return flag->done; });
-    }
-    if (let_go) {
-      finalizer.join();
-    } else {
-      finalizer.detach();
-      std::fprintf(stderr,
-                   "pmd: PMIx: the server did not stop within %.1f s; pmd ends without it\n",
-                   static_cast<double>(bound.count()) / 1000.0);
-    }
-  }
+  // Not finalized (above): abandoned to the process's end, which comes next.
+  const bool ran = server_ != nullptr;
+  [[maybe_unused]] auto* abandoned = server_.release();
   // The module stays loaded: libpmix keeps atexit handlers and cannot be unloaded safely.
   dir_fd_.reset();
   shm_fd_.reset();
@@ -229,7 +199,7 @@ bool pmix_gateway::stop(std::chrono::milliseconds bound) {
   if (made_shm_ && !pm::agent::remove_private_tree(place_.shm_dir, &why)) {
     std::fprintf(stderr, "pmd: PMIx: %s\n", why.c_str());
   }
-  return let_go;
+  return !ran;
 }
 
 // Made when the server starts, each checked to be this user's alone and held open

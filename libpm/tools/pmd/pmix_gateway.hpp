@@ -58,15 +58,17 @@ class pmix_gateway {
   /// Makes the private directories and the listener; throws pm::error naming what failed.
   /// `executables`: each app's argv[0], as a tool's process table names them.
   pmix_gateway(const pm::link::pmix_job& job, std::vector<std::string> executables, hooks h);
-  /// stop(default_stop_bound) unless stop() ran.
+  /// stop() unless it ran (its result ignored: pmd calls stop() itself).
   ~pmix_gateway();
-  /// Closes every relayed connection, fails what is pending, finalizes the server (if it
-  /// started) within `bound` (on a thread of its own), removes the directories. False: PMIx did
-  /// not let go within the bound; the server is abandoned (its threads still run), the directories
-  /// are removed all the same, and the caller should end the process without running static
-  /// destructors or atexit handlers (std::_Exit), which would meet PMIx's threads.
-  bool stop(std::chrono::milliseconds bound);
-  static constexpr std::chrono::milliseconds default_stop_bound{5000};
+  /// pmd's end: closes every relayed connection, fails what is pending and removes the
+  /// directories. The server itself (if it started) is not finalized: libpmix 4.2.2's
+  /// PMIx_server_finalize has deadlocked (issue 20) and crashed (SIGSEGV inside it, and heap
+  /// corruption, in about one in 30 runs of PmrunMpi.APmixToolSeesTheJobsRanksAndSpawns), and at
+  /// pmd's end it would release nothing the process's exit does not (PMIx's files are in the
+  /// directories removed here; its sockets and threads go with the process). Returns false when
+  /// the server ran: its threads still do, so the process must end with std::_Exit (static
+  /// destructors and libpmix's atexit handlers would meet them).
+  bool stop();
   pmix_gateway(const pmix_gateway&) = delete;
   pmix_gateway& operator=(const pmix_gateway&) = delete;
 

@@ -107,7 +107,7 @@ void tcp_relay::update(std::uint64_t id, pair& p) {
         want = (other.out.size() < high_water ? EPOLLIN : 0u) | (me.out.empty() ? 0u : EPOLLOUT);
         break;
       case phase::draining:
-        want = EPOLLIN | (me.out.empty() ? 0u : EPOLLOUT);
+        want = EPOLLIN;  // only the server's side is left; nothing more goes to it
         break;
     }
     if (me.registered && want == me.interest) continue;
@@ -134,8 +134,13 @@ void tcp_relay::close_all() {
     for (auto& s : p.s) {
       if (s.fd && s.registered) ::epoll_ctl(epoll_, EPOLL_CTL_DEL, s.fd.get(), nullptr);
     }
+    // The server's side: end-of-stream for libpmix (a receive it waits in returns), while what it
+    // still writes (an event to a rank that is gone) is taken, not refused with EPIPE and a line
+    // on pmd's stderr; closed with the relay.
+    if (p.s[1].fd && ::shutdown(p.s[1].fd.get(), SHUT_WR) == 0)
+      held_.push_back(std::move(p.s[1].fd));
   }
-  pairs_.clear();
+  pairs_.clear();  // closes the clients' sides
 }
 
 bool tcp_relay::drain(side& to) {
@@ -191,7 +196,7 @@ bool tcp_relay::greet(std::uint64_t id, pair& p) {
       return false;
     }
     if (c.result == pmix::handshake_check::verdict::complete) {
-      if (!connect_server(p, c.reply_size)) return false;
+      if (!connect_server(p)) return false;
       // What the client sends next (its socket is level-triggered) goes on from the relay.
       update(id, p);
       return true;
@@ -199,7 +204,7 @@ bool tcp_relay::greet(std::uint64_t id, pair& p) {
   }
 }
 
-bool tcp_relay::connect_server(pair& p, std::size_t reply_size) {
+bool tcp_relay::connect_server(pair& p) {
   const auto path = opts_.server ? opts_.server() : std::nullopt;
   if (!path) return false;  // the server could not start: said once by the gateway
   sockaddr_un sa{};
@@ -225,7 +230,6 @@ bool tcp_relay::connect_server(pair& p, std::size_t reply_size) {
   }
   p.s[1].fd = std::move(s);
   p.ph = phase::relaying;
-  p.reply_left = reply_size;
   // The whole message, and whatever the client sent after it, in one write.
   std::string first = std::move(p.first);
   p.first = std::string();
@@ -241,7 +245,6 @@ int tcp_relay::pump(pair& p, int from) {
   while (dst.out.size() < high_water) {
     const ssize_t n = ::recv(src.fd.get(), buf, sizeof buf, 0);
     if (n > 0) {
-      if (from == 1) p.reply_left -= std::min(p.reply_left, static_cast<std::size_t>(n));
       if (!forward(dst, buf, static_cast<std::size_t>(n))) return 2 - from;
       continue;
     }
@@ -255,13 +258,17 @@ int tcp_relay::pump(pair& p, int from) {
   return 0;
 }
 
-// The client left while the server was still answering its handshake: libpmix 4.2.2 writes that
-// answer with blocking sends and, if one fails, takes an error path that crashes the server
-// (it unlinks a tool's namespace from a list it never joined). So the server's side stays open,
-// its answer read and dropped, until the answer is complete or its deadline passes.
+// The client left: the server's side is shut for writing, so that libpmix reads end-of-stream
+// and tears the connection down by its normal path, and what libpmix still writes is read and
+// dropped until it closes its end (or the deadline passes). Closing at once would fail those
+// writes: libpmix 4.2.2 crashes when a write of its answer to a handshake fails (a tool that
+// hangs up early), and prints a line for every other (an event to a rank that just ended).
 void tcp_relay::client_gone(std::uint64_t id, pair& p) {
   if (p.s[0].fd && p.s[0].registered) ::epoll_ctl(epoll_, EPOLL_CTL_DEL, p.s[0].fd.get(), nullptr);
   p.s[0] = side{};
+  p.s[1].out.clear();
+  std::string().swap(p.s[1].out);
+  ::shutdown(p.s[1].fd.get(), SHUT_WR);
   p.ph = phase::draining;
   p.deadline = clock::now() + opts_.drain_deadline;
   update(id, p);
@@ -280,23 +287,15 @@ void tcp_relay::on_event(std::uint64_t tag, std::uint32_t events) {
     return;
   }
   if (p.ph == phase::draining) {
-    bool over = (events & EPOLLOUT) != 0 && !drain(p.s[1]);
+    bool over = false;
     char buf[4096];
-    while (!over && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) {
+    while (!over) {
       const ssize_t n = ::recv(p.s[1].fd.get(), buf, sizeof buf, 0);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      if (n <= 0) {
-        over = true;
-        break;
-      }
-      p.reply_left -= std::min(p.reply_left, static_cast<std::size_t>(n));
+      over = n <= 0;  // libpmix closed its end (or an error): done
     }
-    if (over || p.reply_left == 0) {
-      remove(id);
-    } else {
-      update(id, p);
-    }
+    if (over) remove(id);
     return;
   }
 
@@ -307,7 +306,7 @@ void tcp_relay::on_event(std::uint64_t tag, std::uint32_t events) {
     drain(p.s[1 - which]);
     ended = 1 + which;  // that side is gone for good
   }
-  if (ended == 1 && p.reply_left > 0 && p.s[1].fd) {
+  if (ended == 1 && p.s[1].fd) {
     client_gone(id, p);
     return;
   }

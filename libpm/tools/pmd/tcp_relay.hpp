@@ -8,9 +8,9 @@
 //      and checks it: a connection that sends nothing, too little or garbage never reaches the
 //      server, whose handler would read it with blocking receives on its progress thread;
 //   3. connects to the server's Unix socket, hands the message over in one piece and pumps bytes
-//      both ways; a client that leaves before the server finished its answer to the handshake
-//      leaves the server's side open until that answer is read (libpmix 4.2.2 crashes when its
-//      handshake write fails).
+//      both ways; when a client leaves, the server's side is shut for writing only and what
+//      libpmix still writes is read and dropped until it closes its end (libpmix 4.2.2 crashes
+//      when a write of its answer to a handshake fails, and prints a line for any other).
 //
 // Driven by an epoll set the owner polls: add() registers both descriptors of a pair under tags
 // `tag_base | id << 1 | side`, on_event() takes such a tag, on_timer() runs the deadlines
@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "link/socket.hpp"
 
@@ -40,8 +41,7 @@ class tcp_relay {
     uid_t owner = 0;
     /// A client must have sent its whole handshake this long after it was accepted.
     std::chrono::milliseconds handshake_deadline{5000};
-    /// A client that left in the middle of the server's answer: how long the server's side stays
-    /// open for the rest of it.
+    /// A client that left: how long the server's side stays open for libpmix to close it.
     std::chrono::milliseconds drain_deadline{10000};
     /// Called when a handshake is complete: where the server listens (a Unix socket path), or
     /// nothing (it could not start: the connection is closed).
@@ -64,8 +64,10 @@ class tcp_relay {
   void on_timer(clock::time_point now);
   /// The earliest deadline of a connection (nothing: none is waiting).
   std::optional<clock::time_point> next_deadline() const;
-  /// Closes every connection, both sides (before the server is finalized: its progress thread
-  /// must not wait on a connection whose end only pmd's thread could deliver).
+  /// Ends every connection (before the server is finalized: its progress thread must not wait
+  /// on a connection whose end only pmd's thread could deliver): the clients' sides are closed,
+  /// the server's are shut for writing (libpmix reads end-of-stream; what it still writes is
+  /// taken) and closed when the relay goes.
   void close_all();
 
   bool owns(std::uint64_t tag) const { return (tag & ~mask) == base_; }
@@ -85,19 +87,18 @@ class tcp_relay {
   enum class phase {
     greeting,  // the client's handshake is being read; no server side yet
     relaying,
-    draining,  // the client left: the server's answer to its handshake is read and dropped
+    draining,  // the client left: what the server still writes is read and dropped
   };
   struct pair {
     side s[2];  // 0: the client (rank or tool), 1: the server
     phase ph = phase::greeting;
     std::string first;             // greeting: what the client sent so far
-    std::size_t reply_left = 0;    // bytes of the server's handshake answer still to come
     clock::time_point deadline{};  // greeting and draining
   };
   void update(std::uint64_t id, pair& p);
   void remove(std::uint64_t id);
   bool greet(std::uint64_t id, pair& p);  // false: the pair is over
-  bool connect_server(pair& p, std::size_t reply_size);
+  bool connect_server(pair& p);
   int pump(pair& p, int from);  // 0: both go on; 1 + side: that side ended
   bool drain(side& to);         // false: write failed
   bool forward(side& to, const char* bytes, std::size_t n);  // false: write failed
@@ -111,6 +112,7 @@ class tcp_relay {
   pm::link::owned_fd diag_;  // NETLINK_SOCK_DIAG, opened on first use
   std::uint64_t next_ = 0;
   std::unordered_map<std::uint64_t, pair> pairs_;
+  std::vector<pm::link::owned_fd> held_;  // the server's sides after close_all()
   std::map<long, std::uint64_t> refused_;
   std::map<std::string, std::uint64_t> said_;  // lines said once, by kind, and how often they came
 };
