@@ -872,6 +872,66 @@ TEST_F(PmrunMpi, AToolClaimingToBeTheOwnerIsRefusedOnPmdsPortAndTheServerHasNoOt
   expect_nothing_left();
 }
 
+TEST_F(PmrunMpi, ConnectionsMadeToTheServersPortBeforeItIsReplacedAreCutOff) {
+  // libpmix listens on TCP for a moment before pmd replaces its socket (a few ms; widened here to
+  // 3 s by a test hook). Another user who finds the port in that moment gets nothing: a tool
+  // claiming uid 0 is named untrusted and refused whatever it asks, a silent connection is cut
+  // off (it would hold the server's progress thread), and the job runs as usual.
+  std::string why;
+  auto other = pm::test::other_user::create(why);
+  if (!other) GTEST_SKIP() << why;
+  const std::string status_dir = tmp_ + "/st", err = tmp_ + "/err", go = tmp_ + "/go";
+  const std::string marker = tmp_ + "/spawned-by-the-attacker";
+  auto argv =
+      pmrun_job(tmp_, status_dir, err,
+                {"-np", "2", "sh", "-c", mpi_dir + "/mpi_hello 2 && " + after_file(go, "true")});
+  argv.insert(argv.begin() + 5, "PM_TEST_PMIX_CONFINE_DELAY_MS=3000");
+  pm::test::background job(argv);
+  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json&) { return true; });
+  ASSERT_FALSE(agent.is_null());
+  const auto pmd = static_cast<pid_t>(agent["pid"].get<std::int64_t>());
+  const int own = port_of(agent["pmix_uri"]);
+  int server_port = 0;
+  for (int i = 0; i < 400 && server_port == 0; ++i) {
+    for (const int p : listening_ports(pmd)) {
+      if (p != own) server_port = p;
+    }
+    if (server_port == 0) std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_NE(server_port, 0) << "the server's TCP port never showed";
+  // A tool: libpmix takes its handshake (it cannot refuse a tool without crashing), pmd names it
+  // untrusted; its init then waits on pmd, which is still replacing the port, and is cut off.
+  pm::test::background tool(other->as(
+      {mpi_dir + "/pmix_tool", "--uri",
+       "pmix-server." + std::to_string(pmd) + ";tcp4://127.0.0.1:" + std::to_string(server_port),
+       "--spawn", "/usr/bin/touch", "--arg", marker},
+      {"LD_PRELOAD=" + mpi_dir + "/fake_uid.so"}));
+  std::this_thread::sleep_for(500ms);
+  // A silent connection: it would hold the server's progress thread in a blocking receive.
+  pm::test::background idle(
+      other->as({"/usr/bin/python3", "-c", hold_script, std::to_string(server_port)}));
+  idle.wait_lines(1);
+  EXPECT_EQ(idle.text, "connected\n") << "connected after the port was replaced: widen the hook";
+  job.wait_lines(2);
+  EXPECT_EQ(hellos(job.text, 2).size(), 2u) << job.text << file_text(err);
+  EXPECT_EQ(listening_ports(pmd), std::set<int>{own});
+  EXPECT_TRUE(pm::test::alive(pmd));
+  ASSERT_EQ(touch_file(go).exit_code, 0);
+  EXPECT_EQ(WEXITSTATUS(job.wait_status()), 0);
+  EXPECT_FALSE(fs::exists(marker)) << "the attacker's spawn ran";
+  // (PMIx 4.2.2's tool, cut off in its init, waits for ever: `tool` kills it.)
+  const std::string said = file_text(err);
+  EXPECT_NE(said.find("a tool connected to the server's TCP port before it was shut"),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("PMIx: cut off "), std::string::npos) << said;
+  fs::remove(go);
+  fs::remove(err);
+  std::error_code ec;
+  fs::remove(status_dir, ec);
+  expect_nothing_left();
+}
+
 TEST_F(PmrunMpi, AnotherUsersToolIsRefusedAndTheJobAndItsAgentGoOn) {
   // Issue 20, item 2: the refusal handed libpmix a null name and pmd died of SIGSEGV. Now the
   // tool is refused before libpmix sees it; the owner's own tool still attaches afterwards.

@@ -28,6 +28,7 @@
 #include <new>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -1223,6 +1224,12 @@ std::unique_ptr<server> server::start(options opts) {
     p->init_time = std::chrono::steady_clock::now() - t0;
     if (rc != PMIX_SUCCESS) fail("PMIx_server_init", rc);
     if (!p->opts.listener_path.empty()) {
+      // Tests only: widen the moment in which the server's TCP port is open, so that a test can
+      // connect in it (PmrunMpi.ConnectionsMadeToTheServersPortBeforeItIsReplacedAreCutOff). It
+      // delays the owner's own server; it opens nothing.
+      if (const char* d = std::getenv("PM_TEST_PMIX_CONFINE_DELAY_MS"); d != nullptr) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::strtol(d, nullptr, 10)));
+      }
       try {
         confine(*p, before, pmix_dir);
       } catch (...) {
