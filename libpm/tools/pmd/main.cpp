@@ -66,11 +66,23 @@ using ln::owned_fd;
 using clock_type = std::chrono::steady_clock;
 
 constexpr const char* usage =
-    "usage: pmd --stdio --nonce HEX [--grace-ms MS]\n"
-    "       pmd --connect --nonce HEX [--grace-ms MS]   (dial back: PM_AGENT_ADDRS, "
-    "PM_AGENT_PORT,\n"
-    "                                                   PM_AGENT_TOKEN or PM_AGENT_TOKEN_FILE)\n"
-    "  the libpm node agent; started by the launcher, not by hand (docs/agent.md)\n";
+    "usage: pmd --stdio --nonce HEX [--grace-ms MS] [--hello-ms MS]\n"
+    "       pmd --connect --nonce HEX [--grace-ms MS] [--hello-ms MS]   (dial back: "
+    "PM_AGENT_ADDRS,\n"
+    "                         PM_AGENT_PORT, PM_AGENT_TOKEN or PM_AGENT_TOKEN_FILE)\n"
+    "  the libpm node agent; started by the launcher, not by hand (docs/agent.md)\n"
+    "  --hello-ms MS  how long to wait for the launcher's hello (default 20000, the launcher's\n"
+    "                 own hello timeout; 300000 on a socket of a launcher on this machine,\n"
+    "                 which may start pmd before it knows the job; 0: for ever)\n";
+
+// The launcher's hello must come this long after pmd started (--hello-ms): as long as the
+// launcher waits for pmd's (remote_launch::hello_timeout). Over ssh (pipes) the launcher wrote
+// its hello before pmd even ran, so only a stream that is not a launcher's (a silent pipe, a
+// terminal) ever meets the bound. A launcher on this machine (a socket pair) may start pmd early,
+// before it has read the allocation and mapped the job (pm::early_agent), and write its hello
+// only then: it gets longer (a dead launcher closes the socket anyway, which ends pmd at once).
+constexpr std::chrono::milliseconds default_hello_bound{20000};
+constexpr std::chrono::milliseconds default_socket_hello_bound{300000};
 
 struct rank_process {
   pid_t pid = 0;
@@ -94,16 +106,22 @@ struct output_pipe {
 
 class driver {
  public:
-  driver(ln::stream_fds link, ag::options opts, std::uint64_t nonce, std::optional<rlimit> nofile)
-      : link_(link), machine_(std::move(opts)), ep_(endpoint_options(nonce)), nofile_(nofile) {}
+  driver(ln::stream_fds link, ag::options opts, std::uint64_t nonce,
+         std::chrono::milliseconds hello_bound, std::optional<rlimit> nofile)
+      : link_(link),
+        machine_(std::move(opts)),
+        ep_(endpoint_options(nonce, hello_bound)),
+        nofile_(nofile) {}
 
   int run();
 
  private:
-  static ln::endpoint_options endpoint_options(std::uint64_t nonce) {
+  static ln::endpoint_options endpoint_options(std::uint64_t nonce,
+                                               std::chrono::milliseconds hello_bound) {
     ln::endpoint_options o;
     o.self = ln::role::agent;
     o.nonce = nonce;
+    o.hello_timeout = hello_bound;
     return o;
   }
   ln::link_time now() const { return clock_type::now().time_since_epoch(); }
@@ -518,6 +536,9 @@ void driver::flush(bool writable) {
 void driver::lose_link(const std::string& reason) {
   if (!link_open_) return;
   link_open_ = false;
+  // Before the launcher's hello, pmd has no launcher to tell: one line on its stderr (garbage on
+  // its input, another job's nonce, a silent input past --hello-ms, an input that ended).
+  if (!ep_.greeted()) std::fprintf(stderr, "pmd: %s\n", reason.c_str());
   unwatch(link_.read_fd);
   if (link_.write_fd != link_.read_fd) unwatch(link_.write_fd);
   pipes_to_pass_.clear();  // read ends nobody will receive
@@ -707,7 +728,19 @@ int driver::run() {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
-  watch(link_.read_fd, EPOLLIN, tag_link_in);
+  {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag_link_in;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, link_.read_fd, &ev) != 0) {
+      // A regular file or /dev/null: nothing a launcher hands pmd (docs/agent.md).
+      std::fprintf(stderr,
+                   "pmd: its input cannot be waited on (%s): a launcher gives a pipe or a "
+                   "socket\n",
+                   std::strerror(errno));
+      return 2;
+    }
+  }
   if (link_.write_fd != link_.read_fd) {
     watch(link_.write_fd, EPOLLOUT | EPOLLET, tag_link_out);
     // Behind ssh: a larger pipe to sshd takes more output per wake-up (best effort; a socket or
@@ -780,7 +813,14 @@ int driver::run() {
     if (!writer_.flush(link_, ep_, error)) break;
     if (!ep_.output().empty()) ::usleep(1000);
   }
-  pmix_.reset();  // the server stops, its directories go
+  // The PMIx server's directories go; the server itself is not finalized (pmix_gateway::stop):
+  // if it ran, its threads still do, so end now, without the static destructors and atexit
+  // handlers that would meet them.
+  if (pmix_ && !pmix_->stop()) {
+    std::fflush(stderr);
+    std::_Exit(*exit_code_);
+  }
+  pmix_.reset();
   return *exit_code_;
 }
 
@@ -844,6 +884,7 @@ int main(int argc, char** argv) {
   bool stdio = false;
   bool connect = false;  // started by srun: dial the launcher back (docs/slurm.md)
   std::optional<std::uint64_t> nonce;
+  std::optional<std::chrono::milliseconds> hello_bound;
   ag::options opts;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -866,6 +907,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       opts.lost_grace = std::chrono::milliseconds(v);
+    } else if (a == "--hello-ms" && i + 1 < argc) {
+      char* end = nullptr;
+      const long v = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || v < 0 || v > 86'400'000) {
+        std::fprintf(stderr, "pmd: --hello-ms needs milliseconds, not '%s'\n", argv[i]);
+        return 2;
+      }
+      hello_bound = std::chrono::milliseconds(v);
     } else if (a == "--version") {
       std::printf("pmd %s (agent link version %u)\n", PM_VERSION_STRING,
                   pm::link::protocol_version);
@@ -917,7 +966,9 @@ int main(int argc, char** argv) {
   extern char** environ;
   for (char** e = environ; *e != nullptr; ++e) opts.environment.emplace_back(*e);
   try {
-    driver d(link, std::move(opts), *nonce, nofile);
+    const auto bound =
+        hello_bound.value_or(link.socket ? default_socket_hello_bound : default_hello_bound);
+    driver d(link, std::move(opts), *nonce, bound, nofile);
     return d.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pmd: %s\n", e.what());

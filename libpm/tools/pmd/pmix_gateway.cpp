@@ -10,6 +10,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <set>
 
+#include "agent/private_dir.hpp"
 #include "pm/error.hpp"
 
 namespace pmd {
@@ -31,6 +33,7 @@ namespace {
 
 constexpr std::uint64_t tag_listener = 1;
 constexpr std::uint64_t tag_server = 2;
+constexpr std::uint64_t tag_timer = 3;
 constexpr std::uint64_t tag_relay = std::uint64_t{1} << 56;
 
 [[noreturn]] void fail(const std::string& what) {
@@ -40,35 +43,6 @@ constexpr std::uint64_t tag_relay = std::uint64_t{1} << 56;
 std::string tmp_root() {
   const char* t = std::getenv("TMPDIR");
   return t != nullptr && *t != '\0' ? std::string(t) : std::string("/tmp");
-}
-
-void remove_tree(const std::string& path) {
-  if (path.empty()) return;
-  std::error_code ec;
-  fs::remove_all(path, ec);
-}
-
-// Directories of pmd processes that were killed (SIGKILL leaves no time to remove them): ours,
-// named after a pid that no longer runs. Looked for when a server starts, so that only jobs that
-// use PMIx pay for the look.
-void remove_stale(const std::string& root, const std::string& prefix) {
-  DIR* d = ::opendir(root.c_str());
-  if (d == nullptr) return;
-  const uid_t me = ::geteuid();
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.rfind(prefix, 0) != 0) continue;
-    const auto dot = name.find('.', prefix.size());
-    if (dot == std::string::npos) continue;
-    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-    if (pid <= 0 || pid == ::getpid()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    struct stat st {};
-    const std::string path = root + "/" + name;
-    if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != me) continue;
-    remove_tree(path);
-  }
-  ::closedir(d);
 }
 
 std::string module_path() {
@@ -133,8 +107,17 @@ pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, std::vector<std::strin
       executables_(std::move(executables)),
       hooks_(std::move(h)),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
-      relay_(epoll_.get(), tag_relay) {
+      timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)),
+      relay_(epoll_.get(), tag_relay,
+             tcp_relay::options{::geteuid(), std::chrono::milliseconds(5000),
+                                std::chrono::milliseconds(10000),
+                                [this]() -> std::optional<std::string> {
+                                  if (!ensure_server()) return std::nullopt;
+                                  return server_path_;
+                                },
+                                [this](const std::string& line) { say(line); }}) {
   if (!epoll_) fail("epoll_create1");
+  if (!timer_) fail("timerfd_create");
   for (std::uint32_t r = 0; r < job_.rank_node.size(); ++r) {
     if (job_.rank_node[r] == job_.node) local_ranks_.push_back(r);
   }
@@ -168,9 +151,33 @@ pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, std::vector<std::strin
   ev.events = EPOLLIN;
   ev.data.u64 = tag_listener;
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
+  ev.data.u64 = tag_timer;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, timer_.get(), &ev);
 }
 
 pmix_gateway::~pmix_gateway() {
+  stop();  // pmd calls it itself, and ends with _Exit when the server ran
+}
+
+bool pmix_gateway::stop() {
+  if (stopped_) return true;
+  stopped_ = true;
+  // First every relayed connection: PMIx's progress thread must not be waiting on a connection
+  // whose end only this thread would deliver.
+  relay_.close_all();
+  // The refusals, counted: one line for all of them if there were more than were shown.
+  std::string counts;
+  std::uint64_t total = 0;
+  for (const auto& [uid, count] : relay_.refused()) {
+    total += count;
+    counts +=
+        (counts.empty() ? "" : ", ") + std::to_string(count) +
+        (uid < 0 ? " whose owner the kernel could not name" : " from uid " + std::to_string(uid));
+  }
+  if (total > relay_.refused().size()) {
+    std::fprintf(stderr, "pmd: PMIx: refused %llu connections in all: %s\n",
+                 static_cast<unsigned long long>(total), counts.c_str());
+  }
   // Unanswered requests fail (their completions' destructors) while the server still runs.
   aborts_.clear();
   fences_.clear();
@@ -179,27 +186,38 @@ pmix_gateway::~pmix_gateway() {
   spawns_.clear();
   data_ops_.clear();
   lookups_.clear();
-  server_.reset();  // PMIx_server_finalize: its threads end
+  // Not finalized (above): abandoned to the process's end, which comes next.
+  const bool ran = server_ != nullptr;
+  [[maybe_unused]] auto* abandoned = server_.release();
   // The module stays loaded: libpmix keeps atexit handlers and cannot be unloaded safely.
-  if (made_dirs_) {
-    remove_tree(place_.dir);
-    remove_tree(place_.shm_dir);
+  dir_fd_.reset();
+  shm_fd_.reset();
+  std::string why;
+  if (made_dir_ && !pm::agent::remove_private_tree(place_.dir, &why)) {
+    std::fprintf(stderr, "pmd: PMIx: %s\n", why.c_str());
   }
+  if (made_shm_ && !pm::agent::remove_private_tree(place_.shm_dir, &why)) {
+    std::fprintf(stderr, "pmd: PMIx: %s\n", why.c_str());
+  }
+  return !ran;
 }
 
+// Made when the server starts, each checked to be this user's alone and held open
+// (agent/private_dir.hpp): nothing is made through a link or in a directory another user owns
+// or may write to.
 void pmix_gateway::make_dirs() {
-  made_dirs_ = true;  // from here on, whatever exists of them is ours to remove
   const std::string jd = pmix::job_dir(place_, job_.nspace);
   const std::string js = pmix::job_shm_dir(place_, job_.nspace);
-  if (::mkdir(place_.dir.c_str(), 0700) != 0) fail("cannot create " + place_.dir);
-  if (::mkdir(jd.c_str(), 0700) != 0) fail("cannot create " + jd);
+  dir_fd_ = pm::agent::make_private_dir(place_.dir);
+  made_dir_ = true;  // from here on, it is ours to remove
+  if (::mkdirat(dir_fd_.get(), job_.nspace.c_str(), 0700) != 0) fail("cannot create " + jd);
   // No /dev/shm (a container without it): Open MPI's shared-memory transport then finds no
   // backing directory and its ranks talk over the next transport instead.
-  if (::mkdir(place_.shm_dir.c_str(), 0700) == 0) {
-    if (::mkdir(js.c_str(), 0700) != 0) fail("cannot create " + js);
-  } else if (errno == EEXIST) {
-    fail("cannot create " + place_.shm_dir);
-  }
+  struct stat st {};
+  if (::stat("/dev/shm", &st) != 0) return;
+  shm_fd_ = pm::agent::make_private_dir(place_.shm_dir);
+  made_shm_ = true;
+  if (::mkdirat(shm_fd_.get(), job_.nspace.c_str(), 0700) != 0) fail("cannot create " + js);
 }
 
 std::vector<std::string> pmix_gateway::rank_env(std::uint32_t rank) const {
@@ -274,11 +292,12 @@ void pmix_gateway::register_spawned(std::size_t index) {
   if (j.registered) return;
   j.registered = true;
   const auto& facts = *j.add.pmix;
-  const std::string jd = pmix::job_dir(place_, facts.nspace);
-  const std::string js = pmix::job_shm_dir(place_, facts.nspace);
-  if (::mkdir(jd.c_str(), 0700) != 0 && errno != EEXIST) fail("cannot create " + jd);
-  if (::mkdir(js.c_str(), 0700) != 0 && errno != EEXIST && errno != ENOENT) {
-    fail("cannot create " + js);
+  // In the private directories, held open: never through a link.
+  if (::mkdirat(dir_fd_.get(), facts.nspace.c_str(), 0700) != 0 && errno != EEXIST) {
+    fail("cannot create " + pmix::job_dir(place_, facts.nspace));
+  }
+  if (shm_fd_ && ::mkdirat(shm_fd_.get(), facts.nspace.c_str(), 0700) != 0 && errno != EEXIST) {
+    fail("cannot create " + pmix::job_shm_dir(place_, facts.nspace));
   }
   auto info = pmix::job_info_of(facts);
   info.spawned = true;
@@ -289,22 +308,9 @@ void pmix_gateway::register_spawned(std::size_t index) {
     std::vector<std::string> env;
     error = server_->rank_env(facts.nspace, rank, env);
     if (!error.empty()) throw pm::error(pm::errc::system, error);
-    learn_port(env);
   }
   const std::size_t processes = j.add.first + facts.rank_node.size();
   if (client_state_.size() < processes) client_state_.resize(processes, 0);
-}
-
-// The server's own port (the relay's destination), from the first rank's variables.
-void pmix_gateway::learn_port(const std::vector<std::string>& env) {
-  if (server_port_ != 0) return;
-  const std::string uri = value_of(env, "PMIX_SERVER_URI41");
-  const auto colon = uri.rfind(':');
-  server_port_ =
-      colon == std::string::npos
-          ? 0
-          : static_cast<std::uint16_t>(std::strtoul(uri.c_str() + colon + 1, nullptr, 10));
-  if (server_port_ == 0) throw pm::error(pm::errc::system, "no server URI from setup_fork");
 }
 
 void pmix_gateway::say(const std::string& text) {
@@ -316,6 +322,7 @@ void pmix_gateway::say(const std::string& text) {
 }
 
 void pmix_gateway::on_ready() {
+  if (stopped_) return;
   epoll_event events[32];
   const int n = ::epoll_wait(epoll_.get(), events, 32, 0);
   for (int i = 0; i < n; ++i) {
@@ -326,22 +333,43 @@ void pmix_gateway::on_ready() {
       if (server_) {
         const std::string problem = server_->run_pending();
         if (!problem.empty()) say("PMIx: " + problem);
+        take_server_notices();
       }
+    } else if (tag == tag_timer) {
+      std::uint64_t expirations = 0;
+      [[maybe_unused]] const auto r = ::read(timer_.get(), &expirations, sizeof expirations);
+      relay_.on_timer(tcp_relay::clock::now());
     } else if (relay_.owns(tag)) {
       relay_.on_event(tag, events[i].events);
     }
   }
+  arm_timer();
 }
 
+// The timerfd fires at the relay's next deadline (a handshake not complete in time, a drained
+// connection), or never.
+void pmix_gateway::arm_timer() {
+  itimerspec spec{};
+  if (const auto at = relay_.next_deadline()) {
+    const auto left = std::max(std::chrono::nanoseconds(1), *at - tcp_relay::clock::now());
+    spec.it_value.tv_sec = static_cast<time_t>(left.count() / 1'000'000'000);
+    spec.it_value.tv_nsec = static_cast<long>(left.count() % 1'000'000'000);
+  }
+  ::timerfd_settime(timer_.get(), 0, &spec, nullptr);
+}
+
+void pmix_gateway::take_server_notices() {
+  if (!server_) return;
+  for (const auto& line : server_->take_notices()) say(line);
+}
+
+// Every connection goes to the relay, which decides (tcp_relay.hpp): the server starts only
+// once one of the job's owner sent a whole PMIx handshake.
 void pmix_gateway::accept_all() {
   for (;;) {
     pm::link::owned_fd c(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!c) return;                  // EAGAIN, or an error the next readiness reports again
-    if (!ensure_server()) continue;  // closed: the rank's PMIx_Init fails and it ends
-    std::string error;
-    if (!relay_.add(std::move(c), server_port_, error)) {
-      say("PMIx: " + error);
-    }
+    if (!c) return;  // EAGAIN, or an error the next readiness reports again
+    relay_.add(std::move(c));
   }
 }
 
@@ -360,9 +388,17 @@ bool pmix_gateway::ensure_server() {
 }
 
 void pmix_gateway::start_server() {
-  remove_stale(tmp_root(), "pm-pmix.");
-  remove_stale("/dev/shm", "pm-pmix.");
+  // Directories of this user's agents killed by SIGKILL (no time to remove them): looked for
+  // when a server starts, so that only jobs that use PMIx pay for the look.
+  pm::agent::remove_stale_private_dirs(tmp_root(), "pm-pmix.");
+  pm::agent::remove_stale_private_dirs("/dev/shm", "pm-pmix.");
   make_dirs();
+  // The server's socket, in the private directory; named through the open directory when its
+  // path would be too long for a Unix socket address.
+  server_path_ = place_.dir + "/pmix-server.sock";
+  if (server_path_.size() >= 100) {
+    server_path_ = "/proc/self/fd/" + std::to_string(dir_fd_.get()) + "/pmix-server.sock";
+  }
   const std::string path = module_path();
   module_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (module_ == nullptr) {
@@ -384,7 +420,10 @@ void pmix_gateway::start_server() {
   pmix::options opts;
   opts.hostname = place_.hostname;
   opts.dir = place_.dir;
-  opts.shm_dir = place_.shm_dir;
+  opts.shm_dir = shm_fd_ ? place_.shm_dir : std::string();
+  // Only pmd reaches the server; tools find pmd's port in PMIx's rendezvous files.
+  opts.listener_path = server_path_;
+  opts.tool_address = "tcp4://127.0.0.1:" + std::to_string(place_.port);
   opts.on.abort = [this](pmix::abort_request r) {
     const auto rank = process_of(r.caller);
     if (!rank) {
@@ -456,14 +495,16 @@ void pmix_gateway::start_server() {
   if (!server_) throw pm::error(pm::errc::system, error);
   error = server_->register_job(pmix::job_info_of(job_));
   if (!error.empty()) throw pm::error(pm::errc::system, error);
+  take_server_notices();
+  bool checked = false;
   for (const std::uint32_t rank : local_ranks_) {
     std::vector<std::string> env;
     error = server_->rank_env(job_.nspace, rank, env);
     if (!error.empty()) throw pm::error(pm::errc::system, error);
-    if (server_port_ != 0) continue;
-    // What the ranks were told at exec must be what the server says (but for the port, which
-    // is ours; the server's own is where the relay goes).
-    learn_port(env);
+    if (checked) continue;
+    checked = true;
+    // What the ranks were told at exec must be what the server says (but for the URIs: the
+    // ranks reach pmd's port, which relays to the server's private socket).
     for (const auto& told : rank_env(rank)) {
       const auto eq = told.find('=');
       const std::string name = told.substr(0, eq);

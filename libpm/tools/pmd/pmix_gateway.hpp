@@ -1,11 +1,13 @@
 // pmd's PMIx side (docs/pmix.md): the PMIx server of this host's ranks, started only when one of
 // them connects.
 //
-// When the job's setup says the ranks get PMIx, the gateway makes the private directories and
+// When the job's setup says the ranks get PMIx, the gateway names the private directories and
 // listens on 127.0.0.1; each rank is told at exec where its server is (predicted_env.hpp). A job
-// that never calls PMIx costs two directories and a socket. The first connection loads
-// libpm-pmix.so (pmd does not link libpmix), starts the server (about 20 ms), registers the job
-// and every local rank, and from then on the connections are relayed to the server's own port.
+// that never calls PMIx costs a socket. The first connection of the job's owner that sends a
+// whole PMIx handshake loads libpm-pmix.so (pmd does not link libpmix), makes the directories,
+// starts the server (about 20 ms) on a Unix socket in the private directory instead of libpmix's
+// TCP port, registers the job and every local rank; every connection is relayed there
+// (tcp_relay.hpp: the owner check, the handshake buffering).
 //
 // What the server cannot answer alone goes to the launcher through `hooks`: an abort, and the
 // fences that span hosts (the launcher gathers every host's part and answers each with one
@@ -13,6 +15,7 @@
 // of its own, which pmd watches as one descriptor (fd()) and serves with on_ready().
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -55,8 +58,17 @@ class pmix_gateway {
   /// Makes the private directories and the listener; throws pm::error naming what failed.
   /// `executables`: each app's argv[0], as a tool's process table names them.
   pmix_gateway(const pm::link::pmix_job& job, std::vector<std::string> executables, hooks h);
-  /// Stops the server (if it started), fails what is pending, removes the directories.
+  /// stop() unless it ran (its result ignored: pmd calls stop() itself).
   ~pmix_gateway();
+  /// pmd's end: closes every relayed connection, fails what is pending and removes the
+  /// directories. The server itself (if it started) is not finalized: libpmix 4.2.2's
+  /// PMIx_server_finalize has deadlocked (issue 20) and crashed (SIGSEGV inside it, and heap
+  /// corruption, in about one in 30 runs of PmrunMpi.APmixToolSeesTheJobsRanksAndSpawns), and at
+  /// pmd's end it would release nothing the process's exit does not (PMIx's files are in the
+  /// directories removed here; its sockets and threads go with the process). Returns false when
+  /// the server ran: its threads still do, so the process must end with std::_Exit (static
+  /// destructors and libpmix's atexit handlers would meet them).
+  bool stop();
   pmix_gateway(const pmix_gateway&) = delete;
   pmix_gateway& operator=(const pmix_gateway&) = delete;
 
@@ -128,7 +140,8 @@ class pmix_gateway {
   bool members_of(const std::vector<pm::agent::pmix::proc>& participants,
                   pm::link::fence_members& members, std::string& why) const;
   void register_spawned(std::size_t index);
-  void learn_port(const std::vector<std::string>& env);
+  void arm_timer();
+  void take_server_notices();
   void contribute(pm::link::fence_members members, bool collect, std::vector<char> data,
                   pm::agent::pmix::data_completion done);
   void on_query(pm::agent::pmix::query_request r);
@@ -149,11 +162,16 @@ class pmix_gateway {
   bool tcp_only_ = false;
   pm::link::owned_fd epoll_;
   pm::link::owned_fd listener_;
-  bool made_dirs_ = false;
+  pm::link::owned_fd timer_;   // the relay's deadlines (a timerfd in epoll_)
+  pm::link::owned_fd dir_fd_;  // place_.dir, made and held open once the server starts
+  pm::link::owned_fd shm_fd_;  // place_.shm_dir, likewise (none without /dev/shm)
+  std::string server_path_;    // the server's Unix socket (in place_.dir)
+  bool made_dir_ = false;      // place_.dir and place_.shm_dir were made here: ours to remove
+  bool made_shm_ = false;
+  bool stopped_ = false;
   std::optional<std::string> start_failure_;  // set once the server could not start
   void* module_ = nullptr;                    // dlopen handle (kept: the server's code lives there)
   std::unique_ptr<pm::agent::pmix::hosted_server> server_;
-  std::uint16_t server_port_ = 0;
   tcp_relay relay_;
   std::map<std::uint32_t, pm::agent::pmix::completion> aborts_;
   std::map<pm::link::fence_members, std::uint64_t> fence_seq_;

@@ -1,15 +1,32 @@
-// Byte pumps between connections pmd accepted and a port on 127.0.0.1: how the ranks reach the
-// PMIx server that pmd starts only when the first of them connects (pmix_gateway.hpp). The
-// server listens on a port it picks at start; the ranks were told pmd's port at exec.
+// How the ranks and tools reach the PMIx server that pmd starts only when the first of them
+// connects (pmix_gateway.hpp, docs/pmix.md "Who reaches the server"). The ranks were told pmd's
+// port on 127.0.0.1 at exec; the server itself listens on a Unix socket in pmd's private 0700
+// directory, which no other user can reach. For each connection pmd accepts, the relay:
+//   1. asks the kernel who made it (sock_diag, agent/peer_owner.hpp) and closes it at once unless
+//      it is the job's owner (a line per refused uid, the first time; the rest are counted);
+//   2. buffers its first message (the PMIx handshake, agent/pmix/handshake.hpp) within a deadline
+//      and checks it: a connection that sends nothing, too little or garbage never reaches the
+//      server, whose handler would read it with blocking receives on its progress thread;
+//   3. connects to the server's Unix socket, hands the message over in one piece and pumps bytes
+//      both ways; when a client leaves, the server's side is shut for writing only and what
+//      libpmix still writes is read and dropped until it closes its end (libpmix 4.2.2 crashes
+//      when a write of its answer to a handshake fails, and prints a line for any other).
 //
-// Driven by an epoll set the owner polls: add() registers both descriptors of a pair under
-// tags `tag_base | id << 1 | side`, and on_event() takes such a tag. One thread.
+// Driven by an epoll set the owner polls: add() registers both descriptors of a pair under tags
+// `tag_base | id << 1 | side`, on_event() takes such a tag, on_timer() runs the deadlines
+// (next_deadline()). One thread.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <cstdint>
-#include <memory>
+#include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "link/socket.hpp"
 
@@ -17,15 +34,46 @@ namespace pmd {
 
 class tcp_relay {
  public:
-  /// `epoll_fd`: the owner's set; `tag_base`: the top bits that mark the relay's tags.
-  tcp_relay(int epoll_fd, std::uint64_t tag_base) : epoll_(epoll_fd), base_(tag_base) {}
+  using clock = std::chrono::steady_clock;
 
-  /// Relays `accepted` to 127.0.0.1:port. False (and `accepted` closed) if it cannot connect.
-  bool add(pm::link::owned_fd accepted, std::uint16_t port, std::string& error);
+  struct options {
+    /// The only uid whose connections are relayed (the job's owner: pmd's own).
+    uid_t owner = 0;
+    /// A client must have sent its whole handshake this long after it was accepted.
+    std::chrono::milliseconds handshake_deadline{5000};
+    /// A client that left: how long the server's side stays open for libpmix to close it.
+    std::chrono::milliseconds drain_deadline{10000};
+    /// Called when a handshake is complete: where the server listens (a Unix socket path), or
+    /// nothing (it could not start: the connection is closed).
+    std::function<std::optional<std::string>()> server;
+    /// One line for the user.
+    std::function<void(const std::string&)> say;
+  };
+
+  /// `epoll_fd`: the owner's set; `tag_base`: the top bits that mark the relay's tags.
+  tcp_relay(int epoll_fd, std::uint64_t tag_base, options o);
+  ~tcp_relay();
+  tcp_relay(const tcp_relay&) = delete;
+  tcp_relay& operator=(const tcp_relay&) = delete;
+
+  /// A connection pmd accepted on its PMIx port.
+  void add(pm::link::owned_fd accepted);
   /// An epoll event for one of the relay's tags.
   void on_event(std::uint64_t tag, std::uint32_t events);
+  /// Closes what missed its deadline by `now`.
+  void on_timer(clock::time_point now);
+  /// The earliest deadline of a connection (nothing: none is waiting).
+  std::optional<clock::time_point> next_deadline() const;
+  /// Ends every connection (before the server is finalized: its progress thread must not wait
+  /// on a connection whose end only pmd's thread could deliver): the clients' sides are closed,
+  /// the server's are shut for writing (libpmix reads end-of-stream; what it still writes is
+  /// taken) and closed when the relay goes.
+  void close_all();
+
   bool owns(std::uint64_t tag) const { return (tag & ~mask) == base_; }
   std::size_t size() const { return pairs_.size(); }
+  /// Connections refused so far, by the uid that made them (-1: the kernel could not name one).
+  const std::map<long, std::uint64_t>& refused() const { return refused_; }
 
   static constexpr std::uint64_t mask = (std::uint64_t{1} << 48) - 1;
 
@@ -36,18 +84,37 @@ class tcp_relay {
     std::uint32_t interest = 0;
     bool registered = false;
   };
+  enum class phase {
+    greeting,  // the client's handshake is being read; no server side yet
+    relaying,
+    draining,  // the client left: what the server still writes is read and dropped
+  };
   struct pair {
-    side s[2];  // 0: the rank, 1: the server
+    side s[2];  // 0: the client (rank or tool), 1: the server
+    phase ph = phase::greeting;
+    std::string first;             // greeting: what the client sent so far
+    clock::time_point deadline{};  // greeting and draining
   };
   void update(std::uint64_t id, pair& p);
-  bool pump(pair& p, int from);                              // false: the pair is over
-  bool drain(side& to);                                      // false: write failed
+  void remove(std::uint64_t id);
+  bool greet(std::uint64_t id, pair& p);  // false: the pair is over
+  bool connect_server(pair& p);
+  int pump(pair& p, int from);  // 0: both go on; 1 + side: that side ended
+  bool drain(side& to);         // false: write failed
   bool forward(side& to, const char* bytes, std::size_t n);  // false: write failed
+  void client_gone(std::uint64_t id, pair& p);
+  void refuse(long uid, const std::string& why);
+  void once(const std::string& kind, const std::string& line);
 
   int epoll_;
   std::uint64_t base_;
+  options opts_;
+  pm::link::owned_fd diag_;  // NETLINK_SOCK_DIAG, opened on first use
   std::uint64_t next_ = 0;
   std::unordered_map<std::uint64_t, pair> pairs_;
+  std::vector<pm::link::owned_fd> held_;  // the server's sides after close_all()
+  std::map<long, std::uint64_t> refused_;
+  std::map<std::string, std::uint64_t> said_;  // lines said once, by kind, and how often they came
 };
 
 }  // namespace pmd

@@ -56,6 +56,13 @@ class module_server final : public hosted_server {
     }
   }
   std::chrono::nanoseconds init_time() const noexcept override { return s_->init_time(); }
+  std::vector<std::string> take_notices() noexcept override {
+    try {
+      return s_->take_notices();
+    } catch (...) {
+      return {};
+    }
+  }
 
  private:
   std::unique_ptr<server> s_;
@@ -63,7 +70,7 @@ class module_server final : public hosted_server {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) hosted_server* pm_pmix_start_v2(
+extern "C" __attribute__((visibility("default"))) hosted_server* pm_pmix_start_v3(
     const options& opts, std::string& error) noexcept {
   try {
     return new module_server(server::start(opts));

@@ -2,13 +2,19 @@
 // PMIx 4.2.2 and Open MPI 4.1.4 (shared/PMIX.md); each is named where it is used.
 #include "agent/pmix/pmix_host.hpp"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <pmix.h>
 #include <pmix_server.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,16 +23,17 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <mutex>
 #include <new>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <variant>
 
+#include "agent/private_dir.hpp"
 #include "pm/error.hpp"
 
 namespace pm::agent::pmix {
@@ -44,8 +51,6 @@ static_assert(std::string_view(query_keys::debug_support) == PMIX_QUERY_DEBUG_SU
 static_assert(std::string_view(query_keys::supported_keys) == PMIX_QUERY_SUPPORTED_KEYS);
 
 namespace {
-
-namespace fs = std::filesystem;
 
 [[noreturn]] void fail(const std::string& what, pmix_status_t rc) {
   throw pm::error(pm::errc::system, "PMIx: " + what + " failed: " + PMIx_Error_string(rc));
@@ -75,30 +80,60 @@ proc from_pmix(const pmix_proc_t& p) {
   return proc{std::string(p.nspace, ::strnlen(p.nspace, PMIX_MAX_NSLEN)), p.rank};
 }
 
-// Waits on the host thread for a PMIx callback that arrives on PMIx's progress thread.
+// Waits on the host thread for a PMIx callback that arrives on PMIx's progress thread, at most
+// answer_bound: a progress thread that is stuck (issue 20: it once sat in a blocking receive of a
+// connection's handshake) gives an error line instead of a host that waits for ever. The state
+// lives on the heap, shared with the callback, which may still come after the host gave up.
 class waiter {
+  struct state {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    pmix_status_t rc = PMIX_SUCCESS;
+  };
+
  public:
-  static void done(pmix_status_t rc, void* self) { static_cast<waiter*>(self)->finish(rc); }
-  void finish(pmix_status_t rc) {
-    std::lock_guard lock(mu_);
-    rc_ = rc;
-    done_ = true;
-    cv_.notify_all();  // under the lock: the waiter cannot vanish before this returns
+  waiter() : s_(std::make_shared<state>()) {}
+  waiter(const waiter&) = delete;
+  waiter& operator=(const waiter&) = delete;
+  ~waiter() { delete held_; }  // cbdata() given to a call that was never made
+
+  /// What the PMIx call takes as its cbdata (with waiter::done as its callback).
+  void* cbdata() {
+    delete held_;
+    held_ = new std::shared_ptr<state>(s_);
+    return held_;
   }
-  // `started` is what the PMIx call returned: PMIX_SUCCESS means "the callback will come".
-  pmix_status_t wait(pmix_status_t started) {
-    if (started == PMIX_OPERATION_SUCCEEDED) return PMIX_SUCCESS;
-    if (started != PMIX_SUCCESS) return started;
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
-    return rc_;
+  static void done(pmix_status_t rc, void* cbdata) {
+    const std::unique_ptr<std::shared_ptr<state>> held(
+        static_cast<std::shared_ptr<state>*>(cbdata));
+    state& s = **held;
+    std::lock_guard lock(s.mu);
+    s.rc = rc;
+    s.done = true;
+    s.cv.notify_all();
+  }
+  /// `started` is what the PMIx call returned: PMIX_SUCCESS means "the callback will come".
+  /// Throws pm::error naming `what` when it did not come within answer_bound.
+  pmix_status_t wait(pmix_status_t started, const char* what) {
+    if (started != PMIX_SUCCESS) {
+      delete held_;  // no callback will come to free it
+      held_ = nullptr;
+      return started == PMIX_OPERATION_SUCCEEDED ? PMIX_SUCCESS : started;
+    }
+    held_ = nullptr;  // the callback's now
+    std::unique_lock lock(s_->mu);
+    if (!s_->cv.wait_for(lock, answer_bound, [&] { return s_->done; })) {
+      throw pm::error(pm::errc::system, std::string("PMIx: ") + what + " gave no answer within " +
+                                            std::to_string(answer_bound.count()) +
+                                            " s (its progress thread is stuck)");
+    }
+    return s_->rc;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  pmix_status_t rc_ = PMIX_SUCCESS;
+  std::shared_ptr<state> s_;
+  std::shared_ptr<state>* held_ = nullptr;
 };
 
 // pmix_data_array_t of pmix_info_t, destroyed with its contents.
@@ -334,9 +369,23 @@ struct server::impl {
   std::chrono::nanoseconds init_time{0};
   bool running = false;
   std::shared_ptr<liveness> live = std::make_shared<liveness>();
-  std::mutex mu;  // guards queue
+  std::mutex mu;  // guards queue and notes
   std::vector<std::function<void(callbacks&)>> queue;
+  std::vector<std::string> notes;  // lines for the host (take_notices)
   std::map<std::string, job_state> jobs;
+  // Set once the server's TCP listener was replaced (options::listener_path) and every
+  // connection it took was shut: from then on, a tool can only have come through the host's
+  // socket. Read on PMIx's progress thread.
+  std::atomic<bool> confined{false};
+  std::vector<int> decoys;  // ends of socket pairs given to libpmix instead of cut connections
+
+  void note(std::string line) {
+    try {
+      std::lock_guard lock(mu);
+      notes.push_back(std::move(line));
+    } catch (...) {  // out of memory: the host misses a line
+    }
+  }
 
   // From the progress thread: queue work for the host thread and wake it.
   void post(std::function<void(callbacks&)> work) {
@@ -361,6 +410,14 @@ bool started_once = false;  // guarded by start_mu
 // ---- upcalls: on PMIx's progress thread; copy, queue, return ----
 // They are C callbacks: nothing may throw out of them. Until a request's completion exists, a
 // failure is returned to PMIx as a status; after that, the completion carries it.
+
+// Tools that connected to the server's TCP port before it was shut (on_tool_connected) are named
+// with this prefix; whatever they ask is refused at once, the host never sees it.
+constexpr std::string_view untrusted_prefix = "pm-untrusted.";
+bool untrusted(const pmix_proc_t* p) noexcept {
+  return p != nullptr &&
+         std::strncmp(p->nspace, untrusted_prefix.data(), untrusted_prefix.size()) == 0;
+}
 
 void notify(void (*pick)(callbacks&, const proc&), bool wanted, const pmix_proc_t* p) noexcept {
   server::impl* s = current.load();
@@ -403,6 +460,7 @@ pmix_status_t queue_request(server::impl* s, std::shared_ptr<Request> r, Complet
 
 pmix_status_t on_abort(const pmix_proc_t* p, void*, int exit_status, const char msg[],
                        pmix_proc_t procs[], size_t nprocs, pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  if (untrusted(p)) return PMIX_ERR_NO_PERMISSIONS;
   server::impl* s = current.load();
   // No handler: release the caller now (PMIX_OPERATION_SUCCEEDED: cbfunc will not be called).
   if (s == nullptr || !s->opts.on.abort) return PMIX_OPERATION_SUCCEEDED;
@@ -467,6 +525,7 @@ pmix_status_t on_direct_modex(const pmix_proc_t* p, const pmix_info_t[], size_t,
 
 pmix_status_t on_query(pmix_proc_t* p, pmix_query_t* queries, size_t nqueries,
                        pmix_info_cbfunc_t cbfunc, void* cbdata) {
+  if (untrusted(p)) return PMIX_ERR_NO_PERMISSIONS;
   server::impl* s = current.load();
   if (s == nullptr || !s->opts.on.query || cbfunc == nullptr) return PMIX_ERR_NOT_SUPPORTED;
   std::shared_ptr<query_request> r;
@@ -530,25 +589,29 @@ pmix_status_t on_query(pmix_proc_t* p, pmix_query_t* queries, size_t nqueries,
 }
 
 // A tool attaches (PMIx_tool_init): PMIx 4.2.2 refuses tools when the host has no answer here.
-// Nothing for the host to decide: the tool gets a namespace of its own (one per connection, as
-// PRRTE names them), answered at once on the progress thread. A tool of another user is refused
-// (the server listens on 127.0.0.1, which every local user reaches).
-void on_tool_connected(pmix_info_t* info, size_t ninfo, pmix_tool_connection_cbfunc_t cbfunc,
-                       void* cbdata) {
+// Who may connect at all was decided before libpmix read a byte: the host's relay asks the kernel
+// who made each connection (docs/pmix.md, "Who reaches the server"); the uid a tool writes into
+// its handshake is not looked at. Nor can a tool be refused here: libpmix 4.2.2's refusal path
+// crashes the server (cnct_cbfunc reads the name it was not given, and process_cbfunc unlinks
+// the tool's namespace from a list it never joined). So every tool gets a name of its own (one
+// per connection, as PRRTE names them), answered at once on the progress thread; one that
+// connected before the server's TCP port was shut (options::listener_path) is named
+// "pm-untrusted.*", its connection was shut already, and whatever it asks is refused.
+void on_tool_connected(pmix_info_t*, size_t, pmix_tool_connection_cbfunc_t cbfunc, void* cbdata) {
   static std::atomic<unsigned> tools{0};
   if (cbfunc == nullptr) return;
-  for (size_t i = 0; i < ninfo; ++i) {
-    if (PMIX_CHECK_KEY(&info[i], PMIX_USERID) && info[i].value.type == PMIX_UINT32 &&
-        info[i].value.data.uint32 != ::geteuid()) {
-      cbfunc(PMIX_ERR_NO_PERMISSIONS, nullptr, cbdata);
-      return;
-    }
-  }
+  server::impl* s = current.load();
+  const bool trusted = s == nullptr || s->opts.listener_path.empty() || s->confined.load();
   pmix_proc_t tool;
   char name[PMIX_MAX_NSLEN + 1];
-  std::snprintf(name, sizeof name, "pm-tool.%ld.%u", static_cast<long>(::getpid()),
-                tools.fetch_add(1));
+  std::snprintf(name, sizeof name, "%s.%ld.%u", trusted ? "pm-tool" : "pm-untrusted",
+                static_cast<long>(::getpid()), tools.fetch_add(1));
   PMIX_PROC_LOAD(&tool, name, 0);
+  if (!trusted && s != nullptr) {
+    s->note(
+        "PMIx: a tool connected to the server's TCP port before it was shut; it was cut off "
+        "and is refused whatever it asks");
+  }
   cbfunc(PMIX_SUCCESS, &tool, cbdata);
 }
 
@@ -624,6 +687,7 @@ std::vector<std::string> split_hosts(const std::string& list) {
 pmix_status_t on_spawn(const pmix_proc_t* p, const pmix_info_t job_info[], size_t ninfo,
                        const pmix_app_t apps[], size_t napps, pmix_spawn_cbfunc_t cbfunc,
                        void* cbdata) {
+  if (untrusted(p)) return PMIX_ERR_NO_PERMISSIONS;
   server::impl* s = current.load();
   if (s == nullptr || !s->opts.on.spawn || cbfunc == nullptr) return PMIX_ERR_NOT_SUPPORTED;
   std::shared_ptr<spawn_request> r;
@@ -683,6 +747,7 @@ pmix_status_t on_spawn(const pmix_proc_t* p, const pmix_info_t job_info[], size_
 
 pmix_status_t on_publish(const pmix_proc_t* p, const pmix_info_t info[], size_t ninfo,
                          pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  if (untrusted(p)) return PMIX_ERR_NO_PERMISSIONS;
   server::impl* s = current.load();
   if (s == nullptr || !s->opts.on.publish) return PMIX_ERR_NOT_SUPPORTED;
   std::shared_ptr<publish_request> r;
@@ -706,6 +771,7 @@ pmix_status_t on_publish(const pmix_proc_t* p, const pmix_info_t info[], size_t 
 
 pmix_status_t on_lookup(const pmix_proc_t* p, char** keys, const pmix_info_t info[], size_t ninfo,
                         pmix_lookup_cbfunc_t cbfunc, void* cbdata) {
+  if (untrusted(p)) return PMIX_ERR_NO_PERMISSIONS;
   server::impl* s = current.load();
   if (s == nullptr || !s->opts.on.lookup || cbfunc == nullptr) return PMIX_ERR_NOT_SUPPORTED;
   std::shared_ptr<lookup_request> r;
@@ -759,6 +825,7 @@ pmix_status_t on_lookup(const pmix_proc_t* p, char** keys, const pmix_info_t inf
 
 pmix_status_t on_unpublish(const pmix_proc_t* p, char** keys, const pmix_info_t[], size_t,
                            pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  if (untrusted(p)) return PMIX_ERR_NO_PERMISSIONS;
   server::impl* s = current.load();
   if (s == nullptr || !s->opts.on.unpublish) return PMIX_ERR_NOT_SUPPORTED;
   std::shared_ptr<unpublish_request> r;
@@ -838,9 +905,240 @@ std::string default_tmp_root() {
   return t != nullptr && *t != '\0' ? std::string(t) : std::string("/tmp");
 }
 
+// Never follows a link, never removes another user's entries (agent/private_dir.hpp).
 void remove_tree(const std::string& path) {
-  std::error_code ec;
-  fs::remove_all(path, ec);
+  pm::agent::remove_private_tree(path);
+}
+
+// ---- the server's own listener, replaced by a private one (options::listener_path) ----
+
+// A listening TCP socket of this process.
+struct inet_listener {
+  int fd = -1;
+  ino_t inode = 0;
+  std::uint16_t port = 0;
+};
+
+// The port of a TCP/IP socket's own end (0: not one).
+std::uint16_t own_port(int fd) {
+  sockaddr_storage sa{};
+  socklen_t len = sizeof sa;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return 0;
+  if (sa.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(sa).sin_port);
+  if (sa.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(sa).sin6_port);
+  return 0;
+}
+
+// Calls `each(fd, stat, listening)` for every socket descriptor of this process.
+template <class F>
+void for_each_socket(F each) {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return;
+  const int own = ::dirfd(d);
+  while (const dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == own) continue;
+    struct stat st {};
+    if (::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0) {
+      continue;
+    }
+    each(static_cast<int>(fd), st, listening != 0);
+  }
+  ::closedir(d);
+}
+
+std::vector<inet_listener> inet_listeners() {
+  std::vector<inet_listener> out;
+  for_each_socket([&](int fd, const struct stat& st, bool listening) {
+    if (!listening) return;
+    if (const std::uint16_t port = own_port(fd); port != 0) out.push_back({fd, st.st_ino, port});
+  });
+  return out;
+}
+
+// Cuts off every connection this process accepted on TCP port `port` (the server's, before it
+// was replaced): libpmix's descriptor is pointed at one end of a socket pair instead (dup3), the
+// TCP socket is shut (the peer is gone; a receive blocked on it returns), and the pair's other end
+// is kept in `decoys` with its write side shut. So libpmix reads end-of-stream and tears the
+// connection down by its normal path, and whatever it still writes (the rest of a handshake's
+// answer) is taken: libpmix 4.2.2 crashes when a handshake write fails. Returns how many.
+std::size_t cut_off_accepted(std::uint16_t port, std::vector<int>& decoys) {
+  std::size_t n = 0;
+  for_each_socket([&](int fd, const struct stat&, bool listening) {
+    if (listening || own_port(fd) != port) return;
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+      ::shutdown(fd, SHUT_RDWR);  // no pair: cut it off all the same
+      ++n;
+      return;
+    }
+    const int tcp = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    ::shutdown(pair[1], SHUT_WR);
+    ::dup3(pair[0], fd, O_CLOEXEC);
+    ::close(pair[0]);
+    if (tcp >= 0) {
+      ::shutdown(tcp, SHUT_RDWR);
+      ::close(tcp);
+    }
+    decoys.push_back(pair[1]);
+    ++n;
+  });
+  return n;
+}
+
+// A connection to the server's new socket carrying a header libpmix refuses (a payload beyond
+// PMIX_MAX_CRED_SIZE). Once libpmix closed it, its listener thread took this connection, so it
+// took every earlier one, and its progress thread handled it, so it handled every connection
+// queued before it (libevent runs active events of one priority in order).
+class probe {
+ public:
+  explicit probe(const std::string& path) {
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const std::uint32_t header[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0};
+    ok_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0 &&
+          ::send(fd_, header, sizeof header, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof header);
+  }
+  probe(const probe&) = delete;
+  probe& operator=(const probe&) = delete;
+  ~probe() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  /// True once libpmix closed it; false if it did not within answer_bound.
+  bool wait_closed() {
+    if (!ok_) return false;
+    const auto until = std::chrono::steady_clock::now() + answer_bound;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd pfd{fd_, POLLIN, 0};
+      const int rc = ::poll(&pfd, 1, static_cast<int>(left.count()));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc <= 0) return false;
+      char buf[64];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return true;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+};
+
+// The first line of each rendezvous file PMIx wrote for tools ("pmix.<host>.tool.<pid>", ...)
+// names the server's TCP address after a ';': it becomes `address` (pmd's relay).
+void point_rendezvous_files(const std::string& dir, const std::string& address) {
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return;
+  const int lfd = ::dup(dfd);
+  DIR* d = lfd < 0 ? nullptr : ::fdopendir(lfd);
+  if (d == nullptr) {
+    if (lfd >= 0) ::close(lfd);
+    ::close(dfd);
+    return;
+  }
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "pmix.", 5) != 0) continue;
+    const int fd = ::openat(dfd, e->d_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st {};
+    std::string text;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < 65536) {
+      text.resize(static_cast<std::size_t>(st.st_size));
+      if (::pread(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+        text.clear();
+      }
+    }
+    const auto eol = text.find('\n');
+    const auto semi = text.find(';');
+    if (eol != std::string::npos && semi != std::string::npos && semi < eol) {
+      text = text.substr(0, semi + 1) + address + text.substr(eol);
+      if (::ftruncate(fd, 0) == 0) {
+        [[maybe_unused]] const auto n = ::pwrite(fd, text.data(), text.size(), 0);
+      }
+    }
+    ::close(fd);
+  }
+  ::closedir(d);
+  ::close(dfd);
+}
+
+// Right after PMIx_server_init: the one TCP listener libpmix made (a listening socket that was
+// not there before) is replaced by a Unix socket listening at opts.listener_path. libpmix's
+// listener thread select()s on the same descriptor number with a 2 s timeout and accept()s on
+// it (ptl_base_listener.c, 4.2.2), so it takes the private socket's connections from its next
+// round on; shutting the TCP socket ends its port at once (connections waiting in its backlog are
+// reset) and wakes that thread. Connections libpmix accepted on the port meanwhile are shut, after
+// a probe has made sure its threads are past all of them; a tool among them was named untrusted
+// (on_tool_connected). libpmix handles the Unix socket as it did the TCP one: it only sets
+// (non)blocking mode, receives and sends, and ignores the peer address.
+void confine(server::impl& p, const std::vector<inet_listener>& before,
+             const std::string& pmix_dir) {
+  std::vector<inet_listener> fresh;
+  for (const auto& l : inet_listeners()) {
+    if (std::none_of(before.begin(), before.end(),
+                     [&](const inet_listener& b) { return b.inode == l.inode; })) {
+      fresh.push_back(l);
+    }
+  }
+  if (fresh.size() != 1) {
+    throw pm::error(pm::errc::system, "PMIx: cannot tell which socket the server listens on (" +
+                                          std::to_string(fresh.size()) + " new listening sockets)");
+  }
+  const inet_listener server_socket = fresh.front();
+  const std::string& path = p.opts.listener_path;
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof sa.sun_path) {
+    throw pm::error(pm::errc::system, "PMIx: socket path too long: " + path);
+  }
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  const int u = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (u < 0 || ::bind(u, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(u, SOMAXCONN) != 0) {
+    const int e = errno;
+    if (u >= 0) ::close(u);
+    throw pm::error(pm::errc::system, "PMIx: cannot listen on " + path + ": " + std::strerror(e));
+  }
+  const int tcp = ::fcntl(server_socket.fd, F_DUPFD_CLOEXEC, 0);
+  if (tcp < 0 || ::dup3(u, server_socket.fd, O_CLOEXEC) < 0) {
+    const int e = errno;
+    ::close(u);
+    if (tcp >= 0) ::close(tcp);
+    throw pm::error(pm::errc::system,
+                    std::string("PMIx: cannot replace the server's socket: ") + std::strerror(e));
+  }
+  ::close(u);
+  // The probe waits on the new socket before the TCP one is shut: shutting it wakes the listener
+  // thread from its select(), whose next look at the descriptor then finds the probe (Linux's
+  // select() waits on what the descriptor named when it began; without a connection pending on
+  // the new socket it would sleep out its 2 s timeout).
+  probe first(path);
+  ::shutdown(tcp, SHUT_RDWR);
+  ::close(tcp);
+  // Connections taken meanwhile: cut off before waiting for the probe (a silent one would hold
+  // the progress thread in a blocking receive), and again after it (one the listener thread was
+  // accepting while its socket was replaced).
+  std::size_t cut = cut_off_accepted(server_socket.port, p.decoys);
+  if (!first.wait_closed()) {
+    throw pm::error(pm::errc::system, "PMIx: the server took no connection on " + path +
+                                          " within " + std::to_string(answer_bound.count()) + " s");
+  }
+  cut += cut_off_accepted(server_socket.port, p.decoys);
+  if (cut > 0) {
+    p.note("PMIx: cut off " + std::to_string(cut) +
+           " connection(s) made to the server's TCP port before it was replaced");
+  }
+  p.confined.store(true);
+  if (!p.opts.tool_address.empty()) point_rendezvous_files(pmix_dir, p.opts.tool_address);
 }
 
 }  // namespace
@@ -915,6 +1213,8 @@ std::unique_ptr<server> server::start(options opts) {
     list.convert(info);
     current.store(p.get());
     started_once = true;  // even a failed init leaves libpmix unable to start again
+    const std::vector<inet_listener> before =
+        p->opts.listener_path.empty() ? std::vector<inet_listener>() : inet_listeners();
     const auto t0 = std::chrono::steady_clock::now();
     pmix_status_t rc;
     {
@@ -923,6 +1223,21 @@ std::unique_ptr<server> server::start(options opts) {
     }
     p->init_time = std::chrono::steady_clock::now() - t0;
     if (rc != PMIX_SUCCESS) fail("PMIx_server_init", rc);
+    if (!p->opts.listener_path.empty()) {
+      // Tests only: widen the moment in which the server's TCP port is open, so that a test can
+      // connect in it (PmrunMpi.ConnectionsMadeToTheServersPortBeforeItIsReplacedAreCutOff). It
+      // delays the owner's own server; it opens nothing.
+      if (const char* d = std::getenv("PM_TEST_PMIX_CONFINE_DELAY_MS"); d != nullptr) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::strtol(d, nullptr, 10)));
+      }
+      try {
+        confine(*p, before, pmix_dir);
+      } catch (...) {
+        PMIx_server_finalize();
+        for (const int fd : p->decoys) ::close(fd);
+        throw;
+      }
+    }
   } catch (...) {
     current.store(nullptr);
     ::close(p->efd);
@@ -1004,37 +1319,56 @@ void server::register_job(const job_info& job) {
   //    plain Debian machine, but a fabric plugin may add some.
   info_list list;
   {
+    // Filled on PMIx's progress thread; kept alive by the callback if the host gave up waiting.
     struct setup_result {
-      waiter w;
-      info_list* list;
-      std::vector<std::string>* env;
+      std::mutex mu;
+      info_list infos;
+      std::vector<std::string> env;
       std::string error;
-    } res{{}, &list, &state.setup_env, {}};
+    };
+    struct carrier {
+      std::shared_ptr<setup_result> res;
+      void* done;  // the waiter's cbdata
+    };
+    auto res = std::make_shared<setup_result>();
+    waiter w;
+    auto* c = new carrier{res, w.cbdata()};
     auto cb = [](pmix_status_t rc, pmix_info_t info[], size_t ninfo, void* provided,
                  pmix_op_cbfunc_t cbfunc, void* cbdata) {
-      auto* r = static_cast<setup_result*>(provided);
-      try {  // nothing may throw into libpmix
-        for (size_t i = 0; rc == PMIX_SUCCESS && i < ninfo; ++i) {
-          const pmix_info_t& in = info[i];
-          if (in.value.type == PMIX_ENVAR &&
-              (PMIX_CHECK_KEY(&in, PMIX_SET_ENVAR) || PMIX_CHECK_KEY(&in, PMIX_ADD_ENVAR))) {
-            const pmix_envar_t& e = in.value.data.envar;
-            if (e.envar != nullptr) {
-              r->env->push_back(std::string(e.envar) + "=" + (e.value != nullptr ? e.value : ""));
+      const std::unique_ptr<carrier> held(static_cast<carrier*>(provided));
+      {
+        setup_result& r = *held->res;
+        std::lock_guard lock(r.mu);
+        try {  // nothing may throw into libpmix
+          for (size_t i = 0; rc == PMIX_SUCCESS && i < ninfo; ++i) {
+            const pmix_info_t& in = info[i];
+            if (in.value.type == PMIX_ENVAR &&
+                (PMIX_CHECK_KEY(&in, PMIX_SET_ENVAR) || PMIX_CHECK_KEY(&in, PMIX_ADD_ENVAR))) {
+              const pmix_envar_t& e = in.value.data.envar;
+              if (e.envar != nullptr) {
+                r.env.push_back(std::string(e.envar) + "=" + (e.value != nullptr ? e.value : ""));
+              }
+            } else {
+              r.infos.add_copy(in);
             }
-          } else {
-            r->list->add_copy(in);
           }
+        } catch (const std::exception& ex) {
+          r.error = ex.what();
         }
-      } catch (const std::exception& ex) {
-        r->error = ex.what();
       }
       if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
-      r->w.finish(rc);
+      waiter::done(rc, held->done);
     };
-    const pmix_status_t rc = res.w.wait(PMIx_server_setup_application(ns, nullptr, 0, cb, &res));
+    const pmix_status_t started = PMIx_server_setup_application(ns, nullptr, 0, cb, c);
+    if (started != PMIX_SUCCESS) delete c;  // no callback will come
+    const pmix_status_t rc = w.wait(started, "PMIx_server_setup_application");
     if (rc != PMIX_SUCCESS) fail("PMIx_server_setup_application", rc);
-    if (!res.error.empty()) throw pm::error(pm::errc::system, res.error);
+    std::lock_guard lock(res->mu);
+    if (!res->error.empty()) throw pm::error(pm::errc::system, res->error);
+    state.setup_env = res->env;
+    info_array extra;
+    res->infos.convert(extra);
+    for (std::size_t i = 0; i < extra.size(); ++i) list.add_copy(extra.data()[i]);
   }
 
   // 2. Job level (what Open MPI 4.1 reads, as PRRTE and Slurm register it).
@@ -1102,18 +1436,21 @@ void server::register_job(const job_info& job) {
   list.convert(info);
   {
     waiter w;
-    const pmix_status_t rc = w.wait(PMIx_server_register_nspace(
-        ns, static_cast<int>(local.size()), info.data(), info.size(), waiter::done, &w));
+    const pmix_status_t rc =
+        w.wait(PMIx_server_register_nspace(ns, static_cast<int>(local.size()), info.data(),
+                                           info.size(), waiter::done, w.cbdata()),
+               "PMIx_server_register_nspace");
     if (rc != PMIX_SUCCESS) fail("PMIx_server_register_nspace", rc);
   }
   {
     waiter w;
     const pmix_status_t rc =
-        w.wait(PMIx_server_setup_local_support(ns, nullptr, 0, waiter::done, &w));
+        w.wait(PMIx_server_setup_local_support(ns, nullptr, 0, waiter::done, w.cbdata()),
+               "PMIx_server_setup_local_support");
     if (rc != PMIX_SUCCESS) {
       waiter d;
-      PMIx_server_deregister_nspace(ns, waiter::done, &d);
-      d.wait(PMIX_SUCCESS);
+      PMIx_server_deregister_nspace(ns, waiter::done, d.cbdata());
+      d.wait(PMIX_SUCCESS, "PMIx_server_deregister_nspace");
       fail("PMIx_server_setup_local_support", rc);
     }
   }
@@ -1136,8 +1473,9 @@ std::vector<std::string> server::rank_env(const std::string& nspace, std::uint32
   PMIX_PROC_LOAD(&p, nspace.c_str(), rank);
   {
     waiter w;
-    const pmix_status_t rc = w.wait(
-        PMIx_server_register_client(&p, ::geteuid(), ::getegid(), nullptr, waiter::done, &w));
+    const pmix_status_t rc = w.wait(PMIx_server_register_client(&p, ::geteuid(), ::getegid(),
+                                                                nullptr, waiter::done, w.cbdata()),
+                                    "PMIx_server_register_client");
     if (rc != PMIX_SUCCESS) fail("PMIx_server_register_client", rc);
   }
   char** env = nullptr;
@@ -1276,8 +1614,11 @@ void server::deregister_job(const std::string& nspace) {
     pmix_nspace_t ns;
     PMIX_LOAD_NSPACE(ns, nspace.c_str());
     waiter w;
-    PMIx_server_deregister_nspace(ns, waiter::done, &w);
-    w.wait(PMIX_SUCCESS);
+    PMIx_server_deregister_nspace(ns, waiter::done, w.cbdata());
+    try {
+      w.wait(PMIX_SUCCESS, "PMIx_server_deregister_nspace");
+    } catch (const pm::error&) {  // the namespace's directories go all the same
+    }
   }
   remove_tree(it->second.dir);
   if (!it->second.shm_dir.empty()) remove_tree(it->second.shm_dir);
@@ -1303,6 +1644,8 @@ void server::stop() {
   PMIx_server_finalize();
   current.store(nullptr);
   drain();
+  for (const int fd : impl_->decoys) ::close(fd);
+  impl_->decoys.clear();
   impl_->jobs.clear();
   ::close(impl_->efd);
   impl_->efd = -1;
@@ -1320,6 +1663,13 @@ std::string server::job_tmpdir(const std::string& nspace) const {
 
 std::chrono::nanoseconds server::init_time() const noexcept {
   return impl_->init_time;
+}
+
+std::vector<std::string> server::take_notices() {
+  std::vector<std::string> out;
+  std::lock_guard lock(impl_->mu);
+  out.swap(impl_->notes);
+  return out;
 }
 
 }  // namespace pm::agent::pmix

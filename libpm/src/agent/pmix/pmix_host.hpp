@@ -4,7 +4,9 @@
 // local rank's environment, spawn the ranks yourself, and serve the requests PMIx cannot answer
 // on its own (abort, fences and direct modex that span hosts, tools' queries) from your event
 // loop; spawn, publish/lookup and connect are the host's too. PMIx tools may attach
-// (PMIx_tool_init): each gets a namespace of its own.
+// (PMIx_tool_init): each gets a namespace of its own. Who may connect at all is the host's to
+// decide before libpmix reads a byte: options::listener_path takes the server off libpmix's TCP
+// port (which every local user reaches, and whose clients libpmix believes about their uid).
 // It lives in its own static library (pm_pmix) so that libpm never links libpmix: PMIx starts a
 // progress thread and needs care with signals, which a library must not impose on the programs
 // that embed it. Only pmd and the tests link it.
@@ -18,7 +20,7 @@
 //     start-up work) if the server is handed over only once it returned. register_job, rank_env
 //     and deregister_job block the host thread while PMIx's progress thread does the work
 //     (measured: 1-4 ms per job, 0.03-0.2 ms per rank, 2-20 ms; more on a loaded machine:
-//     docs/pmix.md).
+//     docs/pmix.md), at most answer_bound each: then they throw (deregister_job gives up).
 //   - PMIx calls us ("upcalls") on its own progress thread. We never run host code there: each
 //     upcall copies its arguments into a queue, makes event_fd() readable and returns at once.
 //     The host polls event_fd() and calls run_pending(), which runs the `callbacks` on the host
@@ -386,8 +388,26 @@ struct options {
   /// Share the server's hwloc topology with the ranks (without it every rank discovers it again
   /// and MPI_Init gets slower).
   bool share_topology = true;
+  /// Where the server takes its connections instead of the TCP port libpmix 4.2.2 listens on,
+  /// which every local user reaches (docs/pmix.md, "Who reaches the server"): a Unix socket path
+  /// in a private (0700) directory, at most 107 bytes ("/proc/self/fd/N/name" names one in a
+  /// directory held open). Right after PMIx_server_init the server's listening socket is
+  /// replaced by one listening here (dup2 over its descriptor), the TCP port is shut, and every
+  /// connection it took meanwhile is shut too; a tool that connected meanwhile is named
+  /// "pm-untrusted.*" and refused whatever it asks. start() throws if that cannot be done.
+  /// Empty: the server stays on its TCP port and serves whoever connects (tests that connect
+  /// their ranks straight to it; pmd always gives a path and relays the ranks' connections).
+  std::string listener_path;
+  /// With listener_path: the address ("tcp4://127.0.0.1:PORT", pmd's relay) that the rendezvous
+  /// files PMIx writes for tools in its tmpdir give instead of the server's shut TCP port.
+  std::string tool_address;
   callbacks on;
 };
+
+/// How long the host thread waits for libpmix to answer a call that completes on PMIx's progress
+/// thread (register_job, rank_env, deregister_job, start's confinement): a progress thread that
+/// is stuck gives the host an error line, never a wait for ever.
+inline constexpr std::chrono::seconds answer_bound{10};
 
 /// One rank of the job as every rank of it is told.
 struct rank_info {
@@ -484,6 +504,9 @@ class server {
   std::string job_tmpdir(const std::string& nspace) const;
   /// How long PMIx_server_init took.
   std::chrono::nanoseconds init_time() const noexcept;
+  /// Lines the host should show, once each: connections made to the server's TCP port before it
+  /// was shut, tools that connected through it.
+  std::vector<std::string> take_notices();
 
   struct impl;
 

@@ -32,12 +32,15 @@ class hosted_server {
   /// server::notify; "" or what failed.
   virtual std::string notify(const event_notice& notice) noexcept = 0;
   virtual std::chrono::nanoseconds init_time() const noexcept = 0;
+  /// server::take_notices (empty if that failed).
+  virtual std::vector<std::string> take_notices() noexcept = 0;
 };
 
 /// The module's one exported function: starts the server, or returns null and says why.
 using start_function = hosted_server* (*)(const options& opts, std::string& error) noexcept;
-/// v2: options::on grew the spawn, publish/lookup and connect callbacks (a v1 module is refused).
-inline constexpr const char* start_symbol = "pm_pmix_start_v2";
+/// v2: options::on grew the spawn, publish/lookup and connect callbacks; v3: options grew
+/// listener_path and tool_address, hosted_server take_notices (an older module is refused).
+inline constexpr const char* start_symbol = "pm_pmix_start_v3";
 /// The module's file name; pmd looks beside its own lib directory (PM_PMIX_MODULE overrides).
 inline constexpr const char* module_file = "libpm-pmix.so";
 
