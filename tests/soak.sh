@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The soak (docs/soak.md): runs ctest labels again and again while a CPU hog per core keeps the
 # machine busy, and after every round looks for what a hang or a race leaves behind.
-#   tests/soak.sh [--build DIR] [--rounds N] [--labels "mpi multihost"] [--hogs N] [--ctest-j N]
+#   tests/soak.sh [--build DIR] [--rounds N] [--labels "mpi multihost"] [--hogs N] [--hog-nice N]
+#                 [--ctest-j N]
 # A hang is a test ctest killed at its timeout; a leftover is, after a round, a process running a
 # program of the build tree, a fake host's network namespace or record, a PMIx directory, or a
 # test user (pmt*) that was not there before the soak. Prints one line per round and a closing line
@@ -12,6 +13,7 @@ build="$here/../build"
 rounds=10
 labels="mpi multihost"
 hogs=$(nproc)
+hog_nice=0 # as busy as another build: the hogs compete with the tests on equal terms
 ctest_j=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -19,14 +21,15 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --labels) labels=$2; shift 2 ;;
     --hogs) hogs=$2; shift 2 ;;
+    --hog-nice) hog_nice=$2; shift 2 ;;
     --ctest-j) ctest_j=$2; shift 2 ;;
-    *) sed -n '2,8p' "$0"; exit 2 ;;
+    *) sed -n '2,9p' "$0"; exit 2 ;;
   esac
 done
 build=$(cd "$build" && pwd)
 PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 
-# The hogs: busy loops at the lowest priority, ended by the pids started here.
+# The hogs: busy loops, ended by the pids started here.
 hog_pids=()
 stop_hogs() {
   for p in "${hog_pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -34,7 +37,7 @@ stop_hogs() {
 }
 trap stop_hogs EXIT
 for _ in $(seq 1 "$hogs"); do
-  nice -n 19 sh -c 'while :; do :; done' &
+  nice -n "$hog_nice" sh -c 'while :; do :; done' &
   hog_pids+=($!)
 done
 
