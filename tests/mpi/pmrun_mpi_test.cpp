@@ -713,7 +713,7 @@ TEST_F(PmrunMpi, AToolAttachesToAJobWhoseRanksNeverCalledPmix) {
   expect_nothing_left();
 }
 
-// ---- Who reaches the PMIx server, and nothing holds it (docs/security-pmix.md) ----
+// ---- Who reaches the PMIx server, and nothing holds it (docs/security.md) ----
 
 // The TCP ports `pid` listens on, from /proc/net/tcp and tcp6: what another user reads to find a
 // server's port (the test picks the process's own entries by their socket inodes).

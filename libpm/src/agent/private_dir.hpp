@@ -1,6 +1,6 @@
 // The agent's private directories (PMIx's tmpdir under $TMPDIR, Open MPI's shared-memory
 // segments under /dev/shm): made, checked and removed without ever following a link or entering a
-// directory another user owns or may write to (docs/security-pmix.md, "Files").
+// directory another user owns or may write to (docs/security.md, "Files").
 //
 // Made: the parent must be this user's or root's, and writable by others only with the sticky
 // bit (/tmp, /dev/shm), so that nobody else can rename what is made there; the directory is made
