@@ -322,7 +322,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     hurry_timer->async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
       auto self = weak.lock();
       if (ec || !self || self->finishing) return;
-      for (auto& [h, hs] : self->hosts) {
+      for (auto& entry : self->hosts) {
+        const std::uint32_t h = entry.first;  // a copy: clang 14 captures no structured binding
+        auto& hs = entry.second;
         if (!hs.link || hs.closed || hs.lost_told || hs.abandoned) continue;
         if (self->ctl.live_on_host(h) == 0) continue;
         hs.shutdown_sent = true;  // its link's end is ours, not a loss to wait for
