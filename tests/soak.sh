@@ -4,8 +4,9 @@
 #   tests/soak.sh [--build DIR] [--rounds N] [--labels "mpi multihost"] [--hogs N] [--hog-nice N]
 #                 [--ctest-j N]
 # A hang is a test ctest killed at its timeout; a leftover is, after a round, a process running a
-# program of the build tree, a fake host's network namespace or record, a PMIx directory, or a
-# test user (pmt*) that was not there before the soak. Prints one line per round and a closing line
+# program of the build tree, a fake host's network namespace or record whose owner is dead, a PMIx
+# directory whose pmd is dead, or a test user (pmt*), that was not there before the soak and is
+# still there 20 s after the round. Prints one line per round and a closing line
 # "N passed, N failed"; exits 1 if any test failed, hung or left something behind.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,20 +42,50 @@ for _ in $(seq 1 "$hogs"); do
   hog_pids+=($!)
 done
 
-# What may be left behind, one thing a line, sorted.
+# What was left behind, one thing a line, sorted: only what nothing alive owns any more, so that
+# another test run beside the soak (CI on the same machine) is not taken for a leftover.
+alive_pid() { [ -n "$1" ] && [ -d "/proc/$1" ]; }
 inventory() {
-  local p exe
-  for p in /proc/[0-9]*; do
+  local p exe f id owner d pid
+  for p in /proc/[0-9]*; do # the soak runs nothing else from this build tree
     exe=$(readlink "$p/exe" 2>/dev/null) || continue
     case "$exe" in "$build"/*) echo "process ${p#/proc/} $exe" ;; esac
   done
-  ip netns list 2>/dev/null | awk '$1 ~ /^pmt-/ {print "netns " $1}'
-  ls /run/pmt-fixture/*.env 2>/dev/null | sed 's/^/fixture record /'
-  ls -d "${TMPDIR:-/tmp}"/pm-pmix.* /dev/shm/pm-pmix.* 2>/dev/null | sed 's/^/pmix dir /'
+  declare -A live_runs=()
+  for f in /run/pmt-fixture/*.env; do # a fake-hosts run whose owner died and was not torn down
+    [ -e "$f" ] || continue
+    id=$(basename "$f" .env)
+    owner=$(sed -n 's/^PM_MH_OWNER_PID="\(.*\)"$/\1/p' "$f" 2>/dev/null | head -n 1)
+    if alive_pid "$owner"; then live_runs[$id]=1; else echo "fixture record $f"; fi
+  done
+  for d in $(ip netns list 2>/dev/null | awk '$1 ~ /^pmt-/ {print $1}'); do
+    id=${d#pmt-}
+    id=${id%-n*}
+    [ -n "${live_runs[$id]:-}" ] || echo "netns $d"
+  done
+  for d in "${TMPDIR:-/tmp}"/pm-pmix.* /dev/shm/pm-pmix.*; do # named after the pmd that made it
+    [ -e "$d" ] || continue
+    pid=${d##*/pm-pmix.}
+    pid=${pid%%.*}
+    alive_pid "$pid" || echo "pmix dir $d"
+  done
   getent passwd | awk -F: '$1 ~ /^pmt[0-9a-f]{8}$/ {print "user " $1}'
 }
 
-before=$(inventory | grep -v "^process $$ " | sort || true)
+# What is new since the soak began and still there after up to 20 s (a test user of a test that is
+# still running elsewhere goes in that time).
+new_leftovers() {
+  local new now i
+  for i in $(seq 1 10); do
+    now=$(inventory | sort || true)
+    new=$(comm -13 <(echo "$before") <(echo "$now") | grep -v '^$' || true)
+    [ -n "$new" ] || break
+    sleep 2
+  done
+  echo "$new"
+}
+
+before=$(inventory | sort || true)
 total=0 failed=0 hangs=0 leftovers=0
 log=$(mktemp)
 for round in $(seq 1 "$rounds"); do
@@ -71,14 +102,11 @@ for round in $(seq 1 "$rounds"); do
     fi
     timeouts=$(grep -c '\*\*\*Timeout' "$log" || true)
     hangs=$((hangs + timeouts))
-    # A leftover is something new since the soak began and still there a moment after the run.
-    sleep 2
-    now=$(inventory | sort || true)
-    new=$(comm -13 <(echo "$before") <(echo "$now") | grep -v '^$' || true)
+    new=$(new_leftovers)
     n_new=0
     [ -z "$new" ] || n_new=$(echo "$new" | wc -l)
     leftovers=$((leftovers + n_new))
-    before=$(printf '%s\n%s\n' "$before" "$now" | grep -v '^$' | sort -u || true)  # counted once
+    before=$(printf '%s\n%s\n' "$before" "$new" | grep -v '^$' | sort -u || true) # counted once
     echo "soak: round $round $label: ${line:-ctest ran no test (exit $rc)}; hangs $timeouts; leftovers $n_new"
     if [ "$rc" -ne 0 ]; then grep -E '^\s*[0-9]+ - |\*\*\*|Failed|\(Timeout\)' "$log" | tail -n 20 || true; fi
     [ -z "$new" ] || echo "$new" | sed 's/^/  left: /'
