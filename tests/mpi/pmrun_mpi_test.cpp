@@ -84,6 +84,8 @@ class PmrunMpi : public ::testing::Test {
     for (const auto& e : fs::directory_iterator("/dev/shm")) {
       const std::string name = e.path().filename().string();
       if (name.rfind("pm-pmix.", 0) != 0) continue;
+      // Only directories: a link named like one is another test's bait (the sweep test).
+      if (!fs::is_directory(e.symlink_status())) continue;
       const long pid = std::strtol(name.c_str() + 8, nullptr, 10);
       if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) out.insert(name);
     }
