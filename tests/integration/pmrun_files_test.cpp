@@ -18,6 +18,7 @@
 
 #include "support/command.hpp"
 #include "support/other_user.hpp"
+#include "support/playground.hpp"
 
 namespace {
 
@@ -29,46 +30,15 @@ std::vector<std::string> pmrun(std::vector<std::string> args) {
   return args;
 }
 
-// /tmp/pmrun-files-XXXXXX (0755, so that another user reaches inside), holding `shared` (sticky
-// and world-writable, as /tmp is) and `victim`, a file of root's a planted link points at.
-struct playground {
-  std::string root;
-  playground() {
-    char tmpl[] = "/tmp/pmrun-files-XXXXXX";
-    root = ::mkdtemp(tmpl);
-    ::chmod(root.c_str(), 0755);
-    ::mkdir(shared().c_str(), 0755);
-    ::chmod(shared().c_str(), 01777);
-    std::ofstream(victim()) << "precious\n";
-  }
-  ~playground() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-  std::string operator/(const std::string& name) const { return root + "/" + name; }
-  std::string shared() const { return root + "/shared"; }
-  std::string victim() const { return root + "/victim"; }
+// /tmp/pmrun-files-XXXXXX (tests/support/playground.hpp), and where a rank that ran leaves its
+// mark.
+struct playground : pm::test::playground {
+  playground() : pm::test::playground("pmrun-files") {}
   std::string marker() const { return root + "/ran"; }
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-#define OTHER_USER(var)                                      \
-  std::string why_##var;                                     \
-  auto var##_made = pm::test::other_user::create(why_##var); \
-  if (!var##_made) GTEST_SKIP() << why_##var;                \
-  const pm::test::other_user& var = *var##_made
-
-bool as(const pm::test::other_user& user, const std::string& script) {
-  const auto r = run_command(user.as({"/bin/sh", "-c", script}));
-  EXPECT_EQ(r.exit_code, 0) << script << ": " << r.err;
-  return r.exit_code == 0;
-}
+using pm::test::as;
+using pm::test::slurp;
 
 // A rank that would leave a marker and print something, were it started.
 std::vector<std::string> marking_rank(const playground& pg) {
@@ -86,7 +56,7 @@ void expect_refused(const pm::test::command_result& r, const playground& pg,
 }
 
 TEST(PmrunFiles, APlantedLinkForARanksStdoutIsRefusedBeforeAnyRankStarts) {
-  OTHER_USER(bob);
+  PM_OTHER_USER(bob);
   playground pg;
   // The reproduction: bob's DIR/1/rank.0/stdout -> root's file, in a /tmp-like directory.
   const std::string dir = pg.shared() + "/out";
@@ -123,7 +93,7 @@ TEST(PmrunFiles, APlantedLinkForARanksStdoutIsRefusedBeforeAnyRankStarts) {
 }
 
 TEST(PmrunFiles, AnotherUsersDirectoryInTheOutputPathIsRefused) {
-  OTHER_USER(bob);
+  PM_OTHER_USER(bob);
   playground pg;
   // bob's directory as an ancestor: he could swap what the job makes inside it.
   ASSERT_EQ(::mkdir((pg / "bobs").c_str(), 0755), 0);
@@ -138,7 +108,7 @@ TEST(PmrunFiles, AnotherUsersDirectoryInTheOutputPathIsRefused) {
 }
 
 TEST(PmrunFiles, AGroupOrOtherWritableOutputDirectoryIsRefused) {
-  OTHER_USER(bob);
+  PM_OTHER_USER(bob);
   playground pg;
   // Writable by bob's group (root owns it): bob could replace DIR/1.
   ASSERT_EQ(::mkdir((pg / "team").c_str(), 0755), 0);
@@ -158,7 +128,7 @@ TEST(PmrunFiles, AGroupOrOtherWritableOutputDirectoryIsRefused) {
 }
 
 TEST(PmrunFiles, AReportOrMapToAPlantedLinkIsRefused) {
-  OTHER_USER(bob);
+  PM_OTHER_USER(bob);
   playground pg;
   ASSERT_TRUE(as(bob, "ln -s " + pg.victim() + " " + pg.shared() + "/r.json && ln -s " +
                           pg.victim() + " " + pg.shared() + "/map.json"));

@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -96,6 +97,27 @@ class PmrunMpi : public ::testing::Test {
     }
     return out;
   }
+
+  // A pmrun job of 2 ranks in the background, held open by its ranks until `go` exists, and its
+  // agent: how the tests of who reaches the PMIx server begin. hold() starts it, release() lets
+  // it end and checks that it ended well and left nothing; tidy() only does the second part.
+  struct held_job {
+    std::string status_dir, err, go;  // pmrun's PM_STATUS_DIR, its stderr, the ranks' go file
+    std::optional<pm::test::background> run;
+    nlohmann::json agent;  // its record in `pmrun --ps PID --json`
+    pid_t pmd = 0;
+    std::string said;  // pmrun's stderr, read by tidy()
+    // How hold() starts it. Each rank's sh -c command ("": mpi_hello 2, then a wait for `go`):
+    std::string ranks;
+    std::vector<std::string> options;  // pmrun's, before -np 2
+    std::vector<std::string> env;      // more of pmrun's environment
+    bool hellos_first = true;          // both ranks said hello before the agent is looked up
+    explicit held_job(const std::string& tmp)
+        : status_dir(tmp + "/st"), err(tmp + "/err"), go(tmp + "/go") {}
+  };
+  void hold(held_job& job);
+  void release(held_job& job);
+  void tidy(held_job& job);
 
   std::string tmp_;
   std::set<std::string> shm_before_;
@@ -807,6 +829,39 @@ struct idle_connection {
   ~idle_connection() { ::close(fd); }
 };
 
+void PmrunMpi::hold(held_job& job) {
+  std::vector<std::string> args = job.options;
+  args.insert(
+      args.end(),
+      {"-np", "2", "sh", "-c",
+       job.ranks.empty() ? mpi_dir + "/mpi_hello 2 && " + after_file(job.go, "true") : job.ranks});
+  auto argv = pmrun_job(tmp_, job.status_dir, job.err, args);
+  argv.insert(argv.begin() + 5, job.env.begin(), job.env.end());  // after /usr/bin/env
+  job.run.emplace(argv);
+  if (job.hellos_first) {
+    job.run->wait_lines(2);  // both ranks past MPI_Init and MPI_Finalize: the server runs
+    ASSERT_EQ(hellos(job.run->text, 2).size(), 2u) << job.run->text;
+  }
+  job.agent = agent_of(job.run->pid, job.status_dir, [](const nlohmann::json&) { return true; });
+  ASSERT_FALSE(job.agent.is_null());
+  job.pmd = static_cast<pid_t>(job.agent["pid"].get<std::int64_t>());
+}
+
+void PmrunMpi::release(held_job& job) {
+  ASSERT_EQ(touch_file(job.go).exit_code, 0);
+  EXPECT_EQ(WEXITSTATUS(job.run->wait_status()), 0) << file_text(job.err);
+  tidy(job);
+}
+
+void PmrunMpi::tidy(held_job& job) {
+  job.said = file_text(job.err);
+  std::error_code ec;
+  fs::remove(job.go, ec);
+  fs::remove(job.err, ec);
+  fs::remove(job.status_dir, ec);
+  expect_nothing_left();
+}
+
 // Python run as the other user: holds one connection to the port open and silent, says so.
 const char* hold_script =
     "import socket,sys,time\n"
@@ -818,25 +873,17 @@ TEST_F(PmrunMpi, AToolClaimingToBeTheOwnerIsRefusedOnPmdsPortAndTheServerHasNoOt
   // Issue 20, item 1: another user's PMIx tool, with an LD_PRELOAD that makes it claim uid 0
   // (the job's owner here), had PMIx_Spawn run a program as root. Now pmd asks the kernel who
   // connected, and the server has no TCP port of its own left to try.
-  std::string why;
-  auto other = pm::test::other_user::create(why);
-  if (!other) GTEST_SKIP() << why;
-  const std::string status_dir = tmp_ + "/st", err = tmp_ + "/err", go = tmp_ + "/go";
+  PM_OTHER_USER(other);
   const std::string marker = tmp_ + "/spawned-by-the-attacker";
-  pm::test::background job(
-      pmrun_job(tmp_, status_dir, err,
-                {"-np", "2", "sh", "-c", mpi_dir + "/mpi_hello 2 && " + after_file(go, "true")}));
-  job.wait_lines(2);  // both ranks past MPI_Init and MPI_Finalize: the server runs
-  ASSERT_EQ(hellos(job.text, 2).size(), 2u) << job.text;
-  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json&) { return true; });
-  ASSERT_FALSE(agent.is_null());
-  const auto pmd = static_cast<pid_t>(agent["pid"].get<std::int64_t>());
-  const std::string uri = agent["pmix_uri"];
+  held_job job(tmp_);
+  ASSERT_NO_FATAL_FAILURE(hold(job));
+  const pid_t pmd = job.pmd;
+  const std::string uri = job.agent["pmix_uri"];
   const std::string shim = mpi_dir + "/fake_uid.so";
   ASSERT_TRUE(fs::exists(shim));
 
   // The shim works: the tool, as the other user, believes it is root.
-  const auto id = run_command(other->as({"/usr/bin/id", "-u"}, {"LD_PRELOAD=" + shim}));
+  const auto id = run_command(other.as({"/usr/bin/id", "-u"}, {"LD_PRELOAD=" + shim}));
   ASSERT_EQ(id.out, "0\n") << id.err;
 
   // pmd listens on one TCP port, its own: the server's was replaced by a Unix socket.
@@ -844,11 +891,11 @@ TEST_F(PmrunMpi, AToolClaimingToBeTheOwnerIsRefusedOnPmdsPortAndTheServerHasNoOt
   EXPECT_EQ(ports, std::set<int>{port_of(uri)});
   // Every port an attacker finds: refused, and the spawn never happens.
   for (const int port : ports) {
-    const auto t = run_command(other->as({mpi_dir + "/pmix_tool", "--uri",
-                                          "pmix-server." + std::to_string(pmd) +
-                                              ";tcp4://127.0.0.1:" + std::to_string(port),
-                                          "--spawn", "/usr/bin/touch", "--arg", marker},
-                                         {"LD_PRELOAD=" + shim}),
+    const auto t = run_command(other.as({mpi_dir + "/pmix_tool", "--uri",
+                                         "pmix-server." + std::to_string(pmd) +
+                                             ";tcp4://127.0.0.1:" + std::to_string(port),
+                                         "--spawn", "/usr/bin/touch", "--arg", marker},
+                                        {"LD_PRELOAD=" + shim}),
                                30s);
     EXPECT_EQ(t.exit_code, 1) << t.out << t.err;
     EXPECT_NE(t.out.find("attach error"), std::string::npos) << t.out << t.err;
@@ -856,27 +903,20 @@ TEST_F(PmrunMpi, AToolClaimingToBeTheOwnerIsRefusedOnPmdsPortAndTheServerHasNoOt
   }
   // The server's own socket is in pmd's private directory, where the other user cannot go.
   const std::string socket_path =
-      fs::path(std::string(agent["pmix_tmpdir"])).parent_path() / "pmix-server.sock";
+      fs::path(std::string(job.agent["pmix_tmpdir"])).parent_path() / "pmix-server.sock";
   ASSERT_TRUE(fs::exists(socket_path));
   const auto u = run_command(
-      other->as({"/usr/bin/python3", "-c",
-                 "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n",
-                 socket_path}));
+      other.as({"/usr/bin/python3", "-c",
+                "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n",
+                socket_path}));
   EXPECT_NE(u.exit_code, 0);
   EXPECT_NE(u.err.find("Permission denied"), std::string::npos) << u.err;
 
   EXPECT_TRUE(pm::test::alive(pmd));
-  ASSERT_EQ(touch_file(go).exit_code, 0);
-  EXPECT_EQ(WEXITSTATUS(job.wait_status()), 0);
+  ASSERT_NO_FATAL_FAILURE(release(job));
   EXPECT_FALSE(fs::exists(marker)) << "the attacker's spawn ran";
-  const std::string said = file_text(err);
-  EXPECT_EQ(count_of(said, "refused a connection from uid " + std::to_string(other->uid())), 1u)
-      << said;
-  fs::remove(go);
-  fs::remove(err);
-  std::error_code ec;
-  fs::remove(status_dir, ec);
-  expect_nothing_left();
+  EXPECT_EQ(count_of(job.said, "refused a connection from uid " + std::to_string(other.uid())), 1u)
+      << job.said;
 }
 
 TEST_F(PmrunMpi, ConnectionsMadeToTheServersPortBeforeItIsReplacedAreCutOff) {
@@ -884,20 +924,14 @@ TEST_F(PmrunMpi, ConnectionsMadeToTheServersPortBeforeItIsReplacedAreCutOff) {
   // 3 s by a test hook). Another user who finds the port in that moment gets nothing: a tool
   // claiming uid 0 is named untrusted and refused whatever it asks, a silent connection is cut
   // off (it would hold the server's progress thread), and the job runs as usual.
-  std::string why;
-  auto other = pm::test::other_user::create(why);
-  if (!other) GTEST_SKIP() << why;
-  const std::string status_dir = tmp_ + "/st", err = tmp_ + "/err", go = tmp_ + "/go";
+  PM_OTHER_USER(other);
   const std::string marker = tmp_ + "/spawned-by-the-attacker";
-  auto argv =
-      pmrun_job(tmp_, status_dir, err,
-                {"-np", "2", "sh", "-c", mpi_dir + "/mpi_hello 2 && " + after_file(go, "true")});
-  argv.insert(argv.begin() + 5, "PM_TEST_PMIX_CONFINE_DELAY_MS=3000");
-  pm::test::background job(argv);
-  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json&) { return true; });
-  ASSERT_FALSE(agent.is_null());
-  const auto pmd = static_cast<pid_t>(agent["pid"].get<std::int64_t>());
-  const int own = port_of(agent["pmix_uri"]);
+  held_job job(tmp_);
+  job.env = {"PM_TEST_PMIX_CONFINE_DELAY_MS=3000"};
+  job.hellos_first = false;  // the server's own port shows only while the ranks start
+  ASSERT_NO_FATAL_FAILURE(hold(job));
+  const pid_t pmd = job.pmd;
+  const int own = port_of(job.agent["pmix_uri"]);
   int server_port = 0;
   for (int i = 0; i < 400 && server_port == 0; ++i) {
     for (const int p : listening_ports(pmd)) {
@@ -908,7 +942,7 @@ TEST_F(PmrunMpi, ConnectionsMadeToTheServersPortBeforeItIsReplacedAreCutOff) {
   ASSERT_NE(server_port, 0) << "the server's TCP port never showed";
   // A tool: libpmix takes its handshake (it cannot refuse a tool without crashing), pmd names it
   // untrusted; its init then waits on pmd, which is still replacing the port, and is cut off.
-  pm::test::background tool(other->as(
+  pm::test::background tool(other.as(
       {mpi_dir + "/pmix_tool", "--uri",
        "pmix-server." + std::to_string(pmd) + ";tcp4://127.0.0.1:" + std::to_string(server_port),
        "--spawn", "/usr/bin/touch", "--arg", marker},
@@ -916,177 +950,121 @@ TEST_F(PmrunMpi, ConnectionsMadeToTheServersPortBeforeItIsReplacedAreCutOff) {
   std::this_thread::sleep_for(500ms);
   // A silent connection: it would hold the server's progress thread in a blocking receive.
   pm::test::background idle(
-      other->as({"/usr/bin/python3", "-c", hold_script, std::to_string(server_port)}));
+      other.as({"/usr/bin/python3", "-c", hold_script, std::to_string(server_port)}));
   idle.wait_lines(1);
   EXPECT_EQ(idle.text, "connected\n") << "connected after the port was replaced: widen the hook";
-  job.wait_lines(2);
-  EXPECT_EQ(hellos(job.text, 2).size(), 2u) << job.text << file_text(err);
+  job.run->wait_lines(2);
+  EXPECT_EQ(hellos(job.run->text, 2).size(), 2u) << job.run->text << file_text(job.err);
   EXPECT_EQ(listening_ports(pmd), std::set<int>{own});
   EXPECT_TRUE(pm::test::alive(pmd));
-  ASSERT_EQ(touch_file(go).exit_code, 0);
-  EXPECT_EQ(WEXITSTATUS(job.wait_status()), 0);
+  ASSERT_NO_FATAL_FAILURE(release(job));
   EXPECT_FALSE(fs::exists(marker)) << "the attacker's spawn ran";
   // (PMIx 4.2.2's tool, cut off in its init, waits for ever: `tool` kills it.)
-  const std::string said = file_text(err);
-  EXPECT_NE(said.find("a tool connected to the server's TCP port before it was shut"),
+  EXPECT_NE(job.said.find("a tool connected to the server's TCP port before it was shut"),
             std::string::npos)
-      << said;
-  EXPECT_NE(said.find("PMIx: cut off "), std::string::npos) << said;
-  fs::remove(go);
-  fs::remove(err);
-  std::error_code ec;
-  fs::remove(status_dir, ec);
-  expect_nothing_left();
+      << job.said;
+  EXPECT_NE(job.said.find("PMIx: cut off "), std::string::npos) << job.said;
 }
 
 TEST_F(PmrunMpi, AnotherUsersToolIsRefusedAndTheJobAndItsAgentGoOn) {
   // Issue 20, item 2: the refusal handed libpmix a null name and pmd died of SIGSEGV. Now the
   // tool is refused before libpmix sees it; the owner's own tool still attaches afterwards.
-  std::string why;
-  auto other = pm::test::other_user::create(why);
-  if (!other) GTEST_SKIP() << why;
-  const std::string status_dir = tmp_ + "/st", err = tmp_ + "/err", go = tmp_ + "/go";
-  pm::test::background job(
-      pmrun_job(tmp_, status_dir, err,
-                {"-np", "2", "sh", "-c", mpi_dir + "/mpi_hello 2 && " + after_file(go, "true")}));
-  job.wait_lines(2);
-  ASSERT_EQ(hellos(job.text, 2).size(), 2u) << job.text;
-  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json&) { return true; });
-  ASSERT_FALSE(agent.is_null());
-  const auto pmd = static_cast<pid_t>(agent["pid"].get<std::int64_t>());
+  PM_OTHER_USER(other);
+  held_job job(tmp_);
+  ASSERT_NO_FATAL_FAILURE(hold(job));
+  const std::string uri = job.agent["pmix_uri"];
   for (int attempt = 0; attempt < 2; ++attempt) {
-    const auto t =
-        run_command(other->as({mpi_dir + "/pmix_tool", "--uri", agent["pmix_uri"]}), 30s);
+    const auto t = run_command(other.as({mpi_dir + "/pmix_tool", "--uri", uri}), 30s);
     EXPECT_EQ(t.exit_code, 1) << t.out << t.err;
     EXPECT_NE(t.out.find("attach error"), std::string::npos) << t.out << t.err;
-    EXPECT_TRUE(pm::test::alive(pmd)) << "pmd died after refusing a tool";
+    EXPECT_TRUE(pm::test::alive(job.pmd)) << "pmd died after refusing a tool";
   }
-  const auto mine =
-      run_command({mpi_dir + "/pmix_tool", "--uri", agent["pmix_uri"]}, 30s, "", &env_);
+  const auto mine = run_command({mpi_dir + "/pmix_tool", "--uri", uri}, 30s, "", &env_);
   EXPECT_EQ(mine.exit_code, 0) << mine.out << mine.err;
   EXPECT_EQ(lines_of(mine.out, "job_size"), std::vector<std::string>{"2"}) << mine.out;
-  ASSERT_EQ(touch_file(go).exit_code, 0);
-  EXPECT_EQ(WEXITSTATUS(job.wait_status()), 0);
-  const std::string said = file_text(err);
-  EXPECT_EQ(said.find("SIGSEGV"), std::string::npos) << said;
-  EXPECT_EQ(count_of(said, "refused a connection from uid " + std::to_string(other->uid())), 1u)
-      << said;
-  fs::remove(go);
-  fs::remove(err);
-  std::error_code ec;
-  fs::remove(status_dir, ec);
-  expect_nothing_left();
+  ASSERT_NO_FATAL_FAILURE(release(job));
+  EXPECT_EQ(job.said.find("SIGSEGV"), std::string::npos) << job.said;
+  EXPECT_EQ(count_of(job.said, "refused a connection from uid " + std::to_string(other.uid())), 1u)
+      << job.said;
 }
 
 TEST_F(PmrunMpi, IdleConnectionsToTheAgentsPortHoldNoRanksMpiInit) {
   // Issue 20, item 3: one idle connection held libpmix's progress thread in a blocking receive,
   // and every rank's PMIx_Init waited. Now the relay waits for a handshake; the server never sees
   // a connection that sent none. One idle connection of the owner's, one of another user's.
-  std::string why;
-  auto other = pm::test::other_user::create(why);
-  if (!other) GTEST_SKIP() << why;
-  const std::string status_dir = tmp_ + "/st", err = tmp_ + "/err", go = tmp_ + "/go";
-  pm::test::background job(
-      pmrun_job(tmp_, status_dir, err,
-                {"-np", "2", "sh", "-c", after_file(go, "exec " + mpi_dir + "/mpi_hello 2")}));
-  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json&) { return true; });
-  ASSERT_FALSE(agent.is_null());
-  const int port = port_of(agent["pmix_uri"]);
+  PM_OTHER_USER(other);
+  held_job job(tmp_);
+  job.ranks = after_file(job.go, "exec " + mpi_dir + "/mpi_hello 2");
+  job.hellos_first = false;
+  ASSERT_NO_FATAL_FAILURE(hold(job));
+  const int port = port_of(job.agent["pmix_uri"]);
   idle_connection mine(port);
   pm::test::background theirs(
-      other->as({"/usr/bin/python3", "-c", hold_script, std::to_string(port)}));
+      other.as({"/usr/bin/python3", "-c", hold_script, std::to_string(port)}));
   theirs.wait_lines(1);
   ASSERT_EQ(theirs.text, "connected\n");
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_EQ(touch_file(go).exit_code, 0);
-  job.wait_lines(2);  // 10 s at most; MPI_Init takes well under a second here
+  ASSERT_EQ(touch_file(job.go).exit_code, 0);
+  job.run->wait_lines(2);  // 10 s at most; MPI_Init takes well under a second here
   const auto took = std::chrono::steady_clock::now() - t0;
-  EXPECT_EQ(hellos(job.text, 2).size(), 2u) << job.text;
+  EXPECT_EQ(hellos(job.run->text, 2).size(), 2u) << job.run->text;
   EXPECT_LT(took, 8s);
-  EXPECT_EQ(WEXITSTATUS(job.wait_status()), 0);
-  fs::remove(go);
-  fs::remove(err);
-  std::error_code ec;
-  fs::remove(status_dir, ec);
-  expect_nothing_left();
+  ASSERT_NO_FATAL_FAILURE(release(job));
 }
 
 TEST_F(PmrunMpi, ATimeoutEndsPmrunAndItsAgentWhileAConnectionIdles) {
   // Issue 20, item 3: with an idle connection in the server, pmd deadlocked in
   // PMIx_server_finalize and pmrun was still there 10 minutes after --timeout 3.
-  const std::string status_dir = tmp_ + "/st", err = tmp_ + "/err";
   const auto t0 = std::chrono::steady_clock::now();
-  pm::test::background job(pmrun_job(
-      tmp_, status_dir, err,
-      {"--timeout", "3", "-np", "2", "sh", "-c", mpi_dir + "/mpi_hello 2; exec sleep 60"}));
-  job.wait_lines(2);
-  ASSERT_EQ(hellos(job.text, 2).size(), 2u) << job.text;
-  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json&) { return true; });
-  ASSERT_FALSE(agent.is_null());
-  const auto pmd = static_cast<pid_t>(agent["pid"].get<std::int64_t>());
-  idle_connection idle(port_of(agent["pmix_uri"]));
+  held_job job(tmp_);
+  job.ranks = mpi_dir + "/mpi_hello 2; exec sleep 60";
+  job.options = {"--timeout", "3"};
+  ASSERT_NO_FATAL_FAILURE(hold(job));
+  const int port = port_of(job.agent["pmix_uri"]);
+  idle_connection idle(port);
   // A second one that sent half a handshake (a header announcing more than it sends).
-  idle_connection half(port_of(agent["pmix_uri"]));
+  idle_connection half(port);
   const std::uint32_t header[4] = {0xffffffffu, 0xffffffffu, 200, 0};
   ASSERT_EQ(::send(half.fd, header, sizeof header, MSG_NOSIGNAL), 16);
-  const int status = job.wait_status();  // 10 s at most
+  const int status = job.run->wait_status();  // 10 s at most
   const auto took = std::chrono::steady_clock::now() - t0;
-  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 124) << file_text(err);
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 124) << file_text(job.err);
   EXPECT_LT(took, 12s);
-  EXPECT_TRUE(pm::test::all_gone({pmd}, 3s)) << "pmd " << pmd << " is still there";
-  fs::remove(err);
-  std::error_code ec;
-  fs::remove(status_dir, ec);
-  expect_nothing_left();
+  EXPECT_TRUE(pm::test::all_gone({job.pmd}, 3s)) << "pmd " << job.pmd << " is still there";
+  tidy(job);
 }
 
 TEST_F(PmrunMpi, AFloodOfConnectionsByAnotherUserIsRefusedInAFewLines) {
   // Issue 20, item 7's kind of flood on the PMIx port: 2,000 connections of another user are
   // refused, in one line (and a count when pmd ends), and the job goes on.
-  std::string why;
-  auto other = pm::test::other_user::create(why);
-  if (!other) GTEST_SKIP() << why;
-  const std::string status_dir = tmp_ + "/st", err = tmp_ + "/err", go = tmp_ + "/go";
-  pm::test::background job(
-      pmrun_job(tmp_, status_dir, err,
-                {"-np", "2", "sh", "-c", mpi_dir + "/mpi_hello 2 && " + after_file(go, "true")}));
-  job.wait_lines(2);
-  ASSERT_EQ(hellos(job.text, 2).size(), 2u) << job.text;
-  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json&) { return true; });
-  ASSERT_FALSE(agent.is_null());
-  const auto pmd = static_cast<pid_t>(agent["pid"].get<std::int64_t>());
+  PM_OTHER_USER(other);
+  held_job job(tmp_);
+  ASSERT_NO_FATAL_FAILURE(hold(job));
+  const std::string uri = job.agent["pmix_uri"];
   const auto flood = run_command(
-      other->as({"/usr/bin/python3", "-c",
-                 "import socket,sys\n"
-                 "n=0\n"
-                 "for r in range(4):\n"
-                 "  held=[]\n"
-                 "  for i in range(500):\n"
-                 "    try:\n"
-                 "      held.append(socket.create_connection(('127.0.0.1',int(sys.argv[1]))))\n"
-                 "      n+=1\n"
-                 "    except OSError:\n"
-                 "      pass\n"
-                 "  for s in held: s.close()\n"
-                 "print(n)\n",
-                 std::to_string(port_of(agent["pmix_uri"]))}),
+      other.as({"/usr/bin/python3", "-c",
+                "import socket,sys\n"
+                "n=0\n"
+                "for r in range(4):\n"
+                "  held=[]\n"
+                "  for i in range(500):\n"
+                "    try:\n"
+                "      held.append(socket.create_connection(('127.0.0.1',int(sys.argv[1]))))\n"
+                "      n+=1\n"
+                "    except OSError:\n"
+                "      pass\n"
+                "  for s in held: s.close()\n"
+                "print(n)\n",
+                std::to_string(port_of(uri))}),
       60s);
   ASSERT_EQ(flood.exit_code, 0) << flood.err;
   EXPECT_GT(std::stoi(flood.out), 1000) << flood.out;
-  EXPECT_TRUE(pm::test::alive(pmd));
-  const auto mine =
-      run_command({mpi_dir + "/pmix_tool", "--uri", agent["pmix_uri"]}, 30s, "", &env_);
+  EXPECT_TRUE(pm::test::alive(job.pmd));
+  const auto mine = run_command({mpi_dir + "/pmix_tool", "--uri", uri}, 30s, "", &env_);
   EXPECT_EQ(mine.exit_code, 0) << mine.out << mine.err;
-  ASSERT_EQ(touch_file(go).exit_code, 0);
-  EXPECT_EQ(WEXITSTATUS(job.wait_status()), 0);
-  const std::string said = file_text(err);
-  EXPECT_GE(count_of(said, "refused"), 1u) << said;
-  EXPECT_LE(count_of(said, "refused"), 3u) << said;
-  fs::remove(go);
-  fs::remove(err);
-  std::error_code ec;
-  fs::remove(status_dir, ec);
-  expect_nothing_left();
+  ASSERT_NO_FATAL_FAILURE(release(job));
+  EXPECT_GE(count_of(job.said, "refused"), 1u) << job.said;
+  EXPECT_LE(count_of(job.said, "refused"), 3u) << job.said;
 }
 
 TEST_F(PmrunMpi, AnOwnersToolThatHangsUpInTheMiddleOfItsHandshakeLeavesTheServerAlive) {
@@ -1121,41 +1099,26 @@ TEST_F(PmrunMpi, AnOwnersToolThatHangsUpInTheMiddleOfItsHandshakeLeavesTheServer
   }
   ::close(rec);
 
-  const std::string status_dir = tmp_ + "/st", err = tmp_ + "/err", go = tmp_ + "/go";
-  pm::test::background job(
-      pmrun_job(tmp_, status_dir, err,
-                {"-np", "2", "sh", "-c", mpi_dir + "/mpi_hello 2 && " + after_file(go, "true")}));
-  job.wait_lines(2);
-  ASSERT_EQ(hellos(job.text, 2).size(), 2u) << job.text;
-  const auto agent = agent_of(job.pid, status_dir, [](const nlohmann::json&) { return true; });
-  ASSERT_FALSE(agent.is_null());
-  const auto pmd = static_cast<pid_t>(agent["pid"].get<std::int64_t>());
+  held_job job(tmp_);
+  ASSERT_NO_FATAL_FAILURE(hold(job));
+  const std::string uri = job.agent["pmix_uri"];
   for (int i = 0; i < 5; ++i) {
-    idle_connection c(port_of(agent["pmix_uri"]));
+    idle_connection c(port_of(uri));
     ASSERT_EQ(::send(c.fd, hello.data(), hello.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(hello.size()));
     // closed here, at once
   }
   std::this_thread::sleep_for(500ms);
-  EXPECT_TRUE(pm::test::alive(pmd)) << file_text(err);
-  const auto mine =
-      run_command({mpi_dir + "/pmix_tool", "--uri", agent["pmix_uri"]}, 30s, "", &env_);
+  EXPECT_TRUE(pm::test::alive(job.pmd)) << file_text(job.err);
+  const auto mine = run_command({mpi_dir + "/pmix_tool", "--uri", uri}, 30s, "", &env_);
   EXPECT_EQ(mine.exit_code, 0) << mine.out << mine.err;
-  ASSERT_EQ(touch_file(go).exit_code, 0);
-  EXPECT_EQ(WEXITSTATUS(job.wait_status()), 0) << file_text(err);
-  fs::remove(go);
-  fs::remove(err);
-  std::error_code ec;
-  fs::remove(status_dir, ec);
-  expect_nothing_left();
+  ASSERT_NO_FATAL_FAILURE(release(job));
 }
 
 TEST_F(PmrunMpi, LeftoversOfKilledAgentsAreRemovedWithoutFollowingLinksOrTakingOthersFiles) {
   // Issue 20, item 6 (PMIx tmpdirs): the sweep of a SIGKILLed agent's directories removes this
   // user's, and never follows a link named like one nor touches another user's.
-  std::string why;
-  auto other = pm::test::other_user::create(why);
-  if (!other) GTEST_SKIP() << why;
+  PM_OTHER_USER(other);
   const pid_t gone = ::fork();
   if (gone == 0) ::_exit(0);
   ::waitpid(gone, nullptr, 0);
@@ -1167,8 +1130,8 @@ TEST_F(PmrunMpi, LeftoversOfKilledAgentsAreRemovedWithoutFollowingLinksOrTakingO
   fs::create_directory_symlink(victim, stem + ".link");
   fs::create_directory(stem + ".theirs");
   std::ofstream(stem + ".theirs/keep") << "theirs";
-  ASSERT_TRUE(other->give(stem + ".theirs"));
-  ASSERT_TRUE(other->give(stem + ".theirs/keep"));
+  ASSERT_TRUE(other.give(stem + ".theirs"));
+  ASSERT_TRUE(other.give(stem + ".theirs/keep"));
   const std::string shm_link = "/dev/shm/pm-pmix." + std::to_string(gone) + ".link";
   fs::create_directory_symlink(victim, shm_link);
 

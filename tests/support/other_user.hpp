@@ -124,3 +124,11 @@ class other_user {
 };
 
 }  // namespace pm::test
+
+/// In a test: a second user named `var` (an other_user&) for the rest of it, or a skip (not root,
+/// no useradd).
+#define PM_OTHER_USER(var)                                   \
+  std::string why_##var;                                     \
+  auto var##_made = pm::test::other_user::create(why_##var); \
+  if (!var##_made) GTEST_SKIP() << why_##var;                \
+  const pm::test::other_user& var = *var##_made

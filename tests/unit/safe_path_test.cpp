@@ -21,6 +21,7 @@
 
 #include "support/command.hpp"
 #include "support/other_user.hpp"
+#include "support/playground.hpp"
 
 namespace {
 
@@ -28,53 +29,18 @@ namespace fs = std::filesystem;
 using pm::io::path_problem;
 using pm::io::safe_dir;
 
-// /tmp/pm-safe-path-XXXXXX, mode 0755 (another user can reach what the test opens to them), with
-// `shared` inside: a sticky, world-writable directory like /tmp, and `victim`, a file of root's
-// that a planted link points at.
-struct playground {
-  std::string root;
-  playground() {
-    char tmpl[] = "/tmp/pm-safe-path-XXXXXX";
-    root = ::mkdtemp(tmpl);
-    ::chmod(root.c_str(), 0755);
-    ::mkdir(shared().c_str(), 0755);
-    ::chmod(shared().c_str(), 01777);
-    std::ofstream(victim()) << "precious\n";
-  }
-  ~playground() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-  std::string operator/(const std::string& name) const { return root + "/" + name; }
-  std::string shared() const { return root + "/shared"; }
-  std::string victim() const { return root + "/victim"; }
+// /tmp/pm-safe-path-XXXXXX (tests/support/playground.hpp).
+struct playground : pm::test::playground {
+  playground() : pm::test::playground("pm-safe-path") {}
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using pm::test::as;
+using pm::test::slurp;
 
 bool write_all(int fd, std::string_view text) {
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   ::close(fd);
   return ok;
-}
-
-// A second user, or a skip (not root, no useradd).
-#define OTHER_USER(var)                                      \
-  std::string why_##var;                                     \
-  auto var##_made = pm::test::other_user::create(why_##var); \
-  if (!var##_made) GTEST_SKIP() << why_##var;                \
-  const pm::test::other_user& var = *var##_made
-
-// Runs a shell command as `user`; true when it succeeded.
-bool as(const pm::test::other_user& user, const std::string& script) {
-  const auto r = pm::test::run_command(user.as({"/bin/sh", "-c", script}));
-  EXPECT_EQ(r.exit_code, 0) << script << ": " << r.err;
-  return r.exit_code == 0;
 }
 
 TEST(SafePath, AFreshDirectoryIsCreatedAndItsFilesWritten) {
@@ -170,7 +136,7 @@ TEST(SafePath, AFifoADeviceAndAHardLinkAreRefusedWithoutWaiting) {
 }
 
 TEST(SafePath, WhatAnotherUserPlantedInASharedDirectoryIsRefused) {
-  OTHER_USER(bob);
+  PM_OTHER_USER(bob);
   playground pg;
   // The attack: in a /tmp-like directory, bob prepares DIR/1/rank.0/stdout -> root's file.
   ASSERT_TRUE(as(bob, "mkdir -p " + pg.shared() + "/out/1/rank.0 && ln -s " + pg.victim() + " " +
@@ -203,7 +169,7 @@ TEST(SafePath, WhatAnotherUserPlantedInASharedDirectoryIsRefused) {
 }
 
 TEST(SafePath, GroupAndOtherWritableDirectoriesAreRefusedStickyOnlyWhereNamed) {
-  OTHER_USER(bob);
+  PM_OTHER_USER(bob);
   playground pg;
   path_problem p;
   // World-writable without the sticky bit: anyone could swap what is inside.
@@ -252,7 +218,7 @@ TEST(SafePath, AGroupWritableDirectoryOfTheOwnersPrivateGroupIsFine) {
 }
 
 TEST(SafePath, LinksInTheNamedPathAreFollowedOnlyWhenTrusted) {
-  OTHER_USER(bob);
+  PM_OTHER_USER(bob);
   playground pg;
   ASSERT_EQ(::mkdir((pg / "real").c_str(), 0755), 0);
   // Root's own link (like /var/run -> /run): followed, relative or absolute.
