@@ -189,10 +189,12 @@ px::server& shared_server() {
 }
 
 // The environment every rank starts from: this process's, plus what Open MPI needs to run as
-// root here, plus the lean transport selection that keeps each case short.
+// root here, plus the lean transport selection that keeps each case short; TCP on loopback only
+// (the bridges of fake hosts that tests beside this one make and remove are no address to offer).
 std::vector<std::string> base_env(std::uint32_t ranks, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> add = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                                  "OMPI_MCA_pml=ob1", "OMPI_MCA_btl=self,vader,tcp"};
+                                  "OMPI_MCA_pml=ob1", "OMPI_MCA_btl=self,vader,tcp",
+                                  "OMPI_MCA_btl_tcp_if_include=lo"};
   // More ranks than cores: yield when idle, as mpirun sets it when it oversubscribes.
   if (ranks > std::thread::hardware_concurrency()) {
     add.emplace_back("OMPI_MCA_mpi_yield_when_idle=1");

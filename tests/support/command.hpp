@@ -17,9 +17,16 @@ extern char** environ;
 
 namespace pm::test {
 
+/// Every process this test program started with run_command or background, so that a check for
+/// leftovers can tell its own jobs' from those of tests running beside it (ctest -j).
+inline std::vector<pid_t>& started_pids() {
+  static std::vector<pid_t> pids;
+  return pids;
+}
+
 struct command_result {
-  int exit_code = -1;    // when it exited
-  int signal = 0;        // when a signal killed it
+  int exit_code = -1;  // when it exited
+  int signal = 0;      // when a signal killed it
   bool timed_out = false;
   std::string out, err;
   pid_t pid = 0;
@@ -69,6 +76,7 @@ inline command_result run_command(const std::vector<std::string>& argv,
     return result;
   }
   result.pid = pid;
+  started_pids().push_back(pid);
   // Feed stdin (small inputs only), then close it.
   if (!input.empty()) {
     signal(SIGPIPE, SIG_IGN);
@@ -120,7 +128,11 @@ inline command_result run_command(const std::vector<std::string>& argv,
   return result;
 }
 
-inline std::string pmrun_path() { return std::string(PM_BINARY_DIR) + "/bin/pmrun"; }
-inline std::string payload_path() { return std::string(PM_BINARY_DIR) + "/tests/pm_payload"; }
+inline std::string pmrun_path() {
+  return std::string(PM_BINARY_DIR) + "/bin/pmrun";
+}
+inline std::string payload_path() {
+  return std::string(PM_BINARY_DIR) + "/tests/pm_payload";
+}
 
 }  // namespace pm::test

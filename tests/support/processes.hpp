@@ -13,7 +13,9 @@
 #include <regex>
 #include <string>
 #include <thread>
+
 #include <vector>
+#include "command.hpp"
 
 #include <gtest/gtest.h>
 
@@ -65,6 +67,7 @@ struct background {
       setpgid(0, 0);
       dup2(p[1], 1);
       close(p[0]);
+      started_pids().push_back(pid);
       close(p[1]);
       std::vector<char*> args;
       for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
