@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "agent/pmix/pmix_host.hpp"
-#include "transport/local/spawner.hpp"
+#include "sys/spawner.hpp"
 
 extern char** environ;
 
@@ -97,7 +97,7 @@ class tiny_host {
                   const std::vector<std::string>& base_env, const std::string& wdir = {}) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-    pm::local::spawn_request req;
+    pm::sys::spawn_request req;
     req.path = argv.at(0);
     req.argv = argv;
     req.env = merge_env(base_env, server_.rank_env(job.nspace, rank));
@@ -109,7 +109,7 @@ class tiny_host {
     r.rank = rank;
     r.out = fds[0];
     try {
-      const auto p = pm::local::spawn(req);
+      const auto p = pm::sys::spawn(req);
       r.pid = p.pid;
       r.pidfd = p.pidfd;
     } catch (...) {

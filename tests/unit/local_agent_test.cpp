@@ -37,8 +37,8 @@
 #include "link/socket.hpp"
 #include "pm/error.hpp"
 #include "support/processes.hpp"
+#include "sys/spawner.hpp"
 #include "transport/local/local_transport.hpp"
-#include "transport/local/spawner.hpp"
 
 extern char** environ;
 
@@ -433,7 +433,7 @@ class agent_session {
     int to_agent[2], from_agent[2];
     ASSERT_EQ(::pipe2(to_agent, O_CLOEXEC), 0);
     ASSERT_EQ(::pipe2(from_agent, O_CLOEXEC), 0);
-    local::spawn_request req;
+    sys::spawn_request req;
     req.path = opts.agent_path;
     req.argv = argv;
     req.env = opts.environment;
@@ -443,7 +443,7 @@ class agent_session {
     req.stdin_fd = to_agent[0];
     req.stdout_fd = from_agent[1];
     req.stderr_fd = STDERR_FILENO;
-    const auto res = local::spawn(req);
+    const auto res = sys::spawn(req);
     ::close(to_agent[0]);
     ::close(from_agent[1]);
     agent_pid = res.pid;

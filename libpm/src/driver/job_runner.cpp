@@ -31,7 +31,7 @@
 #include "link/launch_plan.hpp"
 #include "pm/error.hpp"
 #include "pm/launcher.hpp"
-#include "transport/local/executable.hpp"
+#include "sys/executable.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/relay/relay_transport.hpp"
 #include "transport/routing.hpp"

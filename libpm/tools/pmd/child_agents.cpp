@@ -13,8 +13,8 @@
 #include "agent/rank_env.hpp"
 #include "model/printable.hpp"
 #include "pm/error.hpp"
-#include "transport/local/executable.hpp"
-#include "transport/local/spawner.hpp"
+#include "sys/executable.hpp"
+#include "sys/spawner.hpp"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -58,9 +58,9 @@ void child_agents::open(const ln::child_open& m) {
     return;
   }
   try {
-    pm::local::spawn_request req;
+    pm::sys::spawn_request req;
     const auto path = pm::agent::find_variable(env_, "PATH");
-    req.path = pm::local::resolve_executable(
+    req.path = pm::sys::resolve_executable(
         m.argv.front(), path.empty() ? std::string_view("/usr/bin:/bin") : path, "");
     req.argv = m.argv;
     req.env = env_;
@@ -76,7 +76,7 @@ void child_agents::open(const ln::child_open& m) {
     req.stderr_fd = err_w.get();
     // ssh ends with this agent even when it is SIGKILLed: no ssh outlives its parent agent.
     req.parent_death_signal = SIGTERM;
-    const auto res = pm::local::spawn(req);
+    const auto res = pm::sys::spawn(req);
     child& c = children_[m.host];
     c.pid = res.pid;
     c.pidfd.reset(res.pidfd);

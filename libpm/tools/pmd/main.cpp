@@ -48,8 +48,8 @@
 #include "pm/error.hpp"
 #include "pm/version.hpp"
 #include "pmix_gateway.hpp"
-#include "transport/local/executable.hpp"
-#include "transport/local/spawner.hpp"
+#include "sys/executable.hpp"
+#include "sys/spawner.hpp"
 #include "transport/srun/connect_back.hpp"
 
 #ifndef P_PIDFD
@@ -312,7 +312,7 @@ void driver::do_spawn(const ag::process_spec& spec) {
     pending_.push_back(ag::rank_spawn_failed{spec.rank, 126, "cannot create pipes: " + failure});
     return;
   }
-  pm::local::spawn_request req;
+  pm::sys::spawn_request req;
   req.env = spec.environment();  // composed now, for this rank only
   std::string wdir = spec.wdir;
   if (spec.wdir_may_fall_back && !wdir.empty()) {
@@ -325,7 +325,7 @@ void driver::do_spawn(const ag::process_spec& spec) {
   try {
     // The program is found on this host, in the rank's own PATH and working directory.
     const auto path = ag::find_variable(req.env, "PATH");
-    req.path = pm::local::resolve_executable(
+    req.path = pm::sys::resolve_executable(
         spec.argv.front(), path.empty() ? std::string_view("/usr/local/bin:/usr/bin:/bin") : path,
         wdir);
   } catch (const pm::error& e) {
@@ -371,9 +371,9 @@ void driver::do_spawn(const ag::process_spec& spec) {
   req.stderr_fd = spec.streams == 2 ? err_w.get() : out_w.get();
   req.nofile = nofile_;               // pmd raised its own limit; ranks get the one it was given
   req.parent_death_signal = SIGKILL;  // a SIGKILLed pmd leaves no rank behind, not even briefly
-  pm::local::spawned_process res;
+  pm::sys::spawned_process res;
   try {
-    res = pm::local::spawn(req);
+    res = pm::sys::spawn(req);
   } catch (const pm::error& e) {
     pending_.push_back(ag::rank_spawn_failed{spec.rank, failure_code(e), e.what()});
     return;

@@ -24,8 +24,8 @@
 #include "pm/env.hpp"
 #include "pm/error.hpp"
 #include "pm/exit_status.hpp"
+#include "sys/spawner.hpp"
 #include "transport/local/nofile_limit.hpp"
-#include "transport/local/spawner.hpp"
 
 extern char** environ;
 
@@ -100,8 +100,8 @@ std::string default_agent_path() {
 namespace {
 
 // pmd with one end of a new socket pair as its stdin and stdout; `ours` gets the other end.
-spawned_process spawn_agent(const std::string& path, std::vector<std::string> argv,
-                            std::vector<std::string> env, link::owned_fd& ours) {
+sys::spawned_process spawn_agent(const std::string& path, std::vector<std::string> argv,
+                                 std::vector<std::string> env, link::owned_fd& ours) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     throw error(errc::system,
@@ -109,7 +109,7 @@ spawned_process spawn_agent(const std::string& path, std::vector<std::string> ar
   }
   ours.reset(sv[0]);
   link::owned_fd theirs(sv[1]);
-  spawn_request req;
+  sys::spawn_request req;
   req.path = path;
   req.argv = std::move(argv);
   req.env = std::move(env);
@@ -125,7 +125,7 @@ spawned_process spawn_agent(const std::string& path, std::vector<std::string> ar
   req.stdout_fd = theirs.get();
   req.stderr_fd = STDERR_FILENO;
   try {
-    return pm::local::spawn(req);  // `theirs` closes on return: only pmd holds that end now
+    return pm::sys::spawn(req);  // `theirs` closes on return: only pmd holds that end now
   } catch (const pm::error& e) {
     throw error(errc::launch, std::string("cannot start the agent: ") + e.what());
   }
@@ -147,7 +147,7 @@ namespace pm {
 struct early_agent::impl {
   std::string path;
   std::uint64_t nonce = 0;
-  local::spawned_process process;
+  sys::spawned_process process;
   int fd = -1;  // our end of the socket pair; -1 once adopted
 };
 
@@ -320,7 +320,7 @@ void local_transport::open(const agent_target& target, std::function<void(agent_
     if (path.find('/') == std::string::npos) path = default_agent_path();
     argv.front() = path;
     link::owned_fd ours;
-    spawned_process res;
+    sys::spawned_process res;
     auto* early = impl_->opts.early ? &early_agent_access::of(*impl_->opts.early) : nullptr;
     if (early != nullptr && early->fd >= 0 && target.info.local &&
         argv ==

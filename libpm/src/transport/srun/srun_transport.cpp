@@ -26,8 +26,8 @@
 #include "model/printable.hpp"
 #include "pm/error.hpp"
 #include "pm/exit_status.hpp"
-#include "transport/local/executable.hpp"
-#include "transport/local/spawner.hpp"
+#include "sys/executable.hpp"
+#include "sys/spawner.hpp"
 #include "transport/srun/caller_gate.hpp"
 #include "transport/srun/connect_back.hpp"
 #include "transport/srun/refusal_log.hpp"
@@ -69,14 +69,14 @@ std::string srun_version(const std::string& path, const std::vector<std::string>
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return {};
   link::owned_fd r(out[0]), w(out[1]);
-  local::spawn_request req;
+  sys::spawn_request req;
   req.path = path;
   req.argv = {path, "--version"};
   req.env = env;
   req.stdout_fd = w.get();
-  local::spawned_process p;
+  sys::spawned_process p;
   try {
-    p = local::spawn(req);
+    p = sys::spawn(req);
   } catch (const pm::error&) {
     return {};
   }
@@ -401,8 +401,8 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
       const char* path_env = std::getenv("PATH");
       std::string path;
       try {
-        path = local::resolve_executable(settings.command.front(),
-                                         path_env != nullptr ? path_env : "/usr/bin:/bin", "");
+        path = sys::resolve_executable(settings.command.front(),
+                                       path_env != nullptr ? path_env : "/usr/bin:/bin", "");
       } catch (const pm::error& e) {
         throw error(errc::launch, std::string("srun: ") + e.what());
       }
@@ -418,16 +418,16 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
       int out[2];
       if (::pipe2(out, O_CLOEXEC) != 0) throw error(errc::system, std::strerror(errno));
       link::owned_fd out_r(out[0]), out_w(out[1]);
-      local::spawn_request req;
+      sys::spawn_request req;
       req.path = path;
       req.argv = argv;
       req.argv.front() = settings.command.front();
       req.env = std::move(env);
       req.stdout_fd = out_w.get();
       req.stderr_fd = out_w.get();
-      local::spawned_process res;
+      sys::spawned_process res;
       try {
-        res = local::spawn(req);
+        res = sys::spawn(req);
       } catch (const pm::error& e) {
         throw error(errc::launch, std::string("cannot start srun: ") + e.what());
       }

@@ -21,8 +21,8 @@
 #include "model/printable.hpp"
 #include "pm/error.hpp"
 #include "pm/exit_status.hpp"
-#include "transport/local/executable.hpp"
-#include "transport/local/spawner.hpp"
+#include "sys/executable.hpp"
+#include "sys/spawner.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
 extern char** environ;
@@ -97,13 +97,12 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
         pipe_budget -= bigger;
       if (::pipe2(err, O_CLOEXEC) != 0) throw error(errc::system, std::strerror(errno));
       link::owned_fd err_r(err[0]), err_w(err[1]);
-      local::spawn_request req;
+      sys::spawn_request req;
       req.path = argv.front();
       // The same lookup as a rank's program, in this process's PATH.
       const char* path = std::getenv("PATH");
       try {
-        req.path =
-            local::resolve_executable(req.path, path != nullptr ? path : "/usr/bin:/bin", "");
+        req.path = sys::resolve_executable(req.path, path != nullptr ? path : "/usr/bin:/bin", "");
       } catch (const pm::error& e) {
         throw error(errc::launch, std::string("the remote shell command: ") + e.what() +
                                       " (set plm_rsh_agent or PM_RSH_AGENT)");
@@ -113,9 +112,9 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
       req.stdin_fd = in_r.get();
       req.stdout_fd = out_w.get();
       req.stderr_fd = err_w.get();
-      local::spawned_process res;
+      sys::spawned_process res;
       try {
-        res = local::spawn(req);
+        res = sys::spawn(req);
       } catch (const pm::error& e) {
         throw error(errc::launch, std::string("cannot start ssh: ") + e.what());
       }

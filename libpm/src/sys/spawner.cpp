@@ -1,4 +1,4 @@
-#include "transport/local/spawner.hpp"
+#include "sys/spawner.hpp"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -22,7 +22,7 @@
 #define CLONE_PIDFD 0x00001000
 #endif
 
-namespace pm::local {
+namespace pm::sys {
 
 int exec_failure_code(int error_number) noexcept {
   return error_number == ENOENT ? 127 : 126;
@@ -238,4 +238,4 @@ spawned_process spawn(const spawn_request& request) {
   return spawn_fallback(request, plan);
 }
 
-}  // namespace pm::local
+}  // namespace pm::sys
