@@ -11,6 +11,7 @@
 
 #include "pm/error.hpp"
 #include "sys/executable.hpp"
+#include "sys/pidfd.hpp"
 #include "sys/spawner.hpp"
 
 namespace {
@@ -40,8 +41,7 @@ result run_sh(const std::string& script, spawn_request req = {}) {
   close(p[0]);
   pollfd pfd{child.pidfd, POLLIN, 0};
   EXPECT_EQ(poll(&pfd, 1, 10000), 1);  // readable once it exited
-  EXPECT_EQ(
-      waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child.pidfd), &r.info, WEXITED), 0);
+  EXPECT_EQ(waitid(pm::sys::pidfd_id, static_cast<id_t>(child.pidfd), &r.info, WEXITED), 0);
   close(child.pidfd);
   return r;
 }
