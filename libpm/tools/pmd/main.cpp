@@ -49,12 +49,9 @@
 #include "pm/version.hpp"
 #include "pmix_gateway.hpp"
 #include "sys/executable.hpp"
+#include "sys/pidfd.hpp"
 #include "sys/spawner.hpp"
 #include "transport/srun/connect_back.hpp"
-
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
 
 extern char** environ;
 
@@ -198,11 +195,6 @@ int failure_code(const pm::error& e) {
                  what.find("does not exist") != std::string_view::npos
              ? 127
              : 126;
-}
-
-pm::exit_status status_of(const siginfo_t& info) {
-  if (info.si_code == CLD_EXITED) return pm::exit_status::exited(info.si_status);
-  return pm::exit_status::signaled(info.si_status);
 }
 
 std::uint64_t pipe_key(std::uint32_t rank, pm::output_stream s) {
@@ -676,20 +668,13 @@ void driver::on_signals() {
 void driver::on_pidfd(std::uint32_t rank) {
   auto it = ranks_.find(rank);
   if (it == ranks_.end() || !it->second.pidfd) return;
-  siginfo_t info{};
-  // WNOWAIT: the leader stays a zombie, so its pid (its group's id) cannot be reused.
-  const int rc = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(it->second.pidfd.get()),
-                          &info, WEXITED | WNOHANG | WNOWAIT);
-  if (rc != 0 || info.si_pid == 0) {
-    if (rc != 0) {  // reaped already (by the sweep): stop watching
-      unwatch(it->second.pidfd.get());
-      it->second.pidfd.reset();
-    }
-    return;
-  }
+  // keep_zombie: the leader stays a zombie, so its pid (its group's id) cannot be reused.
+  const auto end = pm::sys::check_exit(it->second.pidfd.get(), pm::sys::reap_mode::keep_zombie);
+  if (!end.ended) return;
   unwatch(it->second.pidfd.get());
   it->second.pidfd.reset();
-  const pm::exit_status status = status_of(info);
+  if (!end.status) return;  // reaped already (by the sweep): nothing more to say
+  const pm::exit_status status = *end.status;
   if (pmix_) {
     // Upcalls queued before the exit (its PMIx_Finalize) count: run them first.
     pmix_->on_ready();
