@@ -4,6 +4,7 @@
 // under tag_in (and tag_out for a separate write end); one thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -24,8 +25,11 @@ class launcher_link {
   /// the token in the environment, which leaves it (docs/slurm.md). Throws pm::error.
   static pm::link::stream_fds open_stream(bool connect);
 
-  launcher_link(pm::link::stream_fds fds, pm::link::endpoint_options o)
-      : fds_(fds), ep_(std::move(o)) {}
+  /// The agent's end of the link with the job's `nonce`; the launcher's hello must come within
+  /// `hello_bound`.
+  launcher_link(pm::link::stream_fds fds, std::uint64_t nonce,
+                std::chrono::milliseconds hello_bound)
+      : fds_(fds), ep_(options(nonce, hello_bound)) {}
 
   /// Makes the descriptors non-blocking and close-on-exec and watches them in `epoll_fd`; "" or
   /// why it cannot (an input epoll cannot wait on: a regular file, /dev/null).
@@ -50,6 +54,15 @@ class launcher_link {
   void last_words();
 
  private:
+  static pm::link::endpoint_options options(std::uint64_t nonce,
+                                            std::chrono::milliseconds hello_bound) {
+    pm::link::endpoint_options o;
+    o.self = pm::link::role::agent;
+    o.nonce = nonce;
+    o.hello_timeout = hello_bound;
+    return o;
+  }
+
   pm::link::stream_fds fds_;
   pm::link::endpoint ep_;
   pm::link::stream_reader reader_;

@@ -41,6 +41,7 @@
 #include "agent/host_machine.hpp"
 #include "child_agents.hpp"
 #include "command_line.hpp"
+#include "event_set.hpp"
 #include "launcher_link.hpp"
 #include "link/endpoint.hpp"
 #include "link/socket.hpp"
@@ -66,36 +67,23 @@ class driver {
  public:
   driver(ln::stream_fds link, ag::options opts, std::uint64_t nonce,
          std::chrono::milliseconds hello_bound, std::optional<rlimit> nofile)
-      : link_(link, endpoint_options(nonce, hello_bound)),
+      : link_(link, nonce, hello_bound),
         machine_(with_files(std::move(opts))),
-        ranks_(process_hooks()),
+        ranks_(events_),
         nofile_(nofile),
-        streams_(stream_hooks()) {}
+        streams_(events_, link_, [this](std::uint32_t rank, pm::output_stream s, std::uint64_t n) {
+          feed(ag::event{ag::output_ended{rank, s, n}});
+        }) {}
 
   int run();
 
  private:
-  static ln::endpoint_options endpoint_options(std::uint64_t nonce,
-                                               std::chrono::milliseconds hello_bound) {
-    ln::endpoint_options o;
-    o.self = ln::role::agent;
-    o.nonce = nonce;
-    o.hello_timeout = hello_bound;
-    return o;
-  }
   static ag::options with_files(ag::options o) {
     static const pmd::local_files files;
     o.files = &files;
     return o;
   }
-  pmd::rank_streams::hooks stream_hooks();
-  pmd::rank_processes::hooks process_hooks() {
-    return {[this](int fd, std::uint32_t events, std::uint64_t tag) { watch(fd, events, tag); },
-            [this](int fd) { unwatch(fd); }};
-  }
   ln::link_time now() const { return clock_type::now().time_since_epoch(); }
-  void watch(int fd, std::uint32_t events, std::uint64_t tag);
-  void unwatch(int fd) { ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr); }
   void feed(ag::host_event e);
   void execute(ag::host_action& a);
   void execute(ag::action& a);
@@ -116,8 +104,8 @@ class driver {
   // 5, 6, 7: rank_streams; 9 to 12: child_agents.
   static constexpr std::uint64_t tag_pmix = 8ull << 56;
 
+  pmd::event_set events_;  // before every part that watches descriptors in it
   pmd::launcher_link link_;
-  owned_fd epoll_;
   owned_fd sigfd_;
   ag::host_machine machine_;
   // Capacity the ranks' output pipes may still be given beyond the default (F_SETPIPE_SZ counts
@@ -149,31 +137,6 @@ int failure_code(const pm::error& e) {
              : 126;
 }
 
-void driver::watch(int fd, std::uint32_t events, std::uint64_t tag) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.u64 = tag;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST) {
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
-  }
-}
-
-pmd::rank_streams::hooks driver::stream_hooks() {
-  pmd::rank_streams::hooks h;
-  h.watch = [this](int fd, std::uint32_t events, std::uint64_t tag) { watch(fd, events, tag); };
-  h.unwatch = [this](int fd) { unwatch(fd); };
-  h.credit = [this]() -> std::uint64_t { return link_.open() ? link_.endpoint().credit() : 0; };
-  h.send_output = [this](std::uint32_t rank, pm::output_stream s,
-                         std::span<const std::uint8_t> bytes) {
-    link_.endpoint().send_output(rank, s, bytes);
-  };
-  h.acknowledge = [this](std::uint64_t n) { link_.endpoint().acknowledge(n); };
-  h.ended = [this](std::uint32_t rank, pm::output_stream s, std::uint64_t bytes) {
-    feed(ag::event{ag::output_ended{rank, s, bytes}});
-  };
-  return h;
-}
-
 void driver::feed(ag::host_event e) {
   pending_.push_back(std::move(e));
   // Only the outermost call drains: an action's result event is fed after the batch it came from.
@@ -199,8 +162,8 @@ void driver::execute(ag::host_action& a) {
   } else if (auto* c = std::get_if<ag::child_action>(&a)) {
     if (!children_) {
       pmd::child_agents::hooks h;
-      h.watch = [this](int fd, std::uint32_t events, std::uint64_t tag) { watch(fd, events, tag); };
-      h.unwatch = [this](int fd) { unwatch(fd); };
+      h.watch = [this](int fd, std::uint32_t ev, std::uint64_t tag) { events_.watch(fd, ev, tag); };
+      h.unwatch = [this](int fd) { events_.unwatch(fd); };
       h.report = [this](ag::child_event e) { feed(std::move(e)); };
       h.queued = [this] { return link_.endpoint().output().size(); };
       std::vector<std::string> env;  // pmd's own: the launcher's never reaches this host
@@ -226,7 +189,7 @@ void driver::start_pmix(const ag::start_pmix& s) {
     pending_.push_back(ag::pmix_unavailable{e.what()});
     return;
   }
-  watch(pmix_->fd(), EPOLLIN, tag_pmix);
+  events_.watch(pmix_->fd(), EPOLLIN, tag_pmix);
   pending_.push_back(ag::pmix_ready{pmix_->facts()});
 }
 
@@ -412,20 +375,19 @@ int driver::next_timeout_ms() const {
 }
 
 int driver::run() {
-  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
   sigfd_ = pmd::signal_reader();
-  if (!epoll_ || !sigfd_) {
+  if (!events_ || !sigfd_) {
     std::fprintf(stderr, "pmd: cannot set up its event loop: %s\n", std::strerror(errno));
     return 2;
   }
-  if (const auto why = link_.attach(epoll_.get()); !why.empty()) {
+  if (const auto why = link_.attach(events_.fd()); !why.empty()) {
     // A regular file or /dev/null: nothing a launcher hands pmd (docs/agent.md).
     std::fprintf(stderr,
                  "pmd: its input cannot be waited on (%s): a launcher gives a pipe or a socket\n",
                  why.c_str());
     return 2;
   }
-  watch(sigfd_.get(), EPOLLIN, tag_signals);
+  events_.watch(sigfd_.get(), EPOLLIN, tag_signals);
 
   ln::hello mine;
   mine.pid = ::getpid();
@@ -437,7 +399,7 @@ int driver::run() {
 
   epoll_event events[64];
   while (!exit_code_) {
-    const int n = ::epoll_wait(epoll_.get(), events, 64, next_timeout_ms());
+    const int n = ::epoll_wait(events_.fd(), events, 64, next_timeout_ms());
     if (n < 0 && errno != EINTR) {
       std::fprintf(stderr, "pmd: epoll_wait: %s\n", std::strerror(errno));
       feed(ag::event{ag::terminate_requested{SIGTERM}});  // still clear everything

@@ -15,7 +15,7 @@ void rank_processes::add(std::uint32_t rank, pid_t pid, pm::link::owned_fd pidfd
   leader& r = ranks_[rank];
   r.pid = pid;
   r.pidfd = std::move(pidfd);
-  hooks_.watch(r.pidfd.get(), EPOLLIN, tag_pidfd | rank);
+  events_.watch(r.pidfd.get(), EPOLLIN, tag_pidfd | rank);
 }
 
 std::optional<pm::exit_status> rank_processes::exit_of(std::uint32_t rank) {
@@ -24,7 +24,7 @@ std::optional<pm::exit_status> rank_processes::exit_of(std::uint32_t rank) {
   // keep_zombie: the leader stays a zombie, so its pid (its group's id) cannot be reused.
   const auto end = pm::sys::check_exit(it->second.pidfd.get(), pm::sys::reap_mode::keep_zombie);
   if (!end.ended) return std::nullopt;
-  hooks_.unwatch(it->second.pidfd.get());
+  events_.unwatch(it->second.pidfd.get());
   it->second.pidfd.reset();
   return end.status;  // none: reaped already (by the sweep), nothing more to say
 }

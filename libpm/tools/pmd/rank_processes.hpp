@@ -11,6 +11,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "event_set.hpp"
 #include "link/socket.hpp"
 #include "pm/exit_status.hpp"
 
@@ -20,14 +21,10 @@ class rank_processes {
  public:
   /// Epoll tag: the kind in the top byte, the rank below.
   static constexpr std::uint64_t tag_pidfd = 4ull << 56;
-  struct hooks {
-    std::function<void(int fd, std::uint32_t events, std::uint64_t tag)> watch;
-    std::function<void(int fd)> unwatch;
-  };
   /// Children pmd holds otherwise (the child agents' ssh, reaped through their own pidfds).
   using kept = std::function<bool(pid_t)>;
 
-  explicit rank_processes(hooks h) : hooks_(std::move(h)) {}
+  explicit rank_processes(event_set& events) : events_(events) {}
 
   /// A rank leader started: its pidfd is watched from now on.
   void add(std::uint32_t rank, pid_t pid, pm::link::owned_fd pidfd);
@@ -45,7 +42,7 @@ class rank_processes {
     pid_t pid = 0;
     pm::link::owned_fd pidfd;  // closed once the exit was seen (the leader stays a zombie)
   };
-  hooks hooks_;
+  event_set& events_;
   std::unordered_map<std::uint32_t, leader> ranks_;
 };
 

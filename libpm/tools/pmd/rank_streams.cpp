@@ -15,7 +15,8 @@ void rank_streams::forward(std::uint32_t rank, pm::output_stream s, pm::link::ow
   auto& p = forwarded_[key(rank, s)];
   p.fd = std::move(fd);
   p.watched = true;
-  hooks_.watch(p.fd.get(), EPOLLIN, (s == pm::output_stream::out ? tag_stdout : tag_stderr) | rank);
+  events_.watch(p.fd.get(), EPOLLIN,
+                (s == pm::output_stream::out ? tag_stdout : tag_stderr) | rank);
 }
 
 void rank_streams::feed_input(std::uint32_t rank, pm::link::owned_fd fd) {
@@ -41,10 +42,10 @@ void rank_streams::on_output(std::uint32_t rank, pm::output_stream stream) {
   if (it == forwarded_.end() || !it->second.fd || !it->second.watched) return;
   auto& p = it->second;
   for (int round = 0; round < 4; ++round) {
-    const auto credit = hooks_.credit();
+    const auto credit = (link_.open() ? link_.endpoint().credit() : 0);
     if (credit == 0) {
       // Back-pressure: the rank blocks in write() until the launcher consumed its output.
-      hooks_.unwatch(p.fd.get());
+      events_.unwatch(p.fd.get());
       p.watched = false;
       paused_.push_back(k);
       return;
@@ -53,7 +54,7 @@ void rank_streams::on_output(std::uint32_t rank, pm::output_stream stream) {
     const ssize_t n = ::read(p.fd.get(), buffer_.get(), want);
     if (n > 0) {
       p.bytes += static_cast<std::uint64_t>(n);
-      hooks_.send_output(
+      link_.endpoint().send_output(
           rank, stream,
           {reinterpret_cast<const std::uint8_t*>(buffer_.get()), static_cast<std::size_t>(n)});
       continue;
@@ -61,10 +62,10 @@ void rank_streams::on_output(std::uint32_t rank, pm::output_stream stream) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return;
     // End of stream (or a read error: nothing more will come).
-    hooks_.unwatch(p.fd.get());
+    events_.unwatch(p.fd.get());
     const auto bytes = p.bytes;
     forwarded_.erase(it);
-    hooks_.ended(rank, stream, bytes);
+    ended_(rank, stream, bytes);
     return;
   }
 }
@@ -74,7 +75,7 @@ void rank_streams::on_output(std::uint32_t rank, pm::output_stream stream) {
 void rank_streams::input(std::uint32_t rank, std::span<const std::uint8_t> bytes) {
   auto it = inputs_.find(rank);
   if (it == inputs_.end() || !it->second.fd) {
-    hooks_.acknowledge(bytes.size());
+    link_.endpoint().acknowledge(bytes.size());
     return;
   }
   it->second.pending.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -88,7 +89,7 @@ void rank_streams::write_input(std::uint32_t rank) {
   while (in.fd && !in.pending.empty()) {
     const ssize_t n = ::write(in.fd.get(), in.pending.data(), in.pending.size());
     if (n > 0) {
-      hooks_.acknowledge(static_cast<std::uint64_t>(n));
+      link_.endpoint().acknowledge(static_cast<std::uint64_t>(n));
       in.pending.erase(0, static_cast<std::size_t>(n));
       continue;
     }
@@ -96,19 +97,19 @@ void rank_streams::write_input(std::uint32_t rank) {
     if (n < 0 && errno == EAGAIN) {
       if (!in.watched) {
         in.watched = true;
-        hooks_.watch(in.fd.get(), EPOLLOUT, tag_stdin | rank);
+        events_.watch(in.fd.get(), EPOLLOUT, tag_stdin | rank);
       }
       return;
     }
     // EPIPE: the rank closed its stdin or ended; what it did not read is dropped.
-    hooks_.acknowledge(in.pending.size());
+    link_.endpoint().acknowledge(in.pending.size());
     in.pending.clear();
-    if (in.watched) hooks_.unwatch(in.fd.get());
+    if (in.watched) events_.unwatch(in.fd.get());
     in.fd.reset();
   }
   if (in.pending.empty()) {
     if (in.watched) {
-      hooks_.unwatch(in.fd.get());
+      events_.unwatch(in.fd.get());
       in.watched = false;
     }
     if (in.closing) in.fd.reset();  // end of input: the rank reads end-of-file
@@ -131,7 +132,7 @@ void rank_streams::resume() {
     it->second.watched = true;
     const auto rank = static_cast<std::uint32_t>(k >> 1);
     const bool err = (k & 1) != 0;
-    hooks_.watch(it->second.fd.get(), EPOLLIN, (err ? tag_stderr : tag_stdout) | rank);
+    events_.watch(it->second.fd.get(), EPOLLIN, (err ? tag_stderr : tag_stdout) | rank);
   }
 }
 
@@ -139,7 +140,7 @@ void rank_streams::resume() {
 // (nothing reads it without a link): pmd spun through the grace.
 void rank_streams::stop_reading() {
   for (auto& [k, p] : forwarded_) {
-    if (p.watched && p.fd) hooks_.unwatch(p.fd.get());
+    if (p.watched && p.fd) events_.unwatch(p.fd.get());
     p.watched = false;
   }
   paused_.clear();

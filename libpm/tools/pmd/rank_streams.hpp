@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "event_set.hpp"
+#include "launcher_link.hpp"
 #include "link/socket.hpp"
 #include "pm/output.hpp"
 
@@ -20,18 +22,9 @@ namespace pmd {
 
 class rank_streams {
  public:
-  struct hooks {
-    std::function<void(int fd, std::uint32_t events, std::uint64_t tag)> watch;
-    std::function<void(int fd)> unwatch;
-    /// Output bytes the link may take now (0: wait for credit_granted, then resume()).
-    std::function<std::uint64_t()> credit;
-    std::function<void(std::uint32_t rank, pm::output_stream s, std::span<const std::uint8_t>)>
-        send_output;
-    /// Input bytes written to a rank (or dropped): the launcher may send that many more.
-    std::function<void(std::uint64_t bytes)> acknowledge;
-    /// A forwarded pipe ended after `bytes` bytes, all sent.
-    std::function<void(std::uint32_t rank, pm::output_stream s, std::uint64_t bytes)> ended;
-  };
+  /// A forwarded pipe ended after `bytes` bytes, all sent.
+  using ended_fn =
+      std::function<void(std::uint32_t rank, pm::output_stream s, std::uint64_t bytes)>;
   /// Epoll tags: the kind in the top byte (the owner routes these kinds here), the rank below.
   static constexpr std::uint64_t tag_stdout = 5ull << 56;
   static constexpr std::uint64_t tag_stderr = 6ull << 56;
@@ -41,7 +34,10 @@ class rank_streams {
     return kind == tag_stdout || kind == tag_stderr || kind == tag_stdin;
   }
 
-  explicit rank_streams(hooks h) : hooks_(std::move(h)) {}
+  /// Output goes out as `link`'s frames as far as its credit allows; input is acknowledged to it
+  /// as the ranks take it.
+  rank_streams(event_set& events, launcher_link& link, ended_fn ended)
+      : events_(events), link_(link), ended_(std::move(ended)) {}
 
   /// A rank's output read end to forward (non-blocking from now on).
   void forward(std::uint32_t rank, pm::output_stream s, pm::link::owned_fd fd);
@@ -77,7 +73,9 @@ class rank_streams {
   void on_output(std::uint32_t rank, pm::output_stream stream);
   void write_input(std::uint32_t rank);
 
-  hooks hooks_;
+  event_set& events_;
+  launcher_link& link_;
+  ended_fn ended_;
   std::unordered_map<std::uint64_t, output_pipe> forwarded_;  // key: rank << 1 | (stream == err)
   std::vector<std::uint64_t> paused_;                         // forwarded pipes waiting for credit
   std::unordered_map<std::uint32_t, input_pipe> inputs_;      // ranks whose stdin comes as frames
