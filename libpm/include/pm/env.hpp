@@ -102,10 +102,36 @@ struct job_env {
 PM_API job_env make_job_env(const env_map& inherited, const env_exports& exports,
                             env_profile profiles, launch_facts facts);
 
-/// The complete environment of one rank ("NAME=value" strings, ready for execve): base, then
-/// profile variables, then overrides, then its app's own variables; a later entry replaces an
-/// earlier one of the same name.
+/// The environment of one rank ("NAME=value" strings, ready for execve) as the job's env gives
+/// it: base, then profile variables, then overrides, then its app's own variables; a later entry
+/// replaces an earlier one of the same name. A launch adds its host's variables (below).
 PM_API std::vector<std::string> rank_environment(const job_env& env, const rank_map& map,
                                                  std::uint32_t rank);
+
+/// What the rank's host adds at launch (docs/env-contract.md, "Precedence", layers 5 and 6).
+struct host_env {
+  /// Its agent's PMIx server's variables (a launch with PMIx): they win over every other layer.
+  std::vector<env_var> server;
+  /// Open MPI settings for the host (its cores, its devices): set only where no layer set them.
+  std::vector<env_var> defaults;
+};
+
+/// The complete environment of one rank: rank_environment plus what its host adds.
+PM_API std::vector<std::string> rank_environment(const job_env& env, const rank_map& map,
+                                                 std::uint32_t rank, const host_env& host);
+
+/// The value shown for a variable that only the rank's host's agent decides, at launch: its PMIx
+/// server's address, its private directories, the launch's PMIx namespace.
+inline constexpr std::string_view decided_at_launch = "<decided at launch>";
+
+/// True for a variable whose value only the rank's host's agent knows (is_decided_at_launch
+/// names them in docs/env-contract.md, "What only the host's agent knows").
+PM_API bool is_decided_at_launch(std::string_view name) noexcept;
+
+/// What a launch with PMIx (pm::job_request::pmix) on this machine adds for `rank`, as far as it
+/// is known before the launch: the server's variables (those is_decided_at_launch names have the
+/// value decided_at_launch) and this machine's Open MPI settings (its cores, its RDMA devices).
+/// For a rank on another host the settings are that host's; these are this machine's.
+PM_API host_env predicted_host_env(const rank_map& map, std::uint32_t rank);
 
 }  // namespace pm

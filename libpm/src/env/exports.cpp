@@ -1,6 +1,7 @@
 // The job's environment: inherited minus outer identity, plus -mca and -x exports.
 #include <algorithm>
 
+#include "env/compose.hpp"
 #include "model/printable.hpp"
 #include "pm/env.hpp"
 #include "pm/error.hpp"
@@ -24,17 +25,6 @@ void set(std::vector<env_var>& list, std::string name, std::string value) {
   list.push_back({std::move(name), std::move(value)});
 }
 
-// Replaces or inserts into a list sorted by name, keeping it sorted.
-void set_sorted(std::vector<env_var>& list, std::string name, std::string value) {
-  auto it = std::lower_bound(list.begin(), list.end(), name,
-                             [](const env_var& v, const std::string& n) { return v.name < n; });
-  if (it != list.end() && it->name == name) {
-    it->value = std::move(value);
-  } else {
-    list.insert(it, {std::move(name), std::move(value)});
-  }
-}
-
 }  // namespace
 
 bool is_valid_env_name(std::string_view name) noexcept {
@@ -47,18 +37,19 @@ job_env make_job_env(const env_map& inherited, const env_exports& exports, env_p
   job_env env;
   env.profiles = profiles;
   env.facts = std::move(facts);
-  // env_map is ordered, so base comes out sorted by name; set_sorted keeps it so.
-  env.base.reserve(inherited.size() + exports.mca.size());
-  for (const auto& [name, value] : inherited) {
-    if (!is_outer_job_identity(name)) env.base.push_back({name, value});
-  }
+  std::vector<env_var> own;
+  own.reserve(inherited.size());
+  for (const auto& [name, value] : inherited) own.push_back({name, value});
+  std::vector<env_var> mca;
+  mca.reserve(exports.mca.size());
   for (const auto& [key, value] : exports.mca) {
     if (key.empty() || !std::all_of(key.begin(), key.end(), is_word_char)) {
       // Quoted with control characters spelled out: the message stays one line.
       throw error(errc::env, "-mca '" + model::printable(key) + "': invalid parameter name");
     }
-    set_sorted(env.base, "OMPI_MCA_" + key, value);  // replaces an inherited OMPI_MCA_key
+    mca.push_back({"OMPI_MCA_" + key, value});  // replaces an inherited OMPI_MCA_key
   }
+  env.base = job_base(own, mca);
   for (const auto& x : exports.x) {
     const auto eq = x.find('=');
     const std::string name = x.substr(0, eq);
