@@ -9,6 +9,7 @@
 
 #include "agent/program_lookup.hpp"
 #include "agent/rank_env.hpp"
+#include "env/compose.hpp"
 #include "pm/exit_status.hpp"
 
 // GCC 12 warns "may be used uninitialized" inside std::variant's move constructor when a vector
@@ -20,6 +21,16 @@
 namespace pm::agent {
 
 namespace {
+
+env_layers layers_of(const process_spec& p) {
+  env_layers l;
+  if (p.base != nullptr) l.base = *p.base;
+  l.profile = p.profile;
+  if (p.overrides != nullptr) l.exports = *p.overrides;
+  if (p.app_env != nullptr) l.app = *p.app_env;
+  l.host = p.pmix;
+  return l;
+}
 
 enum class phase {
   running,      // serving the launcher
@@ -340,21 +351,13 @@ bool agent::done() const noexcept {
   return state_->ph == phase::done;
 }
 
+// Its layers for the one composer (env/compose.hpp): its precedence decides both.
 std::vector<std::string> process_spec::environment() const {
-  static const std::vector<std::string> none;
-  auto env = compose_rank_environment(base ? *base : none, profile, overrides ? *overrides : none,
-                                      app_env ? *app_env : none);
-  if (pmix.empty()) return env;
-  return compose_rank_environment(env, pmix, {}, {});
+  return compose_environment(layers_of(*this));
 }
 
-// The layers of environment(), the last first: the first that sets the name decides.
 std::optional<std::string_view> process_spec::variable(std::string_view name) const {
-  for (const auto* layer : {&pmix, app_env, overrides, &profile, base}) {
-    if (layer == nullptr) continue;
-    if (auto v = lookup_variable(*layer, name)) return v;
-  }
-  return std::nullopt;
+  return composed_value(layers_of(*this), name);
 }
 
 }  // namespace pm::agent

@@ -1,6 +1,7 @@
 #include "agent/host_facts.hpp"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -17,6 +18,25 @@ std::string host_name() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
   return buf;
+}
+
+namespace {
+
+bool has_entries(const char* dir) {
+  DIR* d = ::opendir(dir);
+  if (d == nullptr) return false;
+  bool any = false;
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) any = true;
+  }
+  ::closedir(d);
+  return any;
+}
+
+}  // namespace
+
+bool has_rdma_devices() {
+  return has_entries("/sys/class/infiniband") || has_entries("/sys/class/cxi");
 }
 
 std::vector<std::string> reachable_addresses() {

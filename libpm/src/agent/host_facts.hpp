@@ -16,6 +16,9 @@ std::string host_name();
 /// it there, so the other hosts most likely can too.
 std::vector<std::string> reachable_addresses();
 
+/// An RDMA device is there (/sys/class/infiniband, /sys/class/cxi): Open MPI may use more than TCP.
+bool has_rdma_devices();
+
 /// A TCP port free on the first of `addrs` (bound to port 0, read, released); 0 if none.
 std::uint16_t free_port(const std::vector<std::string>& addrs);
 

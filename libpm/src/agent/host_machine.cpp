@@ -58,7 +58,7 @@ struct host_machine::state {
       if (auto* s = std::get_if<spawn_rank>(&a); s && pmix) {
         const auto& spec = s->spec;
         s->spec.pmix = pmix->rank_variables(spec.rank, [&](std::string_view name) {
-          return !spec.variable(name).value_or("").empty();
+          return spec.variable(name).has_value();  // set, even empty: the user's choice
         });
       }
       if (std::holds_alternative<sweep>(a)) {

@@ -172,7 +172,7 @@ class pmix_relay {
   link::pmix_server server_info() const;
   /// The variables process `rank` gets on top of its job's ("NAME=value"): what the server will
   /// tell it, and Open MPI's settings for this host unless the rank's environment has them
-  /// (`has(name)`: the job sets that variable non-empty).
+  /// (`has(name)`: the job sets that variable, even empty).
   template <class Has>
   std::vector<std::string> rank_variables(std::uint32_t rank, Has&& has) const;
 
@@ -251,16 +251,11 @@ class pmix_relay {
 template <class Has>
 std::vector<std::string> pmix_relay::rank_variables(std::uint32_t rank, Has&& has) const {
   std::vector<std::string> extra = predicted_variables(rank);
-  // Open MPI yields when idle on an oversubscribed host, as under mpirun, unless the user said.
-  if (oversubscribed_ && !has("OMPI_MCA_mpi_yield_when_idle")) {
-    extra.emplace_back("OMPI_MCA_mpi_yield_when_idle=1");
-  }
-  // Without RDMA devices Open MPI ends up with ob1 over self, vader and tcp; naming them spares
-  // each rank opening (and probing) every other transport component: MPI_Init about 2x faster
-  // (docs/pmix.md). The user's own choice, in the environment or -mca, wins.
-  if (!facts_.rdma) {
-    if (!has("OMPI_MCA_pml")) extra.emplace_back("OMPI_MCA_pml=ob1");
-    if (!has("OMPI_MCA_btl")) extra.emplace_back("OMPI_MCA_btl=self,vader,tcp");
+  // This host's Open MPI settings (predicted_env.hpp) where the rank's environment has none.
+  for (auto& setting : pmix::host_settings(oversubscribed_, facts_.rdma)) {
+    if (!has(std::string_view(setting).substr(0, setting.find('=')))) {
+      extra.push_back(std::move(setting));
+    }
   }
   return extra;
 }

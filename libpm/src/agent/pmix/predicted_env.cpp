@@ -52,4 +52,14 @@ std::vector<std::string> predicted_rank_env(const server_place& place, const std
   };
 }
 
+std::vector<std::string> host_settings(bool oversubscribed, bool rdma) {
+  std::vector<std::string> out;
+  if (oversubscribed) out.emplace_back("OMPI_MCA_mpi_yield_when_idle=1");
+  if (!rdma) {
+    out.emplace_back("OMPI_MCA_pml=ob1");
+    out.emplace_back("OMPI_MCA_btl=self,vader,tcp");
+  }
+  return out;
+}
+
 }  // namespace pm::agent::pmix

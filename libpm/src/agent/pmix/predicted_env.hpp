@@ -37,6 +37,12 @@ inline constexpr const char* server_store = "hash";
 std::vector<std::string> predicted_rank_env(const server_place& place, const std::string& nspace,
                                             std::uint32_t rank);
 
+/// Open MPI settings pmd gives its ranks where no layer set them (env/compose.hpp, "defaults"):
+/// yield when idle on an oversubscribed host (more of the job's ranks here than cores), as
+/// mpirun does; without RDMA devices ob1 over self, vader and tcp, which spares each rank opening
+/// and probing every other transport component (MPI_Init about 2x faster, docs/pmix.md).
+std::vector<std::string> host_settings(bool oversubscribed, bool rdma);
+
 /// The job's directory under the private one (Open MPI's session directory base), and its
 /// shared-memory directory (empty when place.shm_dir is).
 std::string job_dir(const server_place& place, const std::string& nspace);
