@@ -7,6 +7,8 @@
 
 namespace pm::c {
 
+static_assert(pm::decided_at_launch == PM_ENV_DECIDED_AT_LAUNCH);
+
 pm::env_map to_env_map(const char* const* envp) {
   pm::env_map env;
   for (const auto& entry : to_strings(envp)) {
@@ -27,7 +29,10 @@ const pm::job_env& decided_env(const pm_map& map) {
 }
 
 std::vector<std::string> rank_env(const pm_map& map, std::uint32_t rank) {
-  return pm::rank_environment(decided_env(map), map.map, rank);
+  // A C API launch gives its ranks PMIx (pm_run_start): what their agent's server and settings
+  // add is part of what they get.
+  return pm::rank_environment(decided_env(map), map.map, rank,
+                              pm::predicted_host_env(map.map, rank));
 }
 
 }  // namespace pm::c

@@ -51,7 +51,8 @@ namespace pm::c {
 /// The map's job env with its launch facts (MASTER_ADDR/PORT), decided at the first call.
 const pm::job_env& decided_env(const pm_map& map);
 
-/// The complete environment of one rank: pm::rank_environment plus its app's own variables.
+/// The complete environment of one rank as a launch gives it: pm::rank_environment with its app's
+/// own variables and what its host adds (pm::predicted_host_env).
 std::vector<std::string> rank_env(const pm_map& map, std::uint32_t rank);
 
 /// "NAME=value" entries as an env_map (entries without '=' are skipped, as getenv skips them).

@@ -244,8 +244,12 @@ PM_C_API int pm_map_text(char** out, const pm_map* map, uint32_t jobid);
 PM_C_API int pm_map_json(char** out, const pm_map* map, uint32_t jobid);
 /* The complete environment rank `rank` starts with, "NAME=value", NULL-terminated (free with
  * pm_strings_free). MASTER_ADDR/MASTER_PORT are decided once per map, at the first call of this or
- * pm_run_start(); a launch of the map gives its ranks exactly these variables. */
+ * pm_run_start(); a launch of the map gives its ranks exactly these variables. The few whose
+ * values only the rank's host's agent decides at launch (its PMIx server's address, its private
+ * directories, the PMIx namespace: docs/c-api.md lists them) are there with the value
+ * PM_ENV_DECIDED_AT_LAUNCH. */
 PM_C_API int pm_rank_env(char*** out, const pm_map* map, uint32_t rank);
+#define PM_ENV_DECIDED_AT_LAUNCH "<decided at launch>"
 
 /* ---- reports: how a job ended ---------------------------------------------------------------- */
 
