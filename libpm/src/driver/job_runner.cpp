@@ -23,7 +23,7 @@
 #include "launch/launcher.hpp"
 #include "pm/error.hpp"
 #include "pm/launcher.hpp"
-#include "transport/local/executable.hpp"
+#include "sys/executable.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/routing.hpp"
 
