@@ -153,7 +153,24 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     c.embedder_transport = req.remote_transport != nullptr;
     c.pick_address = driver::pick_address;
     c.rank_states = static_cast<bool>(cb.on_rank_state);
+    c.decisions = decision_log();
     return c;
+  }
+
+  // A test hook (tests/multihost/differential_test.cpp): the launcher's decisions, one line each,
+  // appended to the file PM_TEST_DECISION_LOG names (never a link, created private).
+  static std::function<void(std::uint32_t, const std::string&)> decision_log() {
+    const char* path = std::getenv("PM_TEST_DECISION_LOG");
+    if (path == nullptr || *path == '\0') return {};
+    const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return {};
+    auto file = std::make_shared<link::owned_fd>(fd);
+    return [file](std::uint32_t host, const std::string& decision) {
+      const std::string line =
+          (host == launch::job_wide ? std::string("*") : std::to_string(host)) + " " + decision +
+          "\n";
+      [[maybe_unused]] const auto n = ::write(file->get(), line.data(), line.size());
+    };
   }
 
   int stdin_source_of(std::uint32_t rank) const {

@@ -142,6 +142,10 @@ struct launcher::impl {
   void cancel_own_timer(std::uint64_t& id);
   void own_timer_fired(const own_timer& t);
   void finish_job(job_report report);
+  void decided(std::uint32_t host, const std::string& what) const {
+    if (cfg.decisions) cfg.decisions(host, what);
+  }
+  void record(const action& a) const;
   void maybe_all_closed();
   const host& host_info(std::uint32_t h) const { return req.map.allocation().hosts.at(h); }
   bool on_host(std::uint32_t process, std::uint32_t h) const {
