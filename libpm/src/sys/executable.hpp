@@ -17,9 +17,3 @@ std::string resolve_executable(std::string_view program, std::string_view path_e
                                std::string_view wdir);
 
 }  // namespace pm::sys
-
-namespace pm::local {
-// The launcher (driver/job_runner.cpp) still spells it so while it is being rewritten; goes
-// with that rewrite.
-using sys::resolve_executable;
-}  // namespace pm::local
