@@ -19,6 +19,7 @@
 #include "driver/host_stream.hpp"
 #include "driver/master_address.hpp"
 #include "driver/stdin_pump.hpp"
+#include "env/compose.hpp"
 #include "io/output_forwarder.hpp"
 #include "launch/launcher.hpp"
 #include "pm/error.hpp"
@@ -82,16 +83,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     return true;
   }
 
-  // The PATH the ranks of app `app` see on this machine: the app's own PATH wins over an -x PATH,
-  // which wins over the inherited one.
-  std::string rank_path_variable(std::uint32_t app) const {
-    for (const auto* list : {&req.env.app_variables(app), &req.env.overrides, &req.env.base}) {
-      for (auto it = list->rbegin(); it != list->rend(); ++it) {
-        if (it->name == "PATH") return it->value;
-      }
-    }
-    return "/usr/local/bin:/usr/bin:/bin";
-  }
+  // The PATH the ranks of app `app` see on this machine, as the composer makes it.
+  std::string rank_path_variable(std::uint32_t app) const { return program_path(req.env, app); }
 
   // Before anything starts: a job on this machine only has every program checked; a job with
   // other hosts reached by ssh has the remote shell command checked (a typo there is a launch

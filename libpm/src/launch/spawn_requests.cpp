@@ -4,6 +4,7 @@
 // stdin comes from, and the output streams pushed over links.
 #include <algorithm>
 
+#include "env/compose.hpp"
 #include "launch/launcher_impl.hpp"
 
 namespace pm::launch {
@@ -63,18 +64,14 @@ link::rank_spec launcher::impl::spec_of(std::uint32_t r) const {
     s.rank = r;
     s.app = j->first_app + j->map.at(r - j->first).app;
     if (!cfg.rank_variables) return s;
-    auto vars = profile_env(j->map, r - j->first, req.env.profiles, req.env.facts);
     // Its map holds the free slots only; the universe is the allocation's (as PMIx says).
-    for (auto& v : vars) {
-      if (v.name == "OMPI_UNIVERSE_SIZE") v.value = std::to_string(req.map.total_slots());
-    }
-    s.env = joined(vars);
+    s.env = joined(rank_profile(j->map, r - j->first, req.env, req.map.total_slots()));
     return s;
   }
   link::rank_spec s;
   s.rank = r;
   s.app = req.map.at(r).app;
-  if (cfg.rank_variables) s.env = joined(profile_env(req.map, r, req.env.profiles, req.env.facts));
+  if (cfg.rank_variables) s.env = joined(rank_profile(req.map, r, req.env));
   s.stdin_from_launcher = r < cfg.stdin_of.size() && cfg.stdin_of[r] != stdin_source::none;
   return s;
 }
