@@ -107,10 +107,11 @@ TEST(Agent, ComposesEachRankEnvironmentOnItsOwnHost) {
   ASSERT_EQ(all<spawn_rank>(a).size(), 1u);
   const auto p = all<spawn_rank>(a)[0].spec;
   // Its own environment without an outer job's identity, the job's base, the profile, the -x
-  // overrides, the app's own variables; a later one wins.
+  // overrides, the app's own variables; a later one wins, and stands where it wins (HOME: the
+  // app's, after APP_ONLY), as pm::rank_environment has it (env/compose.hpp).
   EXPECT_EQ(p.environment(),
             (std::vector<std::string>{"OMPI_MCA_btl=self,tcp", "PATH=/usr/bin:/bin", "RANK=0",
-                                      "RANK_X=override", "HOME=/app", "APP_ONLY=1"}));
+                                      "RANK_X=override", "APP_ONLY=1", "HOME=/app"}));
   EXPECT_EQ(p.argv, (std::vector<std::string>{"true"}));
   EXPECT_EQ(p.wdir, "/tmp");
   EXPECT_EQ(p.streams, 1);
