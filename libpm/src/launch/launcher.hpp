@@ -49,7 +49,7 @@ enum class stdin_source : std::uint8_t {
 
 /// Everything the machine needs to know about the job; pure data (and two pure hooks).
 struct launch_config {
-  job_request request;  ///< map, apps, env, control, output, remote, pmix (descriptors unused)
+  job_request request;      ///< map, apps, env, control, output, remote, pmix (descriptors unused)
   std::uint64_t nonce = 0;  ///< the job's nonce (hellos must carry it)
   std::uint64_t seed = 0;   ///< the retry backoff's jitter
   std::string local_agent_path;  ///< pmd on this machine
@@ -65,6 +65,8 @@ struct launch_config {
   std::function<std::string(const link::hello& agent, const std::vector<std::string>& iface,
                             const std::vector<const link::hello*>& others)>
       pick_address;
+  /// rank_changed actions (job_callbacks::on_rank_state); off: none are made.
+  bool rank_states = true;
   /// For tests (the simulator's checks of its own checks): sees every batch of the controller's
   /// actions before they are carried out, and may change it.
   std::function<void(const event& in, std::vector<action>& actions)> watch_controller;
@@ -103,8 +105,8 @@ struct link_deadline {
   std::uint32_t host;
   std::optional<link_time> at;
 };
-/// The launcher is stopped (^Z) / continues: the driver only passes it on (the machine tells the
-/// agents); kept as an action so that a stopped driver can stop its own clocks if it has any.
+/// A timer: answer with timer_fired(timer) after `after`, unless cancelled first (the controller's
+/// timers keep their numbers; the launcher's own are numbered from launcher_timers).
 struct start_timer_after {
   std::uint64_t timer;
   std::chrono::milliseconds after;
@@ -122,15 +124,14 @@ struct rank_changed {
 };
 /// The output pipes of `rank` came with the last message from `host` (a local agent): take the
 /// first `count` descriptors received on its stream, stdout then stderr, and read them; report
-/// each pipe's end with local_stream_ended. A host that sent fewer: stream_broken(host).
+/// each pipe's end with output_ended. A host that sent fewer: stream_broken(host).
 struct take_pipes {
   std::uint32_t host;
   std::uint32_t rank;
   std::uint32_t count;
 };
-/// Output pushed over a link: a rank's stream opens, gets bytes, closes. `host`'s bytes are
-/// acknowledged once consumed: answer each output_bytes with output_taken(host, n) when the
-/// output layer took them without congestion (else after output_ready).
+/// Output pushed over a link: a rank's stream opens, gets bytes, closes (report its end with
+/// output_ended). Answer each output_bytes with output_taken(host, n).
 struct output_open {
   std::uint32_t rank;
   stream_kind stream;
@@ -169,8 +170,8 @@ struct finished {
 using launch_action =
     std::variant<open_host, host_established, write_host, pass_stdin, close_host, link_deadline,
                  start_timer_after, cancel_timer_id, say, rank_changed, take_pipes, output_open,
-                 output_bytes, output_close, output_add_job, output_drain, pump_stdin,
-                 input_ready, finished>;
+                 output_bytes, output_close, output_add_job, output_drain, pump_stdin, input_ready,
+                 finished>;
 using actions = std::vector<launch_action>;
 
 class launcher {
@@ -195,15 +196,13 @@ class launcher {
   void carrier_ended(link_time now, std::uint32_t host, agent_end end, actions& out);
   void link_tick(link_time now, std::uint32_t host, actions& out);
   void timer_fired(link_time now, std::uint64_t timer, actions& out);
-  /// A pipe of a local rank reached its end after `bytes` bytes (take_pipes).
-  void local_stream_ended(link_time now, std::uint32_t rank, stream_kind stream,
-                          std::uint64_t bytes, actions& out);
-  /// A pushed stream (output_open) was written to its end after `bytes` bytes.
-  void pushed_stream_ended(link_time now, std::uint32_t rank, stream_kind stream,
-                           std::uint64_t bytes, actions& out);
-  /// The output layer took `bytes` of host's output (output_bytes) / drained a congestion.
+  /// A rank's stream (a local pipe of take_pipes, or a pushed one of output_open) was written
+  /// to its end after `bytes` bytes.
+  void output_ended(link_time now, std::uint32_t rank, stream_kind stream, std::uint64_t bytes,
+                    actions& out);
+  /// The output layer took `bytes` of host's output (output_bytes): at once when it is not
+  /// congested, else once the congestion drained. The agent may send that much more.
   void output_taken(link_time now, std::uint32_t host, std::uint64_t bytes, actions& out);
-  void output_ready(link_time now, actions& out);
   void output_drained(link_time now, actions& out);
   /// Stdin read for `rank` on `host` (at most input_credit(host) bytes), and its end.
   void stdin_bytes(link_time now, std::uint32_t host, std::uint32_t rank,
