@@ -291,6 +291,7 @@ void launcher::received(link_time now, std::uint32_t host, std::span<const std::
     hs.ep->received(now, bytes, events);
     impl_->touch(host);
     impl_->handle_link(host, events);
+    if (impl_->cfg.shrink_idle_links && hs.ep) hs.ep->shrink();
   });
 }
 
@@ -419,7 +420,9 @@ std::uint64_t launcher::output_offset(std::uint32_t host) const {
 
 void launcher::consume_output(std::uint32_t host, std::size_t n) {
   auto& hs = impl_->hosts.at(host);
-  if (hs.ep) hs.ep->consume_output(n);
+  if (!hs.ep) return;
+  hs.ep->consume_output(n);
+  if (impl_->cfg.shrink_idle_links && hs.ep->output().empty()) hs.ep->shrink();
 }
 
 std::uint64_t launcher::input_credit(std::uint32_t host) const {

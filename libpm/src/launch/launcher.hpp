@@ -65,6 +65,12 @@ struct launch_config {
   std::function<std::string(const link::hello& agent, const std::vector<std::string>& iface,
                             const std::vector<const link::hello*>& others)>
       pick_address;
+  /// Spawn requests carry each rank's profile variables (off: none, for simulations that do not
+  /// check the ranks' environment and would only pay for building it).
+  bool rank_variables = true;
+  /// Free each link's buffers whenever they hold nothing (for drivers of very many mostly idle
+  /// links, the simulator's 100,000 hosts; a real launcher keeps them for its next bytes).
+  bool shrink_idle_links = false;
   /// rank_changed actions (job_callbacks::on_rank_state); off: none are made.
   bool rank_states = true;
   /// For tests (the simulator's checks of its own checks): sees every batch of the controller's

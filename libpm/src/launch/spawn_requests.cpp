@@ -62,6 +62,7 @@ link::rank_spec launcher::impl::spec_of(std::uint32_t r) const {
     link::rank_spec s;
     s.rank = r;
     s.app = j->first_app + j->map.at(r - j->first).app;
+    if (!cfg.rank_variables) return s;
     auto vars = profile_env(j->map, r - j->first, req.env.profiles, req.env.facts);
     // Its map holds the free slots only; the universe is the allocation's (as PMIx says).
     for (auto& v : vars) {
@@ -73,7 +74,7 @@ link::rank_spec launcher::impl::spec_of(std::uint32_t r) const {
   link::rank_spec s;
   s.rank = r;
   s.app = req.map.at(r).app;
-  s.env = joined(profile_env(req.map, r, req.env.profiles, req.env.facts));
+  if (cfg.rank_variables) s.env = joined(profile_env(req.map, r, req.env.profiles, req.env.facts));
   s.stdin_from_launcher = r < cfg.stdin_of.size() && cfg.stdin_of[r] != stdin_source::none;
   return s;
 }

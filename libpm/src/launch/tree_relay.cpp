@@ -193,6 +193,7 @@ void launcher::impl::relay_from_parent(std::uint32_t parent, link::message& m) {
                     events);
     touch(d->host);
     handle_link(d->host, events);
+    if (cfg.shrink_idle_links && hs.ep) hs.ep->shrink();
   } else if (auto* x = std::get_if<link::child_closed>(&m)) {
     auto it = tree_child.find(x->host);
     if (it == tree_child.end() || it->second.parent != parent) return;
@@ -214,6 +215,7 @@ void launcher::impl::relay_output(std::uint32_t h) {
   send_to(c.parent, link::child_data{
                         h, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size())});
   hs.ep->consume_output(bytes.size());
+  if (cfg.shrink_idle_links) hs.ep->shrink();
 }
 
 }  // namespace pm::launch
