@@ -23,7 +23,7 @@
 #include "launch/launcher.hpp"
 #include "pm/error.hpp"
 #include "pm/launcher.hpp"
-#include "transport/local/executable.hpp"
+#include "sys/executable.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/routing.hpp"
 
@@ -103,7 +103,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       const std::string srun =
           req.remote.srun_command.empty() ? "srun" : req.remote.srun_command.front();
       try {
-        local::resolve_executable(srun, search, "");
+        sys::resolve_executable(srun, search, "");
       } catch (const pm::error& e) {
         throw error(errc::launch,
                     std::string("cannot start the agents of the other nodes with srun: ") +
@@ -112,7 +112,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     } else if (!all_local() && !req.remote_transport) {
       const std::string agent = req.remote.rsh_agent.empty() ? "ssh" : req.remote.rsh_agent.front();
       try {
-        local::resolve_executable(agent, search, "");
+        sys::resolve_executable(agent, search, "");
       } catch (const pm::error& e) {
         throw error(errc::launch, std::string("the remote shell command: ") + e.what() +
                                       " (set plm_rsh_agent or PM_RSH_AGENT)");
@@ -121,7 +121,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     for (std::uint32_t i = 0; i < req.apps.size(); ++i) {
       const auto& app = req.apps[i];
       if (app.argv.empty()) throw error(errc::launch, "an app context has no program");
-      if (all_local()) local::resolve_executable(app.argv[0], rank_path_variable(i), app.wdir);
+      if (all_local()) sys::resolve_executable(app.argv[0], rank_path_variable(i), app.wdir);
     }
   }
 

@@ -8,9 +8,9 @@
 // child_closed from P ends the host's stream with how ssh ended (255 before the hello may be
 // retried, as with the flat launch); P's link going down ends every child of P at once.
 #include "launch/launcher_impl.hpp"
+#include "launch/relayed_ssh_end.hpp"
 #include "link/launch_plan.hpp"
 #include "pm/error.hpp"
-#include "transport/relay/relay_transport.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
 namespace pm::launch {
@@ -199,8 +199,8 @@ void launcher::impl::relay_from_parent(std::uint32_t parent, link::message& m) {
     if (it == tree_child.end() || it->second.parent != parent) return;
     const auto target = target_for(x->host);
     relay_end(x->host,
-              relay::child_end(*x, host_info(x->host), target.agent_argv.front(),
-                               host_info(parent).name, it->second.established),
+              relayed_ssh_end(*x, host_info(x->host), target.agent_argv.front(),
+                              host_info(parent).name, it->second.established),
               true);
   }
 }

@@ -3,8 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,12 +11,9 @@
 #include "agent/rank_env.hpp"
 #include "model/printable.hpp"
 #include "pm/error.hpp"
-#include "transport/local/executable.hpp"
-#include "transport/local/spawner.hpp"
-
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
+#include "sys/executable.hpp"
+#include "sys/pidfd.hpp"
+#include "sys/spawner.hpp"
 
 namespace pmd {
 
@@ -34,21 +29,13 @@ void non_blocking(int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-void send_signal(int pidfd, int signo) {
-  ::syscall(SYS_pidfd_send_signal, pidfd, signo, nullptr, 0);
-}
-
 }  // namespace
 
 child_agents::~child_agents() {
   for (auto& [host, c] : children_) {
     if (!c.pidfd) continue;
-    send_signal(c.pidfd.get(), SIGKILL);
-    siginfo_t info{};
-    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(c.pidfd.get()), &info,
-                    WEXITED) != 0 &&
-           errno == EINTR) {
-    }
+    pm::sys::send_signal(c.pidfd.get(), SIGKILL);
+    pm::sys::wait_exit(c.pidfd.get());
   }
 }
 
@@ -58,9 +45,9 @@ void child_agents::open(const ln::child_open& m) {
     return;
   }
   try {
-    pm::local::spawn_request req;
+    pm::sys::spawn_request req;
     const auto path = pm::agent::find_variable(env_, "PATH");
-    req.path = pm::local::resolve_executable(
+    req.path = pm::sys::resolve_executable(
         m.argv.front(), path.empty() ? std::string_view("/usr/bin:/bin") : path, "");
     req.argv = m.argv;
     req.env = env_;
@@ -76,7 +63,7 @@ void child_agents::open(const ln::child_open& m) {
     req.stderr_fd = err_w.get();
     // ssh ends with this agent even when it is SIGKILLed: no ssh outlives its parent agent.
     req.parent_death_signal = SIGTERM;
-    const auto res = pm::local::spawn(req);
+    const auto res = pm::sys::spawn(req);
     child& c = children_[m.host];
     c.pid = res.pid;
     c.pidfd.reset(res.pidfd);
@@ -139,7 +126,7 @@ void child_agents::close(std::uint32_t host) {
   if (it == children_.end()) return;
   it->second.pending_in.clear();
   close_in(it->second);
-  if (it->second.pidfd) send_signal(it->second.pidfd.get(), SIGTERM);
+  if (it->second.pidfd) pm::sys::send_signal(it->second.pidfd.get(), SIGTERM);
 }
 
 void child_agents::read_out(std::uint32_t host, child& c, bool drain) {
@@ -189,23 +176,15 @@ void child_agents::on_exit(std::uint32_t host) {
   auto it = children_.find(host);
   if (it == children_.end() || !it->second.pidfd) return;
   child& c = it->second;
-  siginfo_t info{};
-  if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(c.pidfd.get()), &info,
-               WEXITED | WNOHANG) != 0 ||
-      info.si_pid == 0) {
-    return;
-  }
+  const auto end = pm::sys::check_exit(c.pidfd.get());
+  if (!end.ended) return;
   // Everything it wrote goes first (a pipe holds at most 64 KiB more).
   read_out(host, c, true);
   read_err(c);
   ln::child_closed closed;
   closed.host = host;
-  if (info.si_code == CLD_EXITED) {
-    closed.code = info.si_status;
-  } else {
-    closed.code = -1;
-    closed.signo = info.si_status;
-  }
+  closed.code = end.status && !end.status->is_signal() ? end.status->code() : -1;
+  closed.signo = end.status ? end.status->signal() : 0;
   closed.said = pm::model::last_line(c.stderr_tail);
   hooks_.unwatch(c.pidfd.get());
   if (c.out && c.out_watched) hooks_.unwatch(c.out.get());
@@ -246,13 +225,13 @@ void child_agents::resume() {
 void child_agents::end_all() {
   const auto now = clock::now();
   if (!kill_at_) {
-    kill_at_ = now + end_grace;
+    kill_at_ = now + end_sequence.grace;
     for (auto& [host, c] : children_) close_in(c);
     return;
   }
   if (now < *kill_at_) return;
   for (auto& [host, c] : children_) {
-    if (c.pidfd) send_signal(c.pidfd.get(), SIGKILL);
+    if (c.pidfd) pm::sys::send_signal(c.pidfd.get(), end_sequence.last_signal);
   }
 }
 

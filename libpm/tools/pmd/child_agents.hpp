@@ -12,8 +12,8 @@
 //
 // No orphans: when this agent loses its launcher, or clears up to exit, every child's stdin is
 // closed (its agent then sees its launcher gone and ends its ranks); ssh still running after
-// `end_grace` is killed. ssh is reaped through its pidfd; SIGCHLD stays with the agent's loop.
-// Driven by the owner's epoll set; one thread.
+// `end_sequence`'s grace is killed. ssh is reaped through its pidfd; SIGCHLD stays with the agent's
+// loop. Driven by the owner's epoll set; one thread.
 #pragma once
 
 #include <sys/types.h>
@@ -28,6 +28,7 @@
 
 #include "link/messages.hpp"
 #include "link/socket.hpp"
+#include "sys/stop_sequence.hpp"
 
 namespace pmd {
 
@@ -50,7 +51,10 @@ class child_agents {
     return kind == tag_out || kind == tag_err || kind == tag_exit || kind == tag_in;
   }
   static constexpr std::size_t max_queued = std::size_t{1} << 20;
-  static constexpr std::chrono::milliseconds end_grace{3000};
+  /// Closing stdin takes the first signal's place: an agent that sees its launcher gone ends its
+  /// ranks; the ssh still running after the grace gets the last signal.
+  static constexpr pm::sys::stop_sequence end_sequence{
+      .first_signal = 0, .grace = std::chrono::milliseconds(3000), .last_signal = SIGKILL};
 
   child_agents(hooks h, std::vector<std::string> environment)
       : hooks_(std::move(h)), env_(std::move(environment)) {}
@@ -65,7 +69,8 @@ class child_agents {
   void on_event(std::uint64_t tag);
   /// The queue toward the launcher drained: read the children's output again.
   void resume();
-  /// Close every child's stdin (their agents end their ranks); after end_grace, kill what is left.
+  /// Close every child's stdin (their agents end their ranks); after end_sequence's grace, kill
+  /// what is left.
   void end_all();
   bool owns(pid_t pid) const;
   bool empty() const { return children_.empty(); }

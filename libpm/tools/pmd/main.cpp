@@ -48,13 +48,10 @@
 #include "pm/error.hpp"
 #include "pm/version.hpp"
 #include "pmix_gateway.hpp"
-#include "transport/local/executable.hpp"
-#include "transport/local/spawner.hpp"
+#include "sys/executable.hpp"
+#include "sys/pidfd.hpp"
+#include "sys/spawner.hpp"
 #include "transport/srun/connect_back.hpp"
-
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
 
 extern char** environ;
 
@@ -200,11 +197,6 @@ int failure_code(const pm::error& e) {
              : 126;
 }
 
-pm::exit_status status_of(const siginfo_t& info) {
-  if (info.si_code == CLD_EXITED) return pm::exit_status::exited(info.si_status);
-  return pm::exit_status::signaled(info.si_status);
-}
-
 std::uint64_t pipe_key(std::uint32_t rank, pm::output_stream s) {
   return (std::uint64_t{rank} << 1) | (s == pm::output_stream::err ? 1 : 0);
 }
@@ -312,7 +304,7 @@ void driver::do_spawn(const ag::process_spec& spec) {
     pending_.push_back(ag::rank_spawn_failed{spec.rank, 126, "cannot create pipes: " + failure});
     return;
   }
-  pm::local::spawn_request req;
+  pm::sys::spawn_request req;
   req.env = spec.environment();  // composed now, for this rank only
   std::string wdir = spec.wdir;
   if (spec.wdir_may_fall_back && !wdir.empty()) {
@@ -325,7 +317,7 @@ void driver::do_spawn(const ag::process_spec& spec) {
   try {
     // The program is found on this host, in the rank's own PATH and working directory.
     const auto path = ag::find_variable(req.env, "PATH");
-    req.path = pm::local::resolve_executable(
+    req.path = pm::sys::resolve_executable(
         spec.argv.front(), path.empty() ? std::string_view("/usr/local/bin:/usr/bin:/bin") : path,
         wdir);
   } catch (const pm::error& e) {
@@ -371,9 +363,9 @@ void driver::do_spawn(const ag::process_spec& spec) {
   req.stderr_fd = spec.streams == 2 ? err_w.get() : out_w.get();
   req.nofile = nofile_;               // pmd raised its own limit; ranks get the one it was given
   req.parent_death_signal = SIGKILL;  // a SIGKILLed pmd leaves no rank behind, not even briefly
-  pm::local::spawned_process res;
+  pm::sys::spawned_process res;
   try {
-    res = pm::local::spawn(req);
+    res = pm::sys::spawn(req);
   } catch (const pm::error& e) {
     pending_.push_back(ag::rank_spawn_failed{spec.rank, failure_code(e), e.what()});
     return;
@@ -676,20 +668,13 @@ void driver::on_signals() {
 void driver::on_pidfd(std::uint32_t rank) {
   auto it = ranks_.find(rank);
   if (it == ranks_.end() || !it->second.pidfd) return;
-  siginfo_t info{};
-  // WNOWAIT: the leader stays a zombie, so its pid (its group's id) cannot be reused.
-  const int rc = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(it->second.pidfd.get()),
-                          &info, WEXITED | WNOHANG | WNOWAIT);
-  if (rc != 0 || info.si_pid == 0) {
-    if (rc != 0) {  // reaped already (by the sweep): stop watching
-      unwatch(it->second.pidfd.get());
-      it->second.pidfd.reset();
-    }
-    return;
-  }
+  // keep_zombie: the leader stays a zombie, so its pid (its group's id) cannot be reused.
+  const auto end = pm::sys::check_exit(it->second.pidfd.get(), pm::sys::reap_mode::keep_zombie);
+  if (!end.ended) return;
   unwatch(it->second.pidfd.get());
   it->second.pidfd.reset();
-  const pm::exit_status status = status_of(info);
+  if (!end.status) return;  // reaped already (by the sweep): nothing more to say
+  const pm::exit_status status = *end.status;
   if (pmix_) {
     // Upcalls queued before the exit (its PMIx_Finalize) count: run them first.
     pmix_->on_ready();
