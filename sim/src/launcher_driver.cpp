@@ -53,6 +53,10 @@ launch::launch_config world::launch_config_for() {
   c.local_agent_path = "pmd";
   c.cwd = "/sim";
   c.stdin_of.assign(map_.size(), launch::stdin_source::none);
+  // Without env checks the ranks' variables are never looked at: not built (the old simulator
+  // did not build them either). 100,000 mostly idle links keep no buffers.
+  c.rank_variables = o_.env.has_value();
+  c.shrink_idle_links = true;
   // A pure address: the agent's host name (the real launcher asks the kernel for a route).
   c.pick_address = [](const link::hello& agent, const std::vector<std::string>&,
                       const std::vector<const link::hello*>&) { return agent.hostname; };
