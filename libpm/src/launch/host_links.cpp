@@ -99,6 +99,7 @@ void launcher::impl::open_link(std::uint32_t h) {
   hs.down = false;
   hs.closed = false;
   hs.loss_reported = false;
+  hs.timed_out = false;
   hs.ep = std::make_unique<link::endpoint>(link_options(h));
   hs.ep->start(now, link::hello{});
   hs.ep->send(setup_for(h));
@@ -132,7 +133,10 @@ void launcher::impl::flush_touched() {
     } else if (!hs.ep->output().empty() && hs.opened && !hs.down) {
       out->push_back(write_host{h});
     }
-    const auto at = hs.down ? std::nullopt : hs.ep->deadline();
+    // A relayed host waiting for its parent to start it has no deadline of its own: its parent's
+    // loss decides its fate (and its hello deadline counts from its start, relay_start).
+    const bool waiting = !hs.opened && is_relayed(h);
+    const auto at = hs.down || waiting ? std::nullopt : hs.ep->deadline();
     if (at != hs.deadline_told) {
       hs.deadline_told = at;
       out->push_back(link_deadline{h, at});
@@ -203,6 +207,7 @@ void launcher::impl::on_message(std::uint32_t h, link::message& m, std::uint32_t
           close_pushed(h, x.rank, x.stream);
         } else if constexpr (std::is_same_v<T, link::shutdown_done>) {
           // The agent exits next; its end-of-file closes the link.
+          hosts[h].shutdown_confirmed = true;
         } else if constexpr (std::is_same_v<T, link::agent_error>) {
           hosts[h].agent_error = x.text;
         } else if constexpr (std::is_same_v<T, link::agent_notice>) {
@@ -247,7 +252,7 @@ void launcher::impl::link_went_down(std::uint32_t h, std::string reason) {
   hs.down = true;
   if (!hs.agent_error.empty()) reason = "the agent said: " + hs.agent_error;
   hs.down_reason = reason;
-  const bool expected = hs.shutdown_sent;
+  const bool expected = end_expected(hs);
   hs.down_greeted = hs.agent.has_value();
   // The hosts it relays lose their links with it, now; they are reported right after it.
   if (hs.down_greeted) {
@@ -263,6 +268,13 @@ void launcher::impl::link_went_down(std::uint32_t h, std::string reason) {
     hs.loss_timer = start_own_timer(wait, own_timer{timer_kind::loss, h, 0});
   }
   close_carrier(h);
+}
+
+// A link that ends after the shutdown is no loss once its agent confirmed (or the job is over,
+// or the host never answered). Before the confirmation it still is: clear_leftovers sends the
+// shutdown while the controller waits for output that only a live agent can end.
+bool launcher::impl::end_expected(const host_state& hs) const {
+  return hs.shutdown_sent && (hs.shutdown_confirmed || finishing || hs.abandoned || !hs.agent);
 }
 
 // The launcher is done with the stream of `h`: the driver (or the relay, for a relayed host)
@@ -283,7 +295,7 @@ void launcher::impl::carrier_done(std::uint32_t h, const agent_end& end) {
   if (hs.closed || hs.attempts == 0) return;
   hs.closed = true;
   hs.down = true;
-  if (hs.shutdown_sent || hs.loss_reported || hs.lost_with_parent || hs.lost_told) {
+  if (end_expected(hs) || hs.loss_reported || hs.lost_with_parent || hs.lost_told) {
     maybe_all_closed();
     return;
   }
@@ -296,8 +308,13 @@ void launcher::impl::carrier_done(std::uint32_t h, const agent_end& end) {
     return;
   }
   if (!hs.down_greeted) {
-    // Its agent never answered: a set-up failure, in the carrier's words (ssh's reason).
-    lose(h, end.how.empty() ? reason : end.how, true);
+    // Its agent never answered: a set-up failure, in the carrier's words (ssh's reason), after
+    // our deadline's when we ended it ("ssh was killed by SIGTERM" alone would hide why).
+    if (hs.timed_out && !end.how.empty()) {
+      lose(h, reason + " (" + end.how + ")", true);
+    } else {
+      lose(h, end.how.empty() ? reason : end.how, true);
+    }
     return;
   }
   lose(h, end.how.empty() ? reason : reason + " (" + end.how + ")");
