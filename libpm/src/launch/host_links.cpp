@@ -295,6 +295,7 @@ void launcher::impl::carrier_done(std::uint32_t h, const agent_end& end) {
   if (hs.closed || hs.attempts == 0) return;
   hs.closed = true;
   hs.down = true;
+  relayed_link_closed(h);
   if (end_expected(hs) || hs.loss_reported || hs.lost_with_parent || hs.lost_told) {
     maybe_all_closed();
     return;
@@ -328,6 +329,7 @@ void launcher::impl::stream_failed(std::uint32_t h, const std::string& reason) {
   hs.down = true;
   hs.closed = true;
   touch(h);
+  relayed_link_closed(h);
   lose(h, reason, true);
 }
 
@@ -407,14 +409,47 @@ void launcher::impl::hurry_now() {
   }
 }
 
+// Bottom up: a tree parent's agent ends the agents it started when it shuts down (pmd's sweep
+// closes their stdin), which would cut them off before they report their ranks' last output; so
+// it gets its shutdown once the links it relays have closed.
 void launcher::impl::shutdown_agents() {
   for (std::uint32_t h = 0; h < hosts.size(); ++h) {
     auto& hs = hosts[h];
     if (hs.shutdown_sent || !hs.ep || hs.closed) continue;
-    hs.shutdown_sent = true;
-    hs.pending_spawns.clear();
-    if (hs.down) continue;  // its carrier's end is on its way
-    send_to(h, link::shutdown_request{});
+    if (relays_open_links(h)) {
+      hs.shutdown_waits = true;
+      continue;
+    }
+    send_shutdown(h);
+  }
+}
+
+void launcher::impl::send_shutdown(std::uint32_t h) {
+  auto& hs = hosts[h];
+  hs.shutdown_waits = false;
+  hs.shutdown_sent = true;
+  hs.pending_spawns.clear();
+  if (hs.down) return;  // its carrier's end is on its way
+  send_to(h, link::shutdown_request{});
+}
+
+bool launcher::impl::relays_open_links(std::uint32_t h) const {
+  const auto it = tree_children.find(h);
+  if (it == tree_children.end()) return false;
+  for (const auto c : it->second) {
+    if (hosts[c].ep && !hosts[c].closed) return true;
+  }
+  return false;
+}
+
+// A relayed host's link closed: its parent's shutdown may have waited for it.
+void launcher::impl::relayed_link_closed(std::uint32_t h) {
+  const auto it = tree_child.find(h);
+  if (it == tree_child.end()) return;
+  const auto p = it->second.parent;
+  auto& ps = hosts[p];
+  if (ps.shutdown_waits && !ps.shutdown_sent && ps.ep && !ps.closed && !relays_open_links(p)) {
+    send_shutdown(p);
   }
 }
 

@@ -52,6 +52,7 @@ struct launcher::impl {
     bool down_greeted = false;     // whether its agent had said hello when it went down
     bool closed = true;            // the carrier ended (or never started)
     bool shutdown_sent = false;
+    bool shutdown_waits = false;      // for the links it relays to close first
     bool shutdown_confirmed = false;  // its agent answered the shutdown (shutdown_done)
     bool timed_out = false;           // its link went down by our deadline (hello, silence)
     bool retrying = false;            // waiting to connect again
@@ -175,6 +176,9 @@ struct launcher::impl {
   void hurry();
   void hurry_now();
   void shutdown_agents();
+  void send_shutdown(std::uint32_t h);
+  bool relays_open_links(std::uint32_t h) const;
+  void relayed_link_closed(std::uint32_t h);
   std::vector<std::uint32_t> relayed_by(std::uint32_t h) const;
   void mark_subtree(std::uint32_t h);
 
