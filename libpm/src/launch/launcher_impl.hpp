@@ -52,12 +52,15 @@ struct launcher::impl {
     bool down_greeted = false;     // whether its agent had said hello when it went down
     bool closed = true;            // the carrier ended (or never started)
     bool shutdown_sent = false;
-    bool retrying = false;          // waiting to connect again
-    bool lost_told = false;         // host_lost went to the controller
-    bool loss_reported = false;     // the loss of this link was decided (timer or carrier end)
-    bool lost_with_parent = false;  // tree: relayed by a host that was lost
-    bool abandoned = false;         // the job ended before its agent answered
-    bool touched = false;           // in `touched`: its output and deadline are looked at
+    bool shutdown_waits = false;      // for the links it relays to close first
+    bool shutdown_confirmed = false;  // its agent answered the shutdown (shutdown_done)
+    bool timed_out = false;           // its link went down by our deadline (hello, silence)
+    bool retrying = false;            // waiting to connect again
+    bool lost_told = false;           // host_lost went to the controller
+    bool loss_reported = false;       // the loss of this link was decided (timer or carrier end)
+    bool lost_with_parent = false;    // tree: relayed by a host that was lost
+    bool abandoned = false;           // the job ended before its agent answered
+    bool touched = false;             // in `touched`: its output and deadline are looked at
   };
   std::vector<host_state> hosts;  // by allocation index
   std::vector<std::uint32_t> touched;
@@ -163,6 +166,7 @@ struct launcher::impl {
   void flush_touched();
   void send_to(std::uint32_t h, const link::message& m);
   bool link_usable(std::uint32_t h) const;
+  bool end_expected(const host_state& hs) const;
   void handle_link(std::uint32_t h, std::vector<link::link_event>& events);
   void on_greeted(std::uint32_t h, const link::hello& agent);
   void on_message(std::uint32_t h, link::message& m, std::uint32_t fds);
@@ -176,6 +180,9 @@ struct launcher::impl {
   void hurry();
   void hurry_now();
   void shutdown_agents();
+  void send_shutdown(std::uint32_t h);
+  bool relays_open_links(std::uint32_t h) const;
+  void relayed_link_closed(std::uint32_t h);
   std::vector<std::uint32_t> relayed_by(std::uint32_t h) const;
   void mark_subtree(std::uint32_t h);
 

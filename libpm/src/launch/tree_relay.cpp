@@ -143,7 +143,7 @@ void launcher::impl::relay_close(std::uint32_t h) {
     return;
   }
   if (c.stage == relay_stage::queued) {
-    relay_end(h, {}, false);
+    relay_end(h, agent_end{hosts[h].down_reason, false}, false);  // the link's reason is the line
     return;
   }
   send_to(c.parent, link::child_close{h});
