@@ -60,6 +60,7 @@ launch::launch_config world::launch_config_for() {
   // A pure address: the agent's host name (the real launcher asks the kernel for a route).
   c.pick_address = [](const link::hello& agent, const std::vector<std::string>&,
                       const std::vector<const link::hello*>&) { return agent.hostname; };
+  c.decisions = o_.decisions;
   c.watch_controller = [this](const event& in, std::vector<action>& actions) {
     watch_controller(in, actions);
   };
