@@ -15,6 +15,20 @@ void world::on_agent_starts(std::uint32_t host, std::uint32_t start) {
     --agents_pending_;
     return;
   }
+  h.ssh_failed = false;
+  if (h.ssh_failures > 0) {
+    // sshd drops the connection in its key exchange: ssh ends with 255, no agent ran.
+    --h.ssh_failures;
+    --agents_pending_;
+    ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::ssh_failure)];
+    line("!! ssh to " + host_name(host) + " fails (255)");
+    h.ssh_failed = true;
+    h.exit_code = 255;
+    const auto t = arrival(h, h.up, now_, 0);
+    h.up.push_end(t);
+    at(t, ek::link_arrival, host, 1);
+    return;
+  }
   if (h.agent_fails) {
     // ssh carries back the remote shell's complaint on stderr and ends with 127.
     --agents_pending_;

@@ -95,7 +95,7 @@ bool world::struck(std::uint32_t host) const {
   for (auto x = host; x != no_host; x = hosts_[x].parent) {
     const auto& h = hosts_[x];
     if (h.crashed || h.agent_fails || (h.part_from >= 0 && now_ >= h.part_from) || h.lost_call ||
-        h.late_call >= 0 || h.call_refused || h.silent)
+        h.late_call >= 0 || h.call_refused || h.silent || h.ssh_failed)
       return true;
   }
   return false;

@@ -56,6 +56,9 @@ void world::plan(const fault& f) {
     case fault_kind::silent_host:
       hosts_[f.target].silent = true;
       break;
+    case fault_kind::ssh_failure:
+      if (hosts_[f.target].ssh_failures < 255) ++hosts_[f.target].ssh_failures;
+      break;
   }
 }
 

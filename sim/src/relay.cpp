@@ -16,10 +16,6 @@
 
 namespace pm::sim {
 
-namespace {
-constexpr std::string_view missing_agent = "bash: pmd: command not found";
-}  // namespace
-
 bool world::is_child_of(std::uint32_t child, std::uint32_t parent) const {
   const auto& c = hosts_[parent].children;
   return std::find(c.begin(), c.end(), child) != c.end();
@@ -97,9 +93,7 @@ void world::child_ended(std::uint32_t child) {
   auto& p = hosts_[parent];
   std::erase(p.children, child);
   c.ssh = carrier::none;
-  agent_send(parent,
-             link::child_closed{child, c.exit_code, 0,
-                                c.agent_fails ? std::string(missing_agent) : std::string()});
+  agent_send(parent, link::child_closed{child, c.exit_code, 0, std::string(carrier_said(c))});
 }
 
 // The agent lost its launcher or is clearing up: every child's stdin closes. Children that will

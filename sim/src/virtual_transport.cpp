@@ -15,8 +15,6 @@
 namespace pm::sim {
 
 namespace {
-// What the remote shell prints when the agent is not there (ssh_end names it).
-constexpr std::string_view missing_agent = "bash: pmd: command not found";
 // ssh_transport's stop steps: SIGTERM after this, if ssh did not end with its agent.
 constexpr std::int64_t ssh_stop_ns = 200'000'000;
 }  // namespace
@@ -128,7 +126,7 @@ void world::on_carrier_end(std::uint32_t host, std::uint32_t start) {
 void world::carrier_done(std::uint32_t host, int code, int signo) {
   auto& h = hosts_[host];
   h.ssh = carrier::none;
-  const std::string_view said = h.agent_fails ? missing_agent : std::string_view();
+  const std::string_view said = carrier_said(h);
   answer_later(
       {launcher_answer::kind::carrier_ended, host, 0, 0,
        ssh::ssh_end(map_.allocation().hosts[host], "pmd", code, signo, h.established, said)});

@@ -116,6 +116,8 @@ struct host_rec {
   bool lost_call = false;         // fault: the call never arrives
   bool dup_call = false;          // fault: the agent calls twice
   bool silent = false;            // fault: the host never answers (no agent, no byte)
+  bool ssh_failed = false;        // its latest ssh ended with 255 before the agent ran
+  std::uint8_t ssh_failures = 0;  // fault: its next ssh attempts that end with 255
   std::string greeting;           // connect-back: what arrived of its call's line
   int exit_code = 0;              // its agent's exit status (what ssh exits with)
   std::int64_t open_at = -1;      // when the launcher first asked for it (open_host/child_open)
@@ -130,6 +132,15 @@ struct host_rec {
   std::int64_t last_death = -1;
   std::int64_t late_call = -1;  // connect-back fault: the agent calls only then
 };
+
+// The last stderr line of the carrier of a host whose agent never ran (ssh_end and child_closed
+// name it): sshd's drop in the key exchange (a retryable 255), the remote shell's complaint
+// when there is no agent, else nothing.
+inline std::string_view carrier_said(const host_rec& h) {
+  if (h.ssh_failed) return "kex_exchange_identification: read: Connection reset by peer";
+  if (h.agent_fails) return "bash: pmd: command not found";
+  return {};
+}
 
 std::uint32_t encode(exit_status s);
 exit_status decode(std::uint32_t v);

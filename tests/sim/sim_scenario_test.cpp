@@ -215,6 +215,30 @@ TEST(SimScenario, AgentThatDoesNotStartIsASetUpFailure) {
             "could not start");
 }
 
+TEST(SimScenario, SshThatEndsWith255IsRetriedAndTheNextAttemptReachesTheHost) {
+  auto s = cluster(3, 1);
+  s.faults.push_back(parse_fault("ssh-fail:1"));
+  s.faults.push_back(parse_fault("ssh-fail:1"));
+  std::vector<std::string> decided;
+  pm::sim::run_options o;
+  o.decisions = [&](std::uint32_t host, const std::string& d) {
+    if (host == 1) decided.push_back(d);
+  };
+  const auto r = pm::sim::run(s, o);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 0) << r.report.summary;
+  EXPECT_EQ(r.stats.faults_fired[static_cast<int>(pm::sim::fault_kind::ssh_failure)], 2u);
+  EXPECT_EQ(decided, (std::vector<std::string>{"spawn [1]", "open 1", "retry", "open 2", "retry",
+                                               "open 3"}));
+  // Four failures are one more than the retries (3): a set-up failure in ssh's words.
+  for (int i = 0; i < 2; ++i) s.faults.push_back(parse_fault("ssh-fail:1"));
+  const auto lost = pm::sim::run(s);
+  ASSERT_EQ(lost.outcome, verdict::ok) << lost.explain();
+  EXPECT_EQ(lost.report.exit_code, pm::exit_codes::launch_failed);
+  EXPECT_NE(lost.report.summary.find("Connection reset by peer"), std::string::npos)
+      << lost.report.summary;
+}
+
 TEST(SimScenario, RankZerosHostSilentBeforeItsHelloFailsTheLaunchAtItsDeadline) {
   // node0 holds rank 0: the launch facts wait for its hello, so every other host's spawns are
   // held. When its deadline passes, the launch fails at once and nothing else ever started.
@@ -368,7 +392,8 @@ TEST(SimScenario, BadFaultsAndScriptsAreUsageErrors) {
             "fault 'partition:1@2s-1s': the partition must end after it begins");
   EXPECT_EQ(message_of([] { parse_fault("flood:1"); }),
             "fault 'flood:1': unknown kind 'flood' (crash, partition, spawn-fail, agent-fail, "
-            "lost-exit, launcher-signal, forged-call, dup-call, late-call, lost-call, silent)");
+            "lost-exit, launcher-signal, forged-call, dup-call, late-call, lost-call, silent, "
+            "ssh-fail)");
   EXPECT_EQ(message_of([] { parse_fault("launcher-signal:KILL@1s"); }),
             "fault 'launcher-signal:KILL@1s': 'KILL' is not a signal the launcher handles (INT, "
             "TERM, HUP, USR1, USR2, TSTP, CONT)");
