@@ -12,9 +12,12 @@
 //
 // How they are compared: the order of decisions about different hosts depends on which host's
 // bytes arrive first, which no world fixes, so each host's own sequence is compared (real and
-// simulated must be equal, element by element), and the job's finish (code and cause). Where a
-// scenario's decisions about a host are racy in the real world, the comparison says so and
-// compares what is not (see the MPI scenario).
+// simulated must be equal, element by element), and the job's finish (code and cause). Within
+// one host's sequence nothing here is racy: every scenario's fault or failure comes once every
+// rank runs, and the ranks that are still running when the abort's signals go out are fixed by
+// the scenario (they sleep or wait in a barrier that never completes; an aborting MPI rank is
+// held in PMIx_Abort until it is signalled, pmix_relay::release_abort), so the full sequences
+// are compared.
 //
 // Host names differ (the fixture's node1..nodeN, the simulator's node0..nodeN-1); decisions name
 // hosts by allocation index, so the same allocation order is what is compared.
@@ -284,6 +287,26 @@ TEST(Differential, ATreeParentIsLost) {
   expect_same(real, run_sim(s), 5);
   EXPECT_EQ(real.result.exit_code, 213) << real.result.err;
   EXPECT_TRUE(hosts_clean(f, 10s)) << left_on_hosts(f);
+}
+
+// An MPI program fences, then aborts: Open MPI's MPI_Init (whose fence spans every host), then
+// rank 3 calls MPI_Abort(42) while the others wait in a barrier it never joins (mpi_abort). In
+// the simulator rank 3 sends pmix_abort through its agent (the modelled PMIx client has no fence;
+// fences are not decisions either): the abort signals every rank still running, the aborting one
+// too (its agent holds it in PMIx_Abort until it is signalled; the simulated one waits to be
+// killed), and the job ends with its status.
+TEST(Differential, AnMpiProgramFencesThenAborts) {
+  NEED_HOSTS();
+  const std::string program = std::string(PM_MPI_DIR) + "/mpi_abort";
+  if (access(program.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << program << " (no MPI here)";
+  multihost_fixture f(3);
+  const auto real =
+      run_real(f, ssh_of(f), {"-H", hosts_with_slots(f, 2), "-np", "6", program, "3"});
+  auto s = cluster(3, 2);
+  s.set_script(3, pm::sim::parse_script("abort:42@1s"));
+  expect_same(real, run_sim(s), 3);
+  EXPECT_EQ(real.result.exit_code, 42) << real.result.err;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 
 }  // namespace
