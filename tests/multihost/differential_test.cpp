@@ -146,7 +146,7 @@ void expect_same(const real_run& real, const sim_run& sim, std::uint32_t hosts) 
   ASSERT_FALSE(real.result.timed_out) << real.result.err;
   const std::string both = "\nreal world (pmrun over sshd):\n" + show(real.decided) +
                            "simulator:\n" + show(sim.decided) + "pmrun said: " + real.result.err +
-                           "simulator: " + sim.result.replay;
+                           "\nthe simulator's replay: " + sim.result.replay;
   // What was compared, for the log: the real world's decisions (the simulator's are the same).
   std::cerr << "decisions (real world, host by host):\n" << show(real.decided);
   for (std::uint32_t h = 0; h < hosts; ++h) {
