@@ -88,9 +88,8 @@ launcher::impl::host_state& launcher::impl::link_to(std::uint32_t h) {
 void launcher::impl::open_link(std::uint32_t h) {
   // A relayed host's parent needs its own link first (the plan is over the job's hosts, so it
   // has ranks too); not while the parent waits to retry its own: its retry opens it.
-  if (auto it = tree_child.find(h);
-      it != tree_child.end() && hosts[it->second.parent].attempts == 0) {
-    link_to(it->second.parent);
+  if (const auto* c = relay_of(h); c != nullptr && hosts[c->parent].attempts == 0) {
+    link_to(c->parent);
   }
   auto& hs = hosts[h];
   ++hs.attempts;
@@ -448,9 +447,9 @@ bool launcher::impl::relays_open_links(std::uint32_t h) const {
 
 // A relayed host's link closed: its parent's shutdown may have waited for it.
 void launcher::impl::relayed_link_closed(std::uint32_t h) {
-  const auto it = tree_child.find(h);
-  if (it == tree_child.end()) return;
-  const auto p = it->second.parent;
+  const auto* c = relay_of(h);
+  if (c == nullptr) return;
+  const auto p = c->parent;
   auto& ps = hosts[p];
   if (ps.shutdown_waits && !ps.shutdown_sent && ps.ep && !ps.closed && !relays_open_links(p)) {
     send_shutdown(p);

@@ -111,7 +111,10 @@ struct launcher::impl {
     std::uint32_t setting_up = 0;
     std::deque<std::uint32_t> queue;
   };
-  std::unordered_map<std::uint32_t, relayed> tree_child;  // by relayed host
+  // By host (sized by plan_tree when the plan relays any): looked up for every relayed message,
+  // where a hash map cost 5% of a 10,000-host simulation.
+  std::vector<relayed> tree_child;
+  std::vector<bool> relayed_host;
   std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> tree_children;
   std::unordered_map<std::uint32_t, relay_parent> relay_parents;
 
@@ -188,7 +191,8 @@ struct launcher::impl {
 
   // ---- tree_relay.cpp ----
   void plan_tree();
-  bool is_relayed(std::uint32_t h) const { return tree_child.contains(h); }
+  bool is_relayed(std::uint32_t h) const { return h < relayed_host.size() && relayed_host[h]; }
+  relayed* relay_of(std::uint32_t h) { return is_relayed(h) ? &tree_child[h] : nullptr; }
   void relay_open(std::uint32_t h);
   void relay_start_ready(std::uint32_t parent);
   void relay_start(std::uint32_t h);
