@@ -114,9 +114,18 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 
   // One input to the machine and what it answered. `later`: posted, because it comes from
   // carrying out an action (the contract: never a nested call).
+  // A host's stream may outlive the runner in a handler still queued on the io_context: it must
+  // not reach into the machine after this.
+  ~impl() {
+    for (auto& entry : streams) {
+      if (entry.second) entry.second->detach();
+    }
+  }
+
   template <class F>
   void feed(F&& f) {
     if (done || !machine) return;
+    const auto keep = shared_from_this();  // on_finish may end the job_runner that holds us
     launch::actions acts;
     f(*machine, now(), acts);
     for (auto& a : acts) std::visit([this](auto& x) { carry_out(x); }, a);
