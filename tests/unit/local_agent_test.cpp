@@ -31,7 +31,7 @@
 
 #include <gtest/gtest.h>
 
-#include "driver/host_link.hpp"
+#include "support/host_link.hpp"
 #include "link/endpoint.hpp"
 #include "link/socket.hpp"
 #include "pm/error.hpp"

@@ -99,6 +99,7 @@ void launcher::impl::open_link(std::uint32_t h) {
   hs.closed = false;
   hs.loss_reported = false;
   hs.timed_out = false;
+  decided(h, "open " + std::to_string(hs.attempts));
   hs.ep = std::make_unique<link::endpoint>(link_options(h));
   hs.ep->start(now, link::hello{});
   hs.ep->send(setup_for(h));
@@ -338,6 +339,7 @@ void launcher::impl::retry_later(std::uint32_t h) {
   const auto base = std::chrono::milliseconds(100) * (1u << std::min(hs.attempts - 1, 6u));
   const auto wait =
       base + std::chrono::milliseconds(jitter() % static_cast<std::uint64_t>(base.count() / 2 + 1));
+  decided(h, "retry");
   hs.ep.reset();
   hs.deadline_told.reset();
   hs.retrying = true;
@@ -353,6 +355,7 @@ void launcher::impl::lose(std::uint32_t h, const std::string& reason, bool befor
   }
   if (hs.lost_told) return;
   hs.lost_told = true;
+  decided(h, before_hello ? "lost before its hello" : "lost");
   relay_parent_down(h);  // a host that never came up started none of its children
   end_pushed_streams(h);
   // Its subtree is lost with it: one line names them all, and each is lost right after it.
@@ -376,6 +379,7 @@ void launcher::impl::lose(std::uint32_t h, const std::string& reason, bool befor
 // Closes a host's link before its agent answered, without calling it lost: the job is ending.
 void launcher::impl::abandon(std::uint32_t h) {
   auto& hs = hosts[h];
+  decided(h, "given up");
   hs.abandoned = true;
   hs.shutdown_sent = true;
   hs.pending_spawns.clear();

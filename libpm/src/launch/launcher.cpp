@@ -82,8 +82,34 @@ void launcher::impl::run_controller(event e) {
   if (cfg.watch_controller) cfg.watch_controller(e, acts);
   if (std::holds_alternative<job_spawned>(e)) spawn_taken(before);
   tell_state_changes(e);
-  for (auto& a : acts) execute(a);
+  for (auto& a : acts) {
+    if (cfg.decisions) record(a);
+    execute(a);
+  }
   if (ctl.ending() && !setup_given_up) give_up_setup();
+}
+
+void launcher::impl::record(const action& a) const {
+  const auto ranks = [](const std::vector<std::uint32_t>& v) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, spawn>) {
+          decided(x.host, "spawn " + ranks(x.ranks));
+        } else if constexpr (std::is_same_v<T, signal_ranks>) {
+          decided(x.host, "signal " + ranks(x.ranks) + " " + signal_name(x.signo));
+        } else if constexpr (std::is_same_v<T, notify_ranks>) {
+          decided(x.host, "notify " + std::string(to_string(x.kind)) + " " + ranks(x.ranks));
+        } else if constexpr (std::is_same_v<T, finish>) {
+          decided(job_wide,
+                  "finish " + std::to_string(x.report.exit_code) + " " + to_string(x.report.cause));
+        }
+      },
+      a);
 }
 
 // The job is ending (a failure under the abort policy, a signal, the timeout, a cancel): it

@@ -73,6 +73,11 @@ struct launch_config {
   bool shrink_idle_links = false;
   /// rank_changed actions (job_callbacks::on_rank_state); off: none are made.
   bool rank_states = true;
+  /// For tests that compare worlds (tests/multihost/differential_test.cpp): every decision of the
+  /// controller and the launcher that concerns a host (or the whole job: `job_wide`), one short
+  /// line each ("spawn [0 1]", "signal [2] SIGTERM", "open 1" (the attempt), "retry",
+  /// "lost before its hello", "given up", "finish 7 rank_failed"). No times, no timer numbers.
+  std::function<void(std::uint32_t host, const std::string& decision)> decisions;
   /// For tests (the simulator's checks of its own checks): sees every batch of the controller's
   /// actions before they are carried out, and may change it.
   std::function<void(const event& in, std::vector<action>& actions)> watch_controller;
@@ -238,6 +243,9 @@ class launcher {
   struct impl;
   std::unique_ptr<impl> impl_;
 };
+
+/// The host of a decision about the whole job (launch_config::decisions).
+inline constexpr std::uint32_t job_wide = UINT32_MAX;
 
 /// The launcher's own timers are numbered from here (the controller's are below).
 inline constexpr std::uint64_t launcher_timers = std::uint64_t{1} << 62;
