@@ -19,8 +19,8 @@
 
 #include "control/data_store.hpp"
 #include "control/fence_table.hpp"
-#include "driver/spawned_job.hpp"
 #include "launch/launcher.hpp"
+#include "launch/spawned_job.hpp"
 
 namespace pm::launch {
 
@@ -128,8 +128,8 @@ struct launcher::impl {
   };
   std::unordered_map<std::uint64_t, modex_route> modex_routes;
   std::uint64_t next_modex = 0;
-  std::vector<driver::spawned_job> spawned;
-  std::deque<driver::spawned_job> offered;
+  std::vector<spawned_job> spawned;
+  std::deque<spawned_job> offered;
   std::uint32_t spawned_apps = 0;
   control::data_store store;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> lookup_timers;
@@ -226,12 +226,12 @@ struct launcher::impl {
   void on_modex_reply(std::uint32_t h, link::modex_reply& a);
   void on_proc_table_request(std::uint32_t h, const link::proc_table_request& q);
   void on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q);
-  void refuse_spawn(driver::spawned_job& job, const std::string& why);
+  void refuse_spawn(spawned_job& job, const std::string& why);
   void spawn_taken(std::uint32_t before);
   void spawned_rank_reported(std::uint32_t h, std::uint32_t process, const std::string* failure);
-  void answer_spawn_failed(driver::spawned_job& j, const std::string& why);
+  void answer_spawn_failed(spawned_job& j, const std::string& why);
   std::pair<std::string, std::uint32_t> pmix_name_of(std::uint32_t process) const;
-  const driver::spawned_job* spawned_of(std::uint32_t process) const;
+  const spawned_job* spawned_of(std::uint32_t process) const;
   void answer_data(const std::vector<control::data_store::answer>& answers);
   void on_lookup(std::uint32_t h, const link::pmix_lookup& q);
   void pmix_host_lost(std::uint32_t h);
