@@ -1,42 +1,62 @@
 // The hosts' side of the simulated world: per host the real node agent (pm::agent::agent) and
 // the agent's end of its link, driven as pmd drives them (libpm/tools/pmd/main.cpp): the job's
-// setup sets the end's heartbeats, the launcher's messages become agent::received, a link that
-// goes down becomes agent::channel_lost; the agent's send actions go out through its end.
+// setup sets the end's heartbeats, the launcher's messages become agent::received (but the tree
+// relay's, which are pmd's own: relay.cpp), a link that goes down becomes agent::channel_lost;
+// the agent's send actions go out through its end.
 #include "transport/srun/connect_back.hpp"
 #include "world_impl.hpp"
 
 namespace pm::sim {
 
-namespace {
-
-// What ssh carries back when the agent cannot start: the remote shell's complaint, then the end.
-constexpr std::string_view missing_agent = "bash: pmd: command not found\n";
-
-}  // namespace
-
-void world::on_agent_starts(std::uint32_t host) {
+void world::on_agent_starts(std::uint32_t host, std::uint32_t start) {
   auto& h = hosts_[host];
-  if (h.crashed) return;
+  // A later start replaced this one, or the host is gone: no agent comes of it.
+  if (start != (h.starts & sim_event::max_b) || h.crashed || h.ssh == carrier::none) {
+    --agents_pending_;
+    return;
+  }
+  h.ssh_failed = false;
+  if (h.ssh_failures > 0) {
+    // sshd drops the connection in its key exchange: ssh ends with 255, no agent ran.
+    --h.ssh_failures;
+    --agents_pending_;
+    ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::ssh_failure)];
+    line("!! ssh to " + host_name(host) + " fails (255)");
+    h.ssh_failed = true;
+    h.exit_code = 255;
+    const auto t = arrival(h, h.up, now_, 0);
+    h.up.push_end(t);
+    at(t, ek::link_arrival, host, 1);
+    return;
+  }
   if (h.agent_fails) {
+    // ssh carries back the remote shell's complaint on stderr and ends with 127.
+    --agents_pending_;
     ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::agent_failure)];
     line("!! the agent on " + host_name(host) + " does not start");
-    const auto said = arrival(h, h.up, 0);
-    h.up.push_bytes(said, std::span(reinterpret_cast<const std::uint8_t*>(missing_agent.data()),
-                                    missing_agent.size()));
-    h.up.push_end(arrival(h, h.up, 0));
-    at(said, ek::link_arrival, host, 1);
+    if (s_.connect_back) return;  // it never calls: the launcher hears nothing
+    h.exit_code = 127;
+    const auto t = arrival(h, h.up, now_, 0);
+    h.up.push_end(t);
+    at(t, ek::link_arrival, host, 1);
     return;
   }
   if (h.silent) {
     // Nothing answers there: no agent, not a byte (ssh waits for a banner that never comes).
+    --agents_pending_;
     ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::silent_host)];
     line("!! " + host_name(host) + " does not answer");
     return;
   }
   if (h.lost_call) {
     // Its call never arrives (a firewall, a wrong address): the launcher hears nothing at all.
+    --agents_pending_;
     ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::lost_call)];
     line("!! the call of the agent on " + host_name(host) + " is lost");
+    return;
+  }
+  if (h.agent) {
+    --agents_pending_;  // one agent per host at a time: the earlier one still runs
     return;
   }
   if (s_.connect_back) {
@@ -44,11 +64,14 @@ void world::on_agent_starts(std::uint32_t host) {
     if (h.late_call >= 0)
       ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::late_call)];
     const auto call = srun::greeting(token_, host_name(host));
-    const auto t = arrival(h, h.up, 0);
-    h.up.push_bytes(t, std::span(reinterpret_cast<const std::uint8_t*>(call.data()), call.size()));
+    const auto t = arrival(h, h.up, now_, 0);
+    h.up.push_bytes(t, std::span(reinterpret_cast<const std::uint8_t*>(call.data()), call.size()),
+                    true);
     at(t, ek::link_arrival, host, 1);
   }
   h.agent.emplace(agent::options{});
+  h.agent_done = false;
+  h.agent_link_down = false;
   link::endpoint_options o;
   o.self = link::role::agent;
   o.nonce = nonce_;  // from its command line (pmd --nonce)
@@ -57,6 +80,14 @@ void world::on_agent_starts(std::uint32_t host) {
   mine.pid = agent_pid_base + host;
   mine.hostname = host_name(host);
   h.agent_end->start(link::link_time(now_), std::move(mine));
+  h.up_loud = true;
+  touch(host);
+}
+
+void world::agent_send(std::uint32_t host, const link::message& m) {
+  auto& h = hosts_[host];
+  if (!h.agent_end || h.agent_link_down) return;  // pmd: the link is closed
+  h.agent_end->send(m);
   h.up_loud = true;
   touch(host);
 }
@@ -99,12 +130,7 @@ void world::step_agent(std::uint32_t host, agent::event e) {
                      }
                      deliver_signal(static_cast<std::uint32_t>(rank), x.signo);
                    },
-                   [&](agent::send& x) {
-                     if (!h.agent_end || h.agent_link_down) return;  // pmd: the link is closed
-                     h.agent_end->send(x.msg);
-                     h.up_loud = true;
-                     touch(host);
-                   },
+                   [&](agent::send& x) { agent_send(host, x.msg); },
                    [&](agent::start_timer& x) {
                      at(now_ + std::chrono::duration_cast<sim_time>(x.after).count(),
                         ek::agent_timer, host, static_cast<std::uint32_t>(x.timer));
@@ -113,7 +139,7 @@ void world::step_agent(std::uint32_t host, agent::event e) {
                    // pmd sweeps in the same turn of its loop; the result comes back as the
                    // next event (after this step, never nested).
                    [&](agent::sweep&) { sweeps_due_.push_back(host); },
-                   [&](agent::exit_agent&) { agent_exits(host); },
+                   [&](agent::exit_agent& x) { agent_exits(host, x.code); },
                },
                a);
   }
@@ -151,6 +177,20 @@ void world::on_agent_events(std::uint32_t host, std::vector<link::link_event>& e
     auto& h = hosts_[host];
     if (h.agent_link_down || !h.agent || h.agent_done) return;
     if (auto* m = std::get_if<link::message_in>(&e)) {
+      // The tree launch's relay is pmd's, not the agent machine's (relay.cpp).
+      if (const auto* o = std::get_if<link::child_open>(&m->msg)) {
+        child_open(host, *o);
+        continue;
+      }
+      if (auto* d = std::get_if<link::child_data>(&m->msg)) {
+        child_data_down(host, *d);
+        continue;
+      }
+      if (const auto* c = std::get_if<link::child_close>(&m->msg)) {
+        child_close(host, c->host);
+        continue;
+      }
+      if (std::holds_alternative<link::shutdown_request>(m->msg)) h.shutdown_seen = true;
       if (const auto* j = std::get_if<link::job_setup>(&m->msg)) {
         // The launcher's heartbeats and silence timeout, from now on.
         h.agent_end->set_heartbeats(link::link_time(now_),
@@ -167,6 +207,7 @@ void world::on_agent_events(std::uint32_t host, std::vector<link::link_event>& e
       hash_.add(static_cast<std::uint64_t>(now_));
       hash_.add(0x800 + std::uint64_t{host});
       agent_reasons_.emplace_back(host, d->reason);
+      end_children(host);  // their agents see their launcher gone too
       feed_agent(host, agent::channel_lost{d->reason});
       return;
     }
@@ -174,15 +215,16 @@ void world::on_agent_events(std::uint32_t host, std::vector<link::link_event>& e
   }
 }
 
-// The agent exits: what its end still holds goes out, then its side of the stream ends (the
-// launcher sees end-of-file).
-void world::agent_exits(std::uint32_t host) {
+// The agent exits: what its end still holds goes out, then its side of the stream ends (its
+// starter sees end-of-file; ssh exits with `code`).
+void world::agent_exits(std::uint32_t host, int code) {
   auto& h = hosts_[host];
   if (h.agent_done) return;
   h.agent_done = true;
+  h.exit_code = code;
   --agents_pending_;
-  flush_end(host, h, false);
-  const auto t = arrival(h, h.up, 0);
+  flush_agent(host, h, now_, true);
+  const auto t = arrival(h, h.up, now_, 0);
   h.up.push_end(t);
   at(t, ek::link_arrival, host, 1);
   h.agent_end.reset();

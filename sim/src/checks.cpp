@@ -12,8 +12,8 @@ namespace pm::sim {
 bool world::rank_hit(std::uint32_t rank) const {
   const auto& p = procs_[rank];
   const auto& h = hosts_[procs_[rank].host];
-  return (p.flags & (f_spawn_fail | f_lost_exit)) != 0 || !script(rank).succeeds() || h.crashed ||
-         h.launcher_down || h.agent_fails || h.silent;
+  return (p.flags & (f_spawn_fail | f_lost_exit)) != 0 || !script(rank).succeeds() || h.lost ||
+         struck(procs_[rank].host);
 }
 
 void world::check_report(const job_report& r) {
@@ -89,7 +89,13 @@ void world::check_report(const job_report& r) {
 }
 
 void world::final_checks() {
-  if (!finish_seen_ && ctl_.finished()) {
+  if (!finish_seen_ && ctl_finished_) {
+    liveness("the controller finished at " + format_duration(result_.finish_time) +
+             ", but the launcher never did (no finished action): a link it waits for never "
+             "closed");
+    return;
+  }
+  if (!finish_seen_ && ctl().finished()) {
     liveness(
         "the controller considers the job finished but never told the driver (no finish "
         "action): a real launcher would wait forever");
@@ -98,7 +104,7 @@ void world::final_checks() {
   if (!finish_seen_) {
     std::uint32_t not_ended = 0;
     std::optional<std::uint32_t> example;
-    const auto report = ctl_.report();
+    const auto report = ctl().report();
     for (const auto& rr : report.ranks) {
       if (rr.state == rank_state::pending || rr.state == rank_state::running) {
         ++not_ended;
@@ -130,7 +136,7 @@ void world::final_checks() {
       liveness("the agent on " + host_name(host) + " never exited");
     // A host cut off for good: its agent must give up on the launcher by itself, when the
     // silence runs out or, at the latest, when the launcher's closing reaches it after the heal.
-    if (h.partition_fired && h.launcher_down && !h.shutdown_sent && !h.crashed && h.agent) {
+    if (h.partition_fired && h.lost && !h.shutdown_seen && !h.crashed && h.agent) {
       const auto bound =
           std::max(h.part_from + detection_promise(),
                    h.part_until + s_.latency.link.count() + s_.latency.link_jitter.count()) +

@@ -9,20 +9,21 @@ namespace pm::sim {
 
 enum class ek : std::uint8_t {
   job_start,
-  link_arrival,     // bytes reach one end of a host's link (a: host, b: 0 at the agent, 1 at the
-                    // launcher)
-  link_tick,        // a host's link endpoints are due (heartbeats, silence, hello deadline)
-  agent_starts,     // a host's agent runs (a: host)
+  link_arrival,     // bytes reach one end of a host's link (a: host, b: 0 at the agent, 1 at
+                    // its starter: the launcher, or its tree parent's agent)
+  link_tick,        // a host's link ends are due (heartbeats, silence, hello deadline)
+  agent_starts,     // a host's agent runs (a: host, b: which start)
   spawned,          // a host's agent forked a batch of ranks (a: host, b: pool slot)
   reacted,          // a host's signalled ranks die (a: host, b: pool slot)
   script_step,      // a: rank, b: 0 close streams, 1 call abort
   proc_end,         // a: rank, b: encoded exit status
-  ctl_timer,        // a, b: timer id (low, high)
+  launcher_timer,   // a: timer slot, b: its generation
   agent_timer,      // a: host, b: timer id
   host_crash,       // a: host
   partition_begin,  // a: host
   launcher_signal,  // a: signo
   forged_call,      // a: the host a forged caller claims to be
+  carrier_end,      // a: host, b: which start: ssh, still running after the close, is killed
 };
 
 // key: the time in the high 48 bits, a random tie-break in the low 16, so that events due at

@@ -56,6 +56,9 @@ void world::plan(const fault& f) {
     case fault_kind::silent_host:
       hosts_[f.target].silent = true;
       break;
+    case fault_kind::ssh_failure:
+      if (hosts_[f.target].ssh_failures < 255) ++hosts_[f.target].ssh_failures;
+      break;
   }
 }
 
@@ -88,7 +91,7 @@ void world::on_crash(std::uint32_t host) {
   if (h.crashed) return;
   const bool used = map_.node_of_host(host).has_value();
   if (used) ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::host_crash)];
-  if (h.launched && !h.agent_fails && !h.lost_call && !h.silent && !h.agent_done) --agents_pending_;
+  if (h.agent && !h.agent_done) --agents_pending_;
   h.crashed = true;
   line("!! " + host_name(host) + " crashes");
   hash_.add(static_cast<std::uint64_t>(now_));
@@ -105,24 +108,27 @@ void world::on_crash(std::uint32_t host) {
     }
   }
   // Its agent and its end of the link vanish without a word: no end-of-stream, only silence.
-  // What it wrote before is on the wire and still arrives; what comes for it is lost.
+  // What it wrote before is on the wire and still arrives; what comes for it is lost, and so are
+  // the ssh connections of the children it relayed (their agents hear nothing more).
   h.agent.reset();
   h.agent_end.reset();
   h.down.drop();
-  if (h.launched && !h.launcher_down && !h.agent_fails) {
+  for (const auto c : h.children) hosts_[c].ssh = carrier::none;
+  h.children.clear();
+  if (h.open_at >= 0 && !h.lost && !h.agent_fails) {
     // Bytes it sent while cut off are held until the heal: its silence begins when they arrive.
     const bool cut = h.part_from >= 0 && now_ >= h.part_from && now_ < h.part_until;
     const auto silent_from = cut ? h.part_until : now_;
-    const auto bound = std::max(silent_from + detection_promise(),
-                                h.launcher_start + s_.latency.hello_timeout.count()) +
-                       ms_slack;
+    const auto bound =
+        std::max(silent_from + detection_promise(), h.open_at + s_.latency.hello_timeout.count()) +
+        ms_slack;
     h.detect_bound = std::max(h.detect_bound, bound);
   }
 }
 
 void world::on_partition(std::uint32_t host) {
   auto& h = hosts_[host];
-  if (!h.launched || h.crashed || h.agent_fails) return;
+  if (h.open_at < 0 || h.crashed || h.agent_fails) return;
   ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::partition)];
   h.partition_fired = true;
   line("!! " + host_name(host) + " is cut off until " + format_duration(sim_time(h.part_until)));
@@ -130,9 +136,9 @@ void world::on_partition(std::uint32_t host) {
   hash_.add(0x500 + std::uint64_t{host});
   // Nothing crosses until it heals (arrival() holds the bytes back): both ends may notice the
   // silence, by their own timers. If they do, the launcher must by this bound.
-  if (!h.launcher_down) {
+  if (!h.lost) {
     const auto bound =
-        std::max(now_ + detection_promise(), h.launcher_start + s_.latency.hello_timeout.count()) +
+        std::max(now_ + detection_promise(), h.open_at + s_.latency.hello_timeout.count()) +
         ms_slack;
     h.detect_bound = std::max(h.detect_bound, bound);
   }
@@ -143,16 +149,10 @@ void world::on_launcher_signal(int signo) {
   line("!! the launcher receives " + signal_name(signo));
   hash_.add(static_cast<std::uint64_t>(now_));
   hash_.add(0x600 + static_cast<std::uint64_t>(signo));
-  if (!ctl_.finished()) {
+  if (!ctl_finished_)
     ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::launcher_signal)];
-    if (signo == SIGINT || signo == SIGTERM || signo == SIGHUP) {
-      ++terminating_signals_;
-      note_failure(cause_kind::signal, 0, 0, 128 + signo);
-    }
-    // A forwarded SIGUSR1/2 ends ranks that do not handle it: they did not fail by themselves.
-    if (signo != SIGTSTP && signo != SIGCONT) saw_launcher_signal_ = true;
-  }
-  feed_ctl(signal_received{signo});
+  feed_launcher(
+      [&](launch::actions& out) { launcher_->signal(link::link_time(now_), signo, out); });
 }
 
 }  // namespace pm::sim

@@ -1,19 +1,25 @@
-// The virtual streams between the two real link endpoints of each host, and the endpoints'
-// timers. Bytes one end wrote during a world event leave as one piece (as a driver writes what one
-// turn of its loop produced) and arrive after the link's latency and jitter, in order, delayed to
-// the end of a partition (TCP retransmits). An endpoint's tick runs at its deadline() as a
-// virtual-time event: heartbeats, the peer's silence, the hello deadline are the endpoint's own.
+// The virtual streams between each agent and its starter (the launcher machine, or its tree
+// parent's agent, which relays), and the ends' timers. Bytes one side wrote during a world event
+// leave as one piece (as a driver writes what one turn of its loop produced) and arrive after the
+// link's latency and jitter, in order, delayed to the end of a partition (TCP retransmits). The
+// launcher's link ticks run at its link_deadline, an agent end's at its deadline(), as one
+// virtual-time event per host.
+//
+// A piece of heartbeats alone is quiet: no event of its own. It is handed over, stamped with its
+// arrival time, before anything else happens at its receiver: a host's tick first pulls what
+// arrived for it along its whole relay chain (pull()).
 #include <algorithm>
 
 #include "world_impl.hpp"
 
 namespace pm::sim {
 
-// When bytes written now on a host's stream arrive: latency and jitter, delayed to the end of a
-// partition, never before `not_before` (an agent reads nothing before it runs) nor before an
+// When bytes leaving at `from` on a host's stream arrive: latency and jitter, delayed to the end
+// of a partition, never before `not_before` (an agent reads nothing before it runs) nor before an
 // earlier piece on the same stream (FIFO).
-std::int64_t world::arrival(host_rec& h, virtual_stream& s, std::int64_t not_before) {
-  std::int64_t t = now_;
+std::int64_t world::arrival(host_rec& h, virtual_stream& s, std::int64_t from,
+                            std::int64_t not_before) {
+  std::int64_t t = from;
   if (h.part_from >= 0 && t >= h.part_from && t < h.part_until) t = h.part_until;
   t = std::max(t, not_before);
   t += s_.latency.link.count() + jitter(s_.latency.link_jitter);
@@ -34,120 +40,130 @@ void world::flush_touched() {
   for (std::size_t i = 0; i < touched_.size(); ++i) {
     const auto host = touched_[i];
     auto& h = hosts_[host];
-    flush_end(host, h, true);
-    flush_end(host, h, false);
+    if (h.write_due) flush_launcher(host, h);
+    flush_agent(host, h, now_, h.up_loud);
     h.touched = false;
-    h.down_loud = false;
     h.up_loud = false;
     arm_tick(host, h);
   }
   touched_.clear();
 }
 
-// Moves what one end wrote onto its stream. A piece of heartbeats alone is quiet: no event of its
-// own, its receiver gets it before anything else happens to it (deliver()).
-void world::flush_end(std::uint32_t host, host_rec& h, bool launcher_side) {
-  auto& ep = launcher_side ? h.launcher_end : h.agent_end;
-  if (!ep) return;
-  // Connect-back: the launcher's bytes wait until a caller became this host's stream.
-  if (launcher_side && s_.connect_back && !h.called) return;
-  const auto out = ep->output();
-  if (!out.empty()) {
-    auto& s = launcher_side ? h.down : h.up;
-    const auto t = arrival(h, s, launcher_side ? h.agent_start : 0);
-    s.push_bytes(t, out);
-    result_.stats.link_bytes += out.size();
-    ep->consume_output(out.size());
-    if (launcher_side ? h.down_loud : h.up_loud)
-      at(t, ek::link_arrival, host, launcher_side ? 0 : 1);
-  }
-  ep->shrink();
+// What the launcher wrote for a host it reaches itself goes onto that host's stream.
+void world::flush_launcher(std::uint32_t host, host_rec& h) {
+  // Connect-back: the launcher writes nothing before a caller became this host's stream.
+  if (s_.connect_back && !h.called) return;
+  h.write_due = false;
+  const auto out = launcher_->output(host);
+  if (out.empty()) return;
+  const bool loud = !quiet(out);
+  const auto t = arrival(h, h.down, now_, h.agent_start);
+  h.down.push_bytes(t, out, loud);
+  result_.stats.link_bytes += out.size();
+  launcher_->consume_output(host, out.size());
+  if (loud) at(t, ek::link_arrival, host, 0);
 }
 
-// Hands one end what has arrived for it by now, each piece stamped with its own arrival time.
-void world::deliver(std::uint32_t host, bool to_launcher) {
+// What a host's agent end wrote, leaving at `from`, goes onto its stream to its starter.
+void world::flush_agent(std::uint32_t host, host_rec& h, std::int64_t from, bool loud) {
+  if (!h.agent_end) return;
+  const auto out = h.agent_end->output();
+  if (!out.empty()) {
+    const auto t = arrival(h, h.up, from, 0);
+    h.up.push_bytes(t, out, loud);
+    result_.stats.link_bytes += out.size();
+    h.agent_end->consume_output(out.size());
+    if (loud) at(t, ek::link_arrival, host, 1);
+  }
+  h.agent_end->shrink();
+}
+
+// True when the bytes hold nothing but heartbeats, also relayed ones (child_data of heartbeats).
+bool world::quiet(std::span<const std::uint8_t> bytes) const {
+  const auto& hb = heartbeat_frame_;
+  while (!bytes.empty()) {
+    if (bytes.size() >= hb.size() && std::equal(hb.begin(), hb.end(), bytes.begin())) {
+      bytes = bytes.subspan(hb.size());
+      continue;
+    }
+    if (bytes.size() < link::frame_header_bytes + 1) return false;
+    const std::size_t len = (std::size_t{bytes[0]} << 24) | (std::size_t{bytes[1]} << 16) |
+                            (std::size_t{bytes[2]} << 8) | std::size_t{bytes[3]};
+    if (len < 1 || bytes.size() < link::frame_header_bytes + len ||
+        bytes[link::frame_header_bytes] != static_cast<std::uint8_t>(link::frame_kind::control))
+      return false;
+    try {
+      const auto e = link::decode(bytes.subspan(link::frame_header_bytes + 1, len - 1));
+      const auto* d = std::get_if<link::child_data>(&e.msg);
+      if (d == nullptr ||
+          !quiet({reinterpret_cast<const std::uint8_t*>(d->bytes.data()), d->bytes.size()}))
+        return false;
+    } catch (const std::exception&) {
+      return false;
+    }
+    bytes = bytes.subspan(link::frame_header_bytes + len);
+  }
+  return true;
+}
+
+// Hands one side what has arrived for it by now, each piece stamped with its own arrival time:
+// the agent (down), or its starter (up): the launcher, or its tree parent's agent, which relays.
+void world::deliver(std::uint32_t host, bool to_starter) {
   auto& h = hosts_[host];
-  auto& s = to_launcher ? h.up : h.down;
+  auto& s = to_starter ? h.up : h.down;
   if (s.empty()) return;
   s.deliver(now_, [&](const virtual_stream::piece& p, std::span<const std::uint8_t> bytes) {
-    if (to_launcher && s_.connect_back && !h.called && !pass_call(host, h, p, bytes)) return;
-    auto& ep = to_launcher ? h.launcher_end : h.agent_end;
-    if (!ep || ep->down()) return;  // nobody reads it any more
-    if (p.what == virtual_stream::kind::abort) {
-      if (to_launcher) on_abort_request(host, p.rank, p.status);
+    if (to_starter) {
+      if (h.parent != no_host) {
+        relay_up(host, p, bytes);
+        return;
+      }
+      if (h.ssh == carrier::none) return;  // nobody reads it any more
+      if (p.what == virtual_stream::kind::end) {
+        h.up_ended = true;
+        if (h.ssh == carrier::closing) {
+          feed_launcher([&](launch::actions&) { carrier_done(host, h.exit_code, 0); });
+        } else {
+          feed_launcher([&](launch::actions& out) {
+            launcher_->stream_broken(link::link_time(p.at), host, {}, out);
+          });
+        }
+        return;
+      }
+      if (s_.connect_back && !h.called && !pass_call(host, h, bytes)) return;
+      feed_launcher([&](launch::actions& out) {
+        launcher_->received(link::link_time(p.at), host, bytes, out);
+      });
       return;
     }
+    if (!h.agent_end || h.agent_end->down()) return;  // nobody reads it any more
+    relay_from_ = p.at;
+    relay_loud_ = p.loud;
     link_events_.clear();
-    const link::link_time at(p.at);
     if (p.what == virtual_stream::kind::bytes) {
-      ep->received(at, bytes, link_events_);
+      h.agent_end->received(link::link_time(p.at), bytes, link_events_);
     } else {
-      ep->closed(at, link_events_);
+      h.agent_end->closed(link::link_time(p.at), link_events_);
     }
     touch(host);
-    if (link_events_.empty()) return;
-    if (to_launcher) {
-      on_launcher_events(host, link_events_);
-    } else {
-      on_agent_events(host, link_events_);
-    }
+    if (!link_events_.empty()) on_agent_events(host, link_events_);
   });
-  // Nobody will read them: the end is gone. (An agent that has not started yet reads them when
+  // Nobody will read them: the agent is gone. (An agent that has not started yet reads them when
   // it does: its launcher may have written, or closed the link, before it ran.)
-  if (!(to_launcher ? h.launcher_end : h.agent_end) && (to_launcher || now_ >= h.agent_start))
-    s.drop();
+  if (!to_starter && !h.agent_end && now_ >= h.agent_start) s.drop();
 }
 
-// Connect-back: what arrives before the host's caller was accepted is the call's greeting, read
-// up to its newline and judged by the launcher's caller_gate (the real one, as the srun transport
-// feeds it). True when `bytes` (the rest after the greeting) go on to the link.
-bool world::pass_call(std::uint32_t host, host_rec& h, const virtual_stream::piece& p,
-                      std::span<const std::uint8_t>& bytes) {
-  if (h.call_refused || p.what != virtual_stream::kind::bytes) return false;  // a closed caller
-  const auto nl = std::find(bytes.begin(), bytes.end(), std::uint8_t{'\n'});
-  const auto take = static_cast<std::size_t>(nl - bytes.begin()) + (nl != bytes.end() ? 1 : 0);
-  auto& greeting = greetings_[host];
-  greeting.append(reinterpret_cast<const char*>(bytes.data()), take);
-  bytes = bytes.subspan(take);
-  const auto v = gate_->judge(greeting);
-  if (v.kind == srun::caller_gate::verdict::more) return false;
-  ++result_.stats.calls;
-  if (v.kind == srun::caller_gate::verdict::refuse) {
-    refuse_call(host, h, v.why);
-    return false;
-  }
-  if (v.host != host) correctness("the caller of " + host_name(host) + " became another host's");
-  h.called = true;
-  line("   the agent on " + host_name(host) + " called back");
-  if (h.dup_call) {
-    // Its second call (a retried connect) comes right behind the first: refused.
-    ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::duplicate_call)];
-    ++result_.stats.calls;
-    const auto again = gate_->judge(greeting);
-    if (again.kind == srun::caller_gate::verdict::accept) {
-      correctness("a second caller became the stream of " + host_name(host));
-    } else {
-      ++result_.stats.callers_refused;
-      line("!! a second call of the agent on " + host_name(host) + ": refused (" + again.why + ")");
-    }
-  }
-  h.down_loud = true;  // the launcher's held bytes (hello, setup, spawns) go out now
-  touch(host);
-  return !bytes.empty();
+// Before a host's ends act: what arrived along its relay chain, up to the launcher and down
+// from it, is handed over first.
+void world::pull(std::uint32_t host) {
+  chain_.clear();
+  for (auto x = host; x != no_host; x = hosts_[x].parent) chain_.push_back(x);
+  for (const auto x : chain_) deliver(x, true);
+  for (auto it = chain_.rbegin(); it != chain_.rend(); ++it) deliver(*it, false);
 }
 
-// A refused caller's connection is closed: its agent reads the end and exits.
-void world::refuse_call(std::uint32_t host, host_rec& h, const std::string& why) {
-  h.call_refused = true;
-  ++result_.stats.callers_refused;
-  line("!! the launcher refuses the call of the agent on " + host_name(host) + ": " + why);
-  const auto t = arrival(h, h.down, h.agent_start);
-  h.down.push_end(t);
-  at(t, ek::link_arrival, host, 0);
-}
-
-void world::on_link_arrival(std::uint32_t host, bool to_launcher) {
-  deliver(host, to_launcher);
+void world::on_link_arrival(std::uint32_t host, bool to_starter) {
+  deliver(host, to_starter);
 }
 
 // A host's link ends are due: first what arrived for them (quiet heartbeats), then their ticks.
@@ -155,12 +171,11 @@ void world::on_link_tick(std::uint32_t host) {
   auto& h = hosts_[host];
   h.tick_at = -1;
   ++result_.stats.link_ticks;
-  deliver(host, true);
-  deliver(host, false);
-  if (h.launcher_end && !h.launcher_end->down()) {
-    tick_events_.clear();
-    h.launcher_end->tick(link::link_time(now_), tick_events_);
-    if (!tick_events_.empty()) on_launcher_events(host, tick_events_);
+  pull(host);
+  if (h.launcher_due >= 0 && h.launcher_due <= now_) {
+    h.launcher_due = -1;  // told again after the tick
+    feed_launcher(
+        [&](launch::actions& out) { launcher_->link_tick(link::link_time(now_), host, out); });
   }
   if (h.agent_end && !h.agent_end->down()) {
     tick_events_.clear();
@@ -173,17 +188,17 @@ void world::on_link_tick(std::uint32_t host) {
 // One pending tick per host, at the earlier deadline of its two ends. A later deadline leaves the
 // pending tick in place (it re-arms when it runs); an earlier one replaces it.
 void world::arm_tick(std::uint32_t host, host_rec& h) {
-  std::optional<link::link_time> due;
-  for (const auto* ep : {&h.launcher_end, &h.agent_end}) {
-    if (!*ep) continue;
-    if (const auto d = (*ep)->deadline(); d && (!due || *d < *due)) due = d;
+  std::optional<std::int64_t> due;
+  if (h.launcher_due >= 0) due = h.launcher_due;
+  if (h.agent_end) {
+    if (const auto d = h.agent_end->deadline(); d && (!due || d->count() < *due)) due = d->count();
   }
   if (!due) return;
   // Timers run on a 1 ms grid, as pmd's (its epoll timeout is whole milliseconds, rounded up): a
   // tick is at most 1 ms late, never early, and the two ends of a host, whose heartbeats are due
   // within a link latency of each other, share one tick event per interval instead of two.
   constexpr std::int64_t grid = 1'000'000;
-  const auto t = std::max<std::int64_t>((due->count() + grid - 1) / grid * grid, now_);
+  const auto t = std::max<std::int64_t>((*due + grid - 1) / grid * grid, now_);
   if (h.tick_at >= 0 && h.tick_at <= t) return;
   h.tick_at = t;
   at(t, ek::link_tick, host, 0);

@@ -203,13 +203,17 @@ void world::run_sweeps() {
         close_streams(rank);
       }
     }
-    feed_agent(host, agent::swept{0});  // may ask for another sweep: appended, run below
+    // Child agents (the tree launch) end by themselves once their stdin is closed; they still
+    // count, so the sweep comes back (pmd's).
+    end_children(host);
+    feed_agent(host, agent::swept{h.children.size()});  // may ask again: appended, run below
   }
   sweeps_due_.clear();
 }
 
-// A script's step: its streams close early (0), or it calls abort (1), which its host sends to
-// the launcher.
+// A script's step: its streams close early (0), or it calls abort (1): its PMIx client asks the
+// host's agent, whose PMIx gateway sends pmix_abort to the launcher (a modelled PMIx client: the
+// agent's side of pmd, not the agent machine).
 void world::on_script_step(std::uint32_t rank, std::uint32_t step) {
   auto& p = procs_[rank];
   if (p.state != pstate::running) return;
@@ -218,10 +222,8 @@ void world::on_script_step(std::uint32_t rank, std::uint32_t step) {
     return;
   }
   auto& h = hosts_[p.host];
-  if (h.crashed) return;
-  const auto t = arrival(h, h.up, 0);
-  h.up.push_abort(t, rank, script(rank).value);
-  at(t, ek::link_arrival, p.host, 1);
+  if (h.crashed || h.agent_done) return;
+  agent_send(p.host, link::pmix_abort{rank, script(rank).value, "simulated MPI_Abort"});
 }
 
 }  // namespace pm::sim

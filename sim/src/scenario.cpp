@@ -248,6 +248,8 @@ const char* to_string(fault_kind k) noexcept {
       return "lost-call";
     case fault_kind::silent_host:
       return "silent";
+    case fault_kind::ssh_failure:
+      return "ssh-fail";
   }
   return "?";
 }
@@ -295,10 +297,12 @@ fault parse_fault(std::string_view text) {
     f.kind = fault_kind::lost_call;
   } else if (kind == "silent") {
     f.kind = fault_kind::silent_host;
+  } else if (kind == "ssh-fail") {
+    f.kind = fault_kind::ssh_failure;
   } else {
     usage(what + ": unknown kind " + quoted(kind) +
           " (crash, partition, spawn-fail, agent-fail, lost-exit, launcher-signal, forged-call, "
-          "dup-call, late-call, lost-call, silent)");
+          "dup-call, late-call, lost-call, silent, ssh-fail)");
   }
   if (target.empty()) usage(what + ": missing target, e.g. " + std::string(kind) + ":3");
   if (f.kind == fault_kind::launcher_signal) {
@@ -515,9 +519,11 @@ void check_targets(const scenario& s, std::uint32_t hosts, std::uint32_t ranks) 
                       f.kind == fault_kind::late_call || f.kind == fault_kind::lost_call;
     if (call && !s.connect_back)
       usage("fault '" + to_string(f) + "': a caller's fault needs --connect-back");
+    if (f.kind == fault_kind::ssh_failure && s.connect_back)
+      usage("fault '" + to_string(f) + "': no ssh with --connect-back");
     const bool on_host = f.kind == fault_kind::host_crash || f.kind == fault_kind::partition ||
                          f.kind == fault_kind::agent_failure || f.kind == fault_kind::silent_host ||
-                         call;
+                         f.kind == fault_kind::ssh_failure || call;
     if (on_host && f.target >= hosts)
       usage("fault '" + to_string(f) + "': no host " + std::to_string(f.target) +
             " (the cluster has " + std::to_string(hosts) + " hosts)");

@@ -120,14 +120,14 @@ void world::trace_action(const action& a) {
               line("-> signal_ranks host=" + std::to_string(x.host) + " " + signal_name(x.signo) +
                    " ranks=" + rank_list(x.ranks));
           },
-          [&](const start_timer& x) {
+          [&](const pm::start_timer& x) {
             hash_.add(x.timer);
             hash_.add(static_cast<std::uint64_t>(x.after.count()));
             if (tracing())
               line("-> start_timer timer=" + std::to_string(x.timer) +
                    " after=" + format_duration(x.after));
           },
-          [&](const cancel_timer& x) {
+          [&](const pm::cancel_timer& x) {
             hash_.add(x.timer);
             if (tracing()) line("-> cancel_timer timer=" + std::to_string(x.timer));
           },

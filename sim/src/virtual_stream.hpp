@@ -4,12 +4,11 @@
 // partitions) is the world's to decide; this only keeps the pieces in order.
 //
 // Besides bytes a piece can be the end of the stream (the writer closed it: a process exited, the
-// launcher closed the connection) or an abort request of a rank (PMIx_Abort has no message in the
-// link protocol yet; the simulator carries it in order with the bytes of its host).
+// launcher closed the connection).
 //
-// A piece is "quiet" when it holds nothing but heartbeats: it needs no event of its own, the
-// receiving endpoint gets it (stamped with its own arrival time) before anything else happens to
-// it. Not thread-safe.
+// A piece is "quiet" (not `loud`) when it holds nothing but heartbeats: it needs no event of its
+// own, the receiving endpoint gets it (stamped with its own arrival time) before anything else
+// happens to it. Not thread-safe.
 #pragma once
 
 #include <algorithm>
@@ -22,23 +21,19 @@ namespace pm::sim {
 
 class virtual_stream {
  public:
-  enum class kind : std::uint8_t { bytes, end, abort };
+  enum class kind : std::uint8_t { bytes, end };
   struct piece {
     std::int64_t at = 0;     ///< arrival time
     std::uint32_t size = 0;  ///< bytes of this piece (kind::bytes)
     kind what = kind::bytes;
-    std::uint32_t rank = 0;   ///< kind::abort
-    std::int32_t status = 0;  ///< kind::abort
+    bool loud = true;  ///< more than heartbeats (a relay passes it on as loud as it came)
   };
 
   /// Appends a piece of bytes arriving at `at` (not before the previous piece).
-  void push_bytes(std::int64_t at, std::span<const std::uint8_t> bytes) {
-    put(piece{at, static_cast<std::uint32_t>(bytes.size()), kind::bytes, 0, 0}, bytes);
+  void push_bytes(std::int64_t at, std::span<const std::uint8_t> bytes, bool loud) {
+    put(piece{at, static_cast<std::uint32_t>(bytes.size()), kind::bytes, loud}, bytes);
   }
-  void push_end(std::int64_t at) { put(piece{at, 0, kind::end, 0, 0}, {}); }
-  void push_abort(std::int64_t at, std::uint32_t rank, int status) {
-    put(piece{at, 0, kind::abort, rank, status}, {});
-  }
+  void push_end(std::int64_t at) { put(piece{at, 0, kind::end, true}, {}); }
 
   /// Hands every piece that arrived by `now` to `f(const piece&, std::span<const uint8_t>)`, in
   /// order. `f` may push onto other streams, not onto this one.

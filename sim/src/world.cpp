@@ -67,7 +67,6 @@ world::world(const scenario& s, const run_options& o)
       o_(o),
       rng_(s.seed),
       map_(map_job(make_job(s), make_allocation(s))),
-      ctl_(map_, s.control),
       nonce_(rng_.next()),
       procs_(map_.size()),
       hosts_(map_.allocation().hosts.size()) {
@@ -100,6 +99,8 @@ world::world(const scenario& s, const run_options& o)
     gate_.emplace(token_);
   }
   for (const auto& f : s.faults) plan(f);
+  link::append_message(heartbeat_frame_, link::heartbeat{});
+  launcher_.emplace(launch_config_for());
   max_events_ = o.max_events != 0 ? o.max_events : 64ull * n + 1'000'000;
   streams_bits_ = s.control.streams_per_rank >= 2 ? 3 : s.control.streams_per_rank == 1 ? 1 : 0;
 }
@@ -120,16 +121,11 @@ void world::problem(verdict v, std::string text) {
     result_.problems.push_back("at " + format_duration(sim_time(now_)) + ": " + std::move(text));
 }
 
-bool world::a_timer_is_racing() const {
-  return std::any_of(timers_.begin(), timers_.end(),
-                     [](const auto& t) { return t.second == timer_state::racing; });
-}
-
 // Settled: what is left in the queue is stale (natural ends of processes that were killed,
 // timers of a finished controller, heartbeats); nothing can change any more.
 bool world::settled() const {
   return finish_seen_ && live_procs_ == 0 && leftovers_alive_ == 0 && agents_pending_ == 0 &&
-         !a_timer_is_racing();
+         racing_timers_ == 0;
 }
 
 // Nothing is queued but the link endpoints' timers, and for longer than any of them needs to
@@ -187,7 +183,7 @@ run_result world::run() {
   // Finished is what a driver sees: the finish action (the controller's own flag alone would
   // leave a real driver waiting).
   result_.finished = finish_seen_;
-  if (!result_.finished) result_.report = ctl_.report();
+  if (!result_.finished) result_.report = launcher_->report();
   for (const auto& h : hosts_) {
     if (h.partition_fired && !h.partition_noticed) ++result_.stats.partitions_healed;
   }
@@ -204,7 +200,7 @@ run_result world::run() {
 void world::dispatch(const sim_event& e) {
   switch (e.kind()) {
     case ek::job_start:
-      feed_ctl(job_start{});
+      feed_launcher([&](launch::actions& out) { launcher_->start(link::link_time(now_), out); });
       return;
     case ek::link_arrival:
       on_link_arrival(e.a, e.b() == 1);
@@ -214,7 +210,7 @@ void world::dispatch(const sim_event& e) {
       on_link_tick(e.a);
       return;
     case ek::agent_starts:
-      on_agent_starts(e.a);
+      on_agent_starts(e.a, e.b());
       return;
     case ek::spawned:
       on_spawned(e.a, e.b());
@@ -228,17 +224,9 @@ void world::dispatch(const sim_event& e) {
     case ek::proc_end:
       die(e.a, decode(e.b()));
       return;
-    case ek::ctl_timer: {
-      const std::uint64_t id = e.a | (std::uint64_t{e.b()} << 32);
-      auto it = timers_.find(id);
-      if (it == timers_.end()) return;
-      const auto state = it->second;
-      timers_.erase(it);
-      if (state == timer_state::cancelled) return;  // cancelled in time
-      if (state == timer_state::racing) ++result_.stats.timers_after_cancel;
-      feed_ctl(timer_fired{id});
+    case ek::launcher_timer:
+      on_timer(e.a, e.b());
       return;
-    }
     case ek::agent_timer:
       feed_agent(e.a, agent::timer_fired{e.b()});
       return;
@@ -253,6 +241,9 @@ void world::dispatch(const sim_event& e) {
       return;
     case ek::forged_call:
       on_forged_call(e.a);
+      return;
+    case ek::carrier_end:
+      on_carrier_end(e.a, e.b());
       return;
   }
 }

@@ -1,24 +1,30 @@
-// The simulated world around the real controller, the real node agent and the real agent link
+// The simulated world around the real launcher machine (which owns the real controller and one
+// real link endpoint per host), the real node agent and the agents' real link ends
 // (docs/simulator.md). One class, its member functions in a file per concept:
 //
-//   world.cpp           the run loop, events, bookkeeping, the public entry points
-//   launcher_side.cpp   the driver of the controller: its actions, the launch plan, the
-//                       launcher's end of every host's link (as job_runner drives them)
-//   agent_side.cpp      per host: the agent's start, the agent machine and its end of the link
-//                       (as pmd drives them)
-//   links.cpp           the virtual streams between the two ends: latency, jitter, partitions,
-//                       the endpoints' timers (heartbeats, silence, the hello deadline)
-//   processes.cpp       simulated processes following their scripts, signals, sweeps
-//   faults.cpp          crashes, partitions, launcher signals
-//   checks.cpp          the contract, checked against what happened
-//   tracing.cpp         the trace hash and the readable trace
+//   world.cpp             the run loop, events, bookkeeping, the public entry points
+//   launcher_driver.cpp   the launcher machine's driver: its inputs, its actions carried out
+//   controller_watch.cpp  the controller's events and actions as the launcher feeds them
+//                         (launch_config::watch_controller): trace, tamper, the action checks
+//   virtual_transport.cpp open_host/close_host as ssh or srun would: agent starts, set-up slots,
+//                         carriers' ends, the connect-back caller gate
+//   agent_side.cpp        per host: the agent's start, the agent machine and its end of the link
+//                         (as pmd drives them)
+//   relay.cpp             per host: the child agents a tree parent starts and relays (as pmd's
+//                         child_agents)
+//   links.cpp             the virtual streams: latency, jitter, partitions, quiet pieces, ticks
+//   processes.cpp         simulated processes following their scripts, signals, sweeps
+//   faults.cpp            crashes, partitions, launcher signals
+//   checks.cpp            the contract, checked against what happened
+//   tracing.cpp           the trace hash and the readable trace
 //
-// What is NOT here: any decision of the controller, the agent or the link endpoint. The checks
-// compare what happened with the contract (docs/failure-semantics.md), never with a second
-// implementation of it.
+// What is NOT here: any decision of the launcher, the controller, the agent or the link
+// endpoint. The checks compare what happened with the contract (docs/failure-semantics.md),
+// never with a second implementation of it.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -26,6 +32,7 @@
 
 #include "agent/agent.hpp"
 #include "event_queue.hpp"
+#include "launch/launcher.hpp"
 #include "link/endpoint.hpp"
 #include "pm/sim/random.hpp"
 #include "pm/sim/world.hpp"
@@ -42,6 +49,8 @@ namespace pm::sim {
 
 inline constexpr std::int64_t pid_base = 1000;       // a rank's simulated pid is pid_base + rank
 inline constexpr std::int64_t agent_pid_base = 100;  // an agent's: agent_pid_base + host
+inline constexpr std::int64_t carrier_pid_base = 1'000'000'000;  // ssh of a host, on its starter
+inline constexpr std::uint32_t no_host = 0xffffffffu;
 
 // A rank in a batch: its fork time (spawns; -1: the exec failed) or its end (reactions).
 struct batch_entry {
@@ -64,49 +73,74 @@ struct proc_rec {
   pstate state = pstate::none;
   std::uint8_t streams = 0;  // open stream bits (bit 0 stdout, bit 1 stderr)
   std::uint8_t flags = 0;
-  std::uint8_t seen_closed = 0;  // streams whose end the launcher reported to the controller
-  std::uint32_t script = 0;      // index into world::scripts_
-  std::uint32_t host = 0;        // cached from the rank map (rank_map::at touches five arrays)
+  std::uint8_t pad = 0;
+  std::uint32_t script = 0;  // index into world::scripts_
+  std::uint32_t host = 0;    // cached from the rank map (rank_map::at touches five arrays)
 };
 
-// One host: its agent, the two ends of its link and the streams between them.
+// What carries a host's stream on the launcher's side (ssh, or srun's step and a caller).
+enum class carrier : std::uint8_t {
+  none,     // never opened, or ended
+  waiting,  // ssh waits for one of the set-up slots
+  running,  // started; the agent is on its way or runs
+  closing,  // the launcher closed the stream: ssh ends with the agent, or is killed
+};
+
+// One host: its agent, its end of the link and the streams to whoever started it (the launcher,
+// or the agent of its tree parent, which relays its bytes).
 struct host_rec {
   std::optional<agent::agent> agent;
-  std::optional<link::endpoint> launcher_end;  // from the first spawn on
-  std::optional<link::endpoint> agent_end;     // while its agent runs
-  virtual_stream down;                         // launcher -> agent
-  virtual_stream up;                           // agent -> launcher
-  bool launched = false, agent_fails = false, crashed = false;
-  bool launcher_down = false;  // the launcher's end went down (host lost, or its agent's end)
+  std::optional<link::endpoint> agent_end;  // while its agent runs
+  virtual_stream down;                      // starter -> agent
+  virtual_stream up;                        // agent -> starter
+  std::vector<std::uint32_t> children;      // relay: the carriers this agent runs (child_open)
+  std::uint32_t parent = no_host;           // the agent that started it; no_host: the launcher
+  std::uint32_t starts = 0;                 // agent starts asked for (retries start another)
+  carrier ssh = carrier::none;
+  bool slot_held = false;    // holds one of the launcher's set-up slots (ssh's cap)
+  bool up_ended = false;     // the starter read the end of `up` (the agent's side is over)
+  bool established = false;  // its agent said hello to the launcher (host_established)
+  bool agent_fails = false, crashed = false;
   bool agent_link_down = false;
   bool agent_done = false;
-  bool shutdown_sent = false;
-  bool touched = false;                     // in world::touched_ this event
-  bool down_loud = false, up_loud = false;  // output other than heartbeats this event
+  bool touched = false;    // in world::touched_ this event
+  bool write_due = false;  // the launcher asked for its output to be written (write_host)
+  bool up_loud = false;    // its agent wrote more than heartbeats this event
   bool partition_fired = false;
   bool partition_noticed = false;  // a side of its link went down during its partition
+  bool lost = false;               // the controller was told it is lost
+  bool shutdown_seen = false;      // its agent received the job's shutdown
   // Connect-back (scenario::connect_back): its agent's call, as the launcher's caller_gate saw it.
-  bool called = false;        // the gate accepted its agent: the link's bytes flow
-  bool call_refused = false;  // the gate refused its agent's call: the connection is closed
-  bool lost_call = false;     // fault: the call never arrives
-  bool dup_call = false;      // fault: the agent calls twice
-  bool silent = false;        // fault: the host never answers (no agent, no byte)
-  bool greeted = false;       // the launcher's end saw its agent's hello
-  bool abandoned = false;     // the job ended before its hello: the launcher gave it up
-  // Spawn requests the launcher holds until the launch facts are decided (rank 0's host's hello),
-  // as job_runner holds them (decide_facts).
-  std::vector<link::spawn_request> held;
-  std::int64_t launcher_start = -1;  // when the launcher began reaching it (its end started)
-  std::int64_t agent_start = -1;     // when its agent runs
-  std::int64_t spawn_free = 0;       // when its agent can fork the next rank
+  bool called = false;            // the gate accepted its agent: the link's bytes flow
+  bool call_refused = false;      // the gate refused its agent's call: the connection is closed
+  bool lost_call = false;         // fault: the call never arrives
+  bool dup_call = false;          // fault: the agent calls twice
+  bool silent = false;            // fault: the host never answers (no agent, no byte)
+  bool ssh_failed = false;        // its latest ssh ended with 255 before the agent ran
+  std::uint8_t ssh_failures = 0;  // fault: its next ssh attempts that end with 255
+  std::string greeting;           // connect-back: what arrived of its call's line
+  int exit_code = 0;              // its agent's exit status (what ssh exits with)
+  std::int64_t open_at = -1;      // when the launcher first asked for it (open_host/child_open)
+  std::int64_t agent_start = -1;  // when its (latest) agent runs
+  std::int64_t spawn_free = 0;    // when its agent can fork the next rank
   std::int64_t part_from = -1, part_until = -1;
   std::int64_t crash_at = -1;
-  std::int64_t tick_at = -1;          // the link_tick event pending for its endpoints
+  std::int64_t tick_at = -1;          // the link_tick event pending for its two ends
+  std::int64_t launcher_due = -1;     // the launcher's link_deadline for it
   std::int64_t detect_bound = -1;     // the latest its loss may be noticed after a fault
   std::int64_t agent_detect_at = -1;  // its agent gave up on the launcher
   std::int64_t last_death = -1;
   std::int64_t late_call = -1;  // connect-back fault: the agent calls only then
 };
+
+// The last stderr line of the carrier of a host whose agent never ran (ssh_end and child_closed
+// name it): sshd's drop in the key exchange (a retryable 255), the remote shell's complaint
+// when there is no agent, else nothing.
+inline std::string_view carrier_said(const host_rec& h) {
+  if (h.ssh_failed) return "kex_exchange_identification: read: Connection reset by peer";
+  if (h.agent_fails) return "bash: pmd: command not found";
+  return {};
+}
 
 std::uint32_t encode(exit_status s);
 exit_status decode(std::uint32_t v);
@@ -128,6 +162,22 @@ struct failure_seen {
   std::int64_t t = 0;
 };
 
+// An input for the launcher that answers one of its actions: fed after the batch, never nested.
+struct launcher_answer {
+  enum class kind : std::uint8_t {
+    stream_opened,
+    carrier_ended,
+    output_ended,
+    output_taken,
+    output_drained,
+  };
+  kind what;
+  std::uint32_t host = 0;  // stream_opened, carrier_ended; output_ended: the rank
+  std::uint8_t stream = 0;
+  std::uint64_t value = 0;  // stream_opened: the carrier's pid; output_ended: bytes
+  agent_end end;
+};
+
 class world {
  public:
   world(const scenario& s, const run_options& o);
@@ -147,6 +197,7 @@ class world {
     return map_.allocation().hosts[host].name;
   }
   const process_script& script(std::uint32_t rank) const { return scripts_[procs_[rank].script]; }
+  const controller& ctl() const { return launcher_->control(); }
 
   // ---- tracing.cpp ----
   bool tracing() const { return static_cast<bool>(o_.trace); }
@@ -154,41 +205,70 @@ class world {
   void trace_event(const event& e);
   void trace_action(const action& a);
 
-  // ---- launcher_side.cpp: the controller's driver and the launcher's ends ----
+  // ---- launcher_driver.cpp: the launcher machine's driver ----
+  launch::launch_config launch_config_for();
+  // One input of the launcher (`input` calls it with launcher_out_), then its actions and the
+  // answers they ask for.
+  template <class F>
+  void feed_launcher(F&& input) {
+    begin_input();
+    input(launcher_out_);
+    carry_out_all();
+  }
+  void begin_input();
+  void carry_out_all();
+  void carry_out(launch::launch_action& a);
+  void answer_later(launcher_answer a) { answers_.push_back(std::move(a)); }
+  void on_finished(job_report&& report);
+
+  // ---- controller_watch.cpp: the controller's steps, as the launcher runs them ----
+  void watch_controller(const event& in, std::vector<action>& actions);
   void note_failure(cause_kind kind, std::uint32_t rank, std::uint32_t host, int code);
-  void feed_ctl(const event& e);
-  void execute(action& a);
-  void launch(std::uint32_t host);
-  std::int64_t agent_start_delay(std::uint32_t node);
-  void do_spawn(const spawn& x);
-  void do_signal(signal_ranks&& x);
-  void do_finish(finish&& x);
-  void send_down(std::uint32_t host, const link::message& m);
-  link::job_setup setup_for(std::uint32_t host) const;
-  link::endpoint_options launcher_link_options() const;
-  void on_launcher_events(std::uint32_t host, std::vector<link::link_event>& events);
-  void on_agent_message(std::uint32_t host, link::message& m);
-  void on_launcher_link_down(std::uint32_t host, const std::string& reason);
-  void on_greeted(std::uint32_t host);
-  void give_up_setup();
-  void abandon(std::uint32_t host);
-  void on_abort_request(std::uint32_t host, std::uint32_t rank, int status);
+  void note_event(const event& e);
+  void check_action(const action& a);
+  void note_host_lost(const host_lost& x);
+  bool struck(std::uint32_t host) const;
+
+  // ---- virtual_transport.cpp: open_host, close_host, carriers ----
+  void open_host(std::uint32_t host);
+  void start_ssh(std::uint32_t host);
+  void release_slot(std::uint32_t host);
+  void schedule_agent(std::uint32_t host, std::int64_t start);
+  void close_host(std::uint32_t host);
+  void on_carrier_end(std::uint32_t host, std::uint32_t start);
+  void carrier_done(std::uint32_t host, int code, int signo);
+  bool pass_call(std::uint32_t host, host_rec& h, std::span<const std::uint8_t>& bytes);
+  void refuse_call(std::uint32_t host, host_rec& h, const std::string& why);
 
   // ---- agent_side.cpp: the agents and their ends ----
-  void on_agent_starts(std::uint32_t host);
+  void on_agent_starts(std::uint32_t host, std::uint32_t start);
   void feed_agent(std::uint32_t host, agent::event e);
   void step_agent(std::uint32_t host, agent::event e);
   void flush_host_batches(std::uint32_t host);
   void on_agent_events(std::uint32_t host, std::vector<link::link_event>& events);
-  void agent_exits(std::uint32_t host);
+  void agent_send(std::uint32_t host, const link::message& m);
+  void agent_exits(std::uint32_t host, int code);
 
-  // ---- links.cpp: the virtual streams and the endpoints' timers ----
-  std::int64_t arrival(host_rec& h, virtual_stream& s, std::int64_t not_before);
+  // ---- relay.cpp: child agents of the tree launch ----
+  void child_open(std::uint32_t parent, const link::child_open& m);
+  void child_data_down(std::uint32_t parent, link::child_data& m);
+  void child_close(std::uint32_t parent, std::uint32_t child);
+  void relay_up(std::uint32_t child, const virtual_stream::piece& p,
+                std::span<const std::uint8_t> bytes);
+  void child_ended(std::uint32_t child);
+  void end_children(std::uint32_t parent);
+  bool is_child_of(std::uint32_t child, std::uint32_t parent) const;
+
+  // ---- links.cpp: the virtual streams and the ends' timers ----
+  std::int64_t arrival(host_rec& h, virtual_stream& s, std::int64_t from, std::int64_t not_before);
   void touch(std::uint32_t host);
   void flush_touched();
-  void flush_end(std::uint32_t host, host_rec& h, bool launcher_side);
-  void deliver(std::uint32_t host, bool to_launcher);
-  void on_link_arrival(std::uint32_t host, bool to_launcher);
+  void flush_launcher(std::uint32_t host, host_rec& h);
+  void flush_agent(std::uint32_t host, host_rec& h, std::int64_t from, bool loud);
+  bool quiet(std::span<const std::uint8_t> bytes) const;
+  void deliver(std::uint32_t host, bool to_starter);
+  void pull(std::uint32_t host);
+  void on_link_arrival(std::uint32_t host, bool to_starter);
   void on_link_tick(std::uint32_t host);
   void arm_tick(std::uint32_t host, host_rec& h);
   std::int64_t detection_promise() const;
@@ -212,26 +292,32 @@ class world {
   void on_launcher_signal(int signo);
   void on_forged_call(std::uint32_t host);
 
-  // ---- connect-back (links.cpp): the call, judged by the launcher's real caller_gate ----
-  bool pass_call(std::uint32_t host, host_rec& h, const virtual_stream::piece& p,
-                 std::span<const std::uint8_t>& bytes);
-  void refuse_call(std::uint32_t host, host_rec& h, const std::string& why);
-
   // ---- checks.cpp ----
   bool rank_hit(std::uint32_t rank) const;
   void check_report(const job_report& r);
   void final_checks();
 
+  // Timers of the launcher (the controller's among them): an event names a slot and the slot's
+  // generation; `racing`: cancelled, but its handler was already queued and runs anyway (the
+  // Asio race the controller and the launcher must ignore).
+  enum class timer_state : std::uint8_t { free, armed, cancelled, racing };
+  struct timer_rec {
+    std::uint64_t id = 0;
+    std::uint32_t generation = 0;
+    timer_state state = timer_state::free;
+  };
+  void start_timer(std::uint64_t id, std::chrono::milliseconds after);
+  void cancel_timer(std::uint64_t id);
+  void on_timer(std::uint32_t slot, std::uint32_t generation);
+
   const scenario& s_;
   const run_options& o_;
   prng rng_;
   rank_map map_;
-  controller ctl_;
   std::uint64_t nonce_;
   std::string token_;                      // connect-back: the job's token, from the seed
-  std::optional<srun::caller_gate> gate_;  // connect-back: the launcher's
-  // Connect-back: per host, what arrived of its agent's greeting line (until the gate decided).
-  std::unordered_map<std::uint32_t, std::string> greetings_;
+  std::optional<srun::caller_gate> gate_;  // connect-back: the srun transport's
+  std::optional<launch::launcher> launcher_;
   std::vector<process_script> scripts_;
   std::vector<proc_rec> procs_;
   std::vector<host_rec> hosts_;
@@ -239,39 +325,48 @@ class world {
   std::int64_t now_ = 0;
   std::uint64_t max_events_ = 0;
   std::uint8_t streams_bits_ = 3;
+  std::vector<std::uint8_t> heartbeat_frame_;  // a heartbeat as framed on the wire
 
-  std::vector<action> ctl_out_;
+  launch::actions launcher_out_;
+  bool in_launcher_ = false;
+  std::deque<launcher_answer> answers_;
   std::vector<agent::action> agent_out_;
   std::vector<link::link_event> link_events_;
   batch_pool<batch_entry> batch_pool_;                              // spawns and reactions
   std::vector<batch_entry> spawn_batch_, kill_batch_, term_batch_;  // of one agent step
   std::vector<std::uint32_t> sweeps_due_;  // hosts whose agent asked for a sweep in this event
   std::vector<std::uint32_t> touched_;     // hosts whose link ends were used in this event
+  std::vector<std::uint32_t> chain_;       // pull(): a host's starters, nearest first
   // Agent events that actions produced, fed after the batch that produced them (pmd's pending_).
   std::vector<std::pair<std::uint32_t, agent::event>> agent_backlog_;
   bool in_agent_step_ = false;
   std::vector<std::pair<std::uint32_t, std::string>> agent_reasons_;  // why agents lost the link
   std::vector<link::link_event> tick_events_;
-  // The controller's timers, until they fire. `racing`: cancelled, but its handler was already
-  // queued and runs anyway (the Asio race).
-  enum class timer_state : std::uint8_t { armed, cancelled, racing };
-  std::unordered_map<std::uint64_t, timer_state> timers_;
-  bool a_timer_is_racing() const;
+  // A relayed piece leaves its parent when it arrived there, as loud as it came (relay.cpp).
+  std::int64_t relay_from_ = 0;
+  bool relay_loud_ = true;
+  std::vector<timer_rec> timers_;
+  std::vector<std::uint32_t> free_timers_;
+  std::unordered_map<std::uint64_t, std::uint32_t> timer_slot_;  // looked up, never iterated
+  std::uint32_t racing_timers_ = 0;
+  // ssh's cap on connections being set up (remote_launch::max_concurrent), in open order.
+  std::uint32_t setting_up_ = 0;
+  std::vector<std::uint32_t> ssh_queue_;
+  std::size_t ssh_queue_head_ = 0;
+  bool srun_step_started_ = false;
+  std::int64_t srun_step_at_ = 0;
 
   std::uint64_t live_procs_ = 0;       // spawning or running
   std::uint64_t leftovers_alive_ = 0;  // ended ranks whose child holds their streams
-  std::uint64_t agents_pending_ = 0;   // launched agents that have not exited (or crashed)
+  std::uint64_t agents_pending_ = 0;   // started agents that have not exited (or crashed)
   std::uint64_t pending_work_ = 0;     // queued events other than link ticks
   std::int64_t last_progress_ = 0;     // the last event that was more than heartbeats
   failure_seen first_failure_;
   bool saw_abort_ = false;
   bool saw_launcher_signal_ = false;       // one that ends or signals ranks
   std::uint32_t terminating_signals_ = 0;  // SIGINT/SIGTERM/SIGHUP fed before the finish
-  bool finish_seen_ = false;
-  // The launch facts (MASTER_ADDR, ...) are decided: spawns are no longer held.
-  bool facts_ready_ = false;
-  // The job began to end: what was still being set up was given up (give_up_setup).
-  bool setup_given_up_ = false;
+  bool ctl_finished_ = false;              // the controller's finish action went by
+  bool finish_seen_ = false;               // the launcher's finished action
   // A host lost before its hello made the controller end the job although the abort policy is
   // off (a set-up failure ends a launch whatever the policy): from then on ranks are ended.
   std::int64_t forced_abort_at_ = -1;

@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   app.add_option("--default", f.default_script, "every other rank's script (default exit:0)");
   app.add_option("--fault", f.faults,
                  "crash:H@T, partition:H@T1-T2, spawn-fail:R, agent-fail:H, silent:H, "
-                 "lost-exit:R, launcher-signal:SIG@T");
+                 "ssh-fail:H, lost-exit:R, launcher-signal:SIG@T");
   app.add_option("--crash", f.crashes, "H@T: host H crashes at T");
   app.add_option("--partition", f.partitions, "H@T1-T2: host H is cut off from T1 to T2");
   app.add_option("--signal", f.signals,

@@ -78,10 +78,11 @@ TEST(SimConnectBack, ALateCallWithinTheHelloDeadlineOnlyDelays) {
   EXPECT_GT(r.finish_time, 5s);
 }
 
-TEST(SimConnectBack, ACallAfterTheHelloDeadlineIsRefusedItsHostLostAtTheDeadline) {
-  // At 25 s the late call reaches the launcher as the launcher's end-of-link reaches the agent;
-  // which comes first is the seed's draw (the world stops once nothing can change any more): with
-  // this seed the call does, and is refused.
+TEST(SimConnectBack, ACallAfterTheHelloDeadlineFindsTheJobOverItsHostLostAtTheDeadline) {
+  // The launcher machine ends the launch at node2's hello deadline (20 s: a set-up failure ends
+  // it whatever the policy) and hangs up on node2's caller slot; the job, and with it the srun
+  // step that would run node2's agent, is over long before the call would come at 25 s. Nothing
+  // is left to judge it: no refusal, no agent of the old job.
   auto s = cluster(8, 10);
   s.faults.push_back(parse_fault("late-call:2@25s"));
   const auto r = pm::sim::run(s);
@@ -92,9 +93,9 @@ TEST(SimConnectBack, ACallAfterTheHelloDeadlineIsRefusedItsHostLostAtTheDeadline
   // No hello: a set-up failure, not a lost host.
   EXPECT_EQ(r.report.exit_code, pm::exit_codes::launch_failed);
   EXPECT_EQ(r.report.cause, pm::cause_kind::spawn_failed);
-  EXPECT_EQ(r.stats.callers_refused, 1u);  // the late caller, when it came
-  ASSERT_EQ(r.agents_lost.size(), 1u);     // and its agent, refused, ended by itself
-  EXPECT_EQ(r.agents_lost[0].host, 2u);
+  EXPECT_LT(r.finish_time, 21s);
+  EXPECT_EQ(r.stats.callers_refused, 0u);
+  EXPECT_TRUE(r.agents_lost.empty());
 }
 
 TEST(SimConnectBack, ALostCallLosesItsHostAtTheHelloDeadline) {

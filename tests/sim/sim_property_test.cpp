@@ -211,6 +211,14 @@ RC_GTEST_PROP(SimProperty, EveryRankStartsOnceWhereTheMapSaysWithTheContractEnv,
   const auto map = pm::map_job(pm::sim::make_job(s), pm::sim::make_allocation(s));
   pm::sim::run_options o;
   o.env = pm::job_env{};
+  // The launch facts as the launcher decides them from the agents' hellos: a simulated agent has
+  // no address, so each host is reached by its name (launch_config::pick_address in the sim).
+  auto decided = *o.env;
+  const auto& hosts = map.allocation().hosts;
+  decided.facts.master_addr = hosts[map.host_of_node(map.at(0).node)].name;
+  decided.facts.node_addrs.clear();
+  for (std::uint32_t n = 0; n < map.num_nodes(); ++n)
+    decided.facts.node_addrs.push_back(hosts[map.host_of_node(n)].name);
   std::map<std::uint32_t, int> starts;
   std::vector<std::string> problems;
   o.on_spawn = [&](std::uint32_t rank, std::uint32_t host, const std::vector<std::string>& env) {
@@ -235,10 +243,18 @@ RC_GTEST_PROP(SimProperty, EveryRankStartsOnceWhereTheMapSaysWithTheContractEnv,
     expect("PMI_RANK=" + std::to_string(rank));
     // The agent hands its spawner exactly the environment the launch built for the rank (the
     // variables above are checked against values computed here), and no variable twice.
-    if (env != pm::rank_environment(*o.env, map, rank))
+    if (const auto want = pm::rank_environment(decided, map, rank); env != want) {
+      // Name the first variable that differs: a replay then says what drifted.
+      std::string diff;
+      for (const auto& v : env)
+        if (diff.empty() && std::find(want.begin(), want.end(), v) == want.end())
+          diff = " (extra or changed: " + v + ")";
+      for (const auto& v : want)
+        if (diff.empty() && std::find(env.begin(), env.end(), v) == env.end())
+          diff = " (missing: " + v + ")";
       problems.push_back("rank " + std::to_string(rank) +
-                         " got another environment than the "
-                         "contract's");
+                         " got another environment than the contract's" + diff);
+    }
     std::set<std::string> names;
     for (const auto& var : env)
       if (!names.insert(var.substr(0, var.find('='))).second)

@@ -1,6 +1,6 @@
 // Where a PMIx_Spawn's ranks go (driver/spawned_job.hpp): the allocation's free slots, the
 // launch's policy, PMIX_HOST, and one line when they do not fit.
-#include "driver/spawned_job.hpp"
+#include "launch/spawned_job.hpp"
 
 #include <gtest/gtest.h>
 
@@ -29,7 +29,7 @@ pm::link::pmix_spawn request(std::uint32_t np, std::vector<std::string> hosts = 
 
 TEST(MapSpawn, TheChildrenTakeTheSlotsTheLiveProcessesLeave) {
   // a: 2 slots, 2 live; b: 1 live; c: none live.
-  const auto j = pm::driver::map_spawn(request(3), three_hosts(2), {2, 1, 0}, {}, {});
+  const auto j = pm::launch::map_spawn(request(3), three_hosts(2), {2, 1, 0}, {}, {});
   ASSERT_EQ(j.size(), 3u);
   EXPECT_EQ(j.host_of(0), 1u);
   EXPECT_EQ(j.host_of(1), 2u);
@@ -48,22 +48,22 @@ TEST(MapSpawn, LostHostsAndHostsAtTheirMaxSlotsTakeNoneEvenOversubscribed) {
   pm::mapping_policy over;
   over.oversubscribe = true;
   // a is lost: everything goes to b, oversubscribed, none to a or c.
-  const auto j = pm::driver::map_spawn(request(3), alloc, {0, 1, 1}, {false, true, true}, over);
+  const auto j = pm::launch::map_spawn(request(3), alloc, {0, 1, 1}, {false, true, true}, over);
   for (std::uint32_t r = 0; r < 3; ++r) EXPECT_EQ(j.host_of(r), 1u);
   try {
-    pm::driver::map_spawn(request(1, {"a"}), alloc, {0, 1, 1}, {false, true, true}, over);
+    pm::launch::map_spawn(request(1, {"a"}), alloc, {0, 1, 1}, {false, true, true}, over);
     FAIL() << "a was lost";
   } catch (const pm::error& e) {
     EXPECT_NE(std::string(e.what()).find("host 'a' has no room"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(pm::driver::map_spawn(request(1u << 21), alloc, {0, 0, 0}, {}, over), pm::error);
+  EXPECT_THROW(pm::launch::map_spawn(request(1u << 21), alloc, {0, 0, 0}, {}, over), pm::error);
 }
 
 TEST(MapSpawn, PmixHostLimitsTheHostsAndTooManyRanksAreOneLine) {
-  const auto j = pm::driver::map_spawn(request(1, {"c"}), three_hosts(2), {1, 1, 1}, {}, {});
+  const auto j = pm::launch::map_spawn(request(1, {"c"}), three_hosts(2), {1, 1, 1}, {}, {});
   EXPECT_EQ(j.host_of(0), 2u);
   try {
-    pm::driver::map_spawn(request(4), three_hosts(2), {1, 1, 1}, {}, {});
+    pm::launch::map_spawn(request(4), three_hosts(2), {1, 1, 1}, {}, {});
     FAIL() << "4 ranks on 3 free slots";
   } catch (const pm::error& e) {
     EXPECT_EQ(std::string(e.what()),
@@ -72,7 +72,7 @@ TEST(MapSpawn, PmixHostLimitsTheHostsAndTooManyRanksAreOneLine) {
   }
   pm::mapping_policy over;
   over.oversubscribe = true;
-  EXPECT_EQ(pm::driver::map_spawn(request(4), three_hosts(2), {1, 1, 1}, {}, over).size(), 4u);
+  EXPECT_EQ(pm::launch::map_spawn(request(4), three_hosts(2), {1, 1, 1}, {}, over).size(), 4u);
 }
 
 }  // namespace

@@ -118,6 +118,11 @@ void host_stream::close() {
   close_descriptors();
 }
 
+void host_stream::detach() {
+  closed_ = true;
+  close_descriptors();
+}
+
 void host_stream::close_descriptors() {
   boost::system::error_code ignored;
   timer_.cancel();

@@ -62,6 +62,8 @@ class host_stream : public std::enable_shared_from_this<host_stream> {
   /// Over: what the machine still holds is written if the stream takes it at once; the
   /// descriptors close (the agent, or what carries its stream, sees end-of-file).
   void close();
+  /// The machine is going away: nothing more is read or written, no hook is called.
+  void detach();
 
  private:
   void start_read();

@@ -16,15 +16,16 @@
 #include <random>
 #include <unordered_map>
 
+#include "driver/decision_log.hpp"
 #include "driver/host_stream.hpp"
 #include "driver/master_address.hpp"
+#include "driver/preflight.hpp"
 #include "driver/stdin_pump.hpp"
 #include "env/compose.hpp"
 #include "io/output_forwarder.hpp"
 #include "launch/launcher.hpp"
 #include "pm/error.hpp"
 #include "pm/launcher.hpp"
-#include "sys/executable.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/routing.hpp"
 
@@ -74,50 +75,6 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 
   launch::link_time now() const { return std::chrono::steady_clock::now() - epoch; }
 
-  // ---- before the start ----
-
-  bool all_local() const {
-    for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
-      if (!req.map.allocation().hosts.at(req.map.host_of_node(n)).local) return false;
-    }
-    return true;
-  }
-
-  // The PATH the ranks of app `app` see on this machine, as the composer makes it.
-  std::string rank_path_variable(std::uint32_t app) const { return program_path(req.env, app); }
-
-  // Before anything starts: a job on this machine only has every program checked; a job with
-  // other hosts reached by ssh has the remote shell command checked (a typo there is a launch
-  // error, not a host lost later); inside Slurm, srun.
-  void check_programs() {
-    const char* path = std::getenv("PATH");
-    const std::string search = path != nullptr ? path : "/usr/bin:/bin";
-    if (!all_local() && !req.remote_transport && req.remote.launcher == agent_launcher::srun) {
-      const std::string srun =
-          req.remote.srun_command.empty() ? "srun" : req.remote.srun_command.front();
-      try {
-        sys::resolve_executable(srun, search, "");
-      } catch (const pm::error& e) {
-        throw error(errc::launch,
-                    std::string("cannot start the agents of the other nodes with srun: ") +
-                        e.what() + " (use --launcher ssh to reach them with ssh)");
-      }
-    } else if (!all_local() && !req.remote_transport) {
-      const std::string agent = req.remote.rsh_agent.empty() ? "ssh" : req.remote.rsh_agent.front();
-      try {
-        sys::resolve_executable(agent, search, "");
-      } catch (const pm::error& e) {
-        throw error(errc::launch, std::string("the remote shell command: ") + e.what() +
-                                      " (set plm_rsh_agent or PM_RSH_AGENT)");
-      }
-    }
-    for (std::uint32_t i = 0; i < req.apps.size(); ++i) {
-      const auto& app = req.apps[i];
-      if (app.argv.empty()) throw error(errc::launch, "an app context has no program");
-      if (all_local()) sys::resolve_executable(app.argv[0], rank_path_variable(i), app.wdir);
-    }
-  }
-
   launch::launch_config config(std::string agent_path) const {
     launch::launch_config c;
     c.request = req;
@@ -146,24 +103,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     c.embedder_transport = req.remote_transport != nullptr;
     c.pick_address = driver::pick_address;
     c.rank_states = static_cast<bool>(cb.on_rank_state);
-    c.decisions = decision_log();
+    c.decisions = driver::decision_log_from_environment();
     return c;
-  }
-
-  // A test hook (tests/multihost/differential_test.cpp): the launcher's decisions, one line each,
-  // appended to the file PM_TEST_DECISION_LOG names (never a link, created private).
-  static std::function<void(std::uint32_t, const std::string&)> decision_log() {
-    const char* path = std::getenv("PM_TEST_DECISION_LOG");
-    if (path == nullptr || *path == '\0') return {};
-    const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) return {};
-    auto file = std::make_shared<link::owned_fd>(fd);
-    return [file](std::uint32_t host, const std::string& decision) {
-      const std::string line =
-          (host == launch::job_wide ? std::string("*") : std::to_string(host)) + " " + decision +
-          "\n";
-      [[maybe_unused]] const auto n = ::write(file->get(), line.data(), line.size());
-    };
   }
 
   int stdin_source_of(std::uint32_t rank) const {
@@ -174,9 +115,18 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 
   // One input to the machine and what it answered. `later`: posted, because it comes from
   // carrying out an action (the contract: never a nested call).
+  // A host's stream may outlive the runner in a handler still queued on the io_context: it must
+  // not reach into the machine after this.
+  ~impl() {
+    for (auto& entry : streams) {
+      if (entry.second) entry.second->detach();
+    }
+  }
+
   template <class F>
   void feed(F&& f) {
     if (done || !machine) return;
+    const auto keep = shared_from_this();  // on_finish may end the job_runner that holds us
     launch::actions acts;
     f(*machine, now(), acts);
     for (auto& a : acts) std::visit([this](auto& x) { carry_out(x); }, a);
@@ -417,7 +367,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 
 job_runner::job_runner(asio::io_context& io, job_request request, job_callbacks callbacks)
     : impl_(std::make_shared<impl>(io, std::move(request), std::move(callbacks))) {
-  impl_->check_programs();
+  driver::check_programs(impl_->req);
 }
 
 job_runner::~job_runner() = default;

@@ -88,9 +88,8 @@ launcher::impl::host_state& launcher::impl::link_to(std::uint32_t h) {
 void launcher::impl::open_link(std::uint32_t h) {
   // A relayed host's parent needs its own link first (the plan is over the job's hosts, so it
   // has ranks too); not while the parent waits to retry its own: its retry opens it.
-  if (auto it = tree_child.find(h);
-      it != tree_child.end() && hosts[it->second.parent].attempts == 0) {
-    link_to(it->second.parent);
+  if (const auto* c = relay_of(h); c != nullptr && hosts[c->parent].attempts == 0) {
+    link_to(c->parent);
   }
   auto& hs = hosts[h];
   ++hs.attempts;
@@ -99,6 +98,7 @@ void launcher::impl::open_link(std::uint32_t h) {
   hs.down = false;
   hs.closed = false;
   hs.loss_reported = false;
+  hs.timed_out = false;
   decided(h, "open " + std::to_string(hs.attempts));
   hs.ep = std::make_unique<link::endpoint>(link_options(h));
   hs.ep->start(now, link::hello{});
@@ -133,7 +133,10 @@ void launcher::impl::flush_touched() {
     } else if (!hs.ep->output().empty() && hs.opened && !hs.down) {
       out->push_back(write_host{h});
     }
-    const auto at = hs.down ? std::nullopt : hs.ep->deadline();
+    // A relayed host waiting for its parent to start it has no deadline of its own: its parent's
+    // loss decides its fate (and its hello deadline counts from its start, relay_start).
+    const bool waiting = !hs.opened && is_relayed(h);
+    const auto at = hs.down || waiting ? std::nullopt : hs.ep->deadline();
     if (at != hs.deadline_told) {
       hs.deadline_told = at;
       out->push_back(link_deadline{h, at});
@@ -204,6 +207,7 @@ void launcher::impl::on_message(std::uint32_t h, link::message& m, std::uint32_t
           close_pushed(h, x.rank, x.stream);
         } else if constexpr (std::is_same_v<T, link::shutdown_done>) {
           // The agent exits next; its end-of-file closes the link.
+          hosts[h].shutdown_confirmed = true;
         } else if constexpr (std::is_same_v<T, link::agent_error>) {
           hosts[h].agent_error = x.text;
         } else if constexpr (std::is_same_v<T, link::agent_notice>) {
@@ -248,7 +252,7 @@ void launcher::impl::link_went_down(std::uint32_t h, std::string reason) {
   hs.down = true;
   if (!hs.agent_error.empty()) reason = "the agent said: " + hs.agent_error;
   hs.down_reason = reason;
-  const bool expected = hs.shutdown_sent;
+  const bool expected = end_expected(hs);
   hs.down_greeted = hs.agent.has_value();
   // The hosts it relays lose their links with it, now; they are reported right after it.
   if (hs.down_greeted) {
@@ -264,6 +268,13 @@ void launcher::impl::link_went_down(std::uint32_t h, std::string reason) {
     hs.loss_timer = start_own_timer(wait, own_timer{timer_kind::loss, h, 0});
   }
   close_carrier(h);
+}
+
+// A link that ends after the shutdown is no loss once its agent confirmed (or the job is over,
+// or the host never answered). Before the confirmation it still is: clear_leftovers sends the
+// shutdown while the controller waits for output that only a live agent can end.
+bool launcher::impl::end_expected(const host_state& hs) const {
+  return hs.shutdown_sent && (hs.shutdown_confirmed || finishing || hs.abandoned || !hs.agent);
 }
 
 // The launcher is done with the stream of `h`: the driver (or the relay, for a relayed host)
@@ -284,7 +295,8 @@ void launcher::impl::carrier_done(std::uint32_t h, const agent_end& end) {
   if (hs.closed || hs.attempts == 0) return;
   hs.closed = true;
   hs.down = true;
-  if (hs.shutdown_sent || hs.loss_reported || hs.lost_with_parent || hs.lost_told) {
+  relayed_link_closed(h);
+  if (end_expected(hs) || hs.loss_reported || hs.lost_with_parent || hs.lost_told) {
     maybe_all_closed();
     return;
   }
@@ -297,8 +309,13 @@ void launcher::impl::carrier_done(std::uint32_t h, const agent_end& end) {
     return;
   }
   if (!hs.down_greeted) {
-    // Its agent never answered: a set-up failure, in the carrier's words (ssh's reason).
-    lose(h, end.how.empty() ? reason : end.how, true);
+    // Its agent never answered: a set-up failure, in the carrier's words (ssh's reason), after
+    // our deadline's when we ended it ("ssh was killed by SIGTERM" alone would hide why).
+    if (hs.timed_out && !end.how.empty()) {
+      lose(h, reason + " (" + end.how + ")", true);
+    } else {
+      lose(h, end.how.empty() ? reason : end.how, true);
+    }
     return;
   }
   lose(h, end.how.empty() ? reason : reason + " (" + end.how + ")");
@@ -312,6 +329,7 @@ void launcher::impl::stream_failed(std::uint32_t h, const std::string& reason) {
   hs.down = true;
   hs.closed = true;
   touch(h);
+  relayed_link_closed(h);
   lose(h, reason, true);
 }
 
@@ -394,14 +412,47 @@ void launcher::impl::hurry_now() {
   }
 }
 
+// Bottom up: a tree parent's agent ends the agents it started when it shuts down (pmd's sweep
+// closes their stdin), which would cut them off before they report their ranks' last output; so
+// it gets its shutdown once the links it relays have closed.
 void launcher::impl::shutdown_agents() {
   for (std::uint32_t h = 0; h < hosts.size(); ++h) {
     auto& hs = hosts[h];
     if (hs.shutdown_sent || !hs.ep || hs.closed) continue;
-    hs.shutdown_sent = true;
-    hs.pending_spawns.clear();
-    if (hs.down) continue;  // its carrier's end is on its way
-    send_to(h, link::shutdown_request{});
+    if (relays_open_links(h)) {
+      hs.shutdown_waits = true;
+      continue;
+    }
+    send_shutdown(h);
+  }
+}
+
+void launcher::impl::send_shutdown(std::uint32_t h) {
+  auto& hs = hosts[h];
+  hs.shutdown_waits = false;
+  hs.shutdown_sent = true;
+  hs.pending_spawns.clear();
+  if (hs.down) return;  // its carrier's end is on its way
+  send_to(h, link::shutdown_request{});
+}
+
+bool launcher::impl::relays_open_links(std::uint32_t h) const {
+  const auto it = tree_children.find(h);
+  if (it == tree_children.end()) return false;
+  for (const auto c : it->second) {
+    if (hosts[c].ep && !hosts[c].closed) return true;
+  }
+  return false;
+}
+
+// A relayed host's link closed: its parent's shutdown may have waited for it.
+void launcher::impl::relayed_link_closed(std::uint32_t h) {
+  const auto* c = relay_of(h);
+  if (c == nullptr) return;
+  const auto p = c->parent;
+  auto& ps = hosts[p];
+  if (ps.shutdown_waits && !ps.shutdown_sent && ps.ep && !ps.closed && !relays_open_links(p)) {
+    send_shutdown(p);
   }
 }
 

@@ -343,6 +343,7 @@ void launcher::link_tick(link_time now, std::uint32_t host, actions& out) {
     if (!hs.ep || hs.down) return;
     std::vector<link::link_event> events;
     hs.ep->tick(now, events);
+    hs.timed_out = !events.empty() && std::holds_alternative<link::link_down>(events.back());
     impl_->touch(host);
     impl_->handle_link(host, events);
   });

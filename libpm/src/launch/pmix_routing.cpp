@@ -93,7 +93,7 @@ void launcher::impl::on_proc_table_request(std::uint32_t h, const link::proc_tab
 
 // ---- spawned jobs (MPI_Comm_spawn, PMIx_Spawn; docs/pmix.md, "Spawn") ----
 
-const driver::spawned_job* launcher::impl::spawned_of(std::uint32_t process) const {
+const spawned_job* launcher::impl::spawned_of(std::uint32_t process) const {
   if (process < req.map.size()) return nullptr;
   for (const auto& j : spawned) {
     if (j.holds(process)) return &j;
@@ -108,7 +108,7 @@ void launcher::impl::on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q) {
   // A rank's spawn comes from its own host's agent (else it is ignored, like its other
   // messages); a tool is no process of the launch: it is wherever the agent is.
   if (q.tool.empty() && !on_host(q.rank, h)) return;
-  driver::spawned_job job;
+  spawned_job job;
   job.asker_host = h;
   job.asker_id = q.id;
   job.tool = q.tool;
@@ -128,7 +128,7 @@ void launcher::impl::on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q) {
     for (std::uint32_t r = 0; r < p.size(); ++r) ++live[p.host_of(r)];
   }
   try {
-    auto placed = driver::map_spawn(q, alloc, live, usable, req.mapping);
+    auto placed = map_spawn(q, alloc, live, usable, req.mapping);
     placed.asker_host = job.asker_host;
     placed.asker_id = job.asker_id;
     placed.tool = std::move(job.tool);
@@ -150,7 +150,7 @@ void launcher::impl::on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q) {
   queue.push_back(job_spawned{std::move(places)});
 }
 
-void launcher::impl::refuse_spawn(driver::spawned_job& job, const std::string& why) {
+void launcher::impl::refuse_spawn(spawned_job& job, const std::string& why) {
   job.answered = true;
   send_to(job.asker_host, link::pmix_spawn_reply{job.asker_id, false, {}, why});
   out->push_back(say{job.tool.empty() ? "MPI_Comm_spawn (PMIx_Spawn) refused: " + why
@@ -163,7 +163,7 @@ void launcher::impl::refuse_spawn(driver::spawned_job& job, const std::string& w
 // controller's actions for it send right after), the output layer its labels.
 void launcher::impl::spawn_taken(std::uint32_t before) {
   if (offered.empty()) return;
-  driver::spawned_job job = std::move(offered.front());
+  spawned_job job = std::move(offered.front());
   offered.pop_front();
   if (ctl.size() == before) {
     refuse_spawn(job, "the job is ending");
@@ -210,7 +210,7 @@ void launcher::impl::spawned_rank_reported(std::uint32_t h, std::uint32_t proces
   }
 }
 
-void launcher::impl::answer_spawn_failed(driver::spawned_job& j, const std::string& why) {
+void launcher::impl::answer_spawn_failed(spawned_job& j, const std::string& why) {
   j.answered = true;
   send_to(j.asker_host, link::pmix_spawn_reply{j.asker_id, false, {}, why});
 }

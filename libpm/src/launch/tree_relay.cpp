@@ -31,13 +31,18 @@ void launcher::impl::plan_tree() {
   for (std::uint32_t i = 0; i < remote.size(); ++i) {
     const auto step = link::plan_step(i, shape);
     if (step.parent == link::by_launcher) continue;
+    if (tree_child.empty()) {
+      tree_child.resize(hosts.size());
+      relayed_host.resize(hosts.size());
+    }
+    relayed_host[remote[i]] = true;
     tree_child[remote[i]].parent = remote[step.parent];
     tree_children[remote[step.parent]].push_back(remote[i]);
   }
 }
 
 void launcher::impl::relay_open(std::uint32_t h) {
-  auto& c = tree_child.at(h);
+  auto& c = tree_child[h];
   const auto parent = c.parent;
   const auto close_timer = c.close_timer;
   c = relayed{};
@@ -71,7 +76,7 @@ void launcher::impl::relay_start_ready(std::uint32_t parent) {
 }
 
 void launcher::impl::relay_start(std::uint32_t h) {
-  auto& c = tree_child.at(h);
+  auto& c = tree_child[h];
   if (c.stage != relay_stage::queued) return;
   std::vector<std::string> argv;
   try {
@@ -109,7 +114,7 @@ void launcher::impl::relay_release_slot(relayed& c) {
 // end, and its carrier is then over with `how`.
 void launcher::impl::relay_end(std::uint32_t h, agent_end how, bool link_reads_rest) {
   (void)link_reads_rest;  // every child_data before child_closed was fed already, in order
-  auto& c = tree_child.at(h);
+  auto& c = tree_child[h];
   if (c.stage == relay_stage::ended || c.stage == relay_stage::none) return;
   const bool was_queued = c.stage == relay_stage::queued;
   c.stage = relay_stage::ended;
@@ -136,14 +141,14 @@ void launcher::impl::relay_end(std::uint32_t h, agent_end how, bool link_reads_r
 // SIGTERM) and says how with child_closed; a parent that cannot is lost, which ends it too.
 // Bounded all the same (3 s).
 void launcher::impl::relay_close(std::uint32_t h) {
-  auto& c = tree_child.at(h);
+  auto& c = tree_child[h];
   c.closing = true;
   if (c.stage == relay_stage::ended) {
     later.push_back([this, h, how = c.how] { carrier_done(h, how); });
     return;
   }
   if (c.stage == relay_stage::queued) {
-    relay_end(h, {}, false);
+    relay_end(h, agent_end{hosts[h].down_reason, false}, false);  // the link's reason is the line
     return;
   }
   send_to(c.parent, link::child_close{h});
@@ -154,10 +159,10 @@ void launcher::impl::relay_close(std::uint32_t h) {
 }
 
 void launcher::impl::relay_established(std::uint32_t h) {
-  auto it = tree_child.find(h);
-  if (it == tree_child.end()) return;
-  it->second.established = true;
-  relay_release_slot(it->second);
+  auto* c = relay_of(h);
+  if (c == nullptr) return;
+  c->established = true;
+  relay_release_slot(*c);
 }
 
 void launcher::impl::relay_parent_greeted(std::uint32_t parent) {
@@ -174,18 +179,15 @@ void launcher::impl::relay_parent_down(std::uint32_t parent) {
   const agent_end how{"host " + host_info(parent).name + ", which relayed its link, was lost",
                       false};
   for (const auto h : tree_children[parent]) {
-    const auto stage = tree_child[h].stage;
+    const auto stage = tree_child[h].stage;  // h is relayed: planned so
     if (stage == relay_stage::queued || stage == relay_stage::running) relay_end(h, how, false);
   }
 }
 
 void launcher::impl::relay_from_parent(std::uint32_t parent, link::message& m) {
   if (auto* d = std::get_if<link::child_data>(&m)) {
-    auto it = tree_child.find(d->host);
-    if (it == tree_child.end() || it->second.parent != parent ||
-        it->second.stage != relay_stage::running) {
-      return;
-    }
+    const auto* c = relay_of(d->host);
+    if (c == nullptr || c->parent != parent || c->stage != relay_stage::running) return;
     auto& hs = hosts[d->host];
     if (!hs.ep || hs.down) return;
     std::vector<link::link_event> events;
@@ -195,12 +197,12 @@ void launcher::impl::relay_from_parent(std::uint32_t parent, link::message& m) {
     handle_link(d->host, events);
     if (cfg.shrink_idle_links && hs.ep) hs.ep->shrink();
   } else if (auto* x = std::get_if<link::child_closed>(&m)) {
-    auto it = tree_child.find(x->host);
-    if (it == tree_child.end() || it->second.parent != parent) return;
+    auto* c = relay_of(x->host);
+    if (c == nullptr || c->parent != parent) return;
     const auto target = target_for(x->host);
     relay_end(x->host,
               relayed_ssh_end(*x, host_info(x->host), target.agent_argv.front(),
-                              host_info(parent).name, it->second.established),
+                              host_info(parent).name, c->established),
               true);
   }
 }
@@ -208,7 +210,7 @@ void launcher::impl::relay_from_parent(std::uint32_t parent, link::message& m) {
 // What a relayed host's endpoint wrote goes to its parent as child_data.
 void launcher::impl::relay_output(std::uint32_t h) {
   auto& hs = hosts[h];
-  const auto& c = tree_child.at(h);
+  const auto& c = tree_child[h];
   if (c.stage != relay_stage::running || !link_usable(c.parent)) return;
   auto bytes = hs.ep->output();
   if (bytes.empty()) return;

@@ -76,8 +76,12 @@ enum class fault_kind : std::uint8_t {
   /// starts and nothing arrives. Lost before its hello, at the hello deadline, unless the job
   /// ends first (then the launcher gives it up at once, as it gives up whatever is being set up).
   silent_host,
+  /// ssh to host `target` ends with 255 before its agent runs (sshd dropped the connection in
+  /// its key exchange: a failure ssh may retry), once per such fault; the launcher's next
+  /// attempt, after its backoff, reaches the host. Not with connect_back (no ssh there).
+  ssh_failure,
 };
-inline constexpr std::size_t fault_kind_count = 11;
+inline constexpr std::size_t fault_kind_count = 12;
 const char* to_string(fault_kind k) noexcept;
 
 struct fault {
@@ -90,7 +94,7 @@ struct fault {
 /// "crash:3@1s", "partition:3@1s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12",
 /// "launcher-signal:INT@2s" (INT, TERM, HUP, USR1, USR2, TSTP, CONT or a number),
 /// "forged-call:3@1s", "dup-call:3", "late-call:3@25s", "lost-call:3" (connect-back only),
-/// "silent:3".
+/// "silent:3", "ssh-fail:3" (twice in the plan: its first two attempts fail).
 std::string to_string(const fault& f);
 fault parse_fault(std::string_view text);
 

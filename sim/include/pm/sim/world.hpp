@@ -55,6 +55,12 @@ struct run_options {
   /// event, before the world carries them out), i.e. a controller bug on purpose. A check that
   /// never fails proves nothing; tests/sim/sim_checks_test.cpp shows each one catching a bug.
   std::function<void(std::vector<action>& actions)> tamper_actions;
+  /// For tests that compare worlds (tests/multihost/differential_test.cpp): every decision the
+  /// launcher machine and its controller make about a host, one short line each, no times
+  /// ("spawn [0 1]", "signal [2] SIGTERM", "open 1", "retry", "lost", "given up"), and the job's
+  /// finish ("finish 7 rank_failed") with `host` = UINT32_MAX (pm::launch::job_wide). The same
+  /// lines pmrun appends to PM_TEST_DECISION_LOG (pm::launch::launch_config::decisions).
+  std::function<void(std::uint32_t host, const std::string& decision)> decisions;
   /// Limits: a run that needs more is a liveness failure. 0: 64 events per rank + 1,000,000.
   std::uint64_t max_events = 0;
   sim_time max_time{std::chrono::hours(24)};

@@ -1,10 +1,10 @@
-#include "driver/spawned_job.hpp"
+#include "launch/spawned_job.hpp"
 
 #include <algorithm>
 
 #include "pm/error.hpp"
 
-namespace pm::driver {
+namespace pm::launch {
 
 std::optional<std::uint32_t> spawned_job::node_on(std::uint32_t host) const {
   const auto it = std::find(hosts.begin(), hosts.end(), host);
@@ -69,4 +69,4 @@ spawned_job map_spawn(const link::pmix_spawn& request, const allocation& alloc,
   return job;
 }
 
-}  // namespace pm::driver
+}  // namespace pm::launch

@@ -14,7 +14,7 @@
 #include "pm/job.hpp"
 #include "pm/rank_map.hpp"
 
-namespace pm::driver {
+namespace pm::launch {
 
 struct spawned_job {
   std::uint32_t job = 0;        ///< 1 for the first spawned job, 2 for the next, ...
@@ -55,4 +55,4 @@ spawned_job map_spawn(const link::pmix_spawn& request, const allocation& alloc,
                       const std::vector<std::uint32_t>& live, const std::vector<bool>& usable,
                       const mapping_policy& policy);
 
-}  // namespace pm::driver
+}  // namespace pm::launch

@@ -1,0 +1,52 @@
+#include "driver/preflight.hpp"
+
+#include <cstdlib>
+
+#include "env/compose.hpp"
+#include "pm/error.hpp"
+#include "sys/executable.hpp"
+
+namespace pm::driver {
+
+namespace {
+
+bool all_local(const job_request& req) {
+  for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
+    if (!req.map.allocation().hosts.at(req.map.host_of_node(n)).local) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void check_programs(const job_request& req) {
+  const char* path = std::getenv("PATH");
+  const std::string search = path != nullptr ? path : "/usr/bin:/bin";
+  const bool local = all_local(req);
+  if (!local && !req.remote_transport && req.remote.launcher == agent_launcher::srun) {
+    const std::string srun =
+        req.remote.srun_command.empty() ? "srun" : req.remote.srun_command.front();
+    try {
+      sys::resolve_executable(srun, search, "");
+    } catch (const pm::error& e) {
+      throw error(errc::launch,
+                  std::string("cannot start the agents of the other nodes with srun: ") + e.what() +
+                      " (use --launcher ssh to reach them with ssh)");
+    }
+  } else if (!local && !req.remote_transport) {
+    const std::string agent = req.remote.rsh_agent.empty() ? "ssh" : req.remote.rsh_agent.front();
+    try {
+      sys::resolve_executable(agent, search, "");
+    } catch (const pm::error& e) {
+      throw error(errc::launch, std::string("the remote shell command: ") + e.what() +
+                                    " (set plm_rsh_agent or PM_RSH_AGENT)");
+    }
+  }
+  for (std::uint32_t i = 0; i < req.apps.size(); ++i) {
+    const auto& app = req.apps[i];
+    if (app.argv.empty()) throw error(errc::launch, "an app context has no program");
+    if (local) sys::resolve_executable(app.argv[0], program_path(req.env, i), app.wdir);
+  }
+}
+
+}  // namespace pm::driver

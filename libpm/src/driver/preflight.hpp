@@ -1,0 +1,16 @@
+// What pmrun checks before anything starts, on this machine: a job on this machine only has every
+// program resolved (a typo is a launch error, not a rank that fails later); a job with other
+// hosts reached by ssh has the remote shell command resolved, inside Slurm srun. Each agent
+// resolves the program on its own host (docs/failure-semantics.md, "Set-up").
+#pragma once
+
+#include <string>
+
+#include "pm/launcher.hpp"
+
+namespace pm::driver {
+
+/// Throws pm::error(errc::launch) with one line naming what is missing.
+void check_programs(const job_request& request);
+
+}  // namespace pm::driver

@@ -1,0 +1,220 @@
+// The controller's steps as the launcher machine runs them (launch_config::watch_controller):
+// every event it is fed and the actions it answers go into the trace, may be tampered with (a
+// planted bug, run_options::tamper_actions), and are checked against the contract as they happen:
+// a rank spawned once and where the map put it, SIGKILL only after a whole grace, no signal to a
+// rank whose end was known, nothing after the finish. The first failure the controller was fed
+// (the contract's "first failure decides") is noted here, where the order is the controller's.
+#include <signal.h>
+
+#include <algorithm>
+
+#include "world_impl.hpp"
+
+namespace pm::sim {
+
+namespace {
+// The endpoints count in whole milliseconds, and their ticks run on a 1 ms grid.
+constexpr std::int64_t ms_slack = 2'000'000;
+}  // namespace
+
+void world::note_failure(cause_kind kind, std::uint32_t rank, std::uint32_t host, int code) {
+  if (first_failure_.kind != cause_kind::none) return;
+  first_failure_ = failure_seen{kind, rank, host, code, now_};
+}
+
+void world::watch_controller(const event& in, std::vector<action>& actions) {
+  ++result_.stats.controller_events;
+  trace_event(in);
+  const bool was_finished = ctl_finished_;
+  note_event(in);
+  if (o_.tamper_actions) o_.tamper_actions(actions);
+  if (was_finished && !actions.empty())
+    correctness("the controller acted after it finished (" + std::to_string(actions.size()) +
+                " actions)");
+  for (std::size_t i = 0; i + 1 < actions.size(); ++i) {
+    if (!std::holds_alternative<finish>(actions[i])) continue;
+    correctness("the controller acted after it finished (" +
+                std::to_string(actions.size() - i - 1) + " actions after its finish)");
+    break;
+  }
+  for (const auto& a : actions) {
+    ++result_.stats.actions;
+    trace_action(a);
+    check_action(a);
+  }
+}
+
+// What the event tells of the world: which ranks' ends the controller knows, and the first
+// failure (as the contract counts failures) in the order the controller was fed them.
+void world::note_event(const event& e) {
+  const auto ends = [&](std::uint32_t rank) {
+    const bool known = rank < procs_.size() && (procs_[rank].flags & end_known) != 0;
+    if (rank < procs_.size()) procs_[rank].flags |= end_known;
+    return !known && !ctl_finished_;
+  };
+  std::visit(overloaded{
+                 [&](const rank_spawn_failed& x) {
+                   if (ends(x.rank))
+                     note_failure(cause_kind::spawn_failed, x.rank, procs_[x.rank].host, x.code);
+                 },
+                 [&](const rank_exited& x) {
+                   if (ends(x.rank) && !x.status.success())
+                     note_failure(cause_kind::rank_failed, x.rank, procs_[x.rank].host,
+                                  x.status.shell_code());
+                 },
+                 [&](const host_lost& x) { note_host_lost(x); },
+                 [&](const abort_requested& x) {
+                   if (!x.rank || *x.rank >= procs_.size()) return;
+                   if ((procs_[*x.rank].flags & end_known) != 0 || ctl_finished_) return;
+                   note_failure(cause_kind::abort_requested, *x.rank, procs_[*x.rank].host,
+                                x.status == 0 ? 1 : x.status);
+                   saw_abort_ = true;
+                 },
+                 [&](const signal_received& x) {
+                   if (ctl_finished_) return;
+                   if (x.signo == SIGINT || x.signo == SIGTERM || x.signo == SIGHUP) {
+                     ++terminating_signals_;
+                     note_failure(cause_kind::signal, 0, 0, 128 + x.signo);
+                   }
+                   // A forwarded SIGUSR1/2 ends ranks that do not handle it: they did not fail.
+                   if (x.signo != SIGTSTP && x.signo != SIGCONT) saw_launcher_signal_ = true;
+                 },
+                 [&](const spawn_withdrawn& x) {
+                   result_.stats.spawns_withdrawn += static_cast<std::uint32_t>(x.ranks.size());
+                   for (auto rank : x.ranks) {
+                     if (rank < procs_.size()) procs_[rank].flags |= end_known;
+                   }
+                 },
+                 [&](const auto&) {},
+             },
+             e);
+}
+
+// A host is struck by a fault when one hit it or a tree parent that relayed its link.
+bool world::struck(std::uint32_t host) const {
+  for (auto x = host; x != no_host; x = hosts_[x].parent) {
+    const auto& h = hosts_[x];
+    if (h.crashed || h.agent_fails || (h.part_from >= 0 && now_ >= h.part_from) || h.lost_call ||
+        h.late_call >= 0 || h.call_refused || h.silent || h.ssh_failed)
+      return true;
+  }
+  return false;
+}
+
+// The launcher declared a host lost (its link went down before the job's end). It must be one a
+// fault struck, within the link's promise plus the launcher's wait for how the carrier ended.
+void world::note_host_lost(const host_lost& x) {
+  if (x.host >= hosts_.size()) {
+    correctness("host_lost for host " + std::to_string(x.host) + ", which does not exist");
+    return;
+  }
+  auto& h = hosts_[x.host];
+  if (h.lost || ctl_finished_) return;
+  h.lost = true;
+  last_progress_ = now_;
+  if (h.part_from >= 0 && now_ >= h.part_from) h.partition_noticed = true;
+  line("!! the launcher gives up on " + host_name(x.host) + ": " + x.reason);
+  const bool hurried =
+      terminating_signals_ >= 2 && x.reason.starts_with("not waited for after a second interrupt");
+  if (!struck(x.host) && !hurried)
+    correctness(host_name(x.host) + " was lost though nothing happened to it (" + x.reason + ")");
+  // The launcher reports a loss once it knows how the carrier ended, or 300 ms (+ a heartbeat
+  // interval for a relayed host) after the link went down; each relay level adds a round trip.
+  std::int64_t bound = -1;
+  std::int64_t depth = 0;
+  for (auto a = x.host; a != no_host; a = hosts_[a].parent, ++depth)
+    bound = std::max(bound, hosts_[a].detect_bound);
+  if (bound >= 0 && !hurried) {
+    const auto& l = s_.latency;
+    bound += 300'000'000 + l.heartbeat_interval.count() +
+             depth * 2 * (l.link.count() + l.link_jitter.count()) + ms_slack;
+    if (now_ > bound)
+      correctness(host_name(x.host) + " was declared lost at " + format_duration(sim_time(now_)) +
+                  ", later than its link promises (" + format_duration(sim_time(bound)) + ")");
+  }
+  result_.hosts_lost.push_back(host_loss{x.host, sim_time(now_), x.reason, x.before_hello});
+  if (x.before_hello) ++result_.stats.lost_before_hello;
+  bool any_live = false;
+  std::uint32_t first = 0;
+  for (auto rank : map_.ranks_on_host(x.host)) {
+    auto& p = procs_[rank];
+    if ((p.flags & end_known) == 0 && !any_live) {
+      any_live = true;
+      first = rank;
+    }
+    p.flags |= end_known;
+  }
+  // Before its agent's hello the host never joined the launch: a set-up failure (125), which
+  // ends the job whatever the policy; after it, a lost host (213).
+  const bool ending_before =
+      terminating_signals_ > 0 || forced_abort_at_ >= 0 ||
+      (s_.control.abort_on_failure && first_failure_.kind != cause_kind::none) ||
+      (s_.control.timeout.count() > 0 &&
+       now_ >= std::chrono::duration_cast<sim_time>(s_.control.timeout).count());
+  if (any_live) {
+    if (x.before_hello)
+      note_failure(cause_kind::spawn_failed, first, x.host, exit_codes::launch_failed);
+    else
+      note_failure(cause_kind::host_lost, first, x.host, exit_codes::host_lost);
+  }
+  if (x.before_hello && any_live && !ending_before) forced_abort_at_ = now_;
+}
+
+void world::check_action(const action& a) {
+  std::visit(
+      overloaded{
+          [&](const spawn& x) {
+            if (x.host >= hosts_.size()) {
+              correctness("spawn on host " + std::to_string(x.host) + ", which does not exist");
+              return;
+            }
+            for (auto rank : x.ranks) {
+              if (rank >= procs_.size()) {
+                correctness("spawn of rank " + std::to_string(rank) + ", which does not exist");
+                continue;
+              }
+              auto& p = procs_[rank];
+              if ((p.flags & spawn_seen) != 0)
+                correctness("rank " + std::to_string(rank) + " was spawned twice");
+              p.flags |= spawn_seen;
+              if (p.host != x.host)
+                correctness("rank " + std::to_string(rank) + " was spawned on " +
+                            host_name(x.host) + ", the map put it on " + host_name(p.host));
+            }
+          },
+          [&](const signal_ranks& x) {
+            if (x.signo == SIGKILL) {
+              // SIGKILL only for ranks that outlive a whole grace: a grace timer must have run
+              // out. A second SIGINT/SIGTERM/SIGHUP to the launcher escalates at once.
+              result_.stats.sigkills += static_cast<std::uint32_t>(x.ranks.size());
+              const auto grace =
+                  std::chrono::duration_cast<sim_time>(s_.control.kill_grace).count();
+              if (terminating_signals_ < 2 &&
+                  (grace_started_at_ < 0 || now_ < grace_started_at_ + grace))
+                correctness("SIGKILL to rank " + std::to_string(x.ranks.empty() ? 0 : x.ranks[0]) +
+                            " before the kill grace (" + format_duration(sim_time(grace)) +
+                            ") expired");
+            }
+            for (auto rank : x.ranks) {
+              if (rank >= procs_.size()) continue;
+              procs_[rank].flags |= signalled;
+              if ((procs_[rank].flags & end_known) != 0 && !ctl_finished_)
+                correctness(signal_name(x.signo) + " to rank " + std::to_string(rank) +
+                            ", whose end the controller knew");
+            }
+          },
+          [&](const pm::start_timer& x) {
+            if (x.after == s_.control.kill_grace && grace_started_at_ < 0) grace_started_at_ = now_;
+          },
+          [&](const notify_ranks&) { ++result_.stats.notices; },
+          [&](const finish& x) {
+            ctl_finished_ = true;
+            result_.finish_time = sim_time(now_);
+            check_report(x.report);
+          },
+          [&](const auto&) {},
+      },
+      a);
+}
+
+}  // namespace pm::sim
