@@ -129,7 +129,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     const auto keep = shared_from_this();  // on_finish may end the job_runner that holds us
     launch::actions acts;
     f(*machine, now(), acts);
-    for (auto& a : acts) std::visit([this](auto& x) { carry_out(x); }, a);
+    for (auto& a : acts) std::visit([this](auto& x) { this->carry_out(x); }, a);
   }
   template <class F>
   void feed_later(F f) {
