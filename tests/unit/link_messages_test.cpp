@@ -157,6 +157,31 @@ std::vector<message> samples() {
       agent_error{"bad message"}};
 }
 
+// FNV-1a over encoded bodies: pins the wire format to the bytes version 7's encoder wrote before
+// the protocol was declared once (the values below were computed by that encoder).
+std::uint64_t fnv1a(std::uint64_t h, const bytes& b) {
+  for (const auto x : b) h = (h ^ x) * 0x100000001b3ull;
+  return h;
+}
+constexpr std::uint64_t fnv_basis = 0xcbf29ce484222325ull;
+
+TEST(LinkMessages, WireBytesAreThoseOfVersion7) {
+  std::uint64_t h = fnv_basis;
+  for (const auto& m : samples()) {
+    h = fnv1a(h, encode(m, std::holds_alternative<spawn_request>(m) ? 1 : 0));
+  }
+  EXPECT_EQ(h, 0xe4eb99f2a447a372ull) << std::hex << h;
+  // {"pid": 123456, "rank": 3, "type": "started"}: keys sorted, the shortest integers.
+  EXPECT_EQ(
+      encode(started{3, 123456}),
+      (bytes{0x83, 0xa3, 'p', 'i', 'd', 0xce, 0x00, 0x01, 0xe2, 0x40, 0xa4, 'r', 'a', 'n', 'k',
+             0x03, 0xa4, 't', 'y', 'p', 'e',  0xa7, 's',  't',  'a',  'r',  't', 'e', 'd'}));
+  // {"code": 7, "fds": 0 absent, "rank": 5, "type": "exited"}; a signal replaces the code.
+  EXPECT_EQ(encode(exited{5, exit_status::signaled(9)}),
+            (bytes{0x83, 0xa4, 'r', 'a', 'n', 'k', 0x05, 0xa6, 's', 'i', 'g', 'n', 'a', 'l',
+                   0x09, 0xa4, 't', 'y', 'p', 'e', 0xa6, 'e',  'x', 'i', 't', 'e', 'd'}));
+}
+
 TEST(LinkFrame, RoundTripsEveryMessageAndDataFedByteByByte) {
   bytes stream;
   for (const auto& m : samples()) {
@@ -578,6 +603,7 @@ TEST(LinkMessages, RandomMessagesRoundTripThroughTheReference) {
     return v;
   };
   const auto big = [&] { return rng() >> (rng() % 64); };
+  std::uint64_t wire = fnv_basis;
   for (int i = 0; i < 2000; ++i) {
     std::vector<message> ms;
     ms.push_back(hello{protocol_version, big(), static_cast<std::int64_t>(big() >> 1) - (1ll << 62),
@@ -659,10 +685,12 @@ TEST(LinkMessages, RandomMessagesRoundTripThroughTheReference) {
     ms.push_back(pmix_spawn_reply{big(), rng() % 2 == 0, text(), text()});
     for (const auto& m : ms) {
       const auto b = encode(m);
+      wire = fnv1a(wire, b);
       ASSERT_EQ(decode_reference(b).msg, m) << type_name(m);
       ASSERT_EQ(decode(b).msg, m) << type_name(m);
     }
   }
+  EXPECT_EQ(wire, 0x7c34ca89d503f92eull) << std::hex << wire;  // version 7's bytes (see fnv1a)
 }
 
 // ---- over a real socket, with descriptors ----
