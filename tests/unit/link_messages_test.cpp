@@ -465,6 +465,33 @@ TEST(LinkMessages, SemanticChecks) {
   EXPECT_EQ(std::get<hello>(h->msg).version, 2u);
 }
 
+// Fields a newer peer may add are skipped, however many and however nested; a known field that
+// comes twice counts as its last value (as a std::map reader would keep it).
+TEST(LinkMessages, UnknownFieldsAreSkippedAndARepeatedFieldKeepsItsLast) {
+  for (const int extra : {1, 14, 40}) {
+    bytes b = {0xde, 0, static_cast<std::uint8_t>(3 + extra)};
+    for (int i = 0; i < extra; ++i) {
+      const std::string key = "x" + std::to_string(i);
+      b.push_back(static_cast<std::uint8_t>(0xa0 | key.size()));
+      b.insert(b.end(), key.begin(), key.end());
+      // {"a": [1.5, nil, {"b": true}]}: kinds no message uses
+      b.insert(b.end(), {0x81, 0xa1, 'a', 0x93, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0xc0, 0x81,
+                         0xa1, 'b', 0xc3});
+    }
+    b.insert(b.end(), {0xa3, 'p', 'i', 'd', 0x07, 0xa4, 'r', 'a', 'n', 'k', 0x02, 0xa4,
+                       't',  'y', 'p', 'e', 0xa7, 's',  't', 'a', 'r', 't', 'e',  'd'});
+    EXPECT_EQ(decode(b).msg, message(started{2, 7})) << extra << " extra fields";
+  }
+  // {"rank": 1, "pid": 5, "rank": 3, "type": "started"}
+  const bytes twice = {0x84, 0xa4, 'r', 'a', 'n', 'k', 0x01, 0xa3, 'p', 'i', 'd',
+                       0x05, 0xa4, 'r', 'a', 'n', 'k', 0x03, 0xa4, 't', 'y', 'p',
+                       'e',  0xa7, 's', 't', 'a', 'r', 't',  'e',  'd'};
+  EXPECT_EQ(decode(twice).msg, message(started{3, 5}));
+  // A bad `fds` of an unknown type names the type problem, in one clean line.
+  const bytes odd = {0x82, 0xa3, 'f', 'd', 's', 0xff, 0xa4, 't', 'y', 'p', 'e', 0xa2, '\n', 'x'};
+  EXPECT_EQ(error_of(frame_of(odd)), "agent link: unknown message type '?x'");
+}
+
 TEST(LinkMessages, DeepNestingIsRefusedWithoutRecursing) {
   // A million nested one-element arrays would overflow a recursive reader's stack.
   bytes deep(1'000'000, 0x91);

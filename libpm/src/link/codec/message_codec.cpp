@@ -206,13 +206,14 @@ envelope decode(std::span<const std::uint8_t> body) {
   codec::msgpack_reader r(shape.type, end);
   std::string_view type;
   if (!r.str(type)) codec::fail("field 'type' of a message must be a string");
+  // The type first: an error about `fds` quotes it, and only a known one is one clean line.
+  const std::size_t i = index_of_type(type);
+  if (i == no_type) unknown_type(type);
   envelope e;
   if (shape.fds != nullptr) {
     r.seek(shape.fds);
     codec::read_value(r, e.fds, "fds", type, 0, 0);
   }
-  const std::size_t i = index_of_type(type);
-  if (i == no_type) unknown_type(type);
   r.seek(shape.first);
   readers[i](r, shape, e);
   check_fds(type, e.fds, max_fds[i]);
