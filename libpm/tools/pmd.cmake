@@ -1,8 +1,14 @@
 # pmd: the node agent (docs/agent.md). Included from libpm/tools/CMakeLists.txt; paths are
 # relative to this file so that it does not depend on the includer.
-add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp ${CMAKE_CURRENT_LIST_DIR}/pmd/pmix_gateway.cpp
+add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp ${CMAKE_CURRENT_LIST_DIR}/pmd/command_line.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/pmix_gateway.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/tcp_relay.cpp
-                   ${CMAKE_CURRENT_LIST_DIR}/pmd/child_agents.cpp)
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/child_agents.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_streams.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/launcher_link.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/own_process.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_processes.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/local_files.cpp)
 target_link_libraries(pmd PRIVATE libpm::libpm)
 target_include_directories(pmd PRIVATE ${PROJECT_SOURCE_DIR}/libpm/src)
 pm_target_warnings(pmd)

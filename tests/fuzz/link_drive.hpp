@@ -1,5 +1,5 @@
 // Driving one end of the agent link with a peer's bytes from the fuzzer, as the real drivers do
-// (pmd on the agent side, job_runner's host_link on the launcher side) but with no descriptor,
+// (pmd on the agent side, the launcher machine's link endpoint on the launcher side) but with no descriptor,
 // clock or process: time is virtual, and every action is answered in memory.
 //
 // Input layout (docs/fuzzing.md): three bytes that decide how the bytes arrive, then the bytes the

@@ -19,13 +19,10 @@
 #include <vector>
 
 #include "agent/pmix/pmix_host.hpp"
-#include "transport/local/spawner.hpp"
+#include "sys/pidfd.hpp"
+#include "sys/spawner.hpp"
 
 extern char** environ;
-
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
 
 namespace pm::test {
 
@@ -75,10 +72,7 @@ class tiny_host {
   ~tiny_host() {
     kill_all(SIGKILL);
     for (auto& r : ranks_) {
-      if (!r.exited && r.pidfd >= 0) {
-        siginfo_t info{};
-        ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(r.pidfd), &info, WEXITED);
-      }
+      if (!r.exited && r.pidfd >= 0) pm::sys::wait_exit(r.pidfd);
       close_fd(r.pidfd);
       close_fd(r.out);
     }
@@ -97,7 +91,7 @@ class tiny_host {
                   const std::vector<std::string>& base_env, const std::string& wdir = {}) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-    pm::local::spawn_request req;
+    pm::sys::spawn_request req;
     req.path = argv.at(0);
     req.argv = argv;
     req.env = merge_env(base_env, server_.rank_env(job.nspace, rank));
@@ -109,7 +103,7 @@ class tiny_host {
     r.rank = rank;
     r.out = fds[0];
     try {
-      const auto p = pm::local::spawn(req);
+      const auto p = pm::sys::spawn(req);
       r.pid = p.pid;
       r.pidfd = p.pidfd;
     } catch (...) {
@@ -264,17 +258,13 @@ class tiny_host {
   }
   void reap(rank_process& r) {
     if (r.exited || r.pidfd < 0) return;
-    siginfo_t info{};
-    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(r.pidfd), &info,
-                 WEXITED | WNOHANG) != 0 ||
-        info.si_pid == 0) {
-      return;
-    }
+    const auto end = pm::sys::check_exit(r.pidfd);
+    if (!end.ended) return;
     r.exited = true;
-    if (info.si_code == CLD_EXITED) {
-      r.exit_code = info.si_status;
-    } else {
-      r.signal = info.si_status;
+    if (end.status && end.status->is_signal()) {
+      r.signal = end.status->signal();
+    } else if (end.status) {
+      r.exit_code = end.status->code();
     }
     close_fd(r.pidfd);
   }

@@ -228,7 +228,7 @@ TEST(PmrunSlurm, ScancelEndsTheJobWithSlurmsWordInTheReport) {
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_NE(code, 0);
   EXPECT_NE(code, -1) << "pmrun still runs after scancel";
-  EXPECT_NE(job.err().find("CANCELLED"), std::string::npos) << job.err();
+  EXPECT_NE(job.err().find("CANCELLED"), std::string::npos) << "exit " << code << ": " << job.err();
   EXPECT_LT(took, 10s) << job.err();
   EXPECT_TRUE(nodes_clean(c, {"node1", "node2", "node3"}))
       << left_on(c, {"node1", "node2", "node3"});

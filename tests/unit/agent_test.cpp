@@ -118,6 +118,34 @@ TEST(Agent, ComposesEachRankEnvironmentOnItsOwnHost) {
   EXPECT_TRUE(p.stdin_from_launcher);
 }
 
+// Without the driver's answers about the host's files (a simulated host) the program and the
+// working directory stay as the job gave them; with them the machine decides both.
+TEST(Agent, PlacesARankOnlyWithTheDriversAnswersAboutItsFiles) {
+  harness h;
+  auto j = harness::setup();
+  j.cwd = "/launcher/dir";
+  h.msg(j);
+  auto a = h.msg(ch::spawn_request{{harness::spec(0)}});
+  ASSERT_EQ(all<spawn_rank>(a).size(), 1u);
+  EXPECT_EQ(all<spawn_rank>(a)[0].spec.program, "");
+  EXPECT_EQ(all<spawn_rank>(a)[0].spec.wdir, "/launcher/dir");
+
+  struct only_bin_true final : host_files {
+    file_facts look(const std::string& path) const override {
+      return path == "/bin/true" ? file_facts{file_facts::kind::executable, 0} : file_facts{};
+    }
+    std::string working_directory() const override { return "/"; }
+  } files;
+  agent b{options{{"PATH=/usr/bin:/bin", "HOME=/root"}, 1000ms, 20ms, &files}};
+  std::vector<action> out;
+  b.handle(1ms, received{j}, out);
+  out.clear();
+  b.handle(2ms, received{ch::spawn_request{{harness::spec(0)}}}, out);
+  ASSERT_EQ(all<spawn_rank>(out).size(), 1u);
+  EXPECT_EQ(all<spawn_rank>(out)[0].spec.program, "/bin/true");
+  EXPECT_EQ(all<spawn_rank>(out)[0].spec.wdir, "/root");  // the launcher's is not on this host
+}
+
 // A spawn request for many ranks queues one action per rank; each holds its own profile variables
 // and points at the job's shared parts: a 100 KB -x variable is held once, not once per rank.
 TEST(Agent, QueuedSpawnsShareTheJobEnvironment) {

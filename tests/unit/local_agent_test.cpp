@@ -11,7 +11,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,19 +31,17 @@
 
 #include <gtest/gtest.h>
 
-#include "driver/host_link.hpp"
+#include "support/host_link.hpp"
 #include "link/endpoint.hpp"
 #include "link/socket.hpp"
 #include "pm/error.hpp"
 #include "support/processes.hpp"
+#include "sys/pidfd.hpp"
+#include "sys/spawner.hpp"
+#include "sys/stop_sequence.hpp"
 #include "transport/local/local_transport.hpp"
-#include "transport/local/spawner.hpp"
 
 extern char** environ;
-
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
 
 namespace pm {
 namespace {
@@ -288,13 +285,7 @@ class agent_session {
     }
     transport.reset();  // waits for pmd briefly, then kills and reaps it
     if (agent_pidfd) {
-      pollfd p{agent_pidfd.get(), POLLIN, 0};
-      if (::poll(&p, 1, 2000) <= 0) {
-        ::syscall(SYS_pidfd_send_signal, agent_pidfd.get(), SIGKILL, nullptr, 0);
-      }
-      siginfo_t info{};
-      ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(agent_pidfd.get()), &info,
-               WEXITED);
+      sys::stop_and_reap(agent_pidfd.get(), {.first_signal = 0, .grace = 2s});
     }
     io.restart();
     io.poll();  // the cancelled waits of closed descriptors let go of their objects
@@ -382,19 +373,11 @@ class agent_session {
       if (!run_until([&] { return how.has_value(); }, limit)) return "still running";
       return *how;
     }
-    pollfd p{agent_pidfd.get(), POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(limit.count())) <= 0) return "still running";
-    int status = 0;
-    ::waitpid(agent_pid, &status, 0);
+    if (!sys::wait_ended(agent_pidfd.get(), limit)) return "still running";
+    const auto end = sys::wait_exit(agent_pidfd.get());
     agent_pidfd.reset();
-    if (WIFEXITED(status)) {
-      return WEXITSTATUS(status) == 0
-                 ? std::string()
-                 : "the agent pmd (pid " + std::to_string(agent_pid) + ") exited with code " +
-                       std::to_string(WEXITSTATUS(status));
-    }
-    return "the agent pmd (pid " + std::to_string(agent_pid) + ") was killed by signal " +
-           std::to_string(WTERMSIG(status));
+    if (end.status && end.status->success()) return {};
+    return "the agent pmd (pid " + std::to_string(agent_pid) + ") " + sys::describe(end);
   }
 
   // The job is over: shutdown, then shutdown_done, the link's end and pmd's exit. Returns how
@@ -433,7 +416,7 @@ class agent_session {
     int to_agent[2], from_agent[2];
     ASSERT_EQ(::pipe2(to_agent, O_CLOEXEC), 0);
     ASSERT_EQ(::pipe2(from_agent, O_CLOEXEC), 0);
-    local::spawn_request req;
+    sys::spawn_request req;
     req.path = opts.agent_path;
     req.argv = argv;
     req.env = opts.environment;
@@ -443,14 +426,13 @@ class agent_session {
     req.stdin_fd = to_agent[0];
     req.stdout_fd = from_agent[1];
     req.stderr_fd = STDERR_FILENO;
-    const auto res = local::spawn(req);
+    const auto res = sys::spawn(req);
     ::close(to_agent[0]);
     ::close(from_agent[1]);
     agent_pid = res.pid;
     agent_pidfd.reset(res.pidfd);
     if (opts.attach_after_agent_exit) {
-      pollfd p{agent_pidfd.get(), POLLIN, 0};
-      ::poll(&p, 1, 2000);
+      sys::wait_ended(agent_pidfd.get(), 2s);
     }
     opened(agent_stream{from_agent[0], to_agent[1], false, res.pid});
   }

@@ -10,13 +10,14 @@
 #include <string>
 
 #include "pm/error.hpp"
-#include "transport/local/executable.hpp"
-#include "transport/local/spawner.hpp"
+#include "sys/executable.hpp"
+#include "sys/pidfd.hpp"
+#include "sys/spawner.hpp"
 
 namespace {
 
-using pm::local::spawn;
-using pm::local::spawn_request;
+using pm::sys::spawn;
+using pm::sys::spawn_request;
 
 struct result {
   std::string out;
@@ -40,8 +41,7 @@ result run_sh(const std::string& script, spawn_request req = {}) {
   close(p[0]);
   pollfd pfd{child.pidfd, POLLIN, 0};
   EXPECT_EQ(poll(&pfd, 1, 10000), 1);  // readable once it exited
-  EXPECT_EQ(
-      waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child.pidfd), &r.info, WEXITED), 0);
+  EXPECT_EQ(waitid(pm::sys::pidfd_id, static_cast<id_t>(child.pidfd), &r.info, WEXITED), 0);
   close(child.pidfd);
   return r;
 }
@@ -125,8 +125,8 @@ TEST(Spawner, ExecFailuresAreReportedSynchronously) {
   req.path = plain;
   EXPECT_THROW(spawn(req), pm::error);
   unlink(plain.c_str());
-  EXPECT_EQ(pm::local::exec_failure_code(ENOENT), 127);
-  EXPECT_EQ(pm::local::exec_failure_code(EACCES), 126);
+  EXPECT_EQ(pm::sys::exec_failure_code(ENOENT), 127);
+  EXPECT_EQ(pm::sys::exec_failure_code(EACCES), 126);
 }
 
 TEST(Spawner, ManySpawnsLeakNoDescriptors) {
@@ -141,9 +141,9 @@ TEST(Spawner, ManySpawnsLeakNoDescriptors) {
 }
 
 TEST(Executable, Resolution) {
-  EXPECT_EQ(pm::local::resolve_executable("sh", "/nonexistent:/bin", ""), "/bin/sh");
-  EXPECT_EQ(pm::local::resolve_executable("/bin/sh", "", ""), "/bin/sh");
-  EXPECT_EQ(pm::local::resolve_executable("./sh", "", "/bin"), "/bin/./sh");
+  EXPECT_EQ(pm::sys::resolve_executable("sh", "/nonexistent:/bin", ""), "/bin/sh");
+  EXPECT_EQ(pm::sys::resolve_executable("/bin/sh", "", ""), "/bin/sh");
+  EXPECT_EQ(pm::sys::resolve_executable("./sh", "", "/bin"), "/bin/./sh");
   auto message = [](auto&& f) {
     try {
       f();
@@ -152,15 +152,14 @@ TEST(Executable, Resolution) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message([] { pm::local::resolve_executable("nosuch-program", "/bin:/usr/bin", ""); }),
+  EXPECT_EQ(message([] { pm::sys::resolve_executable("nosuch-program", "/bin:/usr/bin", ""); }),
             "program 'nosuch-program' not found in PATH");
-  EXPECT_EQ(message([] { pm::local::resolve_executable("./nosuch", "", "/tmp"); }),
+  EXPECT_EQ(message([] { pm::sys::resolve_executable("./nosuch", "", "/tmp"); }),
             "'./nosuch' does not exist (in '/tmp')");
-  EXPECT_EQ(message([] { pm::local::resolve_executable("/tmp", "", ""); }),
-            "'/tmp' is a directory");
+  EXPECT_EQ(message([] { pm::sys::resolve_executable("/tmp", "", ""); }), "'/tmp' is a directory");
   const std::string plain = "/tmp/pm-executable-test-plain-" + std::to_string(getpid());
   close(open(plain.c_str(), O_CREAT | O_WRONLY, 0644));
-  EXPECT_EQ(message([&] { pm::local::resolve_executable(plain, "", ""); }),
+  EXPECT_EQ(message([&] { pm::sys::resolve_executable(plain, "", ""); }),
             "'" + plain + "' is not executable (Permission denied)");
   unlink(plain.c_str());
 }

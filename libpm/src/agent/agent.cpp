@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "agent/program_lookup.hpp"
 #include "agent/rank_env.hpp"
 #include "pm/exit_status.hpp"
 
@@ -160,12 +161,29 @@ struct agent::state {
     p.overrides = &setup->overrides;
     p.app_env = &app.env;
     p.wdir = app.wdir.empty() ? setup->cwd : app.wdir;
-    p.wdir_may_fall_back = app.wdir.empty();
     p.stdin_from_launcher = spec.stdin_from_launcher;
     p.streams = setup->streams;
     p.forward_output = setup->forward_output;
+    if (opts.files != nullptr && !place(p, app.wdir.empty())) return;
     ranks.add(spec.rank);
     out->push_back(spawn_rank{std::move(p)});
+  }
+
+  // Where the rank starts and what it executes, found on this host in its own PATH and working
+  // directory; false (and the launcher told) when it cannot run.
+  // `launcher_dir`: the app named no directory, so wdir is the launcher's, which may not exist
+  // here: the rank's home then.
+  bool place(process_spec& p, bool launcher_dir) {
+    p.wdir =
+        working_directory_of(p.wdir, launcher_dir, p.variable("HOME").value_or(""), *opts.files);
+    auto found = find_program(p.argv.empty() ? std::string_view() : p.argv.front(),
+                              p.variable("PATH").value_or(""), p.wdir, *opts.files);
+    if (auto* refusal = std::get_if<program_refusal>(&found)) {
+      send_msg(link::spawn_failed{p.rank, refusal->code, std::move(refusal->reason)});
+      return false;
+    }
+    p.program = std::move(std::get<std::string>(found));
+    return true;
   }
 
   void on_message(link::message& m) {
@@ -324,8 +342,19 @@ bool agent::done() const noexcept {
 
 std::vector<std::string> process_spec::environment() const {
   static const std::vector<std::string> none;
-  return compose_rank_environment(base ? *base : none, profile, overrides ? *overrides : none,
-                                  app_env ? *app_env : none);
+  auto env = compose_rank_environment(base ? *base : none, profile, overrides ? *overrides : none,
+                                      app_env ? *app_env : none);
+  if (pmix.empty()) return env;
+  return compose_rank_environment(env, pmix, {}, {});
+}
+
+// The layers of environment(), the last first: the first that sets the name decides.
+std::optional<std::string_view> process_spec::variable(std::string_view name) const {
+  for (const auto* layer : {&pmix, app_env, overrides, &profile, base}) {
+    if (layer == nullptr) continue;
+    if (auto v = lookup_variable(*layer, name)) return v;
+  }
+  return std::nullopt;
 }
 
 }  // namespace pm::agent

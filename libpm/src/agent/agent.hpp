@@ -22,10 +22,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
+#include "agent/host_files.hpp"
 #include "link/messages.hpp"
 #include "pm/exit_status.hpp"
 
@@ -42,13 +45,20 @@ struct options {
   std::chrono::milliseconds lost_grace{1000};
   /// While clearing: sweep again this often even if no SIGCHLD arrives.
   std::chrono::milliseconds sweep_interval{20};
+  /// What the driver says of the host's files: with it the machine decides each rank's working
+  /// directory and program (program_lookup.hpp) and refuses a rank that cannot run; without it
+  /// (a simulated host) `process_spec::program` stays empty and `wdir` as the job gave it.
+  /// Not owned; it must outlive the machine.
+  const host_files* files = nullptr;
 };
 
-/// One process to start, with everything decided: the driver resolves argv[0] (in the PATH of
-/// `env`, relative to `wdir`) and starts it.
+/// One process to start, with everything decided: the driver starts `program` (argv[0] where
+/// no host_files were given) in `wdir`.
 struct process_spec {
   std::uint32_t rank = 0;
   std::vector<std::string> argv;
+  /// What execve runs: argv[0] found on this host (program_lookup.hpp).
+  std::string program;
   /// The rank's own profile variables ("NAME=value"), as its spawn request carried them.
   std::vector<std::string> profile;
   /// The parts every rank of the job (of its app) shares, owned by the agent that made this spec
@@ -56,14 +66,19 @@ struct process_spec {
   const std::vector<std::string>* base = nullptr;
   const std::vector<std::string>* overrides = nullptr;
   const std::vector<std::string>* app_env = nullptr;
+  /// What the host's PMIx server tells the rank and Open MPI's settings for this host
+  /// (pmix_relay::rank_variables): they win over everything above.
+  std::vector<std::string> pmix;
   /// The complete environment ("NAME=value"), composed now: a driver calls it when it starts the
   /// rank, so that a spawn request for many ranks never holds many complete environments (a
   /// 100 KB -x variable once cost 100 KB per queued rank).
   std::vector<std::string> environment() const;
-  std::string wdir;  ///< empty: the agent's working directory
-  /// wdir is the launcher's directory, not one the user named: where it does not exist on this
-  /// host, the rank starts in its home directory (as Open MPI does) instead of failing.
-  bool wdir_may_fall_back = false;
+  /// One variable of environment() without composing it (nullopt: not set).
+  std::optional<std::string_view> variable(std::string_view name) const;
+  /// Where it starts (empty: the agent's working directory). Where the job named none, the
+  /// launcher's directory, or the rank's home directory where this host has no such directory
+  /// (as Open MPI does) instead of failing.
+  std::string wdir;
   bool stdin_from_launcher = false;
   std::uint8_t streams = 2;    ///< 2: stdout and stderr pipes; 1: one pipe for both; 0: /dev/null
   bool forward_output = true;  ///< output travels as data frames (false: pipes passed as fds)

@@ -65,10 +65,15 @@ std::vector<std::string> compose_rank_environment(const std::vector<std::string>
 }
 
 std::string_view find_variable(const std::vector<std::string>& env, std::string_view name) {
+  return lookup_variable(env, name).value_or(std::string_view());
+}
+
+std::optional<std::string_view> lookup_variable(const std::vector<std::string>& env,
+                                                std::string_view name) {
   for (auto it = env.rbegin(); it != env.rend(); ++it) {
     if (name_of(*it) == name) return std::string_view(*it).substr(name.size() + 1);
   }
-  return {};
+  return std::nullopt;
 }
 
 }  // namespace pm::agent

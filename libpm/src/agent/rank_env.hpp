@@ -5,6 +5,7 @@
 // sees exactly what it saw when the launcher built the environment itself. Pure.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,5 +26,8 @@ std::vector<std::string> compose_rank_environment(const std::vector<std::string>
 
 /// The value of NAME in a "NAME=value" list (the last one), or nothing.
 std::string_view find_variable(const std::vector<std::string>& env, std::string_view name);
+/// Likewise, telling a variable set empty from one not set.
+std::optional<std::string_view> lookup_variable(const std::vector<std::string>& env,
+                                                std::string_view name);
 
 }  // namespace pm::agent

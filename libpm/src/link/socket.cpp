@@ -29,12 +29,19 @@ void stream_writer::attach(std::uint64_t offset, std::vector<owned_fd> fds) {
 }
 
 bool stream_writer::flush(const stream_fds& s, endpoint& ep, std::string& error) {
+  return flush(s,
+               output_queue{[&ep] { return ep.output(); }, [&ep] { return ep.output_offset(); },
+                            [&ep](std::size_t n) { ep.consume_output(n); }},
+               error);
+}
+
+bool stream_writer::flush(const stream_fds& s, const output_queue& ep, std::string& error) {
   // A pipe (ssh's stdin) whose reader died raises SIGPIPE on write: that killed the launcher
   // (an embedding program that does not ignore it) when an agent died before reading its hello.
-  const bool guard_sigpipe = !s.socket && !ep.output().empty() && !io::sigpipe_ignored();
-  while (!ep.output().empty()) {
-    auto bytes = ep.output();
-    const std::uint64_t at = ep.output_offset();
+  const bool guard_sigpipe = !s.socket && !ep.bytes().empty() && !io::sigpipe_ignored();
+  while (!ep.bytes().empty()) {
+    auto bytes = ep.bytes();
+    const std::uint64_t at = ep.offset();
     // Descriptors queued for bytes already gone (the link went down and dropped its output).
     while (!pending_.empty() && pending_.front().first < at) pending_.pop_front();
     std::vector<owned_fd>* fds = nullptr;
@@ -81,13 +88,16 @@ bool stream_writer::flush(const stream_fds& s, endpoint& ep, std::string& error)
     }
     // The peer holds its own copies once the first byte went out: ours can go.
     if (fds != nullptr && n > 0) pending_.pop_front();
-    ep.consume_output(static_cast<std::size_t>(n));
+    ep.consume(static_cast<std::size_t>(n));
   }
   return true;
 }
 
-stream_reader::status stream_reader::read_once(const stream_fds& s, link_time now, endpoint& ep,
-                                               std::vector<link_event>& out) {
+stream_reader::status stream_reader::read_bytes(const stream_fds& s,
+                                                std::span<const std::uint8_t>& got,
+                                                std::string& error) {
+  got = {};
+  error.clear();
   for (;;) {
     ssize_t n = 0;
     if (s.socket) {
@@ -110,7 +120,7 @@ stream_reader::status stream_reader::read_once(const stream_fds& s, link_time no
           }
         }
         if ((msg.msg_flags & MSG_CTRUNC) != 0) {
-          ep.closed(now, out, "too many descriptors arrived at once");
+          error = "too many descriptors arrived at once";
           return status::closed;
         }
       }
@@ -120,16 +130,23 @@ stream_reader::status stream_reader::read_once(const stream_fds& s, link_time no
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return status::again;
-      ep.closed(now, out, std::strerror(errno));
+      error = std::strerror(errno);
       return status::closed;
     }
-    if (n == 0) {
-      ep.closed(now, out);
-      return status::closed;
-    }
-    ep.received(now, {buffer_.get(), static_cast<std::size_t>(n)}, out);
+    if (n == 0) return status::closed;
+    got = {buffer_.get(), static_cast<std::size_t>(n)};
     return status::data;
   }
+}
+
+stream_reader::status stream_reader::read_once(const stream_fds& s, link_time now, endpoint& ep,
+                                               std::vector<link_event>& out) {
+  std::span<const std::uint8_t> got;
+  std::string error;
+  const auto st = read_bytes(s, got, error);
+  if (st == status::closed) ep.closed(now, out, error);
+  if (st == status::data) ep.received(now, got, out);
+  return st;
 }
 
 std::vector<owned_fd> stream_reader::take_fds(std::uint32_t n, std::string_view message_type) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -62,6 +63,14 @@ class stream_writer {
   /// Writes as much as the descriptor takes. Returns false with `error` set if the stream broke
   /// (EPIPE, ECONNRESET, ...); true otherwise (then ep.output().empty() says whether all is out).
   bool flush(const stream_fds& s, endpoint& ep, std::string& error);
+  /// The same from any queue of bytes numbered from the stream's start (the launcher machine's
+  /// output for one host).
+  struct output_queue {
+    std::function<std::span<const std::uint8_t>()> bytes;
+    std::function<std::uint64_t()> offset;
+    std::function<void(std::size_t)> consume;
+  };
+  bool flush(const stream_fds& s, const output_queue& queue, std::string& error);
 
  private:
   std::deque<std::pair<std::uint64_t, std::vector<owned_fd>>> pending_;
@@ -75,6 +84,9 @@ class stream_reader {
   /// One read of at most the buffer's size; feeds the endpoint (received(), or closed() at
   /// end-of-stream or on a read error). Returns what happened.
   status read_once(const stream_fds& s, link_time now, endpoint& ep, std::vector<link_event>& out);
+  /// The same read without an endpoint: `got` holds the bytes (valid until the next read) for
+  /// `data`; `error` says why for `closed` (empty at end-of-file).
+  status read_bytes(const stream_fds& s, std::span<const std::uint8_t>& got, std::string& error);
   /// Takes the first `n` received descriptors (for a message_in with fds = n); fewer than n is a
   /// protocol error: throws pm::error.
   std::vector<owned_fd> take_fds(std::uint32_t n, std::string_view message_type);

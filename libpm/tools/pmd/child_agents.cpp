@@ -3,22 +3,16 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "agent/rank_env.hpp"
-#include "model/printable.hpp"
 #include "pm/error.hpp"
-#include "transport/local/executable.hpp"
-#include "transport/local/spawner.hpp"
-
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
+#include "sys/executable.hpp"
+#include "sys/pidfd.hpp"
+#include "sys/spawner.hpp"
 
 namespace pmd {
 
@@ -34,33 +28,38 @@ void non_blocking(int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-void send_signal(int pidfd, int signo) {
-  ::syscall(SYS_pidfd_send_signal, pidfd, signo, nullptr, 0);
-}
-
 }  // namespace
 
 child_agents::~child_agents() {
   for (auto& [host, c] : children_) {
     if (!c.pidfd) continue;
-    send_signal(c.pidfd.get(), SIGKILL);
-    siginfo_t info{};
-    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(c.pidfd.get()), &info,
-                    WEXITED) != 0 &&
-           errno == EINTR) {
+    pm::sys::send_signal(c.pidfd.get(), SIGKILL);
+    pm::sys::wait_exit(c.pidfd.get());
+  }
+}
+
+void child_agents::execute(pm::agent::child_action& a) {
+  namespace ag = pm::agent;
+  if (const auto* s = std::get_if<ag::start_child>(&a)) {
+    open(*s);
+  } else if (const auto* w = std::get_if<ag::write_child>(&a)) {
+    write(w->host, w->bytes);
+  } else if (const auto* c = std::get_if<ag::close_child_input>(&a)) {
+    if (auto it = children_.find(c->host); it != children_.end()) close_in(it->second);
+  } else if (const auto* t = std::get_if<ag::stop_child>(&a)) {
+    stop(t->host);
+  } else if (const auto* k = std::get_if<ag::kill_child>(&a)) {
+    if (auto it = children_.find(k->host); it != children_.end() && it->second.pidfd) {
+      pm::sys::send_signal(it->second.pidfd.get(), k->signo);
     }
   }
 }
 
-void child_agents::open(const ln::child_open& m) {
-  if (children_.contains(m.host) || m.argv.empty()) {
-    hooks_.send(ln::child_closed{m.host, -1, 0, "a second start of the same host"});
-    return;
-  }
+void child_agents::open(const pm::agent::start_child& m) {
   try {
-    pm::local::spawn_request req;
+    pm::sys::spawn_request req;
     const auto path = pm::agent::find_variable(env_, "PATH");
-    req.path = pm::local::resolve_executable(
+    req.path = pm::sys::resolve_executable(
         m.argv.front(), path.empty() ? std::string_view("/usr/bin:/bin") : path, "");
     req.argv = m.argv;
     req.env = env_;
@@ -76,7 +75,7 @@ void child_agents::open(const ln::child_open& m) {
     req.stderr_fd = err_w.get();
     // ssh ends with this agent even when it is SIGKILLed: no ssh outlives its parent agent.
     req.parent_death_signal = SIGTERM;
-    const auto res = pm::local::spawn(req);
+    const auto res = pm::sys::spawn(req);
     child& c = children_[m.host];
     c.pid = res.pid;
     c.pidfd.reset(res.pidfd);
@@ -88,17 +87,17 @@ void child_agents::open(const ln::child_open& m) {
     hooks_.watch(c.err.get(), EPOLLIN, tag_err | m.host);
     c.out_watched = true;
     hooks_.watch(c.out.get(), EPOLLIN, tag_out | m.host);
-    if (kill_at_) close_in(c);  // clearing up already: it only gets end-of-file
+    if (m.input_closed) close_in(c);  // clearing up already: it only gets end-of-file
   } catch (const std::exception& e) {
-    hooks_.send(ln::child_closed{m.host, -1, 0, e.what()});
+    hooks_.report(pm::agent::child_start_failed{m.host, e.what()});
   }
 }
 
-void child_agents::data(ln::child_data& m) {
-  auto it = children_.find(m.host);
+void child_agents::write(std::uint32_t host, const std::string& bytes) {
+  auto it = children_.find(host);
   if (it == children_.end() || !it->second.in || it->second.closing_in) return;
-  it->second.pending_in.append(m.bytes);
-  write_in(m.host, it->second);
+  it->second.pending_in.append(bytes);
+  write_in(host, it->second);
 }
 
 void child_agents::write_in(std::uint32_t host, child& c) {
@@ -134,12 +133,12 @@ void child_agents::close_in(child& c) {
   }
 }
 
-void child_agents::close(std::uint32_t host) {
+void child_agents::stop(std::uint32_t host) {
   auto it = children_.find(host);
   if (it == children_.end()) return;
   it->second.pending_in.clear();
   close_in(it->second);
-  if (it->second.pidfd) send_signal(it->second.pidfd.get(), SIGTERM);
+  if (it->second.pidfd) pm::sys::send_signal(it->second.pidfd.get(), SIGTERM);
 }
 
 void child_agents::read_out(std::uint32_t host, child& c, bool drain) {
@@ -154,7 +153,8 @@ void child_agents::read_out(std::uint32_t host, child& c, bool drain) {
     }
     const ssize_t n = ::read(c.out.get(), buf.data(), buf.size());
     if (n > 0) {
-      hooks_.send(ln::child_data{host, std::string(buf.data(), static_cast<std::size_t>(n))});
+      hooks_.report(
+          pm::agent::child_output{host, std::string(buf.data(), static_cast<std::size_t>(n))});
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -167,14 +167,13 @@ void child_agents::read_out(std::uint32_t host, child& c, bool drain) {
   }
 }
 
-void child_agents::read_err(child& c) {
+void child_agents::read_err(std::uint32_t host, child& c) {
   if (!c.err) return;
   char buf[4096];
   for (;;) {
     const ssize_t n = ::read(c.err.get(), buf, sizeof buf);
     if (n > 0) {
-      c.stderr_tail.append(buf, static_cast<std::size_t>(n));
-      if (c.stderr_tail.size() > 8192) c.stderr_tail.erase(0, c.stderr_tail.size() - 8192);
+      hooks_.report(pm::agent::child_said{host, std::string(buf, static_cast<std::size_t>(n))});
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -189,30 +188,20 @@ void child_agents::on_exit(std::uint32_t host) {
   auto it = children_.find(host);
   if (it == children_.end() || !it->second.pidfd) return;
   child& c = it->second;
-  siginfo_t info{};
-  if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(c.pidfd.get()), &info,
-               WEXITED | WNOHANG) != 0 ||
-      info.si_pid == 0) {
-    return;
-  }
+  const auto end = pm::sys::check_exit(c.pidfd.get());
+  if (!end.ended) return;
   // Everything it wrote goes first (a pipe holds at most 64 KiB more).
   read_out(host, c, true);
-  read_err(c);
-  ln::child_closed closed;
-  closed.host = host;
-  if (info.si_code == CLD_EXITED) {
-    closed.code = info.si_status;
-  } else {
-    closed.code = -1;
-    closed.signo = info.si_status;
-  }
-  closed.said = pm::model::last_line(c.stderr_tail);
+  read_err(host, c);
+  pm::agent::child_ended ended{host,
+                               end.status && !end.status->is_signal() ? end.status->code() : -1,
+                               end.status ? end.status->signal() : 0};
   hooks_.unwatch(c.pidfd.get());
   if (c.out && c.out_watched) hooks_.unwatch(c.out.get());
   if (c.err) hooks_.unwatch(c.err.get());
   if (c.in && c.in_watched) hooks_.unwatch(c.in.get());
   children_.erase(it);
-  hooks_.send(closed);
+  hooks_.report(ended);
 }
 
 void child_agents::on_event(std::uint64_t tag) {
@@ -227,7 +216,7 @@ void child_agents::on_event(std::uint64_t tag) {
   if (kind == tag_out) {
     read_out(host, it->second, false);
   } else if (kind == tag_err) {
-    read_err(it->second);
+    read_err(host, it->second);
   } else if (kind == tag_in) {
     write_in(host, it->second);
   }
@@ -240,19 +229,6 @@ void child_agents::resume() {
     c.paused = false;
     c.out_watched = true;
     hooks_.watch(c.out.get(), EPOLLIN, tag_out | host);
-  }
-}
-
-void child_agents::end_all() {
-  const auto now = clock::now();
-  if (!kill_at_) {
-    kill_at_ = now + end_grace;
-    for (auto& [host, c] : children_) close_in(c);
-    return;
-  }
-  if (now < *kill_at_) return;
-  for (auto& [host, c] : children_) {
-    if (c.pidfd) send_signal(c.pidfd.get(), SIGKILL);
   }
 }
 

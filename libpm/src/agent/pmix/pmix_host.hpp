@@ -37,7 +37,7 @@
 //     threads, so those threads inherit a full mask and never take a process-directed signal (a
 //     SIGTERM or SIGCHLD meant for the host's signalfd cannot be lost to them). The host's own
 //     mask is restored before start() returns and is left as the host chose. Children spawned by
-//     the host must get an empty mask before exec (pm::local::spawn does that).
+//     the host must get an empty mask before exec (pm::sys::spawn does that).
 //
 // Files: start() creates a private 0700 directory (<tmp_root>/pm-pmix.<pid>.XXXXXX); PMIx uses
 // its subdirectory "pmix" as server and system tmpdir (rendezvous files, its shared-memory data

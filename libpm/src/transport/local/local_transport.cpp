@@ -2,17 +2,13 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <poll.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -23,15 +19,12 @@
 #include "link/socket.hpp"
 #include "pm/env.hpp"
 #include "pm/error.hpp"
-#include "pm/exit_status.hpp"
+#include "sys/pidfd.hpp"
+#include "sys/spawner.hpp"
+#include "sys/watched_process.hpp"
 #include "transport/local/nofile_limit.hpp"
-#include "transport/local/spawner.hpp"
 
 extern char** environ;
-
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
 
 namespace pm::local {
 
@@ -43,12 +36,6 @@ namespace fs = std::filesystem;
 bool executable(const fs::path& p) {
   std::error_code ec;
   return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
-}
-
-// "exited with code 3" / "was killed by SIGKILL"
-std::string describe(const siginfo_t& info) {
-  if (info.si_code == CLD_EXITED) return "exited with code " + std::to_string(info.si_status);
-  return "was killed by " + signal_name(info.si_status);
 }
 
 }  // namespace
@@ -100,8 +87,8 @@ std::string default_agent_path() {
 namespace {
 
 // pmd with one end of a new socket pair as its stdin and stdout; `ours` gets the other end.
-spawned_process spawn_agent(const std::string& path, std::vector<std::string> argv,
-                            std::vector<std::string> env, link::owned_fd& ours) {
+sys::spawned_process spawn_agent(const std::string& path, std::vector<std::string> argv,
+                                 std::vector<std::string> env, link::owned_fd& ours) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     throw error(errc::system,
@@ -109,7 +96,7 @@ spawned_process spawn_agent(const std::string& path, std::vector<std::string> ar
   }
   ours.reset(sv[0]);
   link::owned_fd theirs(sv[1]);
-  spawn_request req;
+  sys::spawn_request req;
   req.path = path;
   req.argv = std::move(argv);
   req.env = std::move(env);
@@ -125,7 +112,7 @@ spawned_process spawn_agent(const std::string& path, std::vector<std::string> ar
   req.stdout_fd = theirs.get();
   req.stderr_fd = STDERR_FILENO;
   try {
-    return pm::local::spawn(req);  // `theirs` closes on return: only pmd holds that end now
+    return pm::sys::spawn(req);  // `theirs` closes on return: only pmd holds that end now
   } catch (const pm::error& e) {
     throw error(errc::launch, std::string("cannot start the agent: ") + e.what());
   }
@@ -147,7 +134,7 @@ namespace pm {
 struct early_agent::impl {
   std::string path;
   std::uint64_t nonce = 0;
-  local::spawned_process process;
+  sys::spawned_process process;
   int fd = -1;  // our end of the socket pair; -1 once adopted
 };
 
@@ -186,12 +173,8 @@ std::shared_ptr<early_agent> early_agent::start(const std::string& agent_path) {
 
 early_agent::~early_agent() {
   if (impl_->fd < 0) return;  // adopted: the job's transport ends it
-  ::syscall(SYS_pidfd_send_signal, impl_->process.pidfd, SIGKILL, nullptr, 0);
-  siginfo_t info{};
-  while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(impl_->process.pidfd), &info,
-                  WEXITED) != 0 &&
-         errno == EINTR) {
-  }
+  sys::send_signal(impl_->process.pidfd, SIGKILL);
+  sys::wait_exit(impl_->process.pidfd);
   ::close(impl_->process.pidfd);
   ::close(impl_->fd);
 }
@@ -214,58 +197,24 @@ bool early_agent::adopted() const noexcept {
 namespace pm::local {
 
 // One pmd per host index this transport started (normally one: this machine).
-struct local_transport::impl : std::enable_shared_from_this<impl> {
+struct local_transport::impl {
   explicit impl(asio::io_context& context) : io(context) {}
 
   struct agent_process {
-    std::int64_t pid = 0;
-    std::unique_ptr<asio::posix::stream_descriptor> pidfd;
-    bool exited = false;
+    std::unique_ptr<sys::watched_process> process;
     std::string how;  // once exited: "" when it exited 0
     std::vector<std::function<void(agent_end)>> waiting;
-    std::unique_ptr<asio::steady_timer> kill_timer;
   };
 
   asio::io_context& io;
   local_transport_options opts;
   std::unordered_map<std::uint32_t, agent_process> agents;
 
-  void watch(std::uint32_t host) {
+  void on_exit(std::uint32_t host, const sys::exit_check& end) {
     auto& a = agents[host];
-    a.pidfd->async_wait(asio::posix::descriptor_base::wait_read,
-                        [self = shared_from_this(), host](const boost::system::error_code& ec) {
-                          if (!ec) self->on_exit(host);
-                        });
-  }
-
-  void on_exit(std::uint32_t host) {
-    auto& a = agents[host];
-    if (a.exited || !a.pidfd || !a.pidfd->is_open()) return;
-    siginfo_t info{};
-    const int rc = ::waitid(static_cast<idtype_t>(P_PIDFD),
-                            static_cast<id_t>(a.pidfd->native_handle()), &info, WEXITED | WNOHANG);
-    const int wait_errno = errno;
-    if (rc != 0 && wait_errno == EINTR) {
-      watch(host);
-      return;
+    if (!(end.status && end.status->success())) {
+      a.how = "the agent pmd (pid " + std::to_string(a.process->pid()) + ") " + sys::describe(end);
     }
-    if (rc == 0 && info.si_pid == 0) {  // not ended yet
-      watch(host);
-      return;
-    }
-    // A waitid that fails otherwise (ECHILD: pmd was reaped by someone else) would fail forever:
-    // re-watching the readable pidfd then spun the io_context at full speed. It ended; how is not
-    // known.
-    a.exited = true;
-    if (rc != 0) {
-      a.how = "the agent pmd (pid " + std::to_string(a.pid) +
-              ") ended; its status is lost: " + std::strerror(wait_errno);
-    } else if (!(info.si_code == CLD_EXITED && info.si_status == 0)) {
-      a.how = "the agent pmd (pid " + std::to_string(a.pid) + ") " + describe(info);
-    }
-    boost::system::error_code ignored;
-    a.pidfd->close(ignored);
-    a.kill_timer.reset();
     for (auto& d : a.waiting) asio::post(io, [d = std::move(d), how = a.how] { d({how, false}); });
     a.waiting.clear();
   }
@@ -277,36 +226,11 @@ local_transport::local_transport(boost::asio::io_context& io, local_transport_op
 }
 
 local_transport::~local_transport() {
-  // Nothing may outlive the transport: a pmd still running gets SIGKILL (its socket is closed by
-  // now or soon, so it would clear its ranks anyway; SIGKILL is for a pmd that hangs) and is
-  // reaped here, blocking briefly.
+  // Nothing may outlive the transport: a pmd still running is given the time its own clean-up
+  // takes (its socket is closed by now or soon, and it saw end-of-file), then SIGKILL (for a pmd
+  // that hangs), and is reaped here, blocking briefly.
   for (auto& [host, a] : impl_->agents) {
-    if (a.exited || !a.pidfd || !a.pidfd->is_open()) continue;
-    siginfo_t info{};
-    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(a.pidfd->native_handle()), &info,
-                 WEXITED | WNOHANG) == 0 &&
-        info.si_pid != 0) {
-      continue;
-    }
-    // Give it the time its own clean-up takes (it saw end-of-file), then insist.
-    for (int i = 0; i < 200; ++i) {
-      pollfd p{a.pidfd->native_handle(), POLLIN, 0};
-      if (::poll(&p, 1, 10) > 0) break;
-    }
-    ::syscall(SYS_pidfd_send_signal, a.pidfd->native_handle(), SIGKILL, nullptr, 0);
-    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(a.pidfd->native_handle()),
-                    &info, WEXITED) != 0 &&
-           errno == EINTR) {
-    }
-  }
-  // The pending waits on the pidfds hold the impl alive in the io_context, which may run on (an
-  // embedder's): closing them cancels the waits, instead of leaving a wait on a readable pidfd of a
-  // process reaped here.
-  for (auto& [host, a] : impl_->agents) {
-    a.exited = true;
-    a.kill_timer.reset();
-    boost::system::error_code ignored;
-    if (a.pidfd) a.pidfd->close(ignored);
+    if (a.process) a.process->stop_now({.first_signal = 0, .grace = std::chrono::seconds(2)});
   }
 }
 
@@ -320,7 +244,7 @@ void local_transport::open(const agent_target& target, std::function<void(agent_
     if (path.find('/') == std::string::npos) path = default_agent_path();
     argv.front() = path;
     link::owned_fd ours;
-    spawned_process res;
+    sys::spawned_process res;
     auto* early = impl_->opts.early ? &early_agent_access::of(*impl_->opts.early) : nullptr;
     if (early != nullptr && early->fd >= 0 && target.info.local &&
         argv ==
@@ -335,9 +259,10 @@ void local_transport::open(const agent_target& target, std::function<void(agent_
     }
     auto& a = impl_->agents[target.host];
     a = impl::agent_process{};
-    a.pid = res.pid;
-    a.pidfd = std::make_unique<asio::posix::stream_descriptor>(io, res.pidfd);
-    impl_->watch(target.host);
+    a.process = std::make_unique<sys::watched_process>(io, res);
+    a.process->on_exit([weak = std::weak_ptr<impl>(impl_), host = target.host](const auto& end) {
+      if (auto self = weak.lock()) self->on_exit(host, end);
+    });
     agent_stream s;
     s.read_fd = ours.release();
     s.write_fd = s.read_fd;
@@ -356,30 +281,19 @@ void local_transport::close(std::uint32_t host, std::function<void(agent_end)> d
     return;
   }
   auto& a = it->second;
-  if (a.exited) {
+  if (a.process->ended()) {
     asio::post(impl_->io, [done = std::move(done), how = a.how] { done({how, false}); });
     return;
   }
   a.waiting.push_back(std::move(done));
   // pmd exits on its own once its link closed and its ranks are cleared (the grace of its stop
   // sequence at most); a pmd that does not is killed after that and a margin.
-  if (!a.kill_timer) {
-    a.kill_timer = std::make_unique<asio::steady_timer>(impl_->io, impl_->opts.kill_after);
-    a.kill_timer->async_wait(
-        [weak = std::weak_ptr<impl>(impl_), host](const boost::system::error_code& ec) {
-          auto self = weak.lock();
-          if (ec || !self) return;
-          auto& ag = self->agents[host];
-          if (!ag.exited && ag.pidfd && ag.pidfd->is_open()) {
-            ::syscall(SYS_pidfd_send_signal, ag.pidfd->native_handle(), SIGKILL, nullptr, 0);
-          }
-        });
-  }
+  a.process->stop({.first_signal = 0, .grace = impl_->opts.kill_after});
 }
 
 std::int64_t local_transport::agent_pid(std::uint32_t host) const noexcept {
   auto it = impl_->agents.find(host);
-  return it == impl_->agents.end() ? 0 : it->second.pid;
+  return it == impl_->agents.end() ? 0 : it->second.process->pid();
 }
 
 }  // namespace pm::local

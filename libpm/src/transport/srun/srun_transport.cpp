@@ -5,8 +5,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,19 +23,17 @@
 #include "link/socket.hpp"
 #include "model/printable.hpp"
 #include "pm/error.hpp"
-#include "pm/exit_status.hpp"
-#include "transport/local/executable.hpp"
-#include "transport/local/spawner.hpp"
+#include "sys/executable.hpp"
+#include "sys/pidfd.hpp"
+#include "sys/spawner.hpp"
+#include "sys/stop_sequence.hpp"
+#include "sys/watched_process.hpp"
 #include "transport/srun/caller_gate.hpp"
 #include "transport/srun/connect_back.hpp"
 #include "transport/srun/refusal_log.hpp"
 #include "transport/srun/srun_command.hpp"
 
 extern char** environ;
-
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
 
 namespace pm::srun {
 
@@ -50,8 +46,13 @@ using asio::ip::tcp;
 constexpr std::chrono::seconds greeting_deadline{5};
 // After the last stream of a step closed: srun normally ends at once (every agent exited); one
 // that does not (it waits for a node Slurm has not declared dead yet) gets SIGTERM, then SIGKILL.
-constexpr std::chrono::milliseconds stop_steps[] = {std::chrono::milliseconds(1000),
-                                                    std::chrono::milliseconds(1000)};
+constexpr sys::stop_sequence after_the_last_stream{.patience = std::chrono::milliseconds(1000),
+                                                   .first_signal = SIGTERM,
+                                                   .grace = std::chrono::milliseconds(1000),
+                                                   .last_signal = SIGKILL};
+// When the transport goes: no waiting for srun to end by itself.
+constexpr sys::stop_sequence at_once{
+    .first_signal = SIGTERM, .grace = std::chrono::milliseconds(1000), .last_signal = SIGKILL};
 
 // srun's own informational lines ("srun: cluster configuration lacks support for cpu binding",
 // which --quiet does not silence) are not the user's business; its errors, slurmstepd's and the
@@ -69,14 +70,14 @@ std::string srun_version(const std::string& path, const std::vector<std::string>
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return {};
   link::owned_fd r(out[0]), w(out[1]);
-  local::spawn_request req;
+  sys::spawn_request req;
   req.path = path;
   req.argv = {path, "--version"};
   req.env = env;
   req.stdout_fd = w.get();
-  local::spawned_process p;
+  sys::spawned_process p;
   try {
-    p = local::spawn(req);
+    p = sys::spawn(req);
   } catch (const pm::error&) {
     return {};
   }
@@ -94,12 +95,8 @@ std::string srun_version(const std::string& path, const std::vector<std::string>
     if (n <= 0) break;
     text.append(buf, static_cast<std::size_t>(n));
   }
-  ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
-  siginfo_t info{};
-  while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd.get()), &info, WEXITED) !=
-             0 &&
-         errno == EINTR) {
-  }
+  sys::send_signal(pidfd.get(), SIGKILL);
+  sys::wait_exit(pidfd.get());
   return text;
 }
 
@@ -135,18 +132,13 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     link::owned_fd watch;  // a duplicate of its socket: srun's end ends the stream
   };
   struct step {
-    std::int64_t pid = 0;
-    std::unique_ptr<asio::posix::stream_descriptor> pidfd;
+    std::unique_ptr<sys::watched_process> process;
     std::unique_ptr<asio::posix::stream_descriptor> out;  // srun's stdout and stderr
     std::string output;                                   // its last 8 KiB
     std::string partial;                                  // a line not yet complete
     std::vector<std::uint32_t> hosts;
-    bool exited = false;
-    int code = -1;
-    int signo = 0;
     std::vector<std::function<void(agent_end)>> waiting;
-    std::unique_ptr<asio::steady_timer> stop_timer;
-    int stop_step = 0;
+    bool exited() const { return process && process->ended(); }
   };
   struct caller {
     explicit caller(asio::io_context& io) : sock(io), timer(io) {}
@@ -382,7 +374,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     s.read_fd = stream;
     s.write_fd = stream;
     s.socket = false;  // TCP: no descriptors travel
-    s.pid = steps[h.step]->pid;
+    s.pid = steps[h.step]->process->pid();
     asio::post(io, [opened = h.opened, s] { opened(s); });
   }
 
@@ -401,8 +393,8 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
       const char* path_env = std::getenv("PATH");
       std::string path;
       try {
-        path = local::resolve_executable(settings.command.front(),
-                                         path_env != nullptr ? path_env : "/usr/bin:/bin", "");
+        path = sys::resolve_executable(settings.command.front(),
+                                       path_env != nullptr ? path_env : "/usr/bin:/bin", "");
       } catch (const pm::error& e) {
         throw error(errc::launch, std::string("srun: ") + e.what());
       }
@@ -418,22 +410,21 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
       int out[2];
       if (::pipe2(out, O_CLOEXEC) != 0) throw error(errc::system, std::strerror(errno));
       link::owned_fd out_r(out[0]), out_w(out[1]);
-      local::spawn_request req;
+      sys::spawn_request req;
       req.path = path;
       req.argv = argv;
       req.argv.front() = settings.command.front();
       req.env = std::move(env);
       req.stdout_fd = out_w.get();
       req.stderr_fd = out_w.get();
-      local::spawned_process res;
+      sys::spawned_process res;
       try {
-        res = local::spawn(req);
+        res = sys::spawn(req);
       } catch (const pm::error& e) {
         throw error(errc::launch, std::string("cannot start srun: ") + e.what());
       }
       auto s = std::make_unique<step>();
-      s->pid = res.pid;
-      s->pidfd = std::make_unique<asio::posix::stream_descriptor>(io, res.pidfd);
+      s->process = std::make_unique<sys::watched_process>(io, res);
       s->out = std::make_unique<asio::posix::stream_descriptor>(io, out_r.release());
       s->out->non_blocking(true);
       s->hosts = list;
@@ -443,7 +434,9 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
         hosts[h].step = index;
         gate.expect(h, hosts[h].name);
       }
-      watch_exit(index);
+      steps[index]->process->on_exit([weak = weak_from_this(), index](const sys::exit_check&) {
+        if (auto self = weak.lock()) self->on_exit(index);
+      });
       read_output(index);
     } catch (const pm::error& e) {
       for (const auto h : list) {
@@ -503,33 +496,8 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     }
   }
 
-  void watch_exit(std::size_t index) {
-    steps[index]->pidfd->async_wait(
-        asio::posix::descriptor_base::wait_read,
-        [weak = weak_from_this(), index](const boost::system::error_code& ec) {
-          auto self = weak.lock();
-          if (!ec && self) self->on_exit(index);
-        });
-  }
-
   void on_exit(std::size_t index) {
     auto& s = *steps[index];
-    siginfo_t info{};
-    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(s.pidfd->native_handle()), &info,
-                 WEXITED | WNOHANG) != 0 ||
-        info.si_pid == 0) {
-      if (errno == EINTR || info.si_pid == 0) watch_exit(index);
-      return;
-    }
-    s.exited = true;
-    if (info.si_code == CLD_EXITED) {
-      s.code = info.si_status;
-    } else {
-      s.signo = info.si_status;
-    }
-    boost::system::error_code ignored;
-    s.pidfd->close(ignored);
-    s.stop_timer.reset();
     drain_output(s);
     const auto end = end_of(s);
     for (const auto h : s.hosts) {
@@ -554,31 +522,11 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
   agent_end end_of(const step& s) const {
     agent_end e;
     const std::string said = model::last_line(s.output);
-    if (s.signo != 0) {
-      e.how = "srun was killed by " + signal_name(s.signo);
-    } else if (s.code != 0) {
-      e.how = "srun exited with code " + std::to_string(s.code);
-    } else {
-      return e;
-    }
+    const auto& end = s.process->end();
+    if (end.status && end.status->success()) return e;
+    e.how = "srun " + sys::describe(end);
     if (!said.empty()) e.how += ": " + said;
     return e;
-  }
-
-  void stop(std::size_t index) {
-    auto& s = *steps[index];
-    if (s.exited || !s.pidfd || !s.pidfd->is_open()) return;
-    if (s.stop_step > 0) {
-      ::syscall(SYS_pidfd_send_signal, s.pidfd->native_handle(),
-                s.stop_step == 1 ? SIGTERM : SIGKILL, nullptr, 0);
-    }
-    if (s.stop_step >= 2) return;
-    s.stop_timer = std::make_unique<asio::steady_timer>(io, stop_steps[s.stop_step]);
-    ++s.stop_step;
-    s.stop_timer->async_wait([weak = weak_from_this(), index](const boost::system::error_code& ec) {
-      auto self = weak.lock();
-      if (!ec && self) self->stop(index);
-    });
   }
 
   void close(std::uint32_t host, std::function<void(agent_end)> done) {
@@ -601,7 +549,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     entry.watch.reset();
     const std::size_t index = entry.step;
     auto& s = *steps[index];
-    if (s.exited) {
+    if (s.exited()) {
       asio::post(io, [done = std::move(done), e = end_of(s)] { done(e); });
       return;
     }
@@ -618,7 +566,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
       return;
     }
     s.waiting.push_back(std::move(done));
-    if (!s.stop_timer) stop(index);
+    s.process->stop(after_the_last_stream);
   }
 };
 
@@ -631,18 +579,7 @@ srun_transport::~srun_transport() {
     if (a) a->close(ignored);
   }
   for (auto& s : impl_->steps) {
-    if (s->exited || !s->pidfd || !s->pidfd->is_open()) continue;
-    const int fd = s->pidfd->native_handle();
-    siginfo_t info{};
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) == 0) {
-      ::syscall(SYS_pidfd_send_signal, fd, SIGTERM, nullptr, 0);
-      p.revents = 0;
-      if (::poll(&p, 1, 1000) == 0) ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
-    }
-    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(fd), &info, WEXITED) != 0 &&
-           errno == EINTR) {
-    }
+    if (s->process) s->process->stop_now(at_once);
   }
 }
 

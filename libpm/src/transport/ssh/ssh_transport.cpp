@@ -1,16 +1,12 @@
 #include "transport/ssh/ssh_transport.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -21,15 +17,13 @@
 #include "model/printable.hpp"
 #include "pm/error.hpp"
 #include "pm/exit_status.hpp"
-#include "transport/local/executable.hpp"
-#include "transport/local/spawner.hpp"
+#include "sys/executable.hpp"
+#include "sys/spawner.hpp"
+#include "sys/stop_sequence.hpp"
+#include "sys/watched_process.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
 extern char** environ;
-
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
 
 namespace pm::ssh {
 
@@ -37,26 +31,31 @@ namespace {
 
 namespace asio = boost::asio;
 
+// After the link is over: ssh normally ends by itself (the agent exited); one that does not (a
+// cut network) gets SIGTERM, then SIGKILL.
+constexpr sys::stop_sequence after_the_link{.patience = std::chrono::milliseconds(200),
+                                            .first_signal = SIGTERM,
+                                            .grace = std::chrono::milliseconds(2000),
+                                            .last_signal = SIGKILL};
+// When the transport goes: no waiting for ssh to end by itself.
+constexpr sys::stop_sequence at_once{
+    .first_signal = SIGTERM, .grace = std::chrono::milliseconds(1000), .last_signal = SIGKILL};
+
 }  // namespace
 
 struct ssh_transport::impl : std::enable_shared_from_this<impl> {
   impl(asio::io_context& context, remote_launch o) : io(context), opts(std::move(o)) {}
 
   struct connection {
-    std::int64_t pid = 0;
-    std::unique_ptr<asio::posix::stream_descriptor> pidfd;
+    std::unique_ptr<sys::watched_process> process;
     std::unique_ptr<asio::posix::stream_descriptor> err;  // ssh's stderr
     std::string stderr_text;                              // its last 8 KiB
     pm::host host;
     std::string agent_path;
     bool established = false;
     bool counted = false;  // holds one of the max_concurrent set-up slots
-    bool exited = false;
-    int code = -1;  // exit code, or -1
-    int signo = 0;  // killed by
     std::vector<std::function<void(agent_end)>> waiting;
-    std::unique_ptr<asio::steady_timer> stop_timer;
-    int stop_step = 0;
+    bool exited() const { return process && process->ended(); }
   };
   struct queued {
     agent_target target;
@@ -97,13 +96,12 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
         pipe_budget -= bigger;
       if (::pipe2(err, O_CLOEXEC) != 0) throw error(errc::system, std::strerror(errno));
       link::owned_fd err_r(err[0]), err_w(err[1]);
-      local::spawn_request req;
+      sys::spawn_request req;
       req.path = argv.front();
       // The same lookup as a rank's program, in this process's PATH.
       const char* path = std::getenv("PATH");
       try {
-        req.path =
-            local::resolve_executable(req.path, path != nullptr ? path : "/usr/bin:/bin", "");
+        req.path = sys::resolve_executable(req.path, path != nullptr ? path : "/usr/bin:/bin", "");
       } catch (const pm::error& e) {
         throw error(errc::launch, std::string("the remote shell command: ") + e.what() +
                                       " (set plm_rsh_agent or PM_RSH_AGENT)");
@@ -113,23 +111,24 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
       req.stdin_fd = in_r.get();
       req.stdout_fd = out_w.get();
       req.stderr_fd = err_w.get();
-      local::spawned_process res;
+      sys::spawned_process res;
       try {
-        res = local::spawn(req);
+        res = sys::spawn(req);
       } catch (const pm::error& e) {
         throw error(errc::launch, std::string("cannot start ssh: ") + e.what());
       }
       auto& c = conns[host];
       c = connection{};
-      c.pid = res.pid;
-      c.pidfd = std::make_unique<asio::posix::stream_descriptor>(io, res.pidfd);
+      c.process = std::make_unique<sys::watched_process>(io, res);
       c.err = std::make_unique<asio::posix::stream_descriptor>(io, err_r.release());
       c.err->non_blocking(true);
       c.counted = true;
       c.host = q.target.info;
       c.agent_path = q.target.agent_argv.empty() ? std::string() : q.target.agent_argv.front();
       ++setting_up;
-      watch_exit(host);
+      c.process->on_exit([weak = weak_from_this(), host](const sys::exit_check&) {
+        if (auto self = weak.lock()) self->on_exit(host);
+      });
       read_stderr(host);
       agent_stream s;
       s.read_fd = out_r.release();
@@ -185,32 +184,8 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
                       });
   }
 
-  void watch_exit(std::uint32_t host) {
-    auto& c = conns[host];
-    c.pidfd->async_wait(asio::posix::descriptor_base::wait_read,
-                        [self = shared_from_this(), host](const boost::system::error_code& ec) {
-                          if (!ec) self->on_exit(host);
-                        });
-  }
-
   void on_exit(std::uint32_t host) {
     auto& c = conns[host];
-    siginfo_t info{};
-    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(c.pidfd->native_handle()), &info,
-                 WEXITED | WNOHANG) != 0 ||
-        info.si_pid == 0) {
-      if (errno == EINTR || info.si_pid == 0) watch_exit(host);
-      return;
-    }
-    c.exited = true;
-    if (info.si_code == CLD_EXITED) {
-      c.code = info.si_status;
-    } else {
-      c.signo = info.si_status;
-    }
-    boost::system::error_code ignored;
-    c.pidfd->close(ignored);
-    c.stop_timer.reset();
     // What ssh printed last may still be in the pipe.
     if (c.err) {
       char buf[4096];
@@ -225,36 +200,19 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
 
   agent_end end_of(const connection& c) const {
     // Before the hello the exit status says what went wrong (127 no pmd there, 255 ssh itself);
-    // after it, 128+N is the agent killed by signal N (ssh_end).
-    return ssh_end(c.host, c.agent_path, c.signo != 0 ? -1 : c.code, c.signo, c.established,
+    // after it, 128+N is the agent killed by signal N (ssh_end). -1: its status is lost.
+    const auto& status = c.process->end().status;
+    const int code = status && !status->is_signal() ? status->code() : -1;
+    const int signo = status ? status->signal() : 0;
+    return ssh_end(c.host, c.agent_path, code, signo, c.established,
                    model::last_line(c.stderr_text));
   }
 
   void finish(std::uint32_t host) {
     auto& c = conns[host];
-    if (!c.exited) return;
+    if (!c.exited()) return;
     for (auto& d : c.waiting) asio::post(io, [d = std::move(d), e = end_of(c)] { d(e); });
     c.waiting.clear();
-  }
-
-  void stop_step(std::uint32_t host) {
-    auto& c = conns[host];
-    if (c.exited || !c.pidfd || !c.pidfd->is_open()) return;
-    // The link is over: ssh normally ends by itself (the agent exited); one that does not (a cut
-    // network) gets SIGTERM, then SIGKILL.
-    static constexpr std::chrono::milliseconds steps[] = {std::chrono::milliseconds(200),
-                                                          std::chrono::milliseconds(2000)};
-    if (c.stop_step > 0) {
-      ::syscall(SYS_pidfd_send_signal, c.pidfd->native_handle(),
-                c.stop_step == 1 ? SIGTERM : SIGKILL, nullptr, 0);
-    }
-    if (c.stop_step >= 2) return;
-    c.stop_timer = std::make_unique<asio::steady_timer>(io, steps[c.stop_step]);
-    ++c.stop_step;
-    c.stop_timer->async_wait([weak = weak_from_this(), host](const boost::system::error_code& ec) {
-      auto self = weak.lock();
-      if (!ec && self) self->stop_step(host);
-    });
   }
 };
 
@@ -263,18 +221,7 @@ ssh_transport::ssh_transport(asio::io_context& io, remote_launch options)
 
 ssh_transport::~ssh_transport() {
   for (auto& [host, c] : impl_->conns) {
-    if (c.exited || !c.pidfd || !c.pidfd->is_open()) continue;
-    const int fd = c.pidfd->native_handle();
-    siginfo_t info{};
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) == 0) {
-      ::syscall(SYS_pidfd_send_signal, fd, SIGTERM, nullptr, 0);
-      p.revents = 0;
-      if (::poll(&p, 1, 1000) == 0) ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
-    }
-    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(fd), &info, WEXITED) != 0 &&
-           errno == EINTR) {
-    }
+    if (c.process) c.process->stop_now(at_once);
   }
 }
 
@@ -307,11 +254,11 @@ void ssh_transport::close(std::uint32_t host, std::function<void(agent_end)> don
   }
   auto& c = it->second;
   c.waiting.push_back(std::move(done));
-  if (c.exited) {
+  if (c.exited()) {
     impl_->finish(host);
     return;
   }
-  if (!c.stop_timer) impl_->stop_step(host);
+  c.process->stop(after_the_link);
 }
 
 }  // namespace pm::ssh

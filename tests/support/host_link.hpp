@@ -1,4 +1,6 @@
-// host_link: the launcher's end of one host's agent link, driven on the job's io_context.
+// host_link: a launcher's end of one agent link on an io_context, for tests that talk to a real
+// pmd without a whole launcher (local_agent_test). The launcher itself keeps its links in the
+// launcher machine (libpm/src/launch) and moves their bytes with driver/host_stream.
 //
 // It owns a link::endpoint (the protocol: handshake, heartbeats, silence, flow control) and the
 // descriptors of the stream a transport opened, and moves bytes between them with Asio; it only

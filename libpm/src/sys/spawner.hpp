@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace pm::local {
+namespace pm::sys {
 
 struct spawn_request {
   std::string path;  ///< the executable (resolved; relative paths are relative to wdir)
@@ -48,4 +48,4 @@ spawned_process spawn(const spawn_request& request);
 /// 127 for "not found", 126 for any other exec failure, as shells do.
 int exec_failure_code(int error_number) noexcept;
 
-}  // namespace pm::local
+}  // namespace pm::sys

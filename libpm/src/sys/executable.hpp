@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace pm::local {
+namespace pm::sys {
 
 /// The path execve will run for `program`: with a '/', relative to `wdir` (when given) and it must
 /// be an executable regular file; otherwise the first match in `path_env` (the rank's PATH; an
@@ -16,4 +16,4 @@ namespace pm::local {
 std::string resolve_executable(std::string_view program, std::string_view path_env,
                                std::string_view wdir);
 
-}  // namespace pm::local
+}  // namespace pm::sys

@@ -1,4 +1,4 @@
-#include "transport/local/executable.hpp"
+#include "sys/executable.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 
 #include "pm/error.hpp"
 
-namespace pm::local {
+namespace pm::sys {
 namespace {
 
 std::string join(std::string_view dir, std::string_view name) {
@@ -93,4 +93,4 @@ std::string resolve_executable(std::string_view program, std::string_view path_e
   throw error(errc::not_found, "program " + shown + " not found in PATH");
 }
 
-}  // namespace pm::local
+}  // namespace pm::sys

@@ -1,4 +1,4 @@
-#include "transport/local/spawner.hpp"
+#include "sys/spawner.hpp"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -17,12 +17,13 @@
 #include <string_view>
 
 #include "pm/error.hpp"
+#include "sys/pidfd.hpp"
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
 #endif
 
-namespace pm::local {
+namespace pm::sys {
 
 int exec_failure_code(int error_number) noexcept {
   return error_number == ENOENT ? 127 : 126;
@@ -173,7 +174,7 @@ spawned_process spawn_fallback(const spawn_request& request, child_plan& plan) {
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) exec_failed(request, rc);
-  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  const int pidfd = open_pidfd(pid);
   if (pidfd < 0) {
     const int e = errno;
     kill(pid, SIGKILL);
@@ -222,8 +223,7 @@ spawned_process spawn(const spawn_request& request) {
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (pid > 0) {
       if (plan.error != 0) {
-        siginfo_t info{};
-        waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
+        wait_exit(pidfd);
         close(pidfd);
         exec_failed(request, plan.error);
       }
@@ -238,4 +238,4 @@ spawned_process spawn(const spawn_request& request) {
   return spawn_fallback(request, plan);
 }
 
-}  // namespace pm::local
+}  // namespace pm::sys

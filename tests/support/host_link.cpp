@@ -1,4 +1,4 @@
-#include "driver/host_link.hpp"
+#include "support/host_link.hpp"
 
 #include <unistd.h>
 

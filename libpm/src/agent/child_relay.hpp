@@ -1,0 +1,118 @@
+// The agents this agent starts for the tree launch (docs/multihost.md, "The tree launch"), as a
+// sans-I/O part of the agent: which child a launcher message is for, what to forward, what to
+// report when a child's carrier (its ssh) cannot start or ends, and how they are ended when this
+// agent loses its launcher or clears up.
+//
+// The launcher sends child_open{host, argv}: the complete ssh command line of a host whose plan
+// parent this agent is. The driver runs it (with the agent's own environment, never the
+// launcher's) and moves bytes unread both ways: child_data from the launcher goes to ssh's stdin,
+// what ssh prints on stdout goes back as child_data. The link inside (hello, nonce, heartbeats,
+// output credit) is the launcher's with that host, end to end. When ssh ends, child_closed says
+// how, with the last line it printed on stderr.
+//
+// No orphans: when the agent loses its launcher, or clears up to exit, every child's stdin is
+// closed (its agent then sees its launcher gone and ends its ranks); a child still there
+// `end_sequence`'s grace later gets its last signal. No descriptor, no clock: times come with the
+// calls.
+#pragma once
+
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "agent/agent.hpp"
+#include "link/messages.hpp"
+#include "sys/stop_sequence.hpp"
+
+namespace pm::agent {
+
+// ---- events: what the driver saw of a child's carrier ----
+/// The carrier could not be started.
+struct child_start_failed {
+  std::uint32_t host = 0;
+  std::string reason;
+};
+/// Bytes it printed on stdout (the child's end of its link).
+struct child_output {
+  std::uint32_t host = 0;
+  std::string bytes;
+};
+/// Bytes it printed on stderr (ssh's own complaints).
+struct child_said {
+  std::uint32_t host = 0;
+  std::string bytes;
+};
+/// It ended (everything it printed was reported before): `code`, or -1 and the signal.
+struct child_ended {
+  std::uint32_t host = 0;
+  int code = 0;
+  int signo = 0;
+};
+
+using child_event = std::variant<child_start_failed, child_output, child_said, child_ended>;
+
+// ---- actions ----
+/// Run `argv` for `host` with pipes for its stdin, stdout and stderr; report child_start_failed
+/// or, later, its output and its end. `input_closed`: the agent is clearing up already, so it
+/// only gets end-of-file.
+struct start_child {
+  std::uint32_t host = 0;
+  std::vector<std::string> argv;
+  bool input_closed = false;
+};
+/// Write these bytes to the child's stdin (in order, as it takes them).
+struct write_child {
+  std::uint32_t host = 0;
+  std::string bytes;
+};
+/// Close its stdin once what was written reached it.
+struct close_child_input {
+  std::uint32_t host = 0;
+};
+/// The launcher gave up on it: drop what was not written, close its stdin, SIGTERM.
+struct stop_child {
+  std::uint32_t host = 0;
+};
+/// The end sequence's last signal to a child still there after its grace.
+struct kill_child {
+  std::uint32_t host = 0;
+  int signo = SIGKILL;
+};
+
+using child_action =
+    std::variant<send, start_child, write_child, close_child_input, stop_child, kill_child>;
+
+class child_relay {
+ public:
+  using time = std::chrono::nanoseconds;
+  /// How the children end: closing their stdin takes the first signal's place (an agent that sees
+  /// its launcher gone ends its ranks); one still there after the grace gets the last signal.
+  static constexpr sys::stop_sequence end_sequence{
+      .first_signal = 0, .grace = std::chrono::milliseconds(3000), .last_signal = SIGKILL};
+  /// ssh's stderr kept per child for its last line.
+  static constexpr std::size_t kept_stderr = 8192;
+
+  /// child_open, child_data, child_close; false: not one of them.
+  bool on_message(const link::message& m, std::vector<child_action>& out);
+  void handle(child_event e, std::vector<child_action>& out);
+  /// The agent lost its launcher or clears up: the first call closes every child's stdin, a call
+  /// `end_sequence.grace` after it kills what is left (the agent's sweep calls again until none
+  /// is).
+  void end_all(time now, std::vector<child_action>& out);
+  bool empty() const noexcept { return children_.empty(); }
+
+ private:
+  struct child {
+    std::string stderr_tail;
+    bool stopping = false;  // child_close came: nothing more goes to it
+  };
+  std::map<std::uint32_t, child> children_;
+  std::optional<time> kill_at_;
+};
+
+}  // namespace pm::agent

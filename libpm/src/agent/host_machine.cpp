@@ -1,0 +1,213 @@
+#include "agent/host_machine.hpp"
+
+namespace pm::agent {
+
+namespace {
+
+template <class... F>
+struct overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+overloaded(F...) -> overloaded<F...>;
+
+bool pmix_message(const link::message& m) {
+  return std::holds_alternative<link::fence_result>(m) ||
+         std::holds_alternative<link::modex_request>(m) ||
+         std::holds_alternative<link::modex_reply>(m) ||
+         std::holds_alternative<link::proc_table_reply>(m) ||
+         std::holds_alternative<link::pmix_notify>(m) ||
+         std::holds_alternative<link::pmix_spawn_reply>(m) ||
+         std::holds_alternative<link::pmix_data_reply>(m);
+}
+
+}  // namespace
+
+struct host_machine::state {
+  explicit state(options o) : ranks(std::move(o)) {}
+
+  agent ranks;
+  std::optional<pmix_relay> pmix;
+  std::optional<start_pmix> pmix_asked;  // until the driver answers
+  child_relay children;
+  agent_time now{0};
+  std::vector<host_action>* out = nullptr;
+  std::vector<action> agent_out;
+  std::vector<pmix_action> pmix_out;
+  std::vector<child_action> child_out;
+
+  // A part's send is an agent action like the machine's own.
+  template <class Part>
+  void take(std::vector<Part>& actions) {
+    for (auto& a : actions) {
+      if (auto* s = std::get_if<send>(&a)) {
+        out->push_back(action{std::move(*s)});
+      } else {
+        out->push_back(std::move(a));
+      }
+    }
+    actions.clear();
+  }
+  void take_pmix() { take(pmix_out); }
+  void take_children() { take(child_out); }
+
+  void feed_agent(event e) {
+    agent_out.clear();
+    ranks.handle(now, std::move(e), agent_out);
+    for (auto& a : agent_out) {
+      if (auto* s = std::get_if<spawn_rank>(&a); s && pmix) {
+        const auto& spec = s->spec;
+        s->spec.pmix = pmix->rank_variables(spec.rank, [&](std::string_view name) {
+          return !spec.variable(name).value_or("").empty();
+        });
+      }
+      if (std::holds_alternative<sweep>(a)) {
+        // Child agents' carriers end by themselves once their stdin is closed (their agents
+        // clear their own ranks first); the sweep comes back until they have.
+        children.end_all(now, child_out);
+        take_children();
+      }
+      out->push_back(std::move(a));
+    }
+    agent_out.clear();
+  }
+
+  void on_message(link::message m) {
+    if (children.on_message(m, child_out)) {
+      take_children();
+      return;
+    }
+    // The PMIx side's messages are the relay's alone; without a server here nobody has the
+    // data a modex request asks for, and the rest has nobody to complete.
+    if (pmix_message(m)) {
+      if (pmix) {
+        pmix->on_message(m, pmix_out);
+        take_pmix();
+      } else if (const auto* q = std::get_if<link::modex_request>(&m)) {
+        out->push_back(action{send{link::modex_reply{q->id, false, {}}}});
+      }
+      return;
+    }
+    std::visit(
+        overloaded{
+            [&](link::job_setup& j) {
+              // The launcher's heartbeats and silence bound, from now on (remote hosts).
+              out->push_back(set_heartbeats{std::chrono::milliseconds(j.heartbeat_ms),
+                                            std::chrono::milliseconds(j.silence_ms)});
+              if (j.pmix && !pmix && !pmix_asked) {
+                start_pmix s{*j.pmix, {}};
+                for (const auto& app : j.apps) {
+                  s.executables.push_back(app.argv.empty() ? std::string() : app.argv.front());
+                }
+                pmix_asked = s;
+                out->push_back(std::move(s));
+              }
+            },
+            // A spawned job: its namespace first (its ranks' spawn requests follow), then its
+            // apps.
+            [&](const link::job_add& j) {
+              if (pmix) {
+                pmix->add_job(j, pmix_out);
+                take_pmix();
+              }
+            },
+            [&](const link::shutdown_request&) {
+              if (pmix) {
+                pmix->release_aborts(pmix_out);
+                take_pmix();
+              }
+            },
+            [&](const link::input_closed& c) { out->push_back(close_input{c.rank}); },
+            [&](const auto&) {},
+        },
+        m);
+    // The job is being stopped: a rank blocked in PMIx_Abort may return once signalled.
+    std::vector<std::uint32_t> signalled;
+    if (const auto* s = std::get_if<link::signal_request>(&m); s && pmix) signalled = s->ranks;
+    feed_agent(received{std::move(m)});
+    if (pmix && !signalled.empty()) {
+      for (const auto r : signalled) pmix->release_abort(r, pmix_out);
+      take_pmix();
+    }
+  }
+
+  void on_agent_event(event e) {
+    std::visit(overloaded{
+                   [&](received& r) { on_message(std::move(r.msg)); },
+                   [&](rank_spawned& s) {
+                     if (pmix) pmix->rank_started(s.rank, s.pid);
+                     feed_agent(std::move(s));
+                   },
+                   [&](rank_exited& x) {
+                     if (pmix) {
+                       pmix->rank_ended(x.rank, x.status, pmix_out);
+                       take_pmix();
+                     }
+                     feed_agent(std::move(x));
+                   },
+                   [&](channel_lost& c) {
+                     if (pmix) {
+                       pmix->release_aborts(pmix_out);
+                       take_pmix();
+                     }
+                     // Their agents see their launcher gone too.
+                     children.end_all(now, child_out);
+                     take_children();
+                     feed_agent(std::move(c));
+                   },
+                   [&](auto& other) { feed_agent(std::move(other)); },
+               },
+               e);
+  }
+
+  void on(host_event& e) {
+    std::visit(overloaded{
+                   [&](event& a) { on_agent_event(std::move(a)); },
+                   [&](pmix_event& p) {
+                     if (!pmix) return;
+                     pmix->handle(std::move(p), pmix_out);
+                     take_pmix();
+                   },
+                   [&](child_event& c) {
+                     children.handle(std::move(c), child_out);
+                     take_children();
+                   },
+                   [&](pmix_ready& r) {
+                     if (!pmix_asked || pmix) return;
+                     pmix.emplace(std::move(pmix_asked->job), std::move(pmix_asked->executables),
+                                  std::move(r.facts));
+                     pmix_asked.reset();
+                     // `pmrun --ps` shows tools where to attach.
+                     out->push_back(action{send{pmix->server_info()}});
+                   },
+                   [&](pmix_unavailable& u) {
+                     pmix_asked.reset();
+                     feed_agent(bad_message{std::move(u.reason)});
+                   },
+               },
+               e);
+  }
+};
+
+host_machine::host_machine(options opts) : state_(std::make_unique<state>(std::move(opts))) {}
+host_machine::~host_machine() = default;
+host_machine::host_machine(host_machine&&) noexcept = default;
+host_machine& host_machine::operator=(host_machine&&) noexcept = default;
+
+void host_machine::handle(agent_time now, host_event e, std::vector<host_action>& out) {
+  if (state_->ranks.done()) return;
+  state_->now = now;
+  state_->out = &out;
+  state_->on(e);
+  state_->out = nullptr;
+}
+
+bool host_machine::done() const noexcept {
+  return state_->ranks.done();
+}
+
+const pmix_relay* host_machine::pmix() const noexcept {
+  return state_->pmix ? &*state_->pmix : nullptr;
+}
+
+}  // namespace pm::agent

@@ -1,0 +1,83 @@
+// Everything one host's agent decides, whole: the agent machine (its ranks: agent.hpp), the PMIx
+// relay (its ranks' PMIx requests: pmix_relay.hpp) and the child relay (the tree launch's child
+// agents: child_relay.hpp). Every launcher message comes in here and is routed to the parts that
+// take it; what one part's event means for another (a signal releases a rank blocked in
+// PMIx_Abort, a lost launcher ends the child agents, a rank that ends without PMIx_Finalize is
+// reported) is decided here too.
+//
+// Sans-I/O like its parts: events in with the driver's time, actions out; no clock, no
+// descriptor, no libpmix. pmd (libpm/tools/pmd) is its driver: it feeds every event of its loop
+// here and carries out every action with a system call or a libpmix call. A simulator can drive
+// it the same way (a modelled PMIx server answering the pmix_* actions), or drive agent::agent
+// alone where it models no PMIx and no tree. The driver rules of agent.hpp hold.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "agent/agent.hpp"
+#include "agent/child_relay.hpp"
+#include "agent/pmix_relay.hpp"
+
+namespace pm::agent {
+
+// ---- events besides the parts' ----
+/// The answer to start_pmix: where the server will be, and what the ranks' variables depend on.
+struct pmix_ready {
+  pmix_host_facts facts;
+};
+/// The answer to start_pmix when the driver cannot serve PMIx (no listening socket, ...): the
+/// job cannot run as asked.
+struct pmix_unavailable {
+  std::string reason;
+};
+
+using host_event = std::variant<event, pmix_event, child_event, pmix_ready, pmix_unavailable>;
+
+// ---- actions besides the parts' ----
+/// The job's ranks get PMIx: name the server's place (directories, a listening port; the server
+/// itself starts when a rank connects) and answer pmix_ready or pmix_unavailable.
+struct start_pmix {
+  link::pmix_job job;
+  std::vector<std::string> executables;  ///< each app's argv[0]
+};
+/// The launcher's heartbeat period and silence bound for the link, from the job's setup (0:
+/// none).
+struct set_heartbeats {
+  std::chrono::milliseconds every{0};
+  std::chrono::milliseconds silence{0};
+};
+/// The launcher's input for a rank ended: close its stdin pipe once what it holds is written.
+struct close_input {
+  std::uint32_t rank = 0;
+};
+
+/// Every `send`, whichever part decided it, comes out as an `action` (agent.hpp): the driver
+/// finds each message in one place.
+using host_action =
+    std::variant<action, pmix_action, child_action, start_pmix, set_heartbeats, close_input>;
+
+class host_machine {
+ public:
+  explicit host_machine(options opts);
+  ~host_machine();
+  host_machine(host_machine&&) noexcept;
+  host_machine& operator=(host_machine&&) noexcept;
+
+  void handle(agent_time now, host_event e, std::vector<host_action>& out);
+  /// True once exit_agent was emitted.
+  bool done() const noexcept;
+  /// The PMIx part, once the driver said where the server will be (null: none).
+  const pmix_relay* pmix() const noexcept;
+
+ private:
+  struct state;
+  std::unique_ptr<state> state_;
+};
+
+}  // namespace pm::agent

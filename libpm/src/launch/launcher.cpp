@@ -1,0 +1,490 @@
+// The launcher machine's inputs, its controller, its timers and the job's end. The other
+// concerns are in host_links.cpp, tree_relay.cpp, spawn_requests.cpp and pmix_routing.cpp
+// (launcher_impl.hpp says which holds what).
+#include <signal.h>
+
+#include <algorithm>
+
+#include "launch/launcher_impl.hpp"
+#include "pm/error.hpp"
+
+namespace pm::launch {
+
+namespace {
+
+std::string joined(const env_var& v) {
+  std::string s;
+  s.reserve(v.name.size() + 1 + v.value.size());
+  s.append(v.name).push_back('=');
+  s.append(v.value);
+  return s;
+}
+
+controller_options control_of(const job_request& r) {
+  controller_options c = r.control;
+  c.streams_per_rank = r.output.merge_stderr ? 1 : 2;
+  c.notify_failures = r.pmix;  // only PMIx ranks can be told (their agents' servers send events)
+  return c;
+}
+
+}  // namespace
+
+launcher::impl::impl(launch_config c)
+    : cfg(std::move(c)),
+      req(cfg.request),
+      ctl(req.map, control_of(req)),
+      hosts(req.map.allocation().hosts.size()),
+      jitter(cfg.seed) {
+  for (const auto& v : req.env.base) base_env.push_back(joined(v));
+  for (const auto& v : req.env.base) {
+    if (v.name.starts_with("OMPI_MCA_")) mca_exports.push_back(joined(v));
+  }
+}
+
+bool launcher::impl::all_local() const {
+  for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
+    if (!host_info(req.map.host_of_node(n)).local) return false;
+  }
+  return true;
+}
+
+// One input: what it decides, then everything it queued (controller events, deferred steps),
+// then each touched link's bytes and deadline as actions.
+template <class F>
+void launcher::impl::step(link_time t, actions& o, F&& f) {
+  if (done) return;
+  now = t;
+  out = &o;
+  f();
+  settle();
+  out = nullptr;
+}
+
+void launcher::impl::settle() {
+  for (;;) {
+    while (!queue.empty() && !done) {
+      event e = std::move(queue.front());
+      queue.pop_front();
+      run_controller(std::move(e));
+    }
+    if (later.empty() || done) break;
+    auto f = std::move(later.front());
+    later.pop_front();
+    f();
+  }
+  if (!done) flush_touched();
+}
+
+void launcher::impl::run_controller(event e) {
+  std::vector<action> acts;
+  const auto before = ctl.size();
+  ctl.handle(now, e, acts);
+  if (cfg.watch_controller) cfg.watch_controller(e, acts);
+  if (std::holds_alternative<job_spawned>(e)) spawn_taken(before);
+  tell_state_changes(e);
+  for (auto& a : acts) {
+    if (cfg.decisions) record(a);
+    execute(a);
+  }
+  if (ctl.ending() && !setup_given_up) give_up_setup();
+}
+
+void launcher::impl::record(const action& a) const {
+  const auto ranks = [](const std::vector<std::uint32_t>& v) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, spawn>) {
+          decided(x.host, "spawn " + ranks(x.ranks));
+        } else if constexpr (std::is_same_v<T, signal_ranks>) {
+          decided(x.host, "signal " + ranks(x.ranks) + " " + signal_name(x.signo));
+        } else if constexpr (std::is_same_v<T, notify_ranks>) {
+          decided(x.host, "notify " + std::string(to_string(x.kind)) + " " + ranks(x.ranks));
+        } else if constexpr (std::is_same_v<T, finish>) {
+          decided(job_wide,
+                  "finish " + std::to_string(x.report.exit_code) + " " + to_string(x.report.cause));
+        }
+      },
+      a);
+}
+
+// The job is ending (a failure under the abort policy, a signal, the timeout, a cancel): it
+// waits for nothing that was still being set up. Spawns held here (waiting for the launch
+// facts, or for a link) never go out, and hosts whose agent has not said hello yet (ssh still
+// connecting or retrying, a silent or unroutable host) are given up at once: their links close
+// (the agent, if it started, sees the end and exits with whatever it started) and their ranks
+// end as never started (docs/failure-semantics.md, "Set-up").
+void launcher::impl::give_up_setup() {
+  setup_given_up = true;
+  std::vector<std::uint32_t> withdrawn;
+  for (std::uint32_t h = 0; h < hosts.size(); ++h) {
+    auto& hs = hosts[h];
+    if (hs.attempts == 0 || hs.lost_told || hs.abandoned) continue;
+    if (hs.agent) {
+      // Its agent is up: what it was sent is reported; what waits here is not sent.
+      withdrawn.insert(withdrawn.end(), hs.pending_spawns.begin(), hs.pending_spawns.end());
+      hs.pending_spawns.clear();
+      continue;
+    }
+    abandon(h);
+    for (const auto rank : ctl.processes_on_host(h)) {
+      if (ctl.rank_report_of(rank).state == rank_state::pending) withdrawn.push_back(rank);
+    }
+  }
+  if (!withdrawn.empty()) queue.push_back(spawn_withdrawn{std::move(withdrawn)});
+}
+
+// rank_changed for the ranks the event may have moved: only rank events, a lost host and
+// withdrawn spawns change a rank's state (the controller's rules), so this is O(1) per rank.
+void launcher::impl::tell_state_changes(const event& e) {
+  if (!cfg.rank_states) return;
+  if (told.size() < ctl.size()) told.resize(ctl.size(), rank_state::pending);
+  const auto tell = [&](std::uint32_t rank) {
+    if (rank >= told.size()) return;
+    auto rr = ctl.rank_report_of(rank);
+    if (rr.state == told[rank]) return;
+    told[rank] = rr.state;
+    out->push_back(rank_changed{std::move(rr)});
+  };
+  if (const auto* x = std::get_if<rank_started>(&e)) tell(x->rank);
+  if (const auto* x = std::get_if<rank_exited>(&e)) tell(x->rank);
+  if (const auto* x = std::get_if<rank_spawn_failed>(&e)) tell(x->rank);
+  if (const auto* x = std::get_if<host_lost>(&e)) {
+    for (auto rank : ctl.processes_on_host(x->host)) tell(rank);
+  }
+  if (const auto* x = std::get_if<spawn_withdrawn>(&e)) {
+    for (auto rank : x->ranks) tell(rank);
+  }
+}
+
+// ---- the controller's actions ----
+
+void launcher::impl::execute(action& a) {
+  std::visit(
+      [&](auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, spawn>) {
+          auto& hs = link_to(x.host);
+          hs.pending_spawns.insert(hs.pending_spawns.end(), x.ranks.begin(), x.ranks.end());
+          if (facts_ready) flush_spawns(x.host);
+        } else if constexpr (std::is_same_v<T, signal_ranks>) {
+          if (x.host < hosts.size() && hosts[x.host].ep) {
+            send_to(x.host, link::signal_request{std::move(x.ranks), x.signo});
+          }
+        } else if constexpr (std::is_same_v<T, start_timer>) {
+          out->push_back(start_timer_after{x.timer, x.after});
+        } else if constexpr (std::is_same_v<T, cancel_timer>) {
+          out->push_back(cancel_timer_id{x.timer});
+        } else if constexpr (std::is_same_v<T, notify_ranks>) {
+          // Ranks failed, or the job is being ended, where the abort policy is off: the host's
+          // agent tells its ranks with a PMIx event (docs/pmix.md, "Events"). The link keeps the
+          // order, so the notice is there before any signal the same event sends.
+          if (!pmix_facts) return;
+          std::string where;
+          if (!x.ranks.empty() && x.ranks.front() < ctl.size()) {
+            where = host_info(ctl.host_of(x.ranks.front())).name;
+          }
+          send_to(x.host, link::pmix_notify{x.kind, std::move(x.ranks), x.code, std::move(where),
+                                            std::move(x.line)});
+        } else if constexpr (std::is_same_v<T, emit>) {
+          out->push_back(say{std::move(x.line)});
+        } else if constexpr (std::is_same_v<T, clear_leftovers>) {
+          // The ranks are gone but something they left holds their output open.
+          shutdown_agents();
+        } else if constexpr (std::is_same_v<T, finish>) {
+          finish_job(std::move(x.report));
+        }
+      },
+      a);
+}
+
+// Every stream reached its end: the output layer writes what it holds (output_drained), then
+// the agents clear what the ranks left behind, then `finished`.
+void launcher::impl::finish_job(job_report report) {
+  final_report = std::move(report);
+  finishing = true;
+  for (auto& [id, t] : timers) {
+    if (t.kind != timer_kind::relay_close) out->push_back(cancel_timer_id{id});
+  }
+  std::erase_if(timers, [](const auto& t) { return t.second.kind != timer_kind::relay_close; });
+  lookup_timers.clear();
+  hurry_timer = 0;
+  out->push_back(output_drain{});
+}
+
+void launcher::impl::maybe_all_closed() {
+  if (!waiting_for_links || done) return;
+  for (const auto& hs : hosts) {
+    if (hs.attempts > 0 && !hs.closed) return;
+  }
+  for (const auto& [id, t] : timers) out->push_back(cancel_timer_id{id});
+  timers.clear();
+  done = true;
+  out->push_back(finished{*final_report});
+}
+
+// ---- timers ----
+
+std::uint64_t launcher::impl::start_own_timer(std::chrono::milliseconds after, own_timer t) {
+  const auto id = next_timer++;
+  timers.emplace(id, t);
+  out->push_back(start_timer_after{id, after});
+  return id;
+}
+
+void launcher::impl::cancel_own_timer(std::uint64_t& id) {
+  if (id == 0) return;
+  if (timers.erase(id) > 0) out->push_back(cancel_timer_id{id});
+  id = 0;
+}
+
+void launcher::impl::own_timer_fired(const own_timer& t) {
+  auto& hs = hosts[t.host];
+  switch (t.kind) {
+    case timer_kind::retry:
+      if (finishing || hs.abandoned) return;
+      hs.retrying = false;
+      open_link(t.host);
+      if (facts_ready) requeue_spawns(t.host);
+      return;
+    case timer_kind::loss:
+      hs.loss_timer = 0;
+      if (hs.loss_reported) return;
+      hs.loss_reported = true;
+      // A relayed host whose parent went down meanwhile (a partition silences both at once)
+      // is reported with its parent.
+      if (hs.lost_with_parent) return;
+      lose(t.host, hs.down_reason);
+      return;
+    case timer_kind::hurry:
+      hurry_timer = 0;
+      hurry_now();
+      return;
+    case timer_kind::lookup:
+      lookup_timers.erase({t.host, t.id});
+      if (auto a = store.expire(t.host, t.id)) answer_data({*a});
+      return;
+    case timer_kind::relay_close:
+      tree_child[t.host].close_timer = 0;
+      relay_end(t.host, {}, false);
+      return;
+  }
+}
+
+// ---- the public face ----
+
+launcher::launcher(launch_config config) : impl_(std::make_unique<impl>(std::move(config))) {}
+launcher::~launcher() = default;
+launcher::launcher(launcher&&) noexcept = default;
+launcher& launcher::operator=(launcher&&) noexcept = default;
+
+void launcher::start(link_time now, actions& out) {
+  impl_->step(now, out, [this] {
+    auto& m = *impl_;
+    m.plan_tree();
+    if (m.req.pmix) m.start_pmix();
+    m.facts_ready = m.req.map.num_nodes() <= 1 && m.all_local();
+    m.queue.push_back(job_start{});
+  });
+}
+
+void launcher::stream_opened(link_time now, std::uint32_t host, std::int64_t carrier_pid,
+                             actions& out) {
+  impl_->step(now, out, [&] {
+    auto& hs = impl_->hosts.at(host);
+    if (!hs.ep || hs.down) return;
+    hs.opened = true;
+    hs.carrier_pid = carrier_pid;
+    hs.ep->stream_opened(now);
+    impl_->touch(host);
+  });
+}
+
+void launcher::open_failed(link_time now, std::uint32_t host, std::string reason, actions& out) {
+  impl_->step(now, out, [&] { impl_->stream_failed(host, reason); });
+}
+
+void launcher::received(link_time now, std::uint32_t host, std::span<const std::uint8_t> bytes,
+                        actions& out) {
+  impl_->step(now, out, [&] {
+    auto& hs = impl_->hosts.at(host);
+    if (!hs.ep || hs.down) return;
+    std::vector<link::link_event> events;
+    hs.ep->received(now, bytes, events);
+    impl_->touch(host);
+    impl_->handle_link(host, events);
+    if (impl_->cfg.shrink_idle_links && hs.ep) hs.ep->shrink();
+  });
+}
+
+void launcher::stream_broken(link_time now, std::uint32_t host, const std::string& why,
+                             actions& out) {
+  impl_->step(now, out, [&] {
+    auto& hs = impl_->hosts.at(host);
+    if (!hs.ep || hs.down) return;
+    std::vector<link::link_event> events;
+    hs.ep->closed(now, events, why);
+    impl_->handle_link(host, events);
+  });
+}
+
+void launcher::carrier_ended(link_time now, std::uint32_t host, agent_end end, actions& out) {
+  impl_->step(now, out, [&] { impl_->carrier_done(host, end); });
+}
+
+void launcher::link_tick(link_time now, std::uint32_t host, actions& out) {
+  impl_->step(now, out, [&] {
+    auto& hs = impl_->hosts.at(host);
+    hs.deadline_told.reset();
+    if (!hs.ep || hs.down) return;
+    std::vector<link::link_event> events;
+    hs.ep->tick(now, events);
+    impl_->touch(host);
+    impl_->handle_link(host, events);
+  });
+}
+
+void launcher::timer_fired(link_time now, std::uint64_t timer, actions& out) {
+  impl_->step(now, out, [&] {
+    auto& m = *impl_;
+    if (timer < launcher_timers) {
+      if (!m.finishing) m.queue.push_back(pm::timer_fired{timer});
+      return;
+    }
+    auto it = m.timers.find(timer);
+    if (it == m.timers.end()) return;  // cancelled: its firing was already on its way
+    const auto t = it->second;
+    m.timers.erase(it);
+    m.own_timer_fired(t);
+  });
+}
+
+void launcher::output_ended(link_time now, std::uint32_t rank, stream_kind stream,
+                            std::uint64_t bytes, actions& out) {
+  impl_->step(now, out, [&] { impl_->queue.push_back(stream_closed{rank, stream, bytes}); });
+}
+
+void launcher::output_taken(link_time now, std::uint32_t host, std::uint64_t bytes, actions& out) {
+  impl_->step(now, out, [&] {
+    auto& hs = impl_->hosts.at(host);
+    if (!hs.ep || hs.down) return;
+    hs.ep->acknowledge(bytes);
+    impl_->touch(host);
+  });
+}
+
+void launcher::output_drained(link_time now, actions& out) {
+  impl_->step(now, out, [&] {
+    auto& m = *impl_;
+    if (!m.finishing || m.waiting_for_links) return;
+    m.waiting_for_links = true;
+    m.shutdown_agents();
+    m.maybe_all_closed();
+  });
+}
+
+void launcher::stdin_bytes(link_time now, std::uint32_t host, std::uint32_t rank,
+                           std::span<const std::uint8_t> bytes, actions& out) {
+  impl_->step(now, out, [&] {
+    if (!impl_->link_usable(host) || bytes.empty()) return;
+    auto& ep = *impl_->hosts[host].ep;
+    if (bytes.size() > ep.credit()) throw error(errc::internal, "stdin beyond the link's credit");
+    ep.send_input(rank, bytes);
+    impl_->touch(host);
+  });
+}
+
+void launcher::stdin_ended(link_time now, std::uint32_t host, std::uint32_t rank, actions& out) {
+  impl_->step(now, out, [&] {
+    if (impl_->link_usable(host)) impl_->send_to(host, link::input_closed{rank});
+  });
+}
+
+void launcher::signal(link_time now, int signo, actions& out) {
+  impl_->step(now, out, [&] {
+    auto& m = *impl_;
+    if (signo == SIGINT || signo == SIGTERM || signo == SIGHUP) {
+      // The second one escalates (the controller's SIGKILL to every rank) and waits for no agent.
+      if (++m.interrupts >= 2) {
+        m.queue.push_back(signal_received{signo});
+        m.hurry();
+        return;
+      }
+    }
+    // A stopped launcher reads nothing: the agents must not take its silence for a loss.
+    for (std::uint32_t h = 0; h < m.hosts.size(); ++h) {
+      auto& hs = m.hosts[h];
+      if (!hs.ep || hs.down) continue;
+      if (signo == SIGTSTP) hs.ep->suspend(now);
+      if (signo == SIGCONT) hs.ep->resume(now);
+      if (signo == SIGTSTP || signo == SIGCONT) m.touch(h);
+    }
+    m.queue.push_back(signal_received{signo});
+  });
+}
+
+void launcher::cancel(link_time now, actions& out) {
+  impl_->step(now, out, [&] {
+    impl_->queue.push_back(abort_requested{std::nullopt, 1, "cancelled"});
+  });
+}
+
+std::span<const std::uint8_t> launcher::output(std::uint32_t host) const {
+  const auto& hs = impl_->hosts.at(host);
+  if (!hs.ep) return {};
+  return hs.ep->output();
+}
+
+std::uint64_t launcher::output_offset(std::uint32_t host) const {
+  const auto& hs = impl_->hosts.at(host);
+  return hs.ep ? hs.ep->output_offset() : 0;
+}
+
+void launcher::consume_output(std::uint32_t host, std::size_t n) {
+  auto& hs = impl_->hosts.at(host);
+  if (!hs.ep) return;
+  hs.ep->consume_output(n);
+  if (impl_->cfg.shrink_idle_links && hs.ep->output().empty()) hs.ep->shrink();
+}
+
+std::uint64_t launcher::input_credit(std::uint32_t host) const {
+  if (!impl_->link_usable(host)) return 0;
+  return impl_->hosts[host].ep->credit();
+}
+
+bool launcher::takes_input(std::uint32_t host) const {
+  return impl_->link_usable(host) && !impl_->finishing;
+}
+
+bool launcher::done() const noexcept {
+  return impl_->done;
+}
+const controller& launcher::control() const noexcept {
+  return impl_->ctl;
+}
+job_report launcher::report() const {
+  return impl_->final_report ? *impl_->final_report : impl_->ctl.report();
+}
+
+std::vector<agent_report> launcher::agents() const {
+  std::vector<agent_report> list;
+  for (std::uint32_t h = 0; h < impl_->hosts.size(); ++h) {
+    const auto& hs = impl_->hosts[h];
+    if (hs.attempts == 0) continue;
+    agent_report a;
+    a.host = h;
+    if (hs.agent) a.pid = hs.agent->pid;
+    if (hs.pmix) {
+      a.pmix_uri = hs.pmix->uri;
+      a.pmix_tmpdir = hs.pmix->tmpdir;
+    }
+    list.push_back(std::move(a));
+  }
+  return list;
+}
+
+}  // namespace pm::launch

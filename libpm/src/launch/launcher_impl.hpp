@@ -1,0 +1,229 @@
+// The launcher machine's state, shared by the files that hold its concerns:
+//   launcher.cpp        inputs, the controller's events and actions, the job's end
+//   host_links.cpp      each host's link: open, hello, down, retries, loss, giving up, shutdown
+//   tree_relay.cpp      hosts reached through another host's agent (child_open/child_data)
+//   spawn_requests.cpp  launch facts, spawn requests, stdin routing, output pushed over links
+//   pmix_routing.cpp    PMIx on the launcher's side: fences, modex, spawned jobs, data store
+// Internal to libpm.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "control/data_store.hpp"
+#include "control/fence_table.hpp"
+#include "driver/spawned_job.hpp"
+#include "launch/launcher.hpp"
+
+namespace pm::launch {
+
+struct launcher::impl {
+  explicit impl(launch_config c);
+
+  // ---- state ----
+  launch_config cfg;
+  job_request& req;
+  controller ctl;
+  actions* out = nullptr;  // the current input's
+  link_time now{};
+
+  // What a host's link and its carrier are doing.
+  struct host_state {
+    std::unique_ptr<link::endpoint> ep;         // the link; none before the first open, or retrying
+    std::vector<std::uint32_t> pending_spawns;  // ranks waiting for the launch facts or the link
+    std::optional<link::hello> agent;           // its hello
+    std::string agent_error;                    // what the agent said before it closed
+    std::optional<link::pmix_server> pmix;      // where its PMIx server is for tools
+    std::optional<link_time> deadline_told;     // the last link_deadline given
+    std::int64_t carrier_pid = 0;
+    std::uint64_t held_ack = 0;
+    std::uint32_t attempts = 0;
+    std::uint64_t loss_timer = 0;  // waiting to report a loss (on_down)
+    std::string down_reason;       // on_down's, for the carrier's end
+    bool opened = false;           // its stream was opened
+    bool down = false;             // the link is over (the endpoint said so, or it was closed)
+    bool down_greeted = false;     // whether its agent had said hello when it went down
+    bool closed = true;            // the carrier ended (or never started)
+    bool shutdown_sent = false;
+    bool retrying = false;          // waiting to connect again
+    bool lost_told = false;         // host_lost went to the controller
+    bool loss_reported = false;     // the loss of this link was decided (timer or carrier end)
+    bool lost_with_parent = false;  // tree: relayed by a host that was lost
+    bool abandoned = false;         // the job ended before its agent answered
+    bool touched = false;           // in `touched`: its output and deadline are looked at
+  };
+  std::vector<host_state> hosts;  // by allocation index
+  std::vector<std::uint32_t> touched;
+
+  // The controller's events, and what the Asio launcher used to post: both run after the
+  // current step, in order, never nested (the contract for drivers, kept inside).
+  std::deque<event> queue;
+  std::deque<std::function<void()>> later;
+
+  // The launcher's own timers.
+  enum class timer_kind : std::uint8_t { retry, loss, hurry, lookup, relay_close };
+  struct own_timer {
+    timer_kind kind;
+    std::uint32_t host = 0;
+    std::uint64_t id = 0;  // lookup: the request's id
+  };
+  std::map<std::uint64_t, own_timer> timers;  // ordered: cancels go out in one order in every world
+  std::uint64_t next_timer = launcher_timers;
+  std::uint64_t hurry_timer = 0;
+  std::mt19937_64 jitter;
+
+  bool done = false;
+  bool finishing = false;
+  bool facts_ready = false;
+  bool setup_given_up = false;
+  bool waiting_for_links = false;  // after the drain: `finished` once every link closed
+  std::uint32_t interrupts = 0;
+  std::optional<job_report> final_report;
+  std::vector<rank_state> told;
+
+  std::vector<std::string> base_env;     // the local agent's environment
+  std::vector<std::string> mca_exports;  // what every agent adds to its own environment
+
+  // The tree launch (tree_relay.cpp).
+  enum class relay_stage : std::uint8_t { none, queued, running, ended };
+  struct relayed {
+    std::uint32_t parent = 0;
+    relay_stage stage = relay_stage::none;
+    bool established = false;
+    bool counted = false;  // holds one of its parent's set-up slots
+    bool closing = false;  // the launcher asked its parent to end it
+    std::uint64_t close_timer = 0;
+    agent_end how;
+  };
+  struct relay_parent {
+    bool greeted = false;
+    bool down = false;
+    std::uint32_t setting_up = 0;
+    std::deque<std::uint32_t> queue;
+  };
+  std::unordered_map<std::uint32_t, relayed> tree_child;  // by relayed host
+  std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> tree_children;
+  std::unordered_map<std::uint32_t, relay_parent> relay_parents;
+
+  // PMIx (pmix_routing.cpp).
+  std::optional<link::pmix_job> pmix_facts;
+  std::optional<control::fence_table> fences;
+  struct modex_route {
+    std::uint32_t asker = 0;
+    std::uint64_t asker_id = 0;
+    std::uint32_t owner = 0;
+  };
+  std::unordered_map<std::uint64_t, modex_route> modex_routes;
+  std::uint64_t next_modex = 0;
+  std::vector<driver::spawned_job> spawned;
+  std::deque<driver::spawned_job> offered;
+  std::uint32_t spawned_apps = 0;
+  control::data_store store;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> lookup_timers;
+
+  std::vector<std::uint8_t> pushed;  // per rank: bits 1/2 stdout/stderr open, 4/8 closed
+
+  // ---- launcher.cpp ----
+  template <class F>
+  void step(link_time t, actions& o, F&& f);
+  void settle();
+  void run_controller(event e);
+  void execute(action& a);
+  void give_up_setup();
+  void tell_state_changes(const event& e);
+  std::uint64_t start_own_timer(std::chrono::milliseconds after, own_timer t);
+  void cancel_own_timer(std::uint64_t& id);
+  void own_timer_fired(const own_timer& t);
+  void finish_job(job_report report);
+  void decided(std::uint32_t host, const std::string& what) const {
+    if (cfg.decisions) cfg.decisions(host, what);
+  }
+  void record(const action& a) const;
+  void maybe_all_closed();
+  const host& host_info(std::uint32_t h) const { return req.map.allocation().hosts.at(h); }
+  bool on_host(std::uint32_t process, std::uint32_t h) const {
+    return process < ctl.size() && ctl.host_of(process) == h;
+  }
+  bool all_local() const;
+
+  // ---- host_links.cpp ----
+  link::endpoint_options link_options(std::uint32_t h) const;
+  agent_target target_for(std::uint32_t h) const;
+  link::job_setup setup_for(std::uint32_t h) const;
+  host_state& link_to(std::uint32_t h);
+  void open_link(std::uint32_t h);
+  void touch(std::uint32_t h);
+  void flush_touched();
+  void send_to(std::uint32_t h, const link::message& m);
+  bool link_usable(std::uint32_t h) const;
+  void handle_link(std::uint32_t h, std::vector<link::link_event>& events);
+  void on_greeted(std::uint32_t h, const link::hello& agent);
+  void on_message(std::uint32_t h, link::message& m, std::uint32_t fds);
+  void link_went_down(std::uint32_t h, std::string reason);
+  void close_carrier(std::uint32_t h);
+  void carrier_done(std::uint32_t h, const agent_end& end);
+  void stream_failed(std::uint32_t h, const std::string& reason);
+  void retry_later(std::uint32_t h);
+  void lose(std::uint32_t h, const std::string& reason, bool before_hello = false);
+  void abandon(std::uint32_t h);
+  void hurry();
+  void hurry_now();
+  void shutdown_agents();
+  std::vector<std::uint32_t> relayed_by(std::uint32_t h) const;
+  void mark_subtree(std::uint32_t h);
+
+  // ---- tree_relay.cpp ----
+  void plan_tree();
+  bool is_relayed(std::uint32_t h) const { return tree_child.contains(h); }
+  void relay_open(std::uint32_t h);
+  void relay_start_ready(std::uint32_t parent);
+  void relay_start(std::uint32_t h);
+  void relay_release_slot(relayed& c);
+  void relay_end(std::uint32_t h, agent_end how, bool link_reads_rest);
+  void relay_close(std::uint32_t h);
+  void relay_established(std::uint32_t h);
+  void relay_parent_greeted(std::uint32_t parent);
+  void relay_parent_down(std::uint32_t parent);
+  void relay_from_parent(std::uint32_t parent, link::message& m);
+  void relay_output(std::uint32_t h);
+
+  // ---- spawn_requests.cpp ----
+  void decide_facts();
+  link::rank_spec spec_of(std::uint32_t r) const;
+  void flush_spawns(std::uint32_t h);
+  void requeue_spawns(std::uint32_t h);
+  void on_output(std::uint32_t h, std::uint32_t rank, output_stream stream,
+                 std::span<const std::uint8_t> bytes);
+  bool pushed_stream_usable(std::uint32_t h, std::uint32_t rank, stream_kind stream);
+  void close_pushed(std::uint32_t h, std::uint32_t rank, stream_kind stream);
+  void end_pushed_streams(std::uint32_t h);
+
+  // ---- pmix_routing.cpp ----
+  void start_pmix();
+  void on_pmix_abort(std::uint32_t h, const link::pmix_abort& a);
+  void on_unfinalized(std::uint32_t h, const link::pmix_unfinalized& u);
+  void on_fence(std::uint32_t h, const link::fence_contribution& c);
+  void answer_fence(const control::fence_table::outcome& o);
+  void on_modex_request(std::uint32_t h, const link::modex_request& q);
+  void on_modex_reply(std::uint32_t h, link::modex_reply& a);
+  void on_proc_table_request(std::uint32_t h, const link::proc_table_request& q);
+  void on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q);
+  void refuse_spawn(driver::spawned_job& job, const std::string& why);
+  void spawn_taken(std::uint32_t before);
+  void spawned_rank_reported(std::uint32_t h, std::uint32_t process, const std::string* failure);
+  void answer_spawn_failed(driver::spawned_job& j, const std::string& why);
+  std::pair<std::string, std::uint32_t> pmix_name_of(std::uint32_t process) const;
+  const driver::spawned_job* spawned_of(std::uint32_t process) const;
+  void answer_data(const std::vector<control::data_store::answer>& answers);
+  void on_lookup(std::uint32_t h, const link::pmix_lookup& q);
+  void pmix_host_lost(std::uint32_t h);
+};
+
+}  // namespace pm::launch

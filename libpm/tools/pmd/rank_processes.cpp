@@ -1,0 +1,68 @@
+#include "rank_processes.hpp"
+
+#include <signal.h>
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "agent/children.hpp"
+#include "sys/pidfd.hpp"
+
+namespace pmd {
+
+void rank_processes::add(std::uint32_t rank, pid_t pid, pm::link::owned_fd pidfd) {
+  leader& r = ranks_[rank];
+  r.pid = pid;
+  r.pidfd = std::move(pidfd);
+  events_.watch(r.pidfd.get(), EPOLLIN, tag_pidfd | rank);
+}
+
+std::optional<pm::exit_status> rank_processes::exit_of(std::uint32_t rank) {
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end() || !it->second.pidfd) return std::nullopt;
+  // keep_zombie: the leader stays a zombie, so its pid (its group's id) cannot be reused.
+  const auto end = pm::sys::check_exit(it->second.pidfd.get(), pm::sys::reap_mode::keep_zombie);
+  if (!end.ended) return std::nullopt;
+  events_.unwatch(it->second.pidfd.get());
+  it->second.pidfd.reset();
+  return end.status;  // none: reaped already (by the sweep), nothing more to say
+}
+
+void rank_processes::reap_orphans(const kept& kept_elsewhere) {
+  std::vector<pid_t> orphans = pm::agent::list_children();
+  std::erase_if(orphans, [&](pid_t pid) {
+    if (kept_elsewhere && kept_elsewhere(pid)) return true;  // reaped through their pidfds
+    for (const auto& [rank, r] : ranks_) {
+      if (r.pid == pid) return true;  // rank leaders stay zombies until the sweep
+    }
+    return false;
+  });
+  pm::agent::reap_ended(orphans);
+}
+
+// A child that leads a group (a rank, or a descendant that called setsid) takes its group along;
+// its pid cannot name another group while it is our child, alive or zombie.
+std::size_t rank_processes::sweep(const kept& kept_elsewhere) {
+  if (kept_elsewhere) {
+    // Child agents' ssh end by themselves once their stdin is closed (their agents clear their
+    // own ranks first); they still count as children left, so the sweep comes back.
+    std::vector<pid_t> others = pm::agent::list_children();
+    std::erase_if(others, [&](pid_t pid) { return kept_elsewhere(pid); });
+    for (const pid_t pid : others) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+    }
+    pm::agent::reap_ended(others);
+  } else {
+    for (const pid_t pid : pm::agent::list_children()) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+    }
+    pm::agent::reap_all_ended();
+  }
+  for (auto& [rank, r] : ranks_) r.pidfd.reset();  // their exits are of no interest any more
+  return pm::agent::list_children().size();
+}
+
+}  // namespace pmd

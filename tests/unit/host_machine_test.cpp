@@ -1,0 +1,224 @@
+// One host's agent whole (agent/host_machine): which part takes each launcher message, and what
+// one part's event means for another, without processes, ssh or a PMIx server.
+#include "agent/host_machine.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+
+#include <gtest/gtest.h>
+
+namespace pm::agent {
+namespace {
+
+namespace ln = pm::link;
+using namespace std::chrono_literals;
+
+// A host where /usr/bin/app exists and nothing else.
+class files final : public host_files {
+ public:
+  file_facts look(const std::string& path) const override {
+    if (path == "/usr/bin/app") return {file_facts::kind::executable, 0};
+    if (path == "/usr/bin" || path == "/home/u") return {file_facts::kind::directory, 0};
+    return {file_facts::kind::missing, ENOENT};
+  }
+  std::string working_directory() const override { return "/"; }
+};
+
+struct harness {
+  files fs;
+  host_machine m{options{{"PATH=/usr/bin", "HOME=/home/u"}, 1000ms, 20ms, &fs}};
+  std::vector<host_action> out;
+  agent_time now{0};
+
+  std::vector<host_action> feed(host_event e) {
+    out.clear();
+    now += 1ms;
+    m.handle(now, std::move(e), out);
+    return out;
+  }
+  std::vector<host_action> msg(ln::message x) { return feed(event{received{std::move(x)}}); }
+
+  // A job of 2 ranks on 2 hosts, rank 0 here, with PMIx.
+  static ln::job_setup setup(bool pmix) {
+    ln::job_setup j;
+    j.cwd = "/home/alice/proj";  // the launcher's, not on this host
+    j.heartbeat_ms = 500;
+    j.silence_ms = 2000;
+    j.apps.push_back(ln::app_spec{{"app"}, "", {}});
+    if (pmix) {
+      j.pmix = ln::pmix_job{"pmrun.1.ab", 2, 0, {"a", "b"}, {0, 1}, {0, 0}, {0, 0}, "", 0};
+    }
+    return j;
+  }
+  // Setup, the driver's answer to start_pmix, rank 0 spawned with pid 100.
+  void start(bool pmix) {
+    const auto a = msg(setup(pmix));
+    if (pmix) {
+      pmix_host_facts f;
+      f.place.port = 4000;
+      f.place.server_pid = 9;
+      f.place.dir = "/tmp/p";
+      f.cores = 4;
+      feed(pmix_ready{f});
+    }
+    msg(ln::spawn_request{{ln::rank_spec{0, 0, {}, false}}});
+    feed(event{rank_spawned{0, 100}});
+  }
+};
+
+template <class T, class V>
+constexpr bool one_of = false;
+template <class T, class... A>
+constexpr bool one_of<T, std::variant<A...>> = (std::is_same_v<T, A> || ...);
+
+// Every T among the actions, at the top or inside a part's actions (a part's own `send` never
+// comes out: every message is an agent `send`).
+template <class T>
+std::vector<T> all(const std::vector<host_action>& v) {
+  std::vector<T> r;
+  const auto take = [&]<class V>(const V& x) {
+    if constexpr (one_of<T, V>) {
+      if (const T* t = std::get_if<T>(&x)) r.push_back(*t);
+    }
+  };
+  for (const auto& a : v) {
+    take(a);
+    if (const auto* x = std::get_if<action>(&a)) take(*x);
+    if (const auto* x = std::get_if<pmix_action>(&a)) {
+      EXPECT_FALSE(std::holds_alternative<send>(*x));
+      take(*x);
+    }
+    if (const auto* x = std::get_if<child_action>(&a)) {
+      EXPECT_FALSE(std::holds_alternative<send>(*x));
+      take(*x);
+    }
+  }
+  return r;
+}
+std::vector<ln::message> sent(const std::vector<host_action>& v) {
+  std::vector<ln::message> r;
+  for (const auto& s : all<send>(v)) r.push_back(s.msg);
+  return r;
+}
+
+TEST(HostMachine, TheJobsSetupAsksForHeartbeatsAndAPmixServer) {
+  harness h;
+  const auto a = h.msg(harness::setup(true));
+  ASSERT_EQ(all<set_heartbeats>(a).size(), 1u);
+  EXPECT_EQ(all<set_heartbeats>(a)[0].every, 500ms);
+  EXPECT_EQ(all<set_heartbeats>(a)[0].silence, 2000ms);
+  ASSERT_EQ(all<start_pmix>(a).size(), 1u);
+  EXPECT_EQ(all<start_pmix>(a)[0].job.nspace, "pmrun.1.ab");
+  EXPECT_EQ(all<start_pmix>(a)[0].executables, (std::vector<std::string>{"app"}));
+  pmix_host_facts f;
+  f.place.port = 4000;
+  f.place.server_pid = 9;
+  f.place.dir = "/tmp/p";
+  // Where tools attach, once the driver named the place.
+  EXPECT_EQ(sent(h.feed(pmix_ready{f})),
+            (std::vector<ln::message>{
+                ln::pmix_server{"pmix-server.9;tcp4://127.0.0.1:4000", "/tmp/p/pmix"}}));
+  ASSERT_NE(h.m.pmix(), nullptr);
+}
+
+TEST(HostMachine, APmixServerThatCannotBeServedEndsTheJob) {
+  harness h;
+  h.msg(harness::setup(true));
+  const auto a = h.feed(pmix_unavailable{"PMIx: cannot listen on 127.0.0.1: Too many open files"});
+  EXPECT_EQ(sent(a), (std::vector<ln::message>{ln::agent_error{
+                         "PMIx: cannot listen on 127.0.0.1: Too many open files"}}));
+}
+
+TEST(HostMachine, ARankIsPlacedOnThisHostAndToldItsPmixServer) {
+  harness h;
+  h.msg(harness::setup(true));
+  pmix_host_facts f;
+  f.place.port = 4000;
+  f.place.server_pid = 9;
+  f.place.dir = "/tmp/p";
+  h.feed(pmix_ready{f});
+  const auto a = h.msg(ln::spawn_request{{ln::rank_spec{0, 0, {}, false}}});
+  ASSERT_EQ(all<spawn_rank>(a).size(), 1u);
+  const auto spec = all<spawn_rank>(a)[0].spec;
+  EXPECT_EQ(spec.program, "/usr/bin/app");
+  EXPECT_EQ(spec.wdir, "/home/u");  // the launcher's directory is not here
+  const auto env = spec.environment();
+  EXPECT_NE(std::find(env.begin(), env.end(), "PMIX_RANK=0"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "PMIX_NAMESPACE=pmrun.1.ab"), env.end());
+  EXPECT_EQ(spec.variable("PATH"), "/usr/bin");
+}
+
+TEST(HostMachine, AProgramThisHostLacksIsRefusedWithoutASpawn) {
+  harness h;
+  auto j = harness::setup(false);
+  j.apps[0].argv = {"nosuch"};
+  h.msg(j);
+  const auto a = h.msg(ln::spawn_request{{ln::rank_spec{0, 0, {}, false}}});
+  EXPECT_TRUE(all<spawn_rank>(a).empty());
+  EXPECT_EQ(
+      sent(a),
+      (std::vector<ln::message>{ln::spawn_failed{0, 127, "program 'nosuch' not found in PATH"}}));
+}
+
+TEST(HostMachine, ChildAgentMessagesNeverReachTheAgentMachine) {
+  harness h;
+  // Before the job's setup too: the relay is the launcher's business, not the job's.
+  const auto a = h.msg(ln::child_open{2, {"ssh", "b"}});
+  EXPECT_EQ(all<start_child>(a).size(), 1u);
+  EXPECT_TRUE(sent(a).empty());
+  EXPECT_EQ(sent(h.feed(child_output{2, "bytes"})),
+            (std::vector<ln::message>{ln::child_data{2, "bytes"}}));
+}
+
+TEST(HostMachine, AModexRequestWithoutPmixIsRefused) {
+  harness h;
+  h.start(false);
+  EXPECT_EQ(sent(h.msg(ln::modex_request{5, 0})),
+            (std::vector<ln::message>{ln::modex_reply{5, false, {}}}));
+  // Other PMIx answers have nobody waiting and are dropped, not refused.
+  EXPECT_TRUE(h.msg(ln::fence_result{}).empty());
+}
+
+TEST(HostMachine, ASignalReleasesARankBlockedInAbort) {
+  harness h;
+  h.start(true);
+  const auto a = h.feed(pmix_abort_called{7, pm::agent::pmix::proc{"pmrun.1.ab", 0}, 3, "oops"});
+  EXPECT_EQ(sent(a), (std::vector<ln::message>{ln::pmix_abort{0, 3, "oops"}}));
+  const auto b = h.msg(ln::signal_request{{0}, SIGTERM});
+  // The group is signalled first, then the caller may return.
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(std::get<signal_group>(std::get<action>(b[0])).signo, SIGTERM);
+  EXPECT_EQ(std::get<pmix_complete>(std::get<pmix_action>(b[1])).id, 7u);
+}
+
+TEST(HostMachine, ARankThatEndsWithoutFinalizeIsReportedBeforeItsExit) {
+  harness h;
+  h.start(true);
+  h.feed(pmix_client_connected{pm::agent::pmix::proc{"pmrun.1.ab", 0}});
+  const auto a = h.feed(event{rank_exited{0, exit_status::exited(0)}});
+  EXPECT_EQ(sent(a), (std::vector<ln::message>{ln::pmix_unfinalized{0, exit_status::exited(0)},
+                                               ln::exited{0, exit_status::exited(0)}}));
+}
+
+TEST(HostMachine, ALostLauncherEndsTheChildAgentsAndReleasesAborts) {
+  harness h;
+  h.start(true);
+  h.msg(ln::child_open{2, {"ssh", "b"}});
+  h.feed(pmix_abort_called{7, pm::agent::pmix::proc{"pmrun.1.ab", 0}, 3, "oops"});
+  const auto a = h.feed(event{channel_lost{"the launcher closed the link"}});
+  EXPECT_EQ(all<pmix_complete>(a).size(), 1u);
+  EXPECT_EQ(all<close_child_input>(a).size(), 1u);
+  EXPECT_EQ(all<signal_group>(a).size(), 1u);  // SIGTERM to rank 0's group
+  // The sweep that comes later kills a child agent still there after the grace.
+  h.feed(event{rank_exited{0, exit_status::signaled(SIGTERM)}});
+  h.now += child_relay::end_sequence.grace;
+  const auto b = h.feed(event{swept{1}});
+  EXPECT_TRUE(all<kill_child>(b).empty());  // swept only asks for a timer
+  const auto c = h.feed(event{child_changed{}});
+  EXPECT_EQ(all<sweep>(c).size(), 1u);
+  EXPECT_EQ(all<kill_child>(c).size(), 1u);
+}
+
+}  // namespace
+}  // namespace pm::agent

@@ -1,0 +1,597 @@
+// The launcher machine (launch/launcher.hpp) driven with no process, no descriptor and no clock:
+// each host's agent is a real agent-side link endpoint in memory that answers as pmd would
+// (hello, started, exited, stream ends, shutdown, child_open/child_data for the tree), time is
+// virtual, and every input the machine's actions ask for is fed after the batch, never nested.
+#include "launch/launcher.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "pm/env.hpp"
+#include "pm/job.hpp"
+#include "pm/job_map.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using pm::launch::link_time;
+namespace launch = pm::launch;
+namespace link = pm::link;
+
+constexpr std::uint64_t nonce = 0x5eed;
+constexpr std::uint32_t direct = UINT32_MAX;
+
+// A job of `per_host` ranks on each of `hosts` remote hosts h0, h1, ...
+launch::launch_config remote_job(std::uint32_t hosts, std::uint32_t per_host) {
+  pm::allocation alloc;
+  for (std::uint32_t h = 0; h < hosts; ++h) {
+    alloc.hosts.push_back(pm::host{"h" + std::to_string(h), per_host, 0, true, false});
+  }
+  pm::job_spec spec;
+  spec.apps.push_back(pm::app_context{{"app"}, hosts * per_host, {}, {}});
+  launch::launch_config c;
+  c.request.map = pm::map_job(spec, alloc);
+  c.request.apps = spec.apps;
+  c.request.env.profiles = pm::default_env_profiles;
+  c.request.pmix = false;
+  c.request.remote.heartbeat_interval = 500ms;
+  c.request.remote.heartbeat_misses = 4;
+  c.nonce = nonce;
+  c.seed = 1;
+  c.local_agent_path = "/opt/pm/bin/pmd";
+  c.cwd = "/work";
+  c.pmix_namespace = "pmrun.test";
+  return c;
+}
+
+// The machine and a world around it.
+struct world {
+  explicit world(launch::launch_config c) : m(std::move(c)) {}
+
+  struct agent {
+    std::unique_ptr<link::endpoint> ep;
+    std::uint32_t via = direct;  // the host whose agent relays this one's link
+    bool gone = false;
+    bool exiting = false;  // shutdown: exits once the agents it relays are gone (as pmd)
+    std::set<std::uint32_t> running;
+    std::vector<link::message> got;
+  };
+
+  launch::launcher m;
+  link_time t{};
+  std::map<std::uint32_t, agent> agents;
+  std::map<std::uint64_t, link_time> timers;
+  std::map<std::uint32_t, link_time> deadlines;
+  std::deque<std::function<void()>> answers;
+  std::optional<pm::job_report> report;
+  std::vector<std::string> lines;
+  std::map<std::uint32_t, int> opens;                                   // open_host per host
+  std::vector<std::pair<std::uint32_t, link::child_open>> child_opens;  // (parent, what)
+  std::map<std::uint32_t, std::uint32_t> starts;                        // child_open per host
+  std::vector<std::chrono::milliseconds> timer_lengths;
+  std::string output;
+
+  // What the test says about hosts and ranks.
+  std::map<std::uint32_t, int> exit_code;                        // by rank (default: 0 at once)
+  std::set<std::uint32_t> keep_running;                          // ranks that run until signalled
+  std::set<std::uint32_t> deaf;                                  // agents that answer no signal
+  std::map<std::uint32_t, std::deque<pm::agent_end>> ssh_fails;  // per open, before the hello
+  bool fence = false;  // agents contribute to one fence across hosts
+  std::map<std::uint32_t, std::deque<int>> child_ssh_fails;  // relayed: ssh's exit codes
+  std::set<std::uint32_t> slow_children;  // relayed hosts that come up only when told
+
+  template <class F>
+  void feed(F&& f) {
+    launch::actions a;
+    f(a);
+    for (auto& x : a) std::visit([&](auto& act) { carry_out(act); }, x);
+  }
+
+  void settle() {
+    while (!answers.empty()) {
+      auto f = std::move(answers.front());
+      answers.pop_front();
+      f();
+    }
+  }
+
+  // Runs until `finished`, or `limit` of virtual time: timers and link deadlines fire in order.
+  void run(link_time limit = 120s) {
+    settle();
+    while (!report && t < limit) {
+      std::optional<link_time> next;
+      for (const auto& [id, at] : timers) next = next ? std::min(*next, at) : at;
+      for (const auto& [h, at] : deadlines) next = next ? std::min(*next, at) : at;
+      if (!next) break;
+      t = std::max(t, *next);
+      for (auto it = timers.begin(); it != timers.end();) {
+        if (it->second > t) {
+          ++it;
+          continue;
+        }
+        const auto id = it->first;
+        it = timers.erase(it);
+        feed([&](auto& a) { m.timer_fired(t, id, a); });
+      }
+      for (auto it = deadlines.begin(); it != deadlines.end();) {
+        if (it->second > t) {
+          ++it;
+          continue;
+        }
+        const auto h = it->first;
+        it = deadlines.erase(it);
+        feed([&](auto& a) { m.link_tick(t, h, a); });
+      }
+      tick_agents();
+      settle();
+    }
+  }
+
+  void start() {
+    feed([&](auto& a) { m.start(t, a); });
+    settle();
+  }
+
+  // ---- the agents ----
+
+  void bring_up(std::uint32_t h, std::uint32_t via) {
+    auto& ag = agents[h];
+    ag = agent{};
+    ag.via = via;
+    link::endpoint_options o;
+    o.self = link::role::agent;
+    o.nonce = nonce;
+    o.heartbeat_interval = 500ms;
+    o.silence_timeout = 2s;
+    ag.ep = std::make_unique<link::endpoint>(o);
+    link::hello me;
+    me.pid = 100 + h;
+    me.hostname = "h" + std::to_string(h);
+    me.addrs = {"10.0.0." + std::to_string(h + 1) + "%eth0"};
+    me.port = 29500;
+    ag.ep->start(t, me);
+    ag.ep->stream_opened(t);
+    flush_agent(h);
+    if (auto it = unborn.find(h); it != unborn.end()) {
+      const auto bytes = std::move(it->second);
+      unborn.erase(it);
+      agent_gets(h, bytes);
+    }
+  }
+
+  // The agent's bytes go to the launcher: straight, or as child_data through its parent.
+  void flush_agent(std::uint32_t h) {
+    auto& ag = agents[h];
+    if (ag.gone || !ag.ep) return;
+    const auto bytes = ag.ep->output();
+    if (bytes.empty()) return;
+    const std::vector<std::uint8_t> copy(bytes.begin(), bytes.end());
+    ag.ep->consume_output(copy.size());
+    if (ag.via == direct) {
+      answers.push_back([this, h, copy] { feed([&](auto& a) { m.received(t, h, copy, a); }); });
+    } else {
+      auto& parent = agents[ag.via];
+      if (parent.gone) return;
+      parent.ep->send(link::child_data{h, std::string(copy.begin(), copy.end())});
+      flush_agent(ag.via);
+    }
+  }
+
+  void tick_agents() {
+    for (auto& [h, ag] : agents) {
+      if (ag.gone || !ag.ep) continue;
+      std::vector<link::link_event> ev;
+      ag.ep->tick(t, ev);
+      agent_events(h, ev);
+      flush_agent(h);
+    }
+  }
+
+  void agent_gets(std::uint32_t h, std::span<const std::uint8_t> bytes) {
+    auto& ag = agents[h];
+    if (!ag.ep) {
+      // A child still being started: its ssh's stdin holds the bytes until its agent reads them.
+      unborn[h].insert(unborn[h].end(), bytes.begin(), bytes.end());
+      return;
+    }
+    if (ag.gone) return;
+    std::vector<link::link_event> ev;
+    ag.ep->received(t, bytes, ev);
+    agent_events(h, ev);
+    flush_agent(h);
+  }
+
+  void end_rank(std::uint32_t h, std::uint32_t rank, pm::exit_status st) {
+    auto& ag = agents[h];
+    ag.running.erase(rank);
+    ag.ep->send(link::stream_closed{rank, pm::output_stream::out, 0});
+    ag.ep->send(link::stream_closed{rank, pm::output_stream::err, 0});
+    ag.ep->send(link::exited{rank, st});
+  }
+
+  void agent_events(std::uint32_t h, std::vector<link::link_event>& ev) {
+    for (auto& e : ev) {
+      auto* in = std::get_if<link::message_in>(&e);
+      if (in == nullptr) continue;
+      auto& ag = agents[h];
+      ag.got.push_back(in->msg);
+      if (auto* s = std::get_if<link::spawn_request>(&in->msg)) {
+        for (const auto& r : s->ranks) {
+          ag.ep->send(link::started{r.rank, 1000 + r.rank});
+          ag.running.insert(r.rank);
+          if (r.rank == 0) {
+            const std::string hi = "hello from rank 0\n";
+            ag.ep->send_output(0, pm::output_stream::out,
+                               {reinterpret_cast<const std::uint8_t*>(hi.data()), hi.size()});
+          }
+          if (fence) {
+            link::fence_contribution c;
+            c.collect = true;
+            c.data = "d" + std::to_string(r.rank);
+            ag.ep->send(c);
+          }
+          if (!keep_running.contains(r.rank)) {
+            end_rank(h, r.rank, pm::exit_status::exited(exit_code[r.rank]));
+          }
+        }
+      } else if (auto* sig = std::get_if<link::signal_request>(&in->msg)) {
+        if (deaf.contains(h)) continue;
+        for (const auto r : sig->ranks) {
+          if (ag.running.contains(r)) end_rank(h, r, pm::exit_status::signaled(sig->signo));
+        }
+      } else if (std::holds_alternative<link::shutdown_request>(in->msg)) {
+        ag.ep->send(link::shutdown_done{});
+        flush_agent(h);
+        ag.exiting = true;
+        maybe_exit(h);
+      } else if (auto* open = std::get_if<link::child_open>(&in->msg)) {
+        ++starts[open->host];
+        unborn.erase(open->host);  // a new ssh: what an earlier one was sent is gone with it
+        child_opens.emplace_back(h, *open);
+        const auto child = open->host;
+        auto& fails = child_ssh_fails[child];
+        if (!fails.empty()) {
+          ag.ep->send(link::child_closed{child, fails.front(), 0, "Connection reset by peer"});
+          fails.pop_front();
+          continue;
+        }
+        if (slow_children.contains(child)) continue;
+        answers.push_back([this, child, h] { bring_up(child, h); });
+      } else if (auto* data = std::get_if<link::child_data>(&in->msg)) {
+        const std::vector<std::uint8_t> bytes(data->bytes.begin(), data->bytes.end());
+        const auto child = data->host;
+        answers.push_back([this, child, bytes] { agent_gets(child, bytes); });
+      } else if (auto* close = std::get_if<link::child_close>(&in->msg)) {
+        if (!agents[close->host].gone) {
+          agents[close->host].gone = true;
+          ag.ep->send(link::child_closed{close->host, 0, 0, {}});
+        }
+        maybe_exit(h);
+      }
+    }
+  }
+
+  // ---- the machine's actions ----
+
+  // The agent exits (its end of the stream closes after its last words) once every agent it
+  // relays is gone.
+  void maybe_exit(std::uint32_t h) {
+    auto& ag = agents[h];
+    if (!ag.exiting || ag.gone) return;
+    for (const auto& [c, child] : agents) {
+      if (child.via == h && !child.gone) return;
+    }
+    ag.gone = true;
+    if (ag.via == direct) {
+      answers.push_back([this, h] { feed([&](auto& a) { m.stream_broken(t, h, "", a); }); });
+      return;
+    }
+    auto& parent = agents[ag.via];
+    if (parent.gone) return;
+    parent.ep->send(link::child_closed{h, 0, 0, {}});
+    flush_agent(ag.via);
+    maybe_exit(ag.via);
+  }
+
+  void carry_out(launch::open_host& x) {
+    const auto h = x.target.host;
+    ++opens[h];
+    unborn.erase(h);  // a new ssh: what an earlier one was sent is gone with it
+    auto& fails = ssh_fails[h];
+    if (!fails.empty()) {
+      // ssh starts, then dies before the agent says anything.
+      auto end = fails.front();
+      fails.pop_front();
+      answers.push_back([this, h] {
+        feed([&](auto& a) { m.stream_opened(t, h, 0, a); });
+        feed([&](auto& a) { m.stream_broken(t, h, "", a); });
+      });
+      pending_end[h] = end;
+      return;
+    }
+    answers.push_back([this, h] {
+      bring_up(h, direct);
+      feed([&](auto& a) { m.stream_opened(t, h, 0, a); });
+    });
+  }
+  void carry_out(launch::host_established&) {}
+  void carry_out(launch::write_host& x) {
+    const auto h = x.host;
+    const auto bytes = m.output(h);
+    const std::vector<std::uint8_t> copy(bytes.begin(), bytes.end());
+    m.consume_output(h, copy.size());
+    answers.push_back([this, h, copy] { agent_gets(h, copy); });
+  }
+  void carry_out(launch::pass_stdin&) { ADD_FAILURE() << "no local host here"; }
+  void carry_out(launch::close_host& x) {
+    const auto h = x.host;
+    agents[h].gone = true;
+    const auto end = pending_end.contains(h) ? pending_end[h] : pm::agent_end{};
+    pending_end.erase(h);
+    answers.push_back([this, h, end] { feed([&](auto& a) { m.carrier_ended(t, h, end, a); }); });
+  }
+  void carry_out(launch::link_deadline& x) {
+    if (x.at) {
+      deadlines[x.host] = *x.at;
+    } else {
+      deadlines.erase(x.host);
+    }
+  }
+  void carry_out(launch::start_timer_after& x) {
+    timers[x.timer] = t + x.after;
+    timer_lengths.push_back(x.after);
+  }
+  void carry_out(launch::cancel_timer_id& x) { timers.erase(x.timer); }
+  void carry_out(launch::say& x) { lines.push_back(x.line); }
+  void carry_out(launch::rank_changed&) {}
+  void carry_out(launch::take_pipes&) { ADD_FAILURE() << "no local host here"; }
+  void carry_out(launch::output_open&) {}
+  void carry_out(launch::output_bytes& x) {
+    output += x.bytes;
+    answers.push_back([this, h = x.host, n = x.bytes.size()] {
+      feed([&](auto& a) { m.output_taken(t, h, n, a); });
+    });
+  }
+  void carry_out(launch::output_close& x) {
+    answers.push_back([this, r = x.rank, s = x.stream] {
+      feed([&](auto& a) { m.output_ended(t, r, s, 0, a); });
+    });
+  }
+  void carry_out(launch::output_add_job&) {}
+  void carry_out(launch::output_drain&) {
+    answers.push_back([this] { feed([&](auto& a) { m.output_drained(t, a); }); });
+  }
+  void carry_out(launch::pump_stdin&) { ADD_FAILURE() << "no stdin here"; }
+  void carry_out(launch::input_ready&) {}
+  void carry_out(launch::finished& x) {
+    EXPECT_FALSE(report) << "finished twice";
+    report = x.report;
+  }
+
+  std::map<std::uint32_t, pm::agent_end> pending_end;
+  std::map<std::uint32_t, std::vector<std::uint8_t>> unborn;
+
+  bool said(const std::string& part) const {
+    for (const auto& l : lines) {
+      if (l.find(part) != std::string::npos) return true;
+    }
+    return false;
+  }
+  template <class T>
+  std::vector<T> received(std::uint32_t h) const {
+    std::vector<T> v;
+    for (const auto& msg : agents.at(h).got) {
+      if (const auto* x = std::get_if<T>(&msg)) v.push_back(*x);
+    }
+    return v;
+  }
+};
+
+TEST(Launcher, TwoRemoteHostsRunEveryRankAndTheFirstFailureDecides) {
+  world w(remote_job(2, 2));
+  w.exit_code[3] = 7;
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 7);
+  EXPECT_EQ(w.report->failed_rank, 3u);
+  EXPECT_EQ(w.opens[0], 1);
+  EXPECT_EQ(w.opens[1], 1);
+  EXPECT_EQ(w.output, "hello from rank 0\n");
+  // Rank 0's agent said hello before any spawn went out: MASTER_ADDR is its address.
+  const auto spawns = w.received<link::spawn_request>(1);
+  ASSERT_EQ(spawns.size(), 1u);
+  ASSERT_EQ(spawns[0].ranks.size(), 2u);
+  bool master = false;
+  for (const auto& v : spawns[0].ranks[0].env) master = master || v == "MASTER_ADDR=10.0.0.1";
+  EXPECT_TRUE(master);
+  // Each agent got the job's setup first, and the shutdown last.
+  EXPECT_TRUE(std::holds_alternative<link::job_setup>(w.agents[1].got.front()));
+  EXPECT_TRUE(std::holds_alternative<link::shutdown_request>(w.agents[1].got.back()));
+}
+
+TEST(Launcher, AHostWhoseAgentNeverSaysHelloFailsTheLaunchWith125) {
+  world w(remote_job(2, 1));
+  w.ssh_fails[1] = {pm::agent_end{"ssh exited with code 255: Connection refused", false}};
+  w.keep_running.insert(0);
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 125);
+  EXPECT_EQ(w.opens[1], 1);  // a refused connection is not retried
+  EXPECT_TRUE(w.said("Connection refused")) << ::testing::PrintToString(w.lines);
+  EXPECT_LT(w.t, 5s);  // rank 0 was ended at once, not waited for
+}
+
+TEST(Launcher, Ssh255BeforeTheHelloIsRetriedWithBackoffAndTheJobRuns) {
+  world w(remote_job(2, 1));
+  w.ssh_fails[1] = {pm::agent_end{"ssh exited with code 255", true},
+                    pm::agent_end{"ssh exited with code 255", true}};
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  EXPECT_EQ(w.opens[1], 3);
+  // 100 ms then 200 ms, each plus up to half again.
+  std::vector<std::chrono::milliseconds> backoff;
+  for (const auto d : w.timer_lengths) {
+    if (d >= 100ms && d < 300ms) backoff.push_back(d);
+  }
+  ASSERT_EQ(backoff.size(), 2u);
+  EXPECT_LE(backoff[0], 150ms);
+  EXPECT_GE(backoff[1], 200ms);
+}
+
+TEST(Launcher, TheTreeReachesEachHostThroughItsParentsAgent) {
+  auto c = remote_job(4, 1);
+  c.request.remote.tree = true;
+  c.request.remote.tree_fanout = 1;
+  world w(std::move(c));
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  // The launcher itself starts one host; each other is started by the one before it.
+  EXPECT_EQ(w.opens.size(), 1u);
+  ASSERT_EQ(w.child_opens.size(), 3u);
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(w.child_opens[i].first, i);
+    EXPECT_EQ(w.child_opens[i].second.host, i + 1);
+    bool names_host = false;
+    for (const auto& word : w.child_opens[i].second.argv) {
+      names_host = names_host || word == "h" + std::to_string(i + 1);
+    }
+    EXPECT_TRUE(names_host) << ::testing::PrintToString(w.child_opens[i].second.argv);
+  }
+  // The depth-3 host's own link ran end to end: its spawn and shutdown reached it.
+  EXPECT_EQ(w.received<link::spawn_request>(3).size(), 1u);
+  EXPECT_EQ(w.received<link::shutdown_request>(3).size(), 1u);
+}
+
+TEST(Launcher, ARelayedHostsSshCommandLineCarriesNoEnvironmentAndEndsInExit) {
+  auto c = remote_job(2, 1);
+  c.request.remote.tree = true;
+  c.request.remote.tree_fanout = 1;
+  c.request.remote.rsh_agent = {"ssh", "-F", "/cfg"};
+  c.request.env.base = {{"SECRET", "launcher-only"}};
+  world w(std::move(c));
+  w.start();
+  w.run();
+  ASSERT_EQ(w.child_opens.size(), 1u);
+  const auto& argv = w.child_opens[0].second.argv;
+  ASSERT_GE(argv.size(), 3u);
+  EXPECT_EQ(argv[0], "ssh");
+  EXPECT_EQ(argv[argv.size() - 2], "h1");
+  EXPECT_EQ(argv.back(), "/opt/pm/bin/pmd --stdio --nonce 0000000000005eed; exit");
+  for (const auto& a : argv) EXPECT_EQ(a.find("SECRET"), std::string::npos);
+}
+
+TEST(Launcher, ARelayedHostsSsh255BeforeItsHelloIsRetriedThroughItsParent) {
+  auto c = remote_job(2, 1);
+  c.request.remote.tree = true;
+  c.request.remote.tree_fanout = 1;
+  world w(std::move(c));
+  w.child_ssh_fails[1] = {255};
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  EXPECT_EQ(w.starts[1], 2u);
+}
+
+TEST(Launcher, AtMostMaxConcurrentChildrenOfAParentAreSetUpAtOnce) {
+  // Fan-out 2: the launcher starts h0 and h1; h0 starts h2 and h3, one at a time.
+  auto c = remote_job(4, 1);
+  c.request.remote.tree = true;
+  c.request.remote.tree_fanout = 2;
+  c.request.remote.max_concurrent = 1;
+  world w(std::move(c));
+  w.slow_children = {2, 3};
+  w.start();
+  w.run(1s);
+  ASSERT_EQ(w.child_opens.size(), 1u);
+  EXPECT_EQ(w.child_opens[0].first, 0u);
+  EXPECT_EQ(w.child_opens[0].second.host, 2u);
+  w.bring_up(2, 0);  // its agent says hello: the next may start
+  w.run(2s);
+  ASSERT_EQ(w.child_opens.size(), 2u);
+  EXPECT_EQ(w.child_opens[1].second.host, 3u);
+  w.bring_up(3, 0);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+}
+
+TEST(Launcher, ALostTreeParentIsReportedWithItsSubtreeInOneLine) {
+  auto c = remote_job(3, 1);
+  c.request.remote.tree = true;
+  c.request.remote.tree_fanout = 1;
+  world w(std::move(c));
+  w.keep_running = {0, 1, 2};
+  w.start();
+  w.run(1s);
+  ASSERT_FALSE(w.report);
+  ASSERT_EQ(w.received<link::spawn_request>(2).size(), 1u);
+  // h1 (which relays h2) is cut off: its stream breaks.
+  w.agents[1].gone = true;
+  w.agents[2].gone = true;
+  w.feed([&](auto& a) { w.m.stream_broken(w.t, 1, "", a); });
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 213);
+  EXPECT_TRUE(w.said("with it the hosts it relayed: h2")) << ::testing::PrintToString(w.lines);
+}
+
+TEST(Launcher, AFenceAcrossHostsIsAnsweredToEveryHostOnceAllContributed) {
+  auto c = remote_job(2, 1);
+  c.request.pmix = true;
+  world w(std::move(c));
+  w.fence = true;
+  w.keep_running = {0, 1};
+  w.start();
+  w.run(2s);
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    const auto results = w.received<link::fence_result>(h);
+    ASSERT_EQ(results.size(), 1u) << "host " << h;
+    EXPECT_TRUE(results[0].ok);
+    EXPECT_EQ(results[0].data, "d0d1");
+  }
+}
+
+TEST(Launcher, ASecondInterruptDoesNotWaitForAnAgentThatDoesNotAnswer) {
+  world w(remote_job(2, 1));
+  w.keep_running = {0, 1};
+  w.deaf.insert(1);
+  w.start();
+  w.run(1s);
+  ASSERT_FALSE(w.report);
+  w.feed([&](auto& a) { w.m.signal(w.t, SIGINT, a); });
+  w.feed([&](auto& a) { w.m.signal(w.t, SIGINT, a); });
+  const auto interrupted = w.t;
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_LT(w.t - interrupted, 2s);
+  // The silent host's rank counts as lost with it; the other was killed.
+  EXPECT_EQ(w.report->ranks.at(1).state, pm::rank_state::lost);
+  EXPECT_EQ(w.report->ranks.at(0).state, pm::rank_state::killed);
+}
+
+TEST(Launcher, NothingComesOutAfterFinished) {
+  world w(remote_job(2, 1));
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  launch::actions a;
+  w.m.signal(w.t, SIGINT, a);
+  w.m.timer_fired(w.t, launch::launcher_timers + 1, a);
+  w.m.stream_broken(w.t, 0, "", a);
+  EXPECT_TRUE(a.empty());
+  EXPECT_TRUE(w.m.done());
+}
+
+}  // namespace
