@@ -43,7 +43,8 @@ build() {
 # everything; the whole suite under ASan is docs/fuzzing.md's one command.
 ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_test
   link_endpoint_test link_messages_test command_line_test hostfile_test host_list_test slurm_test
-  pbs_test output_forwarder_test line_assembler_test job_runner_test local_agent_test
+  pbs_test output_forwarder_test output_forwarder_pushed_test output_forwarder_prompt_test
+  line_assembler_test job_runner_test local_agent_test local_agent_link_test
   srun_transport_test fuzz_regressions_test pmd pm_payload
   pmrun pmrun_compat_test pmrun_failure_test pmrun_map_test pmrun_output_test
   pmrun_output_modes_test pmrun_status_test
@@ -51,8 +52,9 @@ ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_
   safe_path_test peer_owner_test private_dir_test pmix_handshake_test pmrun_files_test
   pmrun_stdin_test pmd_stdio_test launcher_test relayed_ssh_end_test sys_process_test spawner_test)
 ASAN_TESTS='^(Agent|Controller|ControllerState|FenceTable|LinkEndpoint|LinkFrame|LinkFuzz|LinkMessages|LinkPreamble|LinkSocket|CommandLine|Hostfile|HostList|SlurmAllocation|SlurmHostlist|SlurmTasksPerNode|ManagedAllocation|Pbs|ReadTextFile|OutputForwarder|ForEachLine|LineAssembler|JobRunner|JobRunnerSetup|Launcher|RelayedSshEnd|LocalAgent|SafePath|PeerOwner|PrivateDir|PmixHandshake|PmdStdio|CallerGate|ConnectBack|SrunCommand|SrunTransport|SysPidfd|SysStopSequence|SysWatchedProcess|Spawner|Executable|FuzzRegressions|Pmrun(Compat|EarlyAgent|Files|Map|Output|OutputModes|Run|Status|Stdin))\.|^fuzz\.|^c\.c_'
-TSAN_TARGETS=(output_forwarder_test local_agent_test job_runner_test pmix_job_info_test c_launch_test
-  pmd pm_payload)
+TSAN_TARGETS=(output_forwarder_test output_forwarder_pushed_test output_forwarder_prompt_test
+  local_agent_test local_agent_link_test job_runner_test pmix_job_info_test c_launch_test pmd
+  pm_payload)
 TSAN_TESTS='^(OutputForwarder|LocalAgent|JobRunner|JobRunnerSetup|PmixJobInfo|PmixCompletion)\.|^c\.c_launch_test$'
 
 # ctest, whose summary line is kept for the total that closes `./dev.sh test`.
