@@ -1,6 +1,6 @@
 // json_writer writes what nlohmann::json's dump writes, byte for byte: the same documents built
 // both ways (fixed cases and generated ones) must give equal text, compact and indented.
-#include "io/json_writer.hpp"
+#include "text/json_writer.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // (schema: docs/failure-semantics.md, "The report").
 #include "pm/report.hpp"
 
-#include "io/json_writer.hpp"
+#include "text/json_writer.hpp"
 
 namespace pm {
 

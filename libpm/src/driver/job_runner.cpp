@@ -18,7 +18,7 @@
 
 #include "driver/decision_log.hpp"
 #include "driver/host_stream.hpp"
-#include "driver/master_address.hpp"
+#include "transport/host_address.hpp"
 #include "driver/preflight.hpp"
 #include "driver/stdin_pump.hpp"
 #include "env/compose.hpp"
@@ -101,7 +101,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       }
     }
     c.embedder_transport = req.remote_transport != nullptr;
-    c.pick_address = driver::pick_address;
+    c.pick_address = net::pick_address;
     c.rank_states = static_cast<bool>(cb.on_rank_state);
     c.decisions = driver::decision_log_from_environment();
     return c;

@@ -5,7 +5,7 @@
 #include <charconv>
 #include <string>
 
-#include "io/json_writer.hpp"
+#include "text/json_writer.hpp"
 #include "model/printable.hpp"
 #include "pm/env.hpp"
 #include "pm/error.hpp"

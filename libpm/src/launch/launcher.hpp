@@ -60,7 +60,7 @@ struct launch_config {
   /// The remote hosts' agents go through an embedder's transport (job_request::remote_transport):
   /// no tree relay then.
   bool embedder_transport = false;
-  /// The address of a host the job hands out, from its agent's hello (driver::pick_address on
+  /// The address of a host the job hands out, from its agent's hello (net::pick_address on
   /// real hosts: it asks the kernel for a route; the simulator gives a pure one).
   std::function<std::string(const link::hello& agent, const std::vector<std::string>& iface,
                             const std::vector<const link::hello*>& others)>

@@ -1,6 +1,6 @@
 #include "pm/job_map.hpp"
 
-#include "io/json_writer.hpp"
+#include "text/json_writer.hpp"
 
 namespace pm {
 

@@ -19,7 +19,7 @@
 #include <unordered_map>
 
 #include "agent/host_facts.hpp"
-#include "driver/master_address.hpp"
+#include "transport/host_address.hpp"
 #include "link/socket.hpp"
 #include "model/printable.hpp"
 #include "pm/error.hpp"
@@ -183,7 +183,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     std::vector<std::string> out;
     for (const auto& [addr, ifname] : mine) {
       bool ok = opts.iface.empty();
-      for (const auto& f : opts.iface) ok = ok || driver::address_matches(addr, ifname, f);
+      for (const auto& f : opts.iface) ok = ok || net::address_matches(addr, ifname, f);
       if (ok) out.push_back(addr);
     }
     if (out.empty() && !opts.iface.empty()) {
@@ -193,7 +193,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
                                     " for the agents to call back to");
     }
     if (const auto node = ipv4_of(first_node)) {
-      if (const auto src = driver::source_toward(*node)) {
+      if (const auto src = net::source_toward(*node)) {
         const auto it = std::find(out.begin(), out.end(), *src);
         if (it != out.end()) std::rotate(out.begin(), it, it + 1);
       }

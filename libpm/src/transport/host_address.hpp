@@ -8,7 +8,7 @@
 
 #include "link/messages.hpp"
 
-namespace pm::driver {
+namespace pm::net {
 
 /// An agent reports its addresses as "ADDR%IFNAME", the best first (the address the launcher's
 /// ssh reached it on leads). The choice:
@@ -31,4 +31,4 @@ std::optional<std::string> source_toward(const std::string& to);
 bool address_matches(const std::string& address, const std::string& ifname,
                      const std::string& filter);
 
-}  // namespace pm::driver
+}  // namespace pm::net

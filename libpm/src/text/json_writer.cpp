@@ -1,4 +1,4 @@
-#include "io/json_writer.hpp"
+#include "text/json_writer.hpp"
 
 #include <nlohmann/json.hpp>
 #include <string>

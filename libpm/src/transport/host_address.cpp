@@ -1,4 +1,4 @@
-#include "driver/master_address.hpp"
+#include "transport/host_address.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -8,7 +8,7 @@
 #include <charconv>
 #include <optional>
 
-namespace pm::driver {
+namespace pm::net {
 
 namespace {
 
@@ -94,4 +94,4 @@ std::string pick_address(const link::hello& agent, const std::vector<std::string
   return agent.hostname;
 }
 
-}  // namespace pm::driver
+}  // namespace pm::net
