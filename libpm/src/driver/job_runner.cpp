@@ -18,7 +18,6 @@
 
 #include "driver/decision_log.hpp"
 #include "driver/host_stream.hpp"
-#include "transport/host_address.hpp"
 #include "driver/preflight.hpp"
 #include "driver/stdin_pump.hpp"
 #include "env/compose.hpp"
@@ -26,6 +25,7 @@
 #include "launch/launcher.hpp"
 #include "pm/error.hpp"
 #include "pm/launcher.hpp"
+#include "transport/host_address.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/routing.hpp"
 
@@ -132,6 +132,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     for (auto& a : acts) std::visit([this](auto& x) { this->carry_out(x); }, a);
   }
   template <class F>
+  static void feed_from(const std::weak_ptr<impl>& weak, F&& f) {
+    if (auto self = weak.lock()) self->feed(std::forward<F>(f));
+  }
+  template <class F>
   void feed_later(F f) {
     asio::post(io, [weak = weak_from_this(), f = std::move(f)]() mutable {
       if (auto self = weak.lock()) self->feed(std::move(f));
@@ -148,25 +152,19 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     driver::host_stream_hooks k;
     std::weak_ptr<impl> weak = weak_from_this();
     k.received = [weak, h](std::span<const std::uint8_t> bytes) {
-      if (auto self = weak.lock()) {
-        self->feed([&](launch::launcher& m, launch::link_time t, launch::actions& a) {
-          m.received(t, h, bytes, a);
-        });
-      }
+      feed_from(weak, [&](launch::launcher& m, launch::link_time t, launch::actions& a) {
+        m.received(t, h, bytes, a);
+      });
     };
     k.broken = [weak, h](const std::string& why) {
-      if (auto self = weak.lock()) {
-        self->feed([&](launch::launcher& m, launch::link_time t, launch::actions& a) {
-          m.stream_broken(t, h, why, a);
-        });
-      }
+      feed_from(weak, [&](launch::launcher& m, launch::link_time t, launch::actions& a) {
+        m.stream_broken(t, h, why, a);
+      });
     };
     k.tick = [weak, h] {
-      if (auto self = weak.lock()) {
-        self->feed([&](launch::launcher& m, launch::link_time t, launch::actions& a) {
-          m.link_tick(t, h, a);
-        });
-      }
+      feed_from(weak, [&](launch::launcher& m, launch::link_time t, launch::actions& a) {
+        m.link_tick(t, h, a);
+      });
     };
     return k;
   }
@@ -208,11 +206,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     const auto h = x.host;
     stream(h).close();
     router->close(h, [weak = weak_from_this(), h](agent_end end) {
-      if (auto self = weak.lock()) {
-        self->feed([&](launch::launcher& m, launch::link_time t, launch::actions& a) {
-          m.carrier_ended(t, h, end, a);
-        });
-      }
+      feed_from(weak, [&](launch::launcher& m, launch::link_time t, launch::actions& a) {
+        m.carrier_ended(t, h, end, a);
+      });
     });
   }
   void carry_out(launch::link_deadline& x) {
@@ -312,18 +308,14 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       return self && self->machine && self->machine->takes_input(h);
     };
     k.bytes = [weak, h = x.host, r = x.rank](std::span<const std::uint8_t> b) {
-      if (auto self = weak.lock()) {
-        self->feed([&](launch::launcher& m, launch::link_time t, launch::actions& a) {
-          m.stdin_bytes(t, h, r, b, a);
-        });
-      }
+      feed_from(weak, [&](launch::launcher& m, launch::link_time t, launch::actions& a) {
+        m.stdin_bytes(t, h, r, b, a);
+      });
     };
     k.ended = [weak, h = x.host, r = x.rank] {
-      if (auto self = weak.lock()) {
-        self->feed([&](launch::launcher& m, launch::link_time t, launch::actions& a) {
-          m.stdin_ended(t, h, r, a);
-        });
-      }
+      feed_from(weak, [&](launch::launcher& m, launch::link_time t, launch::actions& a) {
+        m.stdin_ended(t, h, r, a);
+      });
     };
     pumps.push_back(
         std::make_unique<driver::stdin_pump>(io, x.host, stdin_source_of(x.rank), std::move(k)));
