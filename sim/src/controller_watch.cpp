@@ -92,7 +92,8 @@ void world::note_event(const event& e) {
 
 // A host is struck by a fault when one hit it or a tree parent that relayed its link.
 bool world::struck(std::uint32_t host) const {
-  for (auto x = host; x != no_host; x = hosts_[x].parent) {
+  for (auto x = host; x != no_host;
+       x = hosts_[x].parent != no_host ? hosts_[x].parent : hosts_[x].plan_parent) {
     const auto& h = hosts_[x];
     if (h.crashed || h.agent_fails || (h.part_from >= 0 && now_ >= h.part_from) || h.lost_call ||
         h.late_call >= 0 || h.call_refused || h.silent || h.ssh_failed)

@@ -22,6 +22,7 @@ bool world::is_child_of(std::uint32_t child, std::uint32_t parent) const {
 }
 
 void world::child_open(std::uint32_t parent, const link::child_open& m) {
+  ++result_.stats.relayed_hosts;
   if (m.host >= hosts_.size() || m.host == parent) {
     correctness("the launcher asked the agent on " + host_name(parent) +
                 " to start an agent for host " + std::to_string(m.host));

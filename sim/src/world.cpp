@@ -1,5 +1,6 @@
 // The run loop of the simulated world and its public entry points (docs/simulator.md). The rest of
 // the world lives in a file per concept: see world_impl.hpp.
+#include "link/launch_plan.hpp"
 #include "world_impl.hpp"
 
 #include <signal.h>
@@ -97,6 +98,16 @@ world::world(const scenario& s, const run_options& o)
     static constexpr char digits[] = "0123456789abcdef";
     for (int i = 0; i < 64; ++i) token_.push_back(digits[rng_.next() & 15]);
     gate_.emplace(token_);
+  }
+  if (s.latency.fanout != 0 && !s.connect_back) {
+    // The tree over the job's hosts in node order (the launcher machine's plan_tree): a host
+    // whose relaying parent was struck is lost with it, even if it was never started.
+    const link::launch_plan_options shape{link::launch_shape::tree, s.latency.fanout};
+    for (std::uint32_t node = 0; node < map_.num_nodes(); ++node) {
+      const auto step = link::plan_step(node, shape);
+      if (step.parent == link::by_launcher) continue;
+      hosts_[map_.host_of_node(node)].plan_parent = map_.host_of_node(step.parent);
+    }
   }
   for (const auto& f : s.faults) plan(f);
   link::append_message(heartbeat_frame_, link::heartbeat{});

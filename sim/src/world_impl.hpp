@@ -95,6 +95,7 @@ struct host_rec {
   virtual_stream up;                        // agent -> starter
   std::vector<std::uint32_t> children;      // relay: the carriers this agent runs (child_open)
   std::uint32_t parent = no_host;           // the agent that started it; no_host: the launcher
+  std::uint32_t plan_parent = no_host;      // the agent the launch plan has start it
   std::uint32_t starts = 0;                 // agent starts asked for (retries start another)
   carrier ssh = carrier::none;
   bool slot_held = false;    // holds one of the launcher's set-up slots (ssh's cap)

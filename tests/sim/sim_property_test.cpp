@@ -54,6 +54,9 @@ scenario gen_cluster() {
   }
   s.mapping.by = *rc::gen::element(pm::map_by::slot, pm::map_by::node);
   s.seed = *rc::gen::arbitrary<std::uint64_t>();
+  // The tree launch now and then: with fan-out 1 or 2 most of up to 8 hosts are relayed by
+  // another host's agent (the launcher machine's tree_relay), some two levels deep.
+  s.latency.fanout = *rc::gen::weightedElement<std::uint32_t>({{2, 32}, {1, 1}, {1, 2}, {1, 0}});
   s.latency.run_time = 2s;  // short runs keep the property fast
   s.latency.run_jitter = 500ms;
   return s;
@@ -104,6 +107,7 @@ std::vector<fault> gen_faults(const scenario& s, const gen_options& o) {
     kinds.push_back(fault_kind::partition);
     kinds.push_back(fault_kind::agent_failure);
     kinds.push_back(fault_kind::silent_host);
+    kinds.push_back(fault_kind::ssh_failure);  // ssh's 255 before the hello: retried
   }
   if (o.launcher_signals) kinds.push_back(fault_kind::launcher_signal);
   const auto count = *rc::gen::inRange(0, 4);
@@ -112,7 +116,8 @@ std::vector<fault> gen_faults(const scenario& s, const gen_options& o) {
     fault f;
     f.kind = *rc::gen::elementOf(kinds);
     const bool on_host = f.kind == fault_kind::host_crash || f.kind == fault_kind::partition ||
-                         f.kind == fault_kind::agent_failure || f.kind == fault_kind::silent_host;
+                         f.kind == fault_kind::agent_failure || f.kind == fault_kind::silent_host ||
+                         f.kind == fault_kind::ssh_failure;
     f.target = *rc::gen::inRange<std::uint32_t>(0, on_host ? hosts : ranks);
     if (f.kind == fault_kind::host_crash)
       f.at = std::chrono::milliseconds(*rc::gen::inRange(0, 4000));
@@ -171,6 +176,8 @@ void classify(const pm::sim::run_result& r) {
   classify_as(f[static_cast<int>(fault_kind::agent_failure)] > 0, "agent failure");
   classify_as(f[static_cast<int>(fault_kind::silent_host)] > 0, "silent host");
   classify_as(f[static_cast<int>(fault_kind::launcher_signal)] > 0, "launcher signal");
+  classify_as(f[static_cast<int>(fault_kind::ssh_failure)] > 0, "ssh retried");
+  classify_as(r.stats.relayed_hosts > 0, "tree relay");
   classify_as(r.report.cause == pm::cause_kind::signal, "ended by a launcher signal");
   classify_as(r.stats.sigkills > 0, "sigkill");
   classify_as(r.report.cause == pm::cause_kind::timeout, "timeout");
@@ -490,7 +497,8 @@ TEST(SimProperty, GeneratedCasesExerciseEveryFaultKind) {
   const std::vector<std::string> kinds{
       "crash",         "partition",   "partition healed",   "spawn failure",
       "agent failure", "silent host", "launcher signal",    "ended by a launcher signal",
-      "sigkill",       "timeout",     "timer after cancel", "both stream/exit orders"};
+      "sigkill",       "timeout",     "timer after cancel", "both stream/exit orders",
+      "ssh retried",   "tree relay"};
   const auto all_seen = [&] {
     return std::all_of(kinds.begin(), kinds.end(),
                        [](const std::string& k) { return coverage()[k] > 0; });

@@ -87,6 +87,7 @@ struct run_stats {
   std::uint32_t spawns_withdrawn = 0;  ///< ranks the launcher never started: the job was ending
   std::uint64_t link_bytes = 0;        ///< bytes the agent links carried, both ways
   std::uint64_t link_ticks = 0;        ///< timer events of the link endpoints (heartbeats, silence)
+  std::uint32_t relayed_hosts = 0;     ///< child_open: agents started by another host's agent
 
   // Connect-back (scenario::connect_back):
   std::uint32_t calls = 0;            ///< calls the launcher judged (duplicates included)
