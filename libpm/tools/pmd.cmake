@@ -7,8 +7,7 @@ add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp ${CMAKE_CURRENT_LIST_D
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_streams.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/launcher_link.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/own_process.cpp
-                   ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_processes.cpp
-                   ${CMAKE_CURRENT_LIST_DIR}/pmd/local_files.cpp)
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_processes.cpp)
 target_link_libraries(pmd PRIVATE libpm::libpm)
 target_include_directories(pmd PRIVATE ${PROJECT_SOURCE_DIR}/libpm/src)
 pm_target_warnings(pmd)

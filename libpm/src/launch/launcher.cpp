@@ -270,7 +270,7 @@ void launcher::impl::own_timer_fired(const own_timer& t) {
       return;
     case timer_kind::relay_close:
       tree_child[t.host].close_timer = 0;
-      relay_end(t.host, {}, false);
+      relay_end(t.host, {});
       return;
   }
 }

@@ -197,7 +197,7 @@ struct launcher::impl {
   void relay_start_ready(std::uint32_t parent);
   void relay_start(std::uint32_t h);
   void relay_release_slot(relayed& c);
-  void relay_end(std::uint32_t h, agent_end how, bool link_reads_rest);
+  void relay_end(std::uint32_t h, agent_end how);
   void relay_close(std::uint32_t h);
   void relay_established(std::uint32_t h);
   void relay_parent_greeted(std::uint32_t parent);

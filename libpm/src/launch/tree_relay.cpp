@@ -51,11 +51,9 @@ void launcher::impl::relay_open(std::uint32_t h) {
   c.stage = relay_stage::queued;
   auto& p = relay_parents[parent];
   if (p.down) {
-    relay_end(h,
-              agent_end{"host " + host_info(parent).name +
-                            ", whose agent was to start this one, was lost",
-                        false},
-              false);
+    relay_end(h, agent_end{"host " + host_info(parent).name +
+                               ", whose agent was to start this one, was lost",
+                           false});
     return;
   }
   p.queue.push_back(h);
@@ -109,11 +107,10 @@ void launcher::impl::relay_release_slot(relayed& c) {
   relay_start_ready(c.parent);
 }
 
-// The host's stream is over (`how`). `link_reads_rest`: the parent said so (child_closed, after
-// every child_data of it); otherwise the stream is cut here. Either way its endpoint sees the
-// end, and its carrier is then over with `how`.
-void launcher::impl::relay_end(std::uint32_t h, agent_end how, bool link_reads_rest) {
-  (void)link_reads_rest;  // every child_data before child_closed was fed already, in order
+// The host's stream is over (`how`): its parent said so (child_closed comes after every child_data
+// of it, all fed already), or it is cut here. Its endpoint sees the end, and its carrier is then
+// over with `how`.
+void launcher::impl::relay_end(std::uint32_t h, agent_end how) {
   auto& c = tree_child[h];
   if (c.stage == relay_stage::ended || c.stage == relay_stage::none) return;
   const bool was_queued = c.stage == relay_stage::queued;
@@ -148,7 +145,7 @@ void launcher::impl::relay_close(std::uint32_t h) {
     return;
   }
   if (c.stage == relay_stage::queued) {
-    relay_end(h, agent_end{hosts[h].down_reason, false}, false);  // the link's reason is the line
+    relay_end(h, agent_end{hosts[h].down_reason, false});  // the link's reason is the line
     return;
   }
   send_to(c.parent, link::child_close{h});
@@ -180,7 +177,7 @@ void launcher::impl::relay_parent_down(std::uint32_t parent) {
                       false};
   for (const auto h : tree_children[parent]) {
     const auto stage = tree_child[h].stage;  // h is relayed: planned so
-    if (stage == relay_stage::queued || stage == relay_stage::running) relay_end(h, how, false);
+    if (stage == relay_stage::queued || stage == relay_stage::running) relay_end(h, how);
   }
 }
 
@@ -200,10 +197,8 @@ void launcher::impl::relay_from_parent(std::uint32_t parent, link::message& m) {
     auto* c = relay_of(x->host);
     if (c == nullptr || c->parent != parent) return;
     const auto target = target_for(x->host);
-    relay_end(x->host,
-              relayed_ssh_end(*x, host_info(x->host), target.agent_argv.front(),
-                              host_info(parent).name, c->established),
-              true);
+    relay_end(x->host, relayed_ssh_end(*x, host_info(x->host), target.agent_argv.front(),
+                                       host_info(parent).name, c->established));
   }
 }
 

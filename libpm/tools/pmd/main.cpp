@@ -45,12 +45,12 @@
 #include "launcher_link.hpp"
 #include "link/endpoint.hpp"
 #include "link/socket.hpp"
-#include "local_files.hpp"
 #include "own_process.hpp"
 #include "pm/error.hpp"
 #include "pmix_gateway.hpp"
 #include "rank_processes.hpp"
 #include "rank_streams.hpp"
+#include "sys/local_files.hpp"
 #include "sys/spawner.hpp"
 #include "timer_queue.hpp"
 
@@ -79,7 +79,7 @@ class driver {
 
  private:
   static ag::options with_files(ag::options o) {
-    static const pmd::local_files files;
+    static const pm::sys::local_files files;
     o.files = &files;
     return o;
   }

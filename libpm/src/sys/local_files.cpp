@@ -1,4 +1,4 @@
-#include "local_files.hpp"
+#include "sys/local_files.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -6,10 +6,10 @@
 #include <cerrno>
 #include <cstring>
 
-namespace pmd {
+namespace pm::sys {
 
-pm::agent::file_facts local_files::look(const std::string& path) const {
-  using kind = pm::agent::file_facts::kind;
+file_facts local_files::look(const std::string& path) const {
+  using kind = file_facts::kind;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return {kind::missing, errno};
   if (S_ISDIR(st.st_mode)) return {kind::directory, 0};
@@ -25,4 +25,4 @@ std::string local_files::working_directory() const {
   return here;
 }
 
-}  // namespace pmd
+}  // namespace pm::sys
