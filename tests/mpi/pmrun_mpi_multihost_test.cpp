@@ -31,11 +31,6 @@ using pm::test::run_command;
 
 const std::string mpi_dir = PM_MPI_DIR;
 
-#define NEED_HOSTS()                                                                   \
-  if (!multihost_fixture::available()) {                                               \
-    GTEST_SKIP() << "no fake hosts here: " << multihost_fixture::unavailable_reason(); \
-  }
-
 // Crashes node3 `settle` after node1 and node3 each run 3 processes of the job (their ranks have
 // started), or after 30 s at the latest; the caller joins the thread.
 std::thread crash_node3_once_running(multihost_fixture& f, std::chrono::milliseconds settle) {

@@ -48,11 +48,6 @@ using pm::test::left_on_hosts;
 using pm::test::multihost_fixture;
 using pm::test::run_command;
 
-#define NEED_HOSTS()                                                                   \
-  if (!multihost_fixture::available()) {                                               \
-    GTEST_SKIP() << "no fake hosts here: " << multihost_fixture::unavailable_reason(); \
-  }
-
 // One world's decisions: each host's sequence ("0", "1", ...) and the job's ("*").
 using decisions = std::map<std::string, std::vector<std::string>>;
 

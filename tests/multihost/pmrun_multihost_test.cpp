@@ -25,11 +25,6 @@ using pm::test::left_on_hosts;
 using pm::test::multihost_fixture;
 using pm::test::run_command;
 
-#define NEED_HOSTS()                                                                   \
-  if (!multihost_fixture::available()) {                                               \
-    GTEST_SKIP() << "no fake hosts here: " << multihost_fixture::unavailable_reason(); \
-  }
-
 std::vector<std::string> pmrun(const multihost_fixture& f, std::vector<std::string> args) {
   std::vector<std::string> argv = {pm::test::pmrun_path(), "--allow-run-as-root", "-mca",
                                    "plm_rsh_agent", "ssh -F " + f.ssh_config()};

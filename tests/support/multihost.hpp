@@ -315,3 +315,9 @@ inline std::map<int, std::string> lines_by_rank(const std::string& out) {
 }
 
 }  // namespace pm::test
+
+/// In a test body: skip (and say why) where fake hosts cannot be made (no root, no sshd).
+#define NEED_HOSTS()                                                                             \
+  if (!pm::test::multihost_fixture::available()) {                                               \
+    GTEST_SKIP() << "no fake hosts here: " << pm::test::multihost_fixture::unavailable_reason(); \
+  }
