@@ -78,7 +78,7 @@ void world::flush_agent(std::uint32_t host, host_rec& h, std::int64_t from, bool
   h.agent_end->shrink();
 }
 
-// True when the bytes hold nothing but heartbeats, also relayed ones (child_data of heartbeats).
+// True when the bytes hold nothing but heartbeats, also relayed ones (relay frames of heartbeats).
 bool world::quiet(std::span<const std::uint8_t> bytes) const {
   const auto& hb = heartbeat_frame_;
   while (!bytes.empty()) {
@@ -86,21 +86,13 @@ bool world::quiet(std::span<const std::uint8_t> bytes) const {
       bytes = bytes.subspan(hb.size());
       continue;
     }
-    if (bytes.size() < link::frame_header_bytes + 1) return false;
+    if (bytes.size() < link::frame_header_bytes + 5) return false;
     const std::size_t len = (std::size_t{bytes[0]} << 24) | (std::size_t{bytes[1]} << 16) |
                             (std::size_t{bytes[2]} << 8) | std::size_t{bytes[3]};
-    if (len < 1 || bytes.size() < link::frame_header_bytes + len ||
-        bytes[link::frame_header_bytes] != static_cast<std::uint8_t>(link::frame_kind::control))
+    if (len < 6 || bytes.size() < link::frame_header_bytes + len ||
+        bytes[link::frame_header_bytes] != static_cast<std::uint8_t>(link::frame_kind::relay) ||
+        !quiet(bytes.subspan(link::frame_header_bytes + 5, len - 5)))
       return false;
-    try {
-      const auto e = link::decode(bytes.subspan(link::frame_header_bytes + 1, len - 1));
-      const auto* d = std::get_if<link::child_data>(&e.msg);
-      if (d == nullptr ||
-          !quiet({reinterpret_cast<const std::uint8_t*>(d->bytes.data()), d->bytes.size()}))
-        return false;
-    } catch (const std::exception&) {
-      return false;
-    }
     bytes = bytes.subspan(link::frame_header_bytes + len);
   }
   return true;

@@ -47,7 +47,13 @@ class virtual_stream {
       head_ += sizeof p + p.size;
       f(p, b);
     }
-    if (head_ == size()) drop();
+    if (head_ == size()) {
+      drop();
+    } else if (!heap_.empty() && head_ >= 4096 && head_ * 2 >= heap_.size()) {
+      // A stream that never runs empty (a relaying parent's) keeps only what is on its way.
+      heap_.erase(heap_.begin(), heap_.begin() + head_);
+      head_ = 0;
+    }
   }
   /// Forgets what is still on its way (its receiver is gone).
   void drop() {

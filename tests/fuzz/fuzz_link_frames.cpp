@@ -30,9 +30,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       decoder.feed(piece);
       received += piece.size();
       while (const auto f = decoder.next()) {
-        const std::size_t overhead = f->kind == link::frame_kind::output  ? 10
-                                     : f->kind == link::frame_kind::input ? 9
-                                                                          : 5;
+        const std::size_t overhead =
+            f->kind == link::frame_kind::output                                        ? 10
+            : f->kind == link::frame_kind::input || f->kind == link::frame_kind::relay ? 9
+                                                                                       : 5;
         framed += overhead + f->payload.size();
         check(!f->payload.empty(), "a frame with an empty payload");
         check(f->payload.size() <= limit, "a frame larger than the limit");

@@ -294,6 +294,39 @@ TEST(LinkEndpoint, LargeOutputIsSplitIntoFrames) {
   EXPECT_EQ(out[2].bytes.size(), 10u);
 }
 
+// child_data is a relay frame: the launcher gets a view of the bytes (it feeds them to the
+// relayed host's endpoint in place), the agent a child_data message (it writes it to a pipe);
+// before the hello it ends the link like any data.
+TEST(LinkEndpoint, RelayedBytesAreAViewAtTheLauncherAndAMessageAtTheAgent) {
+  pair_of_ends p;
+  p.start();
+  p.deliver();
+  p.agent.send(child_data{3, "up"});
+  p.agent.send_relay(4, bytes{'u', 'p', '2'});
+  const bytes up(p.agent.output().begin(), p.agent.output().end());
+  p.launcher.received(p.now, up, p.at_launcher);
+  const auto in = all<relay_in>(p.at_launcher);
+  ASSERT_EQ(in.size(), 2u);
+  EXPECT_EQ(in[0].host, 3u);
+  EXPECT_EQ(std::string(in[0].bytes.begin(), in[0].bytes.end()), "up");
+  EXPECT_EQ(in[1].host, 4u);
+  EXPECT_EQ(std::string(in[1].bytes.begin(), in[1].bytes.end()), "up2");
+  p.launcher.send_relay(5, bytes{'d', 'n'});
+  p.deliver();
+  const auto msgs = all<message_in>(p.at_agent);
+  ASSERT_EQ(msgs.size(), 1u);
+  EXPECT_EQ(msgs[0].msg, message(child_data{5, "dn"}));
+  EXPECT_TRUE(down_reason(p.at_launcher).empty());
+
+  endpoint early(opts(role::launcher));
+  std::vector<link_event> ev;
+  early.start(p.now, hello{});
+  bytes noise(magic.begin(), magic.end());
+  append_relay_frames(noise, 1, bytes{'x'});
+  early.received(p.now, noise, ev);
+  EXPECT_EQ(down_reason(ev), "data from the agent before its hello");
+}
+
 TEST(LinkEndpoint, AnAckForMoreThanWasSentIsRefused) {
   pair_of_ends p;
   p.start();

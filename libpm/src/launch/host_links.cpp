@@ -165,6 +165,8 @@ void launcher::impl::handle_link(std::uint32_t h, std::vector<link::link_event>&
       on_message(h, m->msg, m->fds);
     } else if (auto* o = std::get_if<link::output_in>(&e)) {
       on_output(h, o->rank, o->stream, o->bytes);
+    } else if (auto* r = std::get_if<link::relay_in>(&e)) {
+      relay_from_parent(h, r->host, r->bytes);
     } else if (std::holds_alternative<link::credit_granted>(e)) {
       out->push_back(input_ready{h});
     } else if (auto* d = std::get_if<link::link_down>(&e)) {

@@ -65,6 +65,28 @@ struct launcher::impl {
   std::vector<host_state> hosts;  // by allocation index
   std::vector<std::uint32_t> touched;
 
+  // Link events of the input being handled, a buffer per nesting level (a relayed host's events
+  // are handled inside its parent's): reused, so that a message costs no allocation here. A deque,
+  // so that a deeper level does not move the buffers of the levels above it.
+  std::deque<std::vector<link::link_event>> event_buffers;
+  std::size_t event_depth = 0;
+  struct events_lease {
+    impl& m;
+    std::vector<link::link_event>& events;
+    explicit events_lease(impl& i)
+        : m(i),
+          events(i.event_depth < i.event_buffers.size() ? i.event_buffers[i.event_depth]
+                                                        : i.event_buffers.emplace_back()) {
+      ++m.event_depth;
+    }
+    ~events_lease() {
+      events.clear();
+      --m.event_depth;
+    }
+    events_lease(const events_lease&) = delete;
+    events_lease& operator=(const events_lease&) = delete;
+  };
+
   // The controller's events, and what the Asio launcher used to post: both run after the
   // current step, in order, never nested (the contract for drivers, kept inside).
   std::deque<event> queue;
@@ -203,6 +225,8 @@ struct launcher::impl {
   void relay_parent_greeted(std::uint32_t parent);
   void relay_parent_down(std::uint32_t parent);
   void relay_from_parent(std::uint32_t parent, link::message& m);
+  void relay_from_parent(std::uint32_t parent, std::uint32_t host,
+                         std::span<const std::uint8_t> bytes);
   void relay_output(std::uint32_t h);
 
   // ---- spawn_requests.cpp ----

@@ -181,18 +181,25 @@ void launcher::impl::relay_parent_down(std::uint32_t parent) {
   }
 }
 
+// Bytes of `host`'s link that its parent relayed: fed to its endpoint where they lie (a relay
+// frame's payload, inside its parent's, ...), so a host deep in the tree costs no copy per level.
+void launcher::impl::relay_from_parent(std::uint32_t parent, std::uint32_t host,
+                                       std::span<const std::uint8_t> bytes) {
+  const auto* c = relay_of(host);
+  if (c == nullptr || c->parent != parent || c->stage != relay_stage::running) return;
+  auto& hs = hosts[host];
+  if (!hs.ep || hs.down) return;
+  events_lease lease(*this);
+  hs.ep->received(now, bytes, lease.events);
+  touch(host);
+  handle_link(host, lease.events);
+  if (cfg.shrink_idle_links && hs.ep) hs.ep->shrink();
+}
+
 void launcher::impl::relay_from_parent(std::uint32_t parent, link::message& m) {
   if (auto* d = std::get_if<link::child_data>(&m)) {
-    const auto* c = relay_of(d->host);
-    if (c == nullptr || c->parent != parent || c->stage != relay_stage::running) return;
-    auto& hs = hosts[d->host];
-    if (!hs.ep || hs.down) return;
-    std::vector<link::link_event> events;
-    hs.ep->received(now, {reinterpret_cast<const std::uint8_t*>(d->bytes.data()), d->bytes.size()},
-                    events);
-    touch(d->host);
-    handle_link(d->host, events);
-    if (cfg.shrink_idle_links && hs.ep) hs.ep->shrink();
+    relay_from_parent(parent, d->host,
+                      {reinterpret_cast<const std::uint8_t*>(d->bytes.data()), d->bytes.size()});
   } else if (auto* x = std::get_if<link::child_closed>(&m)) {
     auto* c = relay_of(x->host);
     if (c == nullptr || c->parent != parent) return;
@@ -209,8 +216,10 @@ void launcher::impl::relay_output(std::uint32_t h) {
   if (c.stage != relay_stage::running || !link_usable(c.parent)) return;
   auto bytes = hs.ep->output();
   if (bytes.empty()) return;
-  send_to(c.parent, link::child_data{
-                        h, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size())});
+  auto& p = hosts[c.parent];
+  if (p.closed) return;
+  p.ep->send_relay(h, bytes);  // child_data, from one buffer into the other
+  touch(c.parent);
   hs.ep->consume_output(bytes.size());
   if (cfg.shrink_idle_links) hs.ep->shrink();
 }

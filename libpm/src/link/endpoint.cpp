@@ -50,6 +50,11 @@ std::uint64_t endpoint::send(const message& m, std::uint32_t fds) {
   return offset;
 }
 
+void endpoint::send_relay(std::uint32_t host, std::span<const std::uint8_t> bytes) {
+  if (down_) return;
+  append_relay_frames(out_, host, bytes);
+}
+
 std::uint64_t endpoint::credit() const noexcept {
   const std::uint64_t in_flight = sent_data_ - acked_data_;
   return in_flight >= opts_.send_window ? 0 : opts_.send_window - in_flight;
@@ -243,6 +248,18 @@ void endpoint::handle(link_time now, const frame& f, std::vector<link_event>& ou
   }
   if (!greeted_) {
     fail(out, std::string("data from the ") + peer_name() + " before its hello");
+    return;
+  }
+  if (f.kind == frame_kind::relay) {
+    // Either side relays (child_data), like the message it stands for.
+    if (opts_.self == role::launcher) {
+      out.push_back(relay_in{f.rank, f.payload});
+    } else {
+      out.push_back(
+          message_in{child_data{f.rank, std::string(reinterpret_cast<const char*>(f.payload.data()),
+                                                    f.payload.size())},
+                     0});
+    }
     return;
   }
   if (f.kind == frame_kind::output) {

@@ -79,14 +79,21 @@ struct input_in {
   std::uint32_t rank;
   std::span<const std::uint8_t> bytes;
 };
+/// Bytes of `host`'s link relayed by this link's agent (a relay frame; launcher side: the agent
+/// side gets them as a child_data message). Valid as output_in's: the launcher feeds them to that
+/// host's endpoint in place, however deep the tree nests them.
+struct relay_in {
+  std::uint32_t host;
+  std::span<const std::uint8_t> bytes;
+};
 /// An acknowledgement gave this side credit to send data again (after credit() was exhausted).
 struct credit_granted {};
 /// The link is over: closed, broken, garbage, silence, a wrong peer. One line, no prefix.
 struct link_down {
   std::string reason;
 };
-using link_event =
-    std::variant<peer_greeted, message_in, output_in, input_in, credit_granted, link_down>;
+using link_event = std::variant<peer_greeted, message_in, output_in, input_in, relay_in,
+                                credit_granted, link_down>;
 
 class endpoint {
  public:
@@ -115,6 +122,8 @@ class endpoint {
   /// Queues a control message. Returns the stream offset of the frame's first byte (where its
   /// descriptors must be attached, socket.hpp). Nothing is queued after the link went down.
   std::uint64_t send(const message& m, std::uint32_t fds = 0);
+  /// Queues bytes of `host`'s link to relay (child_data, without a copy into a message first).
+  void send_relay(std::uint32_t host, std::span<const std::uint8_t> bytes);
   /// Queues output (agent) or input (launcher) bytes. At most credit() bytes, split into frames
   /// here. Throws pm::error(internal) if asked for more than the credit.
   void send_output(std::uint32_t rank, output_stream stream, std::span<const std::uint8_t> bytes);

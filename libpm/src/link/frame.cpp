@@ -1,5 +1,7 @@
 #include "link/frame.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "pm/error.hpp"
@@ -71,6 +73,22 @@ void append_input_frame(std::vector<std::uint8_t>& out, std::uint32_t rank,
   out.push_back(static_cast<std::uint8_t>(frame_kind::input));
   put_u32(out, rank);
   out.insert(out.end(), bytes.begin(), bytes.end());
+}
+
+void append_relay_frames(std::vector<std::uint8_t>& out, std::uint32_t host,
+                         std::span<const std::uint8_t> bytes) {
+  while (!bytes.empty()) {
+    const auto n = std::min(bytes.size(), max_data_bytes);
+    const std::size_t at = out.size();
+    out.resize(at + frame_header_bytes + 5 + n);
+    auto* p = out.data() + at;
+    const auto len = static_cast<std::uint32_t>(n + 5);
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(len >> (24 - 8 * i));
+    p[4] = static_cast<std::uint8_t>(frame_kind::relay);
+    for (int i = 0; i < 4; ++i) p[5 + i] = static_cast<std::uint8_t>(host >> (24 - 8 * i));
+    std::memcpy(p + 9, bytes.data(), n);
+    bytes = bytes.subspan(n);
+  }
 }
 
 void frame_decoder::feed(std::span<const std::uint8_t> bytes) {
@@ -149,6 +167,12 @@ std::optional<frame> frame_decoder::take(const std::uint8_t* p, std::size_t avai
     case static_cast<std::uint8_t>(frame_kind::input):
       if (n < 6) fail("input frame of " + std::to_string(n) + " bytes carries no input");
       f.kind = frame_kind::input;
+      f.rank = get_u32(body + 1);
+      f.payload = {body + 5, n - 5};
+      return f;
+    case static_cast<std::uint8_t>(frame_kind::relay):
+      if (n < 6) fail("relay frame of " + std::to_string(n) + " bytes carries no bytes");
+      f.kind = frame_kind::relay;
       f.rank = get_u32(body + 1);
       f.payload = {body + 5, n - 5};
       return f;

@@ -2,9 +2,13 @@
 // a 4-byte big-endian body length, then the body. The body's first byte says what it carries:
 //   control  a MessagePack map (messages.hpp): hello, spawn, exited, heartbeat, ...
 //   output   a rank's output bytes: rank (4 bytes, big-endian), stream (1: stdout, 2: stderr),
-//   bytes input    stdin bytes for a rank: rank (4 bytes, big-endian), bytes
-// Output and input travel raw so that a rank's bytes are never put into a document model: the
-// hot path copies them once into the frame and hands the receiver a span of its buffer.
+//            bytes
+//   input    stdin bytes for a rank: rank (4 bytes, big-endian), bytes
+//   relay    bytes of another host's link, relayed by a tree parent's agent (the child_data
+//            message): host (4 bytes, big-endian), bytes
+// Output, input and relayed bytes travel raw so that they are never put into a document model:
+// the hot path copies them once into the frame and hands the receiver a span of its buffer (a
+// relayed host's link, nested a level per tree hop, is unwrapped in place by the launcher).
 //
 // The decoder is pure (feed bytes, take frames out), so it is unit-tested and fuzzed without
 // sockets. Every malformed input is a pm::error with one line ("agent link: ..."), never a crash:
@@ -34,12 +38,12 @@ inline constexpr std::size_t max_frame_bytes = std::size_t{64} << 20;
 /// The largest output or input payload one frame carries (a pipe read of this size is one frame).
 inline constexpr std::size_t max_data_bytes = std::size_t{256} << 10;
 
-enum class frame_kind : std::uint8_t { control = 1, output = 2, input = 3 };
+enum class frame_kind : std::uint8_t { control = 1, output = 2, input = 3, relay = 4 };
 
 /// A decoded frame. `payload` points into the decoder's buffer: valid until the next feed().
 struct frame {
   frame_kind kind = frame_kind::control;
-  std::uint32_t rank = 0;                     ///< output and input frames
+  std::uint32_t rank = 0;                     ///< output and input frames; relay: the host
   output_stream stream = output_stream::out;  ///< output frames
   std::span<const std::uint8_t> payload;      ///< control: the MessagePack body; data: the bytes
 };
@@ -54,6 +58,10 @@ void append_output_frame(std::vector<std::uint8_t>& out, std::uint32_t rank, out
 void append_input_frame(std::vector<std::uint8_t>& out, std::uint32_t rank,
                         std::span<const std::uint8_t> bytes);
 
+/// Appends relay frames carrying `bytes` of `host`'s link (as many as max_data_bytes needs;
+/// none for no bytes).
+void append_relay_frames(std::vector<std::uint8_t>& out, std::uint32_t host,
+                         std::span<const std::uint8_t> bytes);
 /// Splits a byte stream (after the magic) into frames. Not thread-safe; one per connection.
 class frame_decoder {
  public:

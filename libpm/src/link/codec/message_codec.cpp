@@ -179,6 +179,12 @@ std::vector<std::uint8_t> encode(const message& m, std::uint32_t fds) {
 
 void append_message(std::vector<std::uint8_t>& out, const message& m, std::uint32_t fds) {
   check_fds(type_name(m), fds, max_fds[m.index()]);
+  if (const auto* d = std::get_if<child_data>(&m)) {
+    // Relayed bytes travel raw (frame.hpp): one copy into the frame, none out of it.
+    append_relay_frames(out, d->host,
+                        {reinterpret_cast<const std::uint8_t*>(d->bytes.data()), d->bytes.size()});
+    return;
+  }
   // Framed in place: a header and the kind first, the body written behind them, then the length
   // patched in (append_control_frame's limits apply).
   const std::size_t at = out.size();

@@ -16,8 +16,9 @@ namespace pm::link {
 // (child_open, child_data, child_close, child_closed); 6: PMIx tools (pmix_server,
 // proc_table_request, proc_table_reply) and events (notify); 7: spawned jobs (job_add,
 // pmix_spawn, pmix_spawn_reply) and the launcher's data store (pmix_publish, pmix_lookup,
-// pmix_unpublish, pmix_data_reply)
-inline constexpr std::uint32_t protocol_version = 7;
+// pmix_unpublish, pmix_data_reply); 8: child_data travels as a relay frame (frame.hpp), no
+// longer as a MessagePack message
+inline constexpr std::uint32_t protocol_version = 8;
 
 /// First message each way, right after the magic. The nonce is the job's: the launcher hands it
 /// to the agent when it starts it (its command line), and each side refuses a hello with another

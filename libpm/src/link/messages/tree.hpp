@@ -26,7 +26,10 @@ struct child_open {
 };
 /// Both ways: bytes of the byte stream between the launcher and the agent of `host` (a link of
 /// its own, relayed unread: launcher -> agent goes to the child's stdin, agent -> launcher came
-/// from its stdout).
+/// from its stdout). On the wire it is a relay frame (frame.hpp: the host and the raw bytes, no
+/// MessagePack): append_message() writes one for it, and the agent's endpoint hands it back as
+/// this message; the launcher's endpoint hands it out as a view (relay_in, endpoint.hpp). The
+/// MessagePack form below is its declaration (name, sender) and is still read if it comes.
 struct child_data {
   std::uint32_t host = 0;
   std::string bytes;  ///< raw bytes
