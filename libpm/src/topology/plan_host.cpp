@@ -116,6 +116,11 @@ bool is_object(object k) {
   return k != object::slot && k != object::node;
 }
 
+std::string objects_named(std::uint32_t n, object k) {
+  const std::string one = k == object::numa ? "NUMA node" : std::string(to_string(k));
+  return std::to_string(n) + " " + one + (n == 1 ? "" : "s");
+}
+
 /// The GPUs ranks may be given: those of the vendor the host has most of (a stray display GPU of
 /// another vendor is never mixed in), ordered NUMA node by NUMA node.
 std::vector<std::uint32_t> candidate_gpus(const host_topology& t) {
@@ -265,12 +270,10 @@ host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t
     }
     const auto objs = static_cast<std::uint32_t>(used.size());
     if (map.ppr > 0 && std::uint64_t{n} > std::uint64_t{map.ppr} * objs) {
-      refuse(host, "has " +
-                       plural(objs, std::string(to_string(map.by)).c_str(),
-                              (std::string(to_string(map.by)) + "s").c_str()) +
-                       "; ppr:" + std::to_string(map.ppr) + ":" + std::string(to_string(map.by)) +
-                       " places at most " + std::to_string(map.ppr * objs) + " ranks there, " +
-                       std::to_string(n) + " mapped");
+      refuse(host, "has " + objects_named(objs, map.by) + "; ppr:" + std::to_string(map.ppr) + ":" +
+                       std::string(to_string(map.by)) + " places at most " +
+                       std::to_string(map.ppr * objs) + " ranks there, " + std::to_string(n) +
+                       " mapped");
     }
     for (std::uint32_t i = 0; i < n; ++i) {
       const std::uint32_t o = used[map.ppr > 0 ? i / map.ppr : i % objs];
