@@ -124,11 +124,13 @@ std::string objects_named(std::uint32_t n, object k) {
 /// The GPUs ranks may be given: those of the vendor the host has most of (a stray display GPU of
 /// another vendor is never mixed in), ordered NUMA node by NUMA node.
 std::vector<std::uint32_t> candidate_gpus(const host_topology& t) {
+  std::uint32_t count[4] = {0, 0, 0, 0};
+  for (const gpu& g : t.gpus) ++count[static_cast<int>(g.vendor) & 3];
   gpu_vendor best = gpu_vendor::other;
   std::uint32_t most = 0;
   for (auto v : {gpu_vendor::nvidia, gpu_vendor::amd, gpu_vendor::intel}) {
-    if (t.gpus_of(v) > most) {
-      most = t.gpus_of(v);
+    if (count[static_cast<int>(v)] > most) {
+      most = count[static_cast<int>(v)];
       best = v;
     }
   }
@@ -195,8 +197,11 @@ host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t
   std::vector<std::uint32_t> first, list;
   const auto require = [&](object k, const char* option) {
     if (!is_object(k)) return;
-    u.group(k, first, list);
-    if (list.empty()) refuse(host, "has no " + std::string(to_string(k)) + " (" + option + ")");
+    bool any = false;
+    for (std::uint32_t unit = 0; unit < unit_count && !any; ++unit) {
+      any = u.object_of(unit, k) != none;
+    }
+    if (!any) refuse(host, "has no " + std::string(to_string(k)) + " (" + option + ")");
   };
   require(map.by, "--map-by");
   if (bind) require(*bind, "--bind-to");
@@ -229,7 +234,7 @@ host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t
     for (std::uint32_t k = 0; k < pe; ++k) {
       std::uint32_t best = none;
       for (std::uint32_t c : candidates) {
-        if (std::find(out, out + k, c) != out + k) continue;
+        if (k > 0 && std::find(out, out + k, c) != out + k) continue;
         if (best == none || load[c] < load[best] ||
             (load[c] == load[best] && tier(c) < tier(best))) {
           best = c;
@@ -244,16 +249,24 @@ host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t
     std::vector<std::uint32_t> all(unit_count);
     std::iota(all.begin(), all.end(), 0u);
     slot_gpus.resize(n);
+    std::vector<int> tiers(unit_count);
+    std::uint32_t tiers_numa = none, tiers_package = none;
     for (std::uint32_t i = 0; i < n; ++i) {
       for (std::uint32_t j = 0; j < gpus_per_rank; ++j) {
         slot_gpus[i].push_back(gpu_order[(std::size_t{i} * gpus_per_rank + j) % gpu_order.size()]);
       }
       const gpu& home = t.gpus[slot_gpus[i][0]];
-      const auto tier = [&](std::uint32_t unit) {
-        const core& c = t.cores[u.core_of(unit)];
-        return distance(home.numa, home.package, c.numa, c.package);
-      };
-      least_used(all, tier, &slot_units[std::size_t{i} * pe]);
+      if (i == 0 || home.numa != tiers_numa || home.package != tiers_package) {
+        // Each unit's distance to this GPU, computed once per NUMA node the GPUs lead to.
+        tiers_numa = home.numa;
+        tiers_package = home.package;
+        for (std::uint32_t unit = 0; unit < unit_count; ++unit) {
+          const core& c = t.cores[u.core_of(unit)];
+          tiers[unit] = distance(home.numa, home.package, c.numa, c.package);
+        }
+      }
+      least_used(
+          all, [&](std::uint32_t unit) { return tiers[unit]; }, &slot_units[std::size_t{i} * pe]);
     }
   } else if (!is_object(map.by) ||
              (map.ppr == 0 && (map.by == object::core || map.by == object::hwthread))) {
