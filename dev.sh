@@ -14,7 +14,9 @@ PACKAGES=(cmake g++ make pkg-config clang-format
   libgtest-dev libgmock-dev librapidcheck-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev
   openssh-server openssh-client iproute2 procps python3
   slurmctld slurmd slurm-client munge
-  clang libclang-rt-14-dev)  # the asan build and the fuzz targets (docs/fuzzing.md)
+  clang libclang-rt-14-dev  # the asan build and the fuzz targets (docs/fuzzing.md)
+  libhwloc-dev  # each host's topology (libpm/src/topology/read_hwloc.cpp, docs/gpus.md)
+  hwloc)  # hwloc-calc and lstopo: the topology tests check the reader against them
 BENCH_PACKAGES=(mpich)
 
 install_missing() {
