@@ -212,7 +212,7 @@ TEST(PmrunSlurm, APartitionedNodeIsLostByItsSilenceAndClearsItsRanks) {
   c.hosts().heal("node3");
 }
 
-TEST(PmrunSlurm, ScancelEndsTheJobWithSlurmsWordInTheReport) {
+TEST(PmrunSlurm, ScancelEndsTheJobAndTheReportSaysWhy) {
   NEED_SLURM();
   slurm_cluster c(3);
   temp_files t;
@@ -228,7 +228,12 @@ TEST(PmrunSlurm, ScancelEndsTheJobWithSlurmsWordInTheReport) {
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_NE(code, 0);
   EXPECT_NE(code, -1) << "pmrun still runs after scancel";
-  EXPECT_NE(job.err().find("CANCELLED"), std::string::npos) << "exit " << code << ": " << job.err();
+  // Slurm's word ("... CANCELLED AT ...") when srun relays it; but slurmstepd's SIGTERM can reach a
+  // rank first, and once every agent ended the step is over and srun may never print it (seen in
+  // about 1 run of 6): then the report names the rank Slurm's signal killed.
+  const bool slurms_word = job.err().find("CANCELLED") != std::string::npos;
+  const bool ranks_signal = job.err().find("was killed by SIGTERM") != std::string::npos;
+  EXPECT_TRUE(slurms_word || ranks_signal) << "exit " << code << ": " << job.err();
   EXPECT_LT(took, 10s) << job.err();
   EXPECT_TRUE(nodes_clean(c, {"node1", "node2", "node3"}))
       << left_on(c, {"node1", "node2", "node3"});
