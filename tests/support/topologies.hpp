@@ -1,4 +1,4 @@
-// The real machines' hwloc XML files (../shared/topologies, docs/gpus.md) for the topology tests:
+// The real machines' hwloc XML files (tests/data/topologies, docs/gpus.md) for the topology tests:
 // where they are, and hwloc-calc's answers about them.
 #pragma once
 
@@ -11,10 +11,12 @@
 
 namespace pm::test {
 
-/// The folder of machine topologies: $PM_TOPOLOGIES, else the shared folder beside the repository.
+/// The folder of machine topologies: $PM_TOPOLOGIES, else the copy in tests/data/topologies
+/// (hwloc's own test machines, BSD-licensed: COPYING.hwloc there), so that a clean clone in CI runs
+/// them.
 inline std::filesystem::path topologies_dir() {
   if (const char* dir = std::getenv("PM_TOPOLOGIES")) return dir;
-  return std::filesystem::path(PM_SOURCE_DIR).parent_path() / "shared" / "topologies";
+  return std::filesystem::path(PM_SOURCE_DIR) / "tests" / "data" / "topologies";
 }
 
 /// Every XML in it, sorted by name (empty when the folder is missing).

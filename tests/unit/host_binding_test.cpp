@@ -1,4 +1,4 @@
-// plan_host's decisions on real machines (../shared/topologies), each expected value written from
+// plan_host's decisions on real machines (tests/data/topologies), each expected value written from
 // Open MPI's documented rules (mpirun(1) 4.1: "Mapping, Ranking, and Binding") and the machine's
 // lstopo listing, not from this code's output. docs/gpus.md has the same tables in words.
 #include <gtest/gtest.h>
@@ -59,9 +59,7 @@ std::string env_value(const std::vector<std::pair<std::string, std::string>>& en
 
 class Machines : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (pm::test::topology_files().empty()) GTEST_SKIP() << "no topologies";
-  }
+  void SetUp() override { ASSERT_FALSE(pm::test::topology_files().empty()) << "no topologies"; }
 };
 
 // 2 packages x 8 cores x 2 threads; core k's threads are P#k and P#k+16; NUMA node = package.

@@ -1,4 +1,4 @@
-// The hwloc reader against hwloc's own tools: every real machine in ../shared/topologies is read
+// The hwloc reader against hwloc's own tools: every real machine in tests/data/topologies is read
 // and checked against hwloc-calc and lstopo run on the same XML; the GPUs and NICs of the
 // machines that have them against a table written from their lstopo listing (docs/gpus.md).
 #include <gtest/gtest.h>
@@ -29,7 +29,7 @@ class EveryMachine : public ::testing::Test {
  protected:
   void SetUp() override {
     files_ = pm::test::topology_files();
-    if (files_.empty()) GTEST_SKIP() << "no topologies in " << pm::test::topologies_dir();
+    ASSERT_FALSE(files_.empty()) << "no topologies in " << pm::test::topologies_dir();
   }
   std::vector<std::filesystem::path> files_;
 };
@@ -46,7 +46,8 @@ TEST_F(EveryMachine, SummaryRoundTripsThroughText) {
 }
 
 TEST_F(EveryMachine, CpusAgreeWithHwlocCalc) {
-  if (!pm::test::have_hwloc_calc()) GTEST_SKIP() << "hwloc-calc is not installed (apt: hwloc)";
+  ASSERT_TRUE(pm::test::have_hwloc_calc())
+      << "hwloc-calc is not installed (apt: hwloc; ./dev.sh test installs it)";
   for (const auto& f : files_) {
     SCOPED_TRACE(f.filename().string());
     const auto t = pm::topo::read_topology_xml(f.string());
@@ -85,7 +86,8 @@ TEST_F(EveryMachine, CpusAgreeWithHwlocCalc) {
 }
 
 TEST_F(EveryMachine, DeviceLocalityAgreesWithHwlocCalc) {
-  if (!pm::test::have_hwloc_calc()) GTEST_SKIP() << "hwloc-calc is not installed (apt: hwloc)";
+  ASSERT_TRUE(pm::test::have_hwloc_calc())
+      << "hwloc-calc is not installed (apt: hwloc; ./dev.sh test installs it)";
   for (const auto& f : files_) {
     SCOPED_TRACE(f.filename().string());
     const auto t = pm::topo::read_topology_xml(f.string());
@@ -201,7 +203,7 @@ TEST_F(EveryMachine, Dgx2HasSixteenV100sInNvmlOrderWithTheirUuids) {
 
 TEST(TopologyReader, HonoursHwlocXmlFile) {
   const auto file = pm::test::topologies_dir() / "32em64t-2n8c2t-pci-normalio.xml";
-  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file;
+  ASSERT_TRUE(std::filesystem::exists(file)) << "no " << file;
   ::setenv("HWLOC_XMLFILE", file.c_str(), 1);
   const auto t = pm::topo::read_this_host();
   ::unsetenv("HWLOC_XMLFILE");
