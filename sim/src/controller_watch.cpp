@@ -65,7 +65,15 @@ void world::note_event(const event& e) {
           },
           [&](const host_lost& x) { note_host_lost(x); },
           [&](const abort_requested& x) {
-            if (!x.rank || *x.rank >= procs_.size()) return;
+            if (!x.rank) {
+              // The launcher's own (a PMIx fence that cannot complete): no rank, no host.
+              if (ctl_finished_) return;
+              note_failure(cause_kind::abort_requested, no_host, no_host,
+                           x.status == 0 ? 1 : x.status);
+              saw_abort_ = true;
+              return;
+            }
+            if (*x.rank >= procs_.size()) return;
             if ((procs_[*x.rank].flags & end_known) != 0 || ctl_finished_) return;
             note_failure(cause_kind::abort_requested, *x.rank, procs_[*x.rank].host,
                          x.status == 0 ? 1 : x.status);
@@ -83,6 +91,7 @@ void world::note_event(const event& e) {
           // PMIx_Init without PMIx_Finalize: a failure that ends the job whatever the
           // abort policy (its peers would wait for it in a fence).
           [&](const rank_unfinalized& x) {
+            ++result_.stats.unfinalized;
             if (x.rank >= procs_.size() || (procs_[x.rank].flags & end_known) != 0 || ctl_finished_)
               return;
             const bool ending_before =

@@ -93,6 +93,7 @@ struct run_stats {
   std::uint32_t pmix_aborts = 0;        ///< PMIx_Abort calls of ranks
   std::uint32_t pmix_spawns = 0;        ///< PMIx_Spawn calls of ranks
   std::uint32_t pmix_spawned_jobs = 0;  ///< spawns that succeeded (their callers were told so)
+  std::uint32_t unfinalized = 0;  ///< ranks reported ended without PMIx_Finalize (rank_unfinalized)
 
   // Connect-back (scenario::connect_back):
   std::uint32_t calls = 0;            ///< calls the launcher judged (duplicates included)
