@@ -1,8 +1,9 @@
-// The hosts' side of the simulated world: per host the real node agent (pm::agent::agent) and
-// the agent's end of its link, driven as pmd drives them (libpm/tools/pmd/main.cpp): the job's
-// setup sets the end's heartbeats, the launcher's messages become agent::received (but the tree
-// relay's, which are pmd's own: relay.cpp), a link that goes down becomes agent::channel_lost;
-// the agent's send actions go out through its end.
+// The hosts' side of the simulated world: per host pmd's machine (pm::agent::host_machine: the
+// node agent, its PMIx relay and its child relay) and the agent's end of its link, driven as pmd
+// drives them (libpm/tools/pmd/main.cpp): every launcher message becomes agent::received, a link
+// that goes down becomes agent::channel_lost, and every action is carried out as pmd carries it
+// out: a send through the end, set_heartbeats on the end, the child actions by the child agents'
+// carriers (relay.cpp), the PMIx actions by the modelled PMIx server (pmix_clients.cpp).
 #include "transport/srun/connect_back.hpp"
 #include "world_impl.hpp"
 
@@ -94,7 +95,7 @@ void world::agent_send(std::uint32_t host, const link::message& m) {
 
 // A host's agent handles an event. The events its actions produce (a leftover's streams ending
 // when its group is killed) are fed after the whole batch, as pmd's feed() does, never nested.
-void world::feed_agent(std::uint32_t host, agent::event e) {
+void world::feed_agent(std::uint32_t host, agent::host_event e) {
   if (in_agent_step_) {
     agent_backlog_.emplace_back(host, std::move(e));
     return;
@@ -109,43 +110,59 @@ void world::feed_agent(std::uint32_t host, agent::event e) {
   in_agent_step_ = false;
 }
 
-void world::step_agent(std::uint32_t host, agent::event e) {
+void world::step_agent(std::uint32_t host, agent::host_event e) {
   auto& h = hosts_[host];
   if (!h.agent || h.agent_done || h.crashed) return;
   agent_out_.clear();
   h.agent->handle(agent::agent_time(now_), std::move(e), agent_out_);
-  std::vector<agent::action> actions;
+  std::vector<agent::host_action> actions;
   actions.swap(agent_out_);
   for (auto& a : actions) {
     std::visit(overloaded{
-                   [&](agent::spawn_rank& x) { start_process(host, x.spec); },
-                   [&](agent::signal_group& x) {
-                     const auto rank = x.pgid - pid_base;
-                     if (rank < 0 || rank >= static_cast<std::int64_t>(procs_.size()) ||
-                         procs_[static_cast<std::uint32_t>(rank)].host != host) {
-                       correctness("the agent on " + host_name(host) +
-                                   " signalled a process group it does not own (" +
-                                   std::to_string(x.pgid) + ")");
-                       return;
-                     }
-                     deliver_signal(static_cast<std::uint32_t>(rank), x.signo);
+                   [&](agent::action& x) { carry_out_agent(host, x); },
+                   [&](agent::pmix_action& x) { carry_out_pmix(host, x); },
+                   [&](agent::child_action& x) { carry_out_child(host, x); },
+                   [&](agent::start_pmix&) { start_pmix(host); },
+                   [&](agent::set_heartbeats& x) {
+                     // The launcher's heartbeats and silence timeout, from now on.
+                     if (h.agent_end)
+                       h.agent_end->set_heartbeats(link::link_time(now_), x.every, x.silence);
                    },
-                   [&](agent::send& x) { agent_send(host, x.msg); },
-                   [&](agent::start_timer& x) {
-                     at(now_ + std::chrono::duration_cast<sim_time>(x.after).count(),
-                        ek::agent_timer, host, static_cast<std::uint32_t>(x.timer));
-                   },
-                   [&](agent::reap_orphans&) {},
-                   // pmd sweeps in the same turn of its loop; the result comes back as the
-                   // next event (after this step, never nested).
-                   [&](agent::sweep&) { sweeps_due_.push_back(host); },
-                   [&](agent::exit_agent& x) { agent_exits(host, x.code); },
+                   [&](agent::close_input&) {},  // no stdin is simulated
                },
                a);
   }
   actions.clear();
   agent_out_.swap(actions);
   flush_host_batches(host);
+}
+
+void world::carry_out_agent(std::uint32_t host, agent::action& a) {
+  std::visit(overloaded{
+                 [&](agent::spawn_rank& x) { start_process(host, x.spec); },
+                 [&](agent::signal_group& x) {
+                   const auto rank = x.pgid - pid_base;
+                   if (rank < 0 || rank >= static_cast<std::int64_t>(procs_.size()) ||
+                       procs_[static_cast<std::uint32_t>(rank)].host != host) {
+                     correctness("the agent on " + host_name(host) +
+                                 " signalled a process group it does not own (" +
+                                 std::to_string(x.pgid) + ")");
+                     return;
+                   }
+                   deliver_signal(static_cast<std::uint32_t>(rank), x.signo);
+                 },
+                 [&](agent::send& x) { agent_send(host, x.msg); },
+                 [&](agent::start_timer& x) {
+                   at(now_ + std::chrono::duration_cast<sim_time>(x.after).count(), ek::agent_timer,
+                      host, static_cast<std::uint32_t>(x.timer));
+                 },
+                 [&](agent::reap_orphans&) {},
+                 // pmd sweeps in the same turn of its loop; the result comes back as the next
+                 // event (after this step, never nested).
+                 [&](agent::sweep&) { sweeps_due_.push_back(host); },
+                 [&](agent::exit_agent& x) { agent_exits(host, x.code); },
+             },
+             a);
 }
 
 // What one agent step started or signalled becomes one event per kind: pmd forks a spawn
@@ -177,26 +194,7 @@ void world::on_agent_events(std::uint32_t host, std::vector<link::link_event>& e
     auto& h = hosts_[host];
     if (h.agent_link_down || !h.agent || h.agent_done) return;
     if (auto* m = std::get_if<link::message_in>(&e)) {
-      // The tree launch's relay is pmd's, not the agent machine's (relay.cpp).
-      if (const auto* o = std::get_if<link::child_open>(&m->msg)) {
-        child_open(host, *o);
-        continue;
-      }
-      if (auto* d = std::get_if<link::child_data>(&m->msg)) {
-        child_data_down(host, *d);
-        continue;
-      }
-      if (const auto* c = std::get_if<link::child_close>(&m->msg)) {
-        child_close(host, c->host);
-        continue;
-      }
       if (std::holds_alternative<link::shutdown_request>(m->msg)) h.shutdown_seen = true;
-      if (const auto* j = std::get_if<link::job_setup>(&m->msg)) {
-        // The launcher's heartbeats and silence timeout, from now on.
-        h.agent_end->set_heartbeats(link::link_time(now_),
-                                    std::chrono::milliseconds(j->heartbeat_ms),
-                                    std::chrono::milliseconds(j->silence_ms));
-      }
       feed_agent(host, agent::received{std::move(m->msg)});
     } else if (auto* d = std::get_if<link::link_down>(&e)) {
       h.agent_link_down = true;
@@ -207,7 +205,7 @@ void world::on_agent_events(std::uint32_t host, std::vector<link::link_event>& e
       hash_.add(static_cast<std::uint64_t>(now_));
       hash_.add(0x800 + std::uint64_t{host});
       agent_reasons_.emplace_back(host, d->reason);
-      end_children(host);  // their agents see their launcher gone too
+      // The host machine ends the child agents too (their agents see their launcher gone).
       feed_agent(host, agent::channel_lost{d->reason});
       return;
     }

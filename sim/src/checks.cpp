@@ -41,6 +41,12 @@ void world::check_report(const job_report& r) {
     if (r.exit_code != 0 || r.cause != cause_kind::none)
       correctness("no rank failed, yet the job ended with code " + std::to_string(r.exit_code) +
                   " (" + r.summary + ")");
+  } else if (f.rank == no_host) {
+    // The launcher's own abort (no rank): its cause and code.
+    if (r.cause != f.kind || r.exit_code != f.code)
+      correctness("the launcher aborted the job first (code " + std::to_string(f.code) +
+                  "), but the report says " + pm::to_string(r.cause) + " with code " +
+                  std::to_string(r.exit_code) + ": " + r.summary);
   } else {
     if (r.cause != f.kind || r.exit_code != f.code || r.failed_host != f.host ||
         (f.kind != cause_kind::host_lost && r.failed_rank != f.rank))

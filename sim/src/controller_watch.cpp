@@ -52,42 +52,67 @@ void world::note_event(const event& e) {
     if (rank < procs_.size()) procs_[rank].flags |= end_known;
     return !known && !ctl_finished_;
   };
-  std::visit(overloaded{
-                 [&](const rank_spawn_failed& x) {
-                   if (ends(x.rank))
-                     note_failure(cause_kind::spawn_failed, x.rank, procs_[x.rank].host, x.code);
-                 },
-                 [&](const rank_exited& x) {
-                   if (ends(x.rank) && !x.status.success())
-                     note_failure(cause_kind::rank_failed, x.rank, procs_[x.rank].host,
-                                  x.status.shell_code());
-                 },
-                 [&](const host_lost& x) { note_host_lost(x); },
-                 [&](const abort_requested& x) {
-                   if (!x.rank || *x.rank >= procs_.size()) return;
-                   if ((procs_[*x.rank].flags & end_known) != 0 || ctl_finished_) return;
-                   note_failure(cause_kind::abort_requested, *x.rank, procs_[*x.rank].host,
-                                x.status == 0 ? 1 : x.status);
-                   saw_abort_ = true;
-                 },
-                 [&](const signal_received& x) {
-                   if (ctl_finished_) return;
-                   if (x.signo == SIGINT || x.signo == SIGTERM || x.signo == SIGHUP) {
-                     ++terminating_signals_;
-                     note_failure(cause_kind::signal, 0, 0, 128 + x.signo);
-                   }
-                   // A forwarded SIGUSR1/2 ends ranks that do not handle it: they did not fail.
-                   if (x.signo != SIGTSTP && x.signo != SIGCONT) saw_launcher_signal_ = true;
-                 },
-                 [&](const spawn_withdrawn& x) {
-                   result_.stats.spawns_withdrawn += static_cast<std::uint32_t>(x.ranks.size());
-                   for (auto rank : x.ranks) {
-                     if (rank < procs_.size()) procs_[rank].flags |= end_known;
-                   }
-                 },
-                 [&](const auto&) {},
-             },
-             e);
+  std::visit(
+      overloaded{
+          [&](const rank_spawn_failed& x) {
+            if (ends(x.rank))
+              note_failure(cause_kind::spawn_failed, x.rank, procs_[x.rank].host, x.code);
+          },
+          [&](const rank_exited& x) {
+            if (ends(x.rank) && !x.status.success())
+              note_failure(cause_kind::rank_failed, x.rank, procs_[x.rank].host,
+                           x.status.shell_code());
+          },
+          [&](const host_lost& x) { note_host_lost(x); },
+          [&](const abort_requested& x) {
+            if (!x.rank) {
+              // The launcher's own (a PMIx fence that cannot complete): no rank, no host.
+              if (ctl_finished_) return;
+              note_failure(cause_kind::abort_requested, no_host, no_host,
+                           x.status == 0 ? 1 : x.status);
+              saw_abort_ = true;
+              return;
+            }
+            if (*x.rank >= procs_.size()) return;
+            if ((procs_[*x.rank].flags & end_known) != 0 || ctl_finished_) return;
+            note_failure(cause_kind::abort_requested, *x.rank, procs_[*x.rank].host,
+                         x.status == 0 ? 1 : x.status);
+            saw_abort_ = true;
+          },
+          [&](const signal_received& x) {
+            if (ctl_finished_) return;
+            if (x.signo == SIGINT || x.signo == SIGTERM || x.signo == SIGHUP) {
+              ++terminating_signals_;
+              note_failure(cause_kind::signal, 0, 0, 128 + x.signo);
+            }
+            // A forwarded SIGUSR1/2 ends ranks that do not handle it: they did not fail.
+            if (x.signo != SIGTSTP && x.signo != SIGCONT) saw_launcher_signal_ = true;
+          },
+          // PMIx_Init without PMIx_Finalize: a failure that ends the job whatever the
+          // abort policy (its peers would wait for it in a fence).
+          [&](const rank_unfinalized& x) {
+            ++result_.stats.unfinalized;
+            if (x.rank >= procs_.size() || (procs_[x.rank].flags & end_known) != 0 || ctl_finished_)
+              return;
+            const bool ending_before =
+                first_failure_.kind != cause_kind::none &&
+                (s_.control.abort_on_failure || terminating_signals_ > 0 || forced_abort_at_ >= 0);
+            const int code = x.status.shell_code();
+            note_failure(cause_kind::rank_failed, x.rank, procs_[x.rank].host,
+                         code != 0 ? code : 1);
+            if (!ending_before && forced_abort_at_ < 0) forced_abort_at_ = now_;
+          },
+          // A spawned job the controller took: its ranks join the world's processes.
+          [&](const job_spawned& x) { add_spawned(x); },
+          [&](const spawn_withdrawn& x) {
+            result_.stats.spawns_withdrawn += static_cast<std::uint32_t>(x.ranks.size());
+            for (auto rank : x.ranks) {
+              if (rank < procs_.size()) procs_[rank].flags |= end_known;
+            }
+          },
+          [&](const auto&) {},
+      },
+      e);
 }
 
 // A host is struck by a fault when one hit it or a tree parent that relayed its link.
@@ -137,14 +162,14 @@ void world::note_host_lost(const host_lost& x) {
   if (x.before_hello) ++result_.stats.lost_before_hello;
   bool any_live = false;
   std::uint32_t first = 0;
-  for (auto rank : map_.ranks_on_host(x.host)) {
+  for_ranks_on_host(x.host, [&](std::uint32_t rank) {
     auto& p = procs_[rank];
     if ((p.flags & end_known) == 0 && !any_live) {
       any_live = true;
       first = rank;
     }
     p.flags |= end_known;
-  }
+  });
   // Before its agent's hello the host never joined the launch: a set-up failure (125), which
   // ends the job whatever the policy; after it, a lost host (213).
   const bool ending_before =

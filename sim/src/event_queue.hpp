@@ -15,7 +15,7 @@ enum class ek : std::uint8_t {
   agent_starts,     // a host's agent runs (a: host, b: which start)
   spawned,          // a host's agent forked a batch of ranks (a: host, b: pool slot)
   reacted,          // a host's signalled ranks die (a: host, b: pool slot)
-  script_step,      // a: rank, b: 0 close streams, 1 call abort
+  script_step,      // a: rank, b: 0 close streams, 1 call abort, 2 its next PMIx call
   proc_end,         // a: rank, b: encoded exit status
   launcher_timer,   // a: timer slot, b: its generation
   agent_timer,      // a: host, b: timer id

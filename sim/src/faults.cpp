@@ -96,7 +96,7 @@ void world::on_crash(std::uint32_t host) {
   line("!! " + host_name(host) + " crashes");
   hash_.add(static_cast<std::uint64_t>(now_));
   hash_.add(0x400 + std::uint64_t{host});
-  for (auto rank : map_.ranks_on_host(host)) {
+  for_ranks_on_host(host, [&](std::uint32_t rank) {
     auto& p = procs_[rank];
     if (p.state == pstate::running || p.state == pstate::spawning ||
         (p.flags & leftover_alive) != 0) {
@@ -106,7 +106,9 @@ void world::on_crash(std::uint32_t host) {
       p.flags = static_cast<std::uint8_t>(p.flags & ~leftover_alive);
       h.last_death = now_;
     }
-  }
+    clients_.erase(rank);
+  });
+  servers_.erase(host);
   // Its agent and its end of the link vanish without a word: no end-of-stream, only silence.
   // What it wrote before is on the wire and still arrives; what comes for it is lost, and so are
   // the ssh connections of the children it relayed (their agents hear nothing more).

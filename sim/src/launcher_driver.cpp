@@ -29,10 +29,9 @@ launch::launch_config world::launch_config_for() {
   if (o_.env) r.env = *o_.env;
   r.control = s_.control;
   r.output.merge_stderr = s_.control.streams_per_rank < 2;
-  // The simulated ranks have no PMIx client but the abort (pmix_abort) and the notices: PMIx
-  // facts for every rank on every host would cost O(ranks x hosts), so only where notices are
-  // asked for (they need it: only PMIx ranks can be told).
-  r.pmix = s_.control.notify_failures;
+  // PMIx facts for every rank on every host cost O(ranks x hosts): only where a rank's script
+  // makes PMIx calls or notices are asked for (only PMIx ranks can be told; world.cpp).
+  r.pmix = pmix_on_;
   const auto& l = s_.latency;
   auto& rl = r.remote;
   rl.agent_path = "pmd";

@@ -1,6 +1,6 @@
 // Simulated processes: they start when an agent forks them, follow their scripts (run, close
-// their streams early, call abort, exit or die by a signal, leave a child holding their streams),
-// react to signals, and are swept by their agent at the end.
+// their streams early, make PMIx calls (pmix_clients.cpp), call abort, exit or die by a signal,
+// leave a child holding their streams), react to signals, and are swept by their agent at the end.
 #include <signal.h>
 
 #include <algorithm>
@@ -77,6 +77,8 @@ void world::started(std::uint32_t rank, std::int64_t forked) {
   const std::int64_t run =
       sc.at ? sc.at->count() : s_.latency.run_time.count() + jitter(s_.latency.run_jitter);
   if (sc.close_early) at(begin + run / 2, ek::script_step, rank, 0);
+  if (pmix_on_ && (!sc.calls.empty() || sc.end == process_script::ending::abort))
+    client_started(rank, begin);
   switch (sc.end) {
     case process_script::ending::exit:
       at(begin + run, ek::proc_end, rank, encode(exit_status::exited(sc.value)));
@@ -90,6 +92,15 @@ void world::started(std::uint32_t rank, std::int64_t forked) {
     case process_script::ending::hang:
       break;
   }
+}
+
+// A natural end (its script's exit or signal) of a rank that may be blocked in a PMIx call.
+void world::on_proc_end(std::uint32_t rank, std::uint32_t status) {
+  if (client_blocked(rank, 3, status)) return;  // it ends once the call returns
+  const auto st = decode(status);
+  // An exit is MPI_Finalize's, then exit(); a signal (a crash) finalizes nothing.
+  client_ends(rank, !st.is_signal());
+  die(rank, st);
 }
 
 void world::on_reacted(std::uint32_t slot) {
@@ -126,6 +137,7 @@ void world::die(std::uint32_t rank, exit_status status) {
   p.state = pstate::dead;
   --live_procs_;
   h.last_death = now_;
+  if (!clients_.empty()) client_ends(rank, false);
   hash_.add(static_cast<std::uint64_t>(now_));
   hash_.add(0x300);
   hash_.add(rank);
@@ -194,7 +206,7 @@ void world::run_sweeps() {
     const auto host = sweeps_due_[i];
     auto& h = hosts_[host];
     if (h.crashed || !h.agent || h.agent_done) continue;
-    for (auto rank : map_.ranks_on_host(host)) {
+    for_ranks_on_host(host, [&](std::uint32_t rank) {
       die(rank, exit_status::signaled(SIGKILL));
       auto& p = procs_[rank];
       if ((p.flags & leftover_alive) != 0) {
@@ -202,18 +214,17 @@ void world::run_sweeps() {
         --leftovers_alive_;
         close_streams(rank);
       }
-    }
-    // Child agents (the tree launch) end by themselves once their stdin is closed; they still
-    // count, so the sweep comes back (pmd's).
-    end_children(host);
+    });
+    // Child agents' carriers (the tree launch) are not killed by the sweep: the host machine
+    // closed their stdin before it asked for it, they end by themselves (or are killed after
+    // the child relay's grace); they still count, so the sweep comes back (pmd's).
     feed_agent(host, agent::swept{h.children.size()});  // may ask again: appended, run below
   }
   sweeps_due_.clear();
 }
 
-// A script's step: its streams close early (0), or it calls abort (1): its PMIx client asks the
-// host's agent, whose PMIx gateway sends pmix_abort to the launcher (a modelled PMIx client: the
-// agent's side of pmd, not the agent machine).
+// A script's step: its streams close early (0), it calls abort (1), or it makes its next PMIx
+// call (2) (pmix_clients.cpp).
 void world::on_script_step(std::uint32_t rank, std::uint32_t step) {
   auto& p = procs_[rank];
   if (p.state != pstate::running) return;
@@ -221,9 +232,12 @@ void world::on_script_step(std::uint32_t rank, std::uint32_t step) {
     close_streams(rank);
     return;
   }
-  auto& h = hosts_[p.host];
-  if (h.crashed || h.agent_done) return;
-  agent_send(p.host, link::pmix_abort{rank, script(rank).value, "simulated MPI_Abort"});
+  if (client_blocked(rank, step, 0)) return;  // it calls once the call it is in returns
+  if (step == 2) {
+    make_call(rank);
+    return;
+  }
+  call_abort(rank);
 }
 
 }  // namespace pm::sim

@@ -1,13 +1,13 @@
-// The child agents of the tree launch, on the simulated agent's side, as pmd's child_agents
-// (libpm/tools/pmd/child_agents.cpp) does them: child_open starts the host's agent (an ssh hop
-// from here), child_data from the launcher goes to its stdin (the host's down stream), what it
-// writes comes back as child_data, unread, and child_closed says how its ssh ended, after every
-// child_data of it. child_close ends its stdin and its ssh (SIGTERM). This agent's own end closes
-// its children's stdin (they see their launcher gone and end their ranks), and its sweep waits
-// for them.
-//
-// The smallest relay that plays pmd's part: pmd's child-agent decisions have no sans-I/O home in
-// libpm/src/agent yet (issue 21); when they do, the simulator should drive that instead.
+// The child agents of the tree launch, on the simulated agent's side: what pmd's child_agents
+// (libpm/tools/pmd/child_agents.cpp) does with the host machine's child actions, and nothing
+// more. Which child a launcher message is for, what to forward, what child_closed says and when
+// the children are ended is the host machine's child relay (libpm/src/agent/child_relay), run as
+// it is. The world only plays the carriers (ssh from the parent's host): start_child starts the
+// host's agent after an ssh hop, write_child puts bytes onto the child's stdin (its down stream),
+// close_child_input ends that stream, stop_child and kill_child end ssh by a signal; what a
+// child's agent writes comes back to the parent's machine as child_output, and the end of its
+// stream as child_ended with the agent's exit status (after the remote shell's complaint, as
+// child_said, when there was no agent).
 #include <signal.h>
 
 #include <algorithm>
@@ -16,59 +16,89 @@
 
 namespace pm::sim {
 
+// Its carrier runs on the parent's host (the child's own record: the parent's list is not
+// touched on every relayed piece).
 bool world::is_child_of(std::uint32_t child, std::uint32_t parent) const {
-  const auto& c = hosts_[parent].children;
-  return std::find(c.begin(), c.end(), child) != c.end();
+  const auto& c = hosts_[child];
+  return c.parent == parent && c.ssh != carrier::none;
 }
 
-void world::child_open(std::uint32_t parent, const link::child_open& m) {
+void world::carry_out_child(std::uint32_t parent, agent::child_action& a) {
+  std::visit(overloaded{
+                 [&](agent::send& x) { agent_send(parent, x.msg); },  // (host_machine's already)
+                 [&](agent::start_child& x) { start_child(parent, x); },
+                 [&](agent::write_child& x) { write_child(parent, x); },
+                 [&](agent::close_child_input& x) { close_child_input(parent, x.host, now_); },
+                 // ssh ends at once by SIGTERM (the child's agent reads the end of its stdin).
+                 [&](agent::stop_child& x) { child_carrier_gone(parent, x.host, SIGTERM); },
+                 [&](agent::kill_child& x) { child_carrier_gone(parent, x.host, x.signo); },
+             },
+             a);
+}
+
+// ssh to the child's host: its agent runs an ssh hop after the child_open left the launcher's
+// stream at the parent (relay_from_).
+void world::start_child(std::uint32_t parent, const agent::start_child& x) {
   ++result_.stats.relayed_hosts;
-  if (m.host >= hosts_.size() || m.host == parent) {
-    correctness("the launcher asked the agent on " + host_name(parent) +
-                " to start an agent for host " + std::to_string(m.host));
+  if (x.host >= hosts_.size() || x.host == parent ||
+      std::find(hosts_[parent].children.begin(), hosts_[parent].children.end(), x.host) !=
+          hosts_[parent].children.end()) {
+    correctness("the agent on " + host_name(parent) + " was asked to start an agent for host " +
+                std::to_string(x.host));
     return;
   }
-  if (is_child_of(m.host, parent)) {
-    agent_send(parent, link::child_closed{m.host, -1, 0, "a second start of the same host"});
-    return;
-  }
-  auto& c = hosts_[m.host];
-  hosts_[parent].children.push_back(m.host);
+  auto& c = hosts_[x.host];
+  hosts_[parent].children.push_back(x.host);
   c.parent = parent;
   if (c.open_at < 0) c.open_at = relay_from_;
   c.up_ended = false;
   c.ssh = carrier::running;
   const auto hop = s_.latency.agent_hop.count();
-  schedule_agent(m.host, relay_from_ + hop + jitter(sim_time(hop / 4)));
+  schedule_agent(x.host, relay_from_ + hop + jitter(sim_time(hop / 4)));
+  if (x.input_closed) close_child_input(parent, x.host, relay_from_);
 }
 
 // Bytes from the launcher for a child: onto its stdin, as loud as they came.
-void world::child_data_down(std::uint32_t parent, link::child_data& m) {
-  if (!is_child_of(m.host, parent)) return;  // its ssh ended: nobody writes it
-  auto& c = hosts_[m.host];
+void world::write_child(std::uint32_t parent, agent::write_child& x) {
+  if (!is_child_of(x.host, parent)) return;  // its ssh ended: nobody writes it
+  auto& c = hosts_[x.host];
   const auto t = arrival(c, c.down, relay_from_, c.agent_start);
-  c.down.push_bytes(t, {reinterpret_cast<const std::uint8_t*>(m.bytes.data()), m.bytes.size()},
+  c.down.push_bytes(t, {reinterpret_cast<const std::uint8_t*>(x.bytes.data()), x.bytes.size()},
                     relay_loud_);
-  if (relay_loud_) at(t, ek::link_arrival, m.host, 0);
+  if (relay_loud_) at(t, ek::link_arrival, x.host, 0);
 }
 
-// The launcher is done with a child's link: its stdin closes and its ssh gets SIGTERM, which
-// ends it at once (the child's agent reads the end of its stdin).
-void world::child_close(std::uint32_t parent, std::uint32_t child) {
+// The child's stdin closes: its agent reads the end (when it runs) and ends; ssh ends with it.
+void world::close_child_input(std::uint32_t parent, std::uint32_t child, std::int64_t from) {
+  if (!is_child_of(child, parent)) return;
+  auto& c = hosts_[child];
+  if (c.ssh != carrier::running) return;
+  const auto t = arrival(c, c.down, from, c.agent_start);
+  c.down.push_end(t);
+  at(t, ek::link_arrival, child, 0);
+  c.ssh = carrier::closing;
+}
+
+// ssh is ended by a signal: its stdin closes (what was not written is dropped with it), nothing
+// of it comes back any more, and the parent's machine hears how it ended after this batch.
+void world::child_carrier_gone(std::uint32_t parent, std::uint32_t child, int signo) {
   auto& p = hosts_[parent];
   const auto it = std::find(p.children.begin(), p.children.end(), child);
   if (it == p.children.end()) return;
   p.children.erase(it);
   auto& c = hosts_[child];
-  const auto t = arrival(c, c.down, relay_from_, c.agent_start);
-  c.down.push_end(t);
-  at(t, ek::link_arrival, child, 0);
+  if (c.ssh == carrier::running) {
+    const auto t = arrival(c, c.down, now_, c.agent_start);
+    c.down.push_end(t);
+    at(t, ek::link_arrival, child, 0);
+  }
   c.ssh = carrier::none;
-  agent_send(parent, link::child_closed{child, -1, SIGTERM, {}});
+  feed_agent(parent, agent::host_event{agent::child_event{agent::child_ended{child, -1, signo}}});
 }
 
-// What a child's agent wrote reached its parent: relayed to the launcher as child_data, leaving
-// when it arrived (not when the world happens to hand it over), as loud as it came.
+// What a child's agent wrote reached its parent: child_output to the parent's machine, which
+// relays it to the launcher as child_data (leaving when it arrived, not when the world happens to
+// hand it over, as loud as it came); its end is ssh's end, with the agent's exit status.
 void world::relay_up(std::uint32_t child, const virtual_stream::piece& piece,
                      std::span<const std::uint8_t> bytes) {
   const auto parent = hosts_[child].parent;
@@ -77,47 +107,22 @@ void world::relay_up(std::uint32_t child, const virtual_stream::piece& piece,
   // What the parent wrote itself in this event leaves first.
   flush_agent(parent, p, now_, true);
   if (piece.what == virtual_stream::kind::end) {
-    child_ended(child);
+    auto& c = hosts_[child];
+    std::erase(p.children, child);
+    c.ssh = carrier::none;
+    if (const auto said = carrier_said(c); !said.empty()) {
+      feed_agent(parent, agent::host_event{agent::child_event{
+                             agent::child_said{child, std::string(said) + "\n"}}});
+    }
+    feed_agent(parent,
+               agent::host_event{agent::child_event{agent::child_ended{child, c.exit_code, 0}}});
   } else {
-    agent_send(parent,
-               link::child_data{
-                   child, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size())});
+    feed_agent(
+        parent,
+        agent::host_event{agent::child_event{agent::child_output{
+            child, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size())}}});
   }
   flush_agent(parent, p, piece.at, piece.loud);
-}
-
-// A child's ssh ended with its agent: child_closed with the agent's exit status (and the remote
-// shell's complaint when there was no agent).
-void world::child_ended(std::uint32_t child) {
-  auto& c = hosts_[child];
-  const auto parent = c.parent;
-  auto& p = hosts_[parent];
-  std::erase(p.children, child);
-  c.ssh = carrier::none;
-  agent_send(parent, link::child_closed{child, c.exit_code, 0, std::string(carrier_said(c))});
-}
-
-// The agent lost its launcher or is clearing up: every child's stdin closes. Children that will
-// never answer (their host crashed or never runs an agent) are counted as ended: pmd kills their
-// ssh after its grace.
-void world::end_children(std::uint32_t parent) {
-  auto& p = hosts_[parent];
-  for (std::size_t i = 0; i < p.children.size();) {
-    const auto child = p.children[i];
-    auto& c = hosts_[child];
-    if (c.crashed || c.silent || (c.agent_done && c.up.empty())) {
-      p.children.erase(p.children.begin() + static_cast<std::ptrdiff_t>(i));
-      c.ssh = carrier::none;
-      continue;
-    }
-    if (c.ssh == carrier::running) {
-      const auto t = arrival(c, c.down, now_, c.agent_start);
-      c.down.push_end(t);
-      at(t, ek::link_arrival, child, 0);
-      c.ssh = carrier::closing;
-    }
-    ++i;
-  }
 }
 
 }  // namespace pm::sim

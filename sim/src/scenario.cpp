@@ -161,6 +161,10 @@ std::string to_string(const process_script& s) {
       break;
   }
   if (s.at && s.end != process_script::ending::hang) out += "@" + format_duration(*s.at);
+  for (const auto& c : s.calls) {
+    out += c.what == pmix_call::kind::fence ? "+fence" : "+spawn:" + std::to_string(c.count);
+    out += "@" + format_duration(c.at);
+  }
   if (s.ignore_term) out += "+ignore-term";
   if (s.slow_start.count() != 0) out += "+slow=" + format_duration(s.slow_start);
   if (s.out_bytes != 0) out += "+out=" + std::to_string(s.out_bytes);
@@ -172,7 +176,33 @@ std::string to_string(const process_script& s) {
 process_script parse_script(std::string_view text) {
   const std::string what = "script " + quoted(text);
   process_script s;
+  // A PMIx call, "fence@T" or "spawn:K@T" (T: 0 when left out); false: not one.
+  const auto parse_call = [&](std::string_view step) {
+    auto [kind_value, time] = split(step, '@');
+    auto [kind, value] = split(kind_value, ':');
+    pmix_call c;
+    if (kind == "fence") {
+      if (!value.empty()) usage(what + ": 'fence' takes no value");
+    } else if (kind == "spawn") {
+      c.what = pmix_call::kind::spawn;
+      const auto n = parse_number<std::uint32_t>(value);
+      if (!n || *n == 0) usage(what + ": spawn needs a rank count, e.g. spawn:2@1s");
+      c.count = *n;
+    } else {
+      return false;
+    }
+    if (!time.empty()) c.at = parse_duration(time, what);
+    // Sorted by time, stable: the order of two calls at the same time is the script's.
+    auto it = std::upper_bound(s.calls.begin(), s.calls.end(), c,
+                               [](const pmix_call& a, const pmix_call& b) { return a.at < b.at; });
+    s.calls.insert(it, c);
+    return true;
+  };
   auto [head, rest] = split(text, '+');
+  if (parse_call(head)) {
+    // The default ending, the calls before it.
+    head = "exit:0";
+  }
   auto [kind_time, unused] = std::pair{head, std::string_view{}};
   (void)unused;
   auto [kind_value, time] = split(kind_time, '@');
@@ -216,9 +246,9 @@ process_script parse_script(std::string_view text) {
       s.close_early = true;
     } else if (name == "leftover") {
       s.leftover = true;
-    } else {
+    } else if (!arg.empty() || !parse_call(flag)) {
       usage(what + ": unknown option " + quoted(name) +
-            " (ignore-term, slow=T, out=N, close-early, leftover)");
+            " (ignore-term, slow=T, out=N, close-early, leftover, fence@T, spawn:K@T)");
     }
   }
   return s;

@@ -109,6 +109,15 @@ world::world(const scenario& s, const run_options& o)
       hosts_[map_.host_of_node(node)].plan_parent = map_.host_of_node(step.parent);
     }
   }
+  // PMIx facts on every host only where a rank calls a fence or a spawn, or notices are asked
+  // for (pmix_clients.cpp): every host would hold every rank's place.
+  const auto calls = [](const process_script& p) { return !p.calls.empty(); };
+  pmix_on_ = s.control.notify_failures || std::any_of(scripts_.begin(), scripts_.end(), calls);
+  if (pmix_on_) {
+    spawned_script_ = static_cast<std::uint32_t>(scripts_.size());
+    scripts_.push_back(s.default_script);
+    scripts_.back().calls.clear();
+  }
   for (const auto& f : s.faults) plan(f);
   link::append_message(heartbeat_frame_, link::heartbeat{});
   launcher_.emplace(launch_config_for());
@@ -233,7 +242,7 @@ void world::dispatch(const sim_event& e) {
       on_script_step(e.a, e.b());
       return;
     case ek::proc_end:
-      die(e.a, decode(e.b()));
+      on_proc_end(e.a, e.b());
       return;
     case ek::launcher_timer:
       on_timer(e.a, e.b());

@@ -8,10 +8,12 @@
 //                         (launch_config::watch_controller): trace, tamper, the action checks
 //   virtual_transport.cpp open_host/close_host as ssh or srun would: agent starts, set-up slots,
 //                         carriers' ends, the connect-back caller gate
-//   agent_side.cpp        per host: the agent's start, the agent machine and its end of the link
-//                         (as pmd drives them)
-//   relay.cpp             per host: the child agents a tree parent starts and relays (as pmd's
-//                         child_agents)
+//   agent_side.cpp        per host: the agent's start, the host machine (agent, PMIx relay, child
+//                         relay) and its end of the link, driven as pmd drives them
+//   relay.cpp             per host: the child agents' carriers, as pmd's child_agents carries
+//                         out the host machine's child actions
+//   pmix_clients.cpp      the modelled PMIx server and clients of the simulated ranks (fences,
+//                         aborts, spawns), answering the host machine's PMIx actions
 //   links.cpp             the virtual streams: latency, jitter, partitions, quiet pieces, ticks
 //   processes.cpp         simulated processes following their scripts, signals, sweeps
 //   faults.cpp            crashes, partitions, launcher signals
@@ -30,7 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "agent/agent.hpp"
+#include "agent/host_machine.hpp"
 #include "event_queue.hpp"
 #include "launch/launcher.hpp"
 #include "link/endpoint.hpp"
@@ -89,14 +91,14 @@ enum class carrier : std::uint8_t {
 // One host: its agent, its end of the link and the streams to whoever started it (the launcher,
 // or the agent of its tree parent, which relays its bytes).
 struct host_rec {
-  std::optional<agent::agent> agent;
-  std::optional<link::endpoint> agent_end;  // while its agent runs
-  virtual_stream down;                      // starter -> agent
-  virtual_stream up;                        // agent -> starter
-  std::vector<std::uint32_t> children;      // relay: the carriers this agent runs (child_open)
-  std::uint32_t parent = no_host;           // the agent that started it; no_host: the launcher
-  std::uint32_t plan_parent = no_host;      // the agent the launch plan has start it
-  std::uint32_t starts = 0;                 // agent starts asked for (retries start another)
+  std::optional<agent::host_machine> agent;  // pmd's machine: the agent, PMIx and child relays
+  std::optional<link::endpoint> agent_end;   // while its agent runs
+  virtual_stream down;                       // starter -> agent
+  virtual_stream up;                         // agent -> starter
+  std::vector<std::uint32_t> children;       // the carriers its agent runs (start_child)
+  std::uint32_t parent = no_host;            // the agent that started it; no_host: the launcher
+  std::uint32_t plan_parent = no_host;       // the agent the launch plan has start it
+  std::uint32_t starts = 0;                  // agent starts asked for (retries start another)
   carrier ssh = carrier::none;
   bool slot_held = false;    // holds one of the launcher's set-up slots (ssh's cap)
   bool up_ended = false;     // the starter read the end of `up` (the agent's side is over)
@@ -243,22 +245,44 @@ class world {
 
   // ---- agent_side.cpp: the agents and their ends ----
   void on_agent_starts(std::uint32_t host, std::uint32_t start);
-  void feed_agent(std::uint32_t host, agent::event e);
-  void step_agent(std::uint32_t host, agent::event e);
+  void feed_agent(std::uint32_t host, agent::host_event e);
+  void step_agent(std::uint32_t host, agent::host_event e);
+  void carry_out_agent(std::uint32_t host, agent::action& a);
   void flush_host_batches(std::uint32_t host);
   void on_agent_events(std::uint32_t host, std::vector<link::link_event>& events);
   void agent_send(std::uint32_t host, const link::message& m);
   void agent_exits(std::uint32_t host, int code);
 
-  // ---- relay.cpp: child agents of the tree launch ----
-  void child_open(std::uint32_t parent, const link::child_open& m);
-  void child_data_down(std::uint32_t parent, link::child_data& m);
-  void child_close(std::uint32_t parent, std::uint32_t child);
+  // ---- relay.cpp: the child agents' carriers (the host machine's child actions) ----
+  void carry_out_child(std::uint32_t parent, agent::child_action& a);
+  void start_child(std::uint32_t parent, const agent::start_child& x);
+  void write_child(std::uint32_t parent, agent::write_child& x);
+  void close_child_input(std::uint32_t parent, std::uint32_t child, std::int64_t from);
+  void child_carrier_gone(std::uint32_t parent, std::uint32_t child, int signo);
   void relay_up(std::uint32_t child, const virtual_stream::piece& p,
                 std::span<const std::uint8_t> bytes);
-  void child_ended(std::uint32_t child);
-  void end_children(std::uint32_t parent);
   bool is_child_of(std::uint32_t child, std::uint32_t parent) const;
+
+  // ---- pmix_clients.cpp: the modelled PMIx server and clients ----
+  bool pmix_job() const { return pmix_on_; }
+  void carry_out_pmix(std::uint32_t host, agent::pmix_action& a);
+  void start_pmix(std::uint32_t host);
+  void client_started(std::uint32_t rank, std::int64_t begin);
+  void client_ends(std::uint32_t rank, bool finalize);
+  bool client_blocked(std::uint32_t rank, std::uint32_t step, std::uint32_t value);
+  void next_call(std::uint32_t rank);
+  void make_call(std::uint32_t rank);
+  void call_abort(std::uint32_t rank);
+  void fence_called(std::uint32_t host, std::uint32_t rank);
+  void release(std::uint32_t rank);
+  void add_spawned(const job_spawned& x);
+  template <class F>
+  void for_ranks_on_host(std::uint32_t host, F&& f) {
+    for (auto rank : map_.ranks_on_host(host)) f(rank);
+    if (const auto it = spawned_on_.find(host); it != spawned_on_.end()) {
+      for (std::size_t i = 0; i < it->second.size(); ++i) f(it->second[i]);
+    }
+  }
 
   // ---- links.cpp: the virtual streams and the ends' timers ----
   std::int64_t arrival(host_rec& h, virtual_stream& s, std::int64_t from, std::int64_t not_before);
@@ -281,6 +305,7 @@ class world {
   void started(std::uint32_t rank, std::int64_t forked);
   void on_reacted(std::uint32_t slot);
   void on_script_step(std::uint32_t rank, std::uint32_t step);
+  void on_proc_end(std::uint32_t rank, std::uint32_t status);
   void close_streams(std::uint32_t rank);
   void die(std::uint32_t rank, exit_status status);
   void deliver_signal(std::uint32_t rank, int signo);
@@ -331,7 +356,7 @@ class world {
   launch::actions launcher_out_;
   bool in_launcher_ = false;
   std::deque<launcher_answer> answers_;
-  std::vector<agent::action> agent_out_;
+  std::vector<agent::host_action> agent_out_;
   std::vector<link::link_event> link_events_;
   batch_pool<batch_entry> batch_pool_;                              // spawns and reactions
   std::vector<batch_entry> spawn_batch_, kill_batch_, term_batch_;  // of one agent step
@@ -339,13 +364,37 @@ class world {
   std::vector<std::uint32_t> touched_;     // hosts whose link ends were used in this event
   std::vector<std::uint32_t> chain_;       // pull(): a host's starters, nearest first
   // Agent events that actions produced, fed after the batch that produced them (pmd's pending_).
-  std::vector<std::pair<std::uint32_t, agent::event>> agent_backlog_;
+  std::vector<std::pair<std::uint32_t, agent::host_event>> agent_backlog_;
   bool in_agent_step_ = false;
   std::vector<std::pair<std::uint32_t, std::string>> agent_reasons_;  // why agents lost the link
   std::vector<link::link_event> tick_events_;
   // A relayed piece leaves its parent when it arrived there, as loud as it came (relay.cpp).
   std::int64_t relay_from_ = 0;
   bool relay_loud_ = true;
+  // The modelled PMIx side (pmix_clients.cpp): a rank that is a PMIx client (its script calls, or
+  // it aborts, in a job with PMIx), each host's server, the requests its ranks wait in.
+  struct pmix_client {
+    std::int64_t begin = 0;       // its script's time zero (fork + slow start)
+    std::uint32_t next = 0;       // its next call
+    std::uint64_t waits_for = 0;  // the request it is blocked in (0: none)
+    std::uint32_t deferred = 0;   // an ending that came while it was blocked: step + 1
+    std::uint32_t deferred_value = 0;
+  };
+  struct pmix_server_model {
+    bool up = false;                     // a client connected: the server runs
+    std::vector<std::uint32_t> fencing;  // local ranks in the current fence, in call order
+  };
+  struct pmix_request {
+    enum class kind : std::uint8_t { fence, abort, spawn } what;
+    std::uint32_t who;  // fence: the host; abort, spawn: the rank
+  };
+  bool pmix_on_ = false;
+  std::uint32_t spawned_script_ = 0;  // what spawned ranks run: the default script, no calls
+  std::unordered_map<std::uint32_t, pmix_client> clients_;
+  std::unordered_map<std::uint32_t, pmix_server_model> servers_;
+  std::unordered_map<std::uint64_t, pmix_request> requests_;
+  std::uint64_t next_request_ = 1;
+  std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> spawned_on_;  // host: its ranks
   std::vector<timer_rec> timers_;
   std::vector<std::uint32_t> free_timers_;
   std::unordered_map<std::uint64_t, std::uint32_t> timer_slot_;  // looked up, never iterated

@@ -286,10 +286,11 @@ TEST(Differential, ATreeParentIsLost) {
 
 // An MPI program fences, then aborts: Open MPI's MPI_Init (whose fence spans every host), then
 // rank 3 calls MPI_Abort(42) while the others wait in a barrier it never joins (mpi_abort). In
-// the simulator rank 3 sends pmix_abort through its agent (the modelled PMIx client has no fence;
-// fences are not decisions either): the abort signals every rank still running, the aborting one
-// too (its agent holds it in PMIx_Abort until it is signalled; the simulated one waits to be
-// killed), and the job ends with its status.
+// the simulator every rank fences at its start (the modelled PMIx client's fence, through each
+// host's PMIx relay and the launcher), then rank 3 calls PMIx_Abort through its host's relay
+// (fences are not decisions, the abort's consequences are): the abort signals every rank still
+// running, the aborting one too (its agent holds it in PMIx_Abort until it is signalled; the
+// simulated one waits to be killed), and the job ends with its status.
 TEST(Differential, AnMpiProgramFencesThenAborts) {
   NEED_HOSTS();
   const std::string program = std::string(PM_MPI_DIR) + "/mpi_abort";
@@ -298,9 +299,39 @@ TEST(Differential, AnMpiProgramFencesThenAborts) {
   const auto real =
       run_real(f, ssh_of(f), {"-H", hosts_with_slots(f, 2), "-np", "6", program, "3"});
   auto s = cluster(3, 2);
-  s.set_script(3, pm::sim::parse_script("abort:42@1s"));
-  expect_same(real, run_sim(s), 3);
+  s.default_script = pm::sim::parse_script("hang+fence@0s");
+  s.set_script(3, pm::sim::parse_script("abort:42@1s+fence@0s"));
+  const auto sim = run_sim(s);
+  expect_same(real, sim, 3);
+  EXPECT_EQ(sim.result.stats.pmix_fences, 6u);
   EXPECT_EQ(real.result.exit_code, 42) << real.result.err;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+// MPI_Comm_spawn onto another host: the only parent fills the first host's one slot; its
+// MPI_Comm_spawn of two ranks (mpi_spawn 2) is placed by the launcher on the second host's free
+// slots, whose agent starts only then; parents and children exchange a value, disconnect and
+// end. In the simulator rank 0 calls PMIx_Spawn through its host's PMIx relay (the launcher's
+// placement, job_add, the spawn requests: pmix_routing.cpp), and the children run the default
+// script: the spawn's decisions (the second host opened, the children spawned there) and the
+// finish are the same.
+TEST(Differential, MpiCommSpawnOntoAnotherHost) {
+  NEED_HOSTS();
+  const std::string program = std::string(PM_MPI_DIR) + "/mpi_spawn";
+  if (access(program.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << program << " (no MPI here)";
+  multihost_fixture f(2);
+  const std::string hosts = f.hosts()[0].name + ":1," + f.hosts()[1].name + ":2";
+  const auto real = run_real(f, ssh_of(f), {"-H", hosts, "-np", "1", program, "2"});
+  auto s = cluster(2, 1);
+  s.host_slots = {1, 2};
+  s.np = 1;
+  s.default_script = pm::sim::parse_script("exit:0@1s");
+  s.set_script(0, pm::sim::parse_script("exit:0@2s+fence@0s+spawn:2@100ms"));
+  const auto sim = run_sim(s);
+  expect_same(real, sim, 2);
+  EXPECT_EQ(sim.result.stats.pmix_spawned_jobs, 1u);
+  EXPECT_EQ(sim.result.report.ranks.size(), 3u);
+  EXPECT_EQ(real.result.exit_code, 0) << real.result.err << real.result.out;
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 

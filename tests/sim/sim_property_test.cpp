@@ -30,6 +30,11 @@ struct gen_options {
   bool abort_scripts = true;
   bool hang = true;              // a rank that hangs ends only by an abort: not with abort off
   bool launcher_signals = true;  // SIGINT & co. to the launcher end or signal every rank
+  // PMIx calls in the ranks' scripts (pmix_clients.cpp): spawns, and with `fences` a fence of
+  // every rank (a rank that ends before it, successfully, leaves the others waiting in it: only
+  // where a timeout ends such a job).
+  bool spawns = true;
+  bool fences = false;
 };
 
 // A small cluster and a job that fits it (map-by slot or node, np up to the slots).
@@ -57,6 +62,9 @@ scenario gen_cluster() {
   // The tree launch now and then: with fan-out 1 or 2 most of up to 8 hosts are relayed by
   // another host's agent (the launcher machine's tree_relay), some two levels deep.
   s.latency.fanout = *rc::gen::weightedElement<std::uint32_t>({{2, 32}, {1, 1}, {1, 2}, {1, 0}});
+  // Connect-back now and then: one srun step starts every agent and each calls the launcher
+  // (its caller_gate), instead of ssh (docs/slurm.md).
+  s.connect_back = *rc::gen::weightedElement<bool>({{5, false}, {1, true}});
   s.latency.run_time = 2s;  // short runs keep the property fast
   s.latency.run_jitter = 500ms;
   return s;
@@ -107,7 +115,13 @@ std::vector<fault> gen_faults(const scenario& s, const gen_options& o) {
     kinds.push_back(fault_kind::partition);
     kinds.push_back(fault_kind::agent_failure);
     kinds.push_back(fault_kind::silent_host);
-    kinds.push_back(fault_kind::ssh_failure);  // ssh's 255 before the hello: retried
+    // ssh's 255 before the hello: retried; connect-back has no ssh, but callers of its own.
+    if (!s.connect_back) kinds.push_back(fault_kind::ssh_failure);
+    if (s.connect_back) {
+      kinds.push_back(fault_kind::forged_call);
+      kinds.push_back(fault_kind::duplicate_call);
+      kinds.push_back(fault_kind::lost_call);
+    }
   }
   if (o.launcher_signals) kinds.push_back(fault_kind::launcher_signal);
   const auto count = *rc::gen::inRange(0, 4);
@@ -117,9 +131,10 @@ std::vector<fault> gen_faults(const scenario& s, const gen_options& o) {
     f.kind = *rc::gen::elementOf(kinds);
     const bool on_host = f.kind == fault_kind::host_crash || f.kind == fault_kind::partition ||
                          f.kind == fault_kind::agent_failure || f.kind == fault_kind::silent_host ||
-                         f.kind == fault_kind::ssh_failure;
+                         f.kind == fault_kind::ssh_failure || f.kind == fault_kind::forged_call ||
+                         f.kind == fault_kind::duplicate_call || f.kind == fault_kind::lost_call;
     f.target = *rc::gen::inRange<std::uint32_t>(0, on_host ? hosts : ranks);
-    if (f.kind == fault_kind::host_crash)
+    if (f.kind == fault_kind::host_crash || f.kind == fault_kind::forged_call)
       f.at = std::chrono::milliseconds(*rc::gen::inRange(0, 4000));
     if (f.kind == fault_kind::partition) {
       if (!partitioned.insert(f.target).second) continue;
@@ -136,6 +151,40 @@ std::vector<fault> gen_faults(const scenario& s, const gen_options& o) {
   return plan;
 }
 
+// PMIx calls (docs/simulator.md, "PMIx in the simulated ranks"): fences of every rank (the
+// default script's and each rank's own), a rank's MPI_Comm_spawn of 1 to 3 ranks onto the free
+// slots (refused when there are none); an abort script then calls PMIx_Abort through its host's
+// PMIx relay.
+void gen_pmix_calls(scenario& s, const gen_options& o) {
+  std::vector<pm::sim::pmix_call> fences;
+  if (o.fences && *rc::gen::weightedElement<bool>({{3, false}, {2, true}})) {
+    for (int i = *rc::gen::inRange(1, 3); i > 0; --i) {
+      pm::sim::pmix_call f;
+      f.at = std::chrono::milliseconds(*rc::gen::inRange(0, 1500));
+      fences.push_back(f);
+    }
+  }
+  const auto add = [](process_script& p, const pm::sim::pmix_call& c) {
+    auto it = std::upper_bound(p.calls.begin(), p.calls.end(), c,
+                               [](const auto& a, const auto& b) { return a.at < b.at; });
+    p.calls.insert(it, c);
+  };
+  for (const auto& f : fences) {
+    add(s.default_script, f);
+    for (auto& [rank, script] : s.scripts) add(script, f);
+  }
+  if (o.spawns && *rc::gen::weightedElement<bool>({{3, false}, {1, true}})) {
+    pm::sim::pmix_call c;
+    c.what = pm::sim::pmix_call::kind::spawn;
+    c.count = *rc::gen::inRange<std::uint32_t>(1, 4);
+    c.at = std::chrono::milliseconds(*rc::gen::inRange(0, 1500));
+    const auto rank = *rc::gen::inRange<std::uint32_t>(0, *s.np);
+    auto p = s.script_of(rank);
+    add(p, c);
+    s.set_script(rank, p);
+  }
+}
+
 scenario gen_scenario(const gen_options& o, bool abort_on) {
   auto s = gen_cluster();
   s.control.abort_on_failure = abort_on;
@@ -144,6 +193,7 @@ scenario gen_scenario(const gen_options& o, bool abort_on) {
   for (std::uint32_t i = 0; i < changed; ++i)
     s.set_script(*rc::gen::inRange<std::uint32_t>(0, *s.np), gen_script(o));
   if (o.faults) s.faults = gen_faults(s, o);
+  gen_pmix_calls(s, o);
   return s;
 }
 
@@ -162,7 +212,9 @@ void classify_as(bool condition, const char* name) {
 // Every fault kind and script, abort on; a job whose only trouble is a hung rank ends by the
 // timeout.
 scenario gen_abort_on_scenario() {
-  auto s = gen_scenario({}, true);
+  gen_options o;
+  o.fences = true;  // the timeout below ends a job whose ranks wait in a fence for ever
+  auto s = gen_scenario(o, true);
   s.control.timeout = 20s;
   return s;
 }
@@ -184,6 +236,18 @@ void classify(const pm::sim::run_result& r) {
   classify_as(r.stats.timers_after_cancel > 0, "timer after cancel");
   classify_as(r.stats.streams_before_exit > 0 && r.stats.exits_before_streams > 0,
               "both stream/exit orders");
+  classify_as(r.stats.pmix_fences > 0, "fence");
+  classify_as(r.stats.pmix_spawned_jobs > 0, "spawned job");
+  classify_as(r.stats.pmix_spawns > r.stats.pmix_spawned_jobs, "spawn refused or failed");
+  classify_as(r.stats.calls > 0, "connect-back");
+}
+
+// PMIx_Abort through the host's PMIx relay: an abort script in a job whose ranks make PMIx calls.
+void classify_pmix_abort(const scenario& s, const pm::sim::run_result& r) {
+  const auto calls = [](const process_script& p) { return !p.calls.empty(); };
+  bool pmix = calls(s.default_script);
+  for (const auto& [rank, script] : s.scripts) pmix |= calls(script);
+  classify_as(pmix && r.stats.pmix_aborts > 0, "PMIx abort");
 }
 
 // RC_ASSERT for a run's result: a failure names the condition and carries the replay command.
@@ -213,7 +277,8 @@ bool terminal(pm::rank_state st) {
 // host the map chose, with exactly the contract's environment (checked against independently
 // computed values of the main variables, and equal to pm::rank_environment as a whole).
 RC_GTEST_PROP(SimProperty, EveryRankStartsOnceWhereTheMapSaysWithTheContractEnv, ()) {
-  const auto s = gen_scenario({false, false, false, false, false, false}, true);
+  // No PMIx calls: a spawned job is no rank of the map, and PMIx adds the server's variables.
+  const auto s = gen_scenario({false, false, false, false, false, false, false, false}, true);
   RC_CLASSIFY(!s.apps.empty(), "MPMD");
   const auto map = pm::map_job(pm::sim::make_job(s), pm::sim::make_allocation(s));
   pm::sim::run_options o;
@@ -281,6 +346,7 @@ RC_GTEST_PROP(SimProperty, AbortOnFailurePropagates, ()) {
   const auto s = gen_abort_on_scenario();
   const auto r = run_checked(s);
   classify(r);
+  classify_pmix_abort(s, r);
   SIM_ASSERT(r, r.finished);
   for (const auto& rr : r.report.ranks) SIM_ASSERT(r, terminal(rr.state));
   if (r.report.cause == pm::cause_kind::none) {
@@ -290,7 +356,10 @@ RC_GTEST_PROP(SimProperty, AbortOnFailurePropagates, ()) {
     SIM_ASSERT(r, r.report.exit_code != 0);
     SIM_ASSERT(r, !r.report.summary.empty());
     SIM_ASSERT(r, !r.lines.empty());
-    SIM_ASSERT(r, r.lines.front().rfind(r.report.summary, 0) == 0u);
+    // The summary's line (a line of the launcher's, a refused MPI_Comm_spawn, may come first).
+    SIM_ASSERT(r, std::any_of(r.lines.begin(), r.lines.end(), [&](const std::string& l) {
+                 return l.rfind(r.report.summary, 0) == 0u;
+               }));
   }
   // A rank that ignores SIGTERM ends by its own script or by SIGKILL after the grace (the world
   // checks that SIGKILL never comes before the grace, nor to a rank whose end was reported).
@@ -314,8 +383,10 @@ RC_GTEST_PROP(SimProperty, WithoutAbortUntouchedRanksSucceed, ()) {
   classify(r);
   SIM_ASSERT(r, r.finished);
   // Nothing is killed, unless a host lost before its hello ended the launch (a set-up failure
-  // ends it whatever the policy).
-  SIM_ASSERT(r, r.report.ranks_killed == 0u || r.stats.lost_before_hello > 0);
+  // ends it whatever the policy), or a PMIx client (a rank that spawned) died without finalizing
+  // (its peers would wait for it in a fence: that ends the job whatever the policy too).
+  SIM_ASSERT(
+      r, r.report.ranks_killed == 0u || r.stats.lost_before_hello > 0 || r.stats.unfinalized > 0);
   bool any_failure = false;
   for (const auto& rr : r.report.ranks)
     any_failure |= rr.state != pm::rank_state::exited || !rr.status || !rr.status->success();
@@ -494,18 +565,36 @@ TEST(SimProperty, GeneratedCasesExerciseEveryFaultKind) {
   // Some kinds come up in ~3 % of cases: 20 scenarios in each of rapidcheck's 100 cases keep this
   // from failing by chance (0.97^2000 ~ 1e-26). (Rounds of rc::check would not: every call in a
   // process draws the same 100 cases from the same seed, which made this fail about 1 run in 40.)
-  const std::vector<std::string> kinds{
-      "crash",         "partition",   "partition healed",   "spawn failure",
-      "agent failure", "silent host", "launcher signal",    "ended by a launcher signal",
-      "sigkill",       "timeout",     "timer after cancel", "both stream/exit orders",
-      "ssh retried",   "tree relay"};
+  const std::vector<std::string> kinds{"crash",
+                                       "partition",
+                                       "partition healed",
+                                       "spawn failure",
+                                       "agent failure",
+                                       "silent host",
+                                       "launcher signal",
+                                       "ended by a launcher signal",
+                                       "sigkill",
+                                       "timeout",
+                                       "timer after cancel",
+                                       "both stream/exit orders",
+                                       "ssh retried",
+                                       "tree relay",
+                                       "fence",
+                                       "spawned job",
+                                       "connect-back",
+                                       "PMIx abort"};
   const auto all_seen = [&] {
     return std::all_of(kinds.begin(), kinds.end(),
                        [](const std::string& k) { return coverage()[k] > 0; });
   };
   coverage().clear();
   const bool ok = rc::check("generated abort-on scenarios", [&] {
-    for (int k = 0; k < 20 && !all_seen(); ++k) classify(run_checked(gen_abort_on_scenario()));
+    for (int k = 0; k < 20 && !all_seen(); ++k) {
+      const auto s = gen_abort_on_scenario();
+      const auto r = run_checked(s);
+      classify(r);
+      classify_pmix_abort(s, r);
+    }
   });
   ASSERT_TRUE(ok);
   for (const auto& [name, count] : coverage()) std::cout << "  " << count << "\t" << name << "\n";

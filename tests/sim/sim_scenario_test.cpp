@@ -349,6 +349,101 @@ TEST(SimScenario, AbortCallEndsTheJobWithItsStatus) {
   EXPECT_EQ(r.report.failed_rank, 2u);
 }
 
+// ---- PMIx in the simulated ranks: the host machine's PMIx relay and the launcher's routing ----
+
+TEST(SimScenario, FencesOfEveryRankCrossHostsAndTheJobSucceeds) {
+  auto s = cluster(4, 2);
+  s.default_script = parse_script("exit:0@2s+fence@100ms+fence@1s");
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 0);
+  EXPECT_EQ(r.stats.pmix_fences, 16u);
+  EXPECT_GT(r.finish_time, 2s);
+  // One host: the server completes its fences itself.
+  auto one = cluster(1, 4);
+  one.default_script = s.default_script;
+  const auto r1 = pm::sim::run(one);
+  ASSERT_EQ(r1.outcome, verdict::ok) << r1.explain();
+  EXPECT_EQ(r1.report.exit_code, 0);
+  EXPECT_EQ(r1.stats.pmix_fences, 8u);
+}
+
+TEST(SimScenario, RanksWaitingInAFenceForAFailedRankAreAborted) {
+  auto s = cluster(3, 2);
+  s.default_script = parse_script("exit:0@1s+fence@500ms");
+  s.set_script(4, parse_script("exit:3@200ms"));  // never reaches the fence
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 3);
+  EXPECT_EQ(r.report.failed_rank, 4u);
+  EXPECT_LT(r.finish_time, 300ms);
+}
+
+TEST(SimScenario, ARankThatDiesWithoutFinalizeEndsTheJobAlsoWithAbortOff) {
+  auto s = cluster(2, 2);
+  s.control.abort_on_failure = false;
+  s.default_script = parse_script("exit:0@3s+fence@100ms");
+  s.set_script(1, parse_script("signal:9@1s+fence@100ms"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 137);
+  EXPECT_EQ(r.report.failed_rank, 1u);
+  EXPECT_NE(r.report.summary.find("without calling MPI_Finalize"), std::string::npos)
+      << r.report.summary;
+  EXPECT_LT(r.finish_time, 2s);
+}
+
+TEST(SimScenario, PmixAbortOfAFencingJobEndsItWithItsStatus) {
+  auto s = cluster(3, 2);
+  s.default_script = parse_script("fence@100ms");
+  s.set_script(3, parse_script("abort:42@1s+fence@100ms"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 42);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::abort_requested);
+  EXPECT_EQ(r.report.failed_rank, 3u);
+  EXPECT_EQ(r.stats.pmix_aborts, 1u);
+}
+
+TEST(SimScenario, CommSpawnPlacesTheNewJobOnAnotherHostsFreeSlots) {
+  auto s = cluster(2, 4);
+  s.np = 4;  // node0 full, node1 free
+  s.set_script(0, parse_script("exit:0@3s+spawn:2@500ms"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_EQ(r.report.exit_code, 0);
+  EXPECT_EQ(r.stats.pmix_spawns, 1u);
+  EXPECT_EQ(r.stats.pmix_spawned_jobs, 1u);
+  ASSERT_EQ(r.report.ranks.size(), 6u);
+  for (const auto& rr : r.report.ranks) {
+    EXPECT_EQ(rr.state, pm::rank_state::exited) << rr.rank;
+    if (rr.rank >= 4) {
+      EXPECT_EQ(rr.host, 1u) << rr.rank;
+    }
+  }
+  // No free slot: the spawn is refused, the caller goes on.
+  auto full = cluster(2, 2);
+  full.set_script(0, parse_script("exit:0@2s+spawn:2@500ms"));
+  const auto rf = pm::sim::run(full);
+  ASSERT_EQ(rf.outcome, verdict::ok) << rf.explain();
+  EXPECT_EQ(rf.report.exit_code, 0);
+  EXPECT_EQ(rf.stats.pmix_spawned_jobs, 0u);
+  EXPECT_EQ(rf.report.ranks.size(), 4u);
+}
+
+TEST(SimScenario, TheTreeRelayIsTheHostMachinesChildRelay) {
+  auto s = cluster(20, 2);
+  s.latency.fanout = 2;
+  s.default_script = parse_script("exit:0@2s+fence@1s");
+  s.faults.push_back(parse_fault("crash:1@1500ms"));  // relays part of the tree
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_GT(r.stats.relayed_hosts, 10u);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::host_lost);
+  EXPECT_EQ(r.stats.pmix_fences, 40u);
+  EXPECT_EQ(pm::sim::run(s).trace_hash, r.trace_hash);
+}
+
 TEST(SimScenario, LeftoverChildHoldingTheStreamsIsCleared) {
   auto s = cluster(1, 2);
   s.set_script(1, parse_script("exit:0@1s+leftover+out=100"));
@@ -405,16 +500,22 @@ TEST(SimScenario, BadFaultsAndScriptsAreUsageErrors) {
             "script 'exit:300': exit codes are 0..255");
   EXPECT_EQ(message_of([] { parse_script("exit:1+fast"); }),
             "script 'exit:1+fast': unknown option 'fast' (ignore-term, slow=T, out=N, "
-            "close-early, leftover)");
+            "close-early, leftover, fence@T, spawn:K@T)");
+  EXPECT_EQ(message_of([] { parse_script("spawn@1s"); }),
+            "script 'spawn@1s': spawn needs a rank count, e.g. spawn:2@1s");
   EXPECT_EQ(message_of([] { pm::sim::parse_duration("1.5x", "--run-time"); }),
             "--run-time: invalid duration '1.5x' (e.g. 1.5s, 20ms)");
 }
 
 TEST(SimScenario, ValuesPrintAndParseBack) {
-  for (const char* text : {"exit:7@1.5s+ignore-term+slow=20ms+out=4096+close-early+leftover",
-                           "signal:9@2s", "hang", "abort:3@1s", "exit:0"}) {
+  for (const char* text :
+       {"exit:7@1.5s+ignore-term+slow=20ms+out=4096+close-early+leftover", "signal:9@2s", "hang",
+        "abort:3@1s", "exit:0", "exit:0@5s+fence@0s+fence@1s+spawn:2@2s+ignore-term"}) {
     EXPECT_EQ(to_string(parse_script(text)), text);
   }
+  // A script may begin with a call (the default ending); calls are kept in time order.
+  EXPECT_EQ(to_string(parse_script("fence@1s")), "exit:0+fence@1s");
+  EXPECT_EQ(to_string(parse_script("spawn:3@2s+fence")), "exit:0+fence@0s+spawn:3@2s");
   for (const char* text :
        {"crash:3@1s", "partition:3@1.5s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12",
         "launcher-signal:INT@2s", "launcher-signal:USR1@20ms", "silent:2"}) {

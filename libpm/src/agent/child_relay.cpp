@@ -1,5 +1,8 @@
 #include "agent/child_relay.hpp"
 
+#include <algorithm>
+#include <utility>
+
 #include "model/printable.hpp"
 
 namespace pm::agent {
@@ -15,27 +18,40 @@ overloaded(F...) -> overloaded<F...>;
 
 }  // namespace
 
+std::size_t child_relay::index(std::uint32_t host) const {
+  const auto it = std::lower_bound(hosts_.begin(), hosts_.end(), host);
+  return it != hosts_.end() && *it == host ? static_cast<std::size_t>(it - hosts_.begin()) : none;
+}
+
+void child_relay::remove(std::size_t i) {
+  const auto at = static_cast<std::ptrdiff_t>(i);
+  hosts_.erase(hosts_.begin() + at);
+  stopping_.erase(stopping_.begin() + at);
+  stderr_tail_.erase(stderr_tail_.begin() + at);
+}
+
 bool child_relay::on_message(const link::message& m, std::vector<child_action>& out) {
   if (const auto* o = std::get_if<link::child_open>(&m)) {
-    if (children_.contains(o->host) || o->argv.empty()) {
+    if (index(o->host) != none || o->argv.empty()) {
       out.push_back(send{link::child_closed{o->host, -1, 0, "a second start of the same host"}});
       return true;
     }
-    children_[o->host].stopping = kill_at_.has_value();
+    const auto at = std::lower_bound(hosts_.begin(), hosts_.end(), o->host) - hosts_.begin();
+    hosts_.insert(hosts_.begin() + at, o->host);
+    stopping_.insert(stopping_.begin() + at, kill_at_.has_value() ? 1 : 0);
+    stderr_tail_.insert(stderr_tail_.begin() + at, std::string());
     out.push_back(start_child{o->host, o->argv, kill_at_.has_value()});
     return true;
   }
   if (const auto* d = std::get_if<link::child_data>(&m)) {
-    auto it = children_.find(d->host);
-    if (it != children_.end() && !it->second.stopping) {
-      out.push_back(write_child{d->host, d->bytes});
-    }
+    const auto i = index(d->host);
+    if (i != none && stopping_[i] == 0) out.push_back(write_child{d->host, d->bytes});
     return true;
   }
   if (const auto* c = std::get_if<link::child_close>(&m)) {
-    auto it = children_.find(c->host);
-    if (it != children_.end()) {
-      it->second.stopping = true;
+    const auto i = index(c->host);
+    if (i != none) {
+      stopping_[i] = 1;
       out.push_back(stop_child{c->host});
     }
     return true;
@@ -43,29 +59,37 @@ bool child_relay::on_message(const link::message& m, std::vector<child_action>& 
   return false;
 }
 
+bool child_relay::on_message(link::message& m, std::vector<child_action>& out) {
+  auto* d = std::get_if<link::child_data>(&m);
+  if (d == nullptr) return on_message(std::as_const(m), out);
+  const auto i = index(d->host);
+  if (i != none && stopping_[i] == 0) out.push_back(write_child{d->host, std::move(d->bytes)});
+  return true;
+}
+
 void child_relay::handle(child_event e, std::vector<child_action>& out) {
   std::visit(overloaded{
                  [&](child_start_failed& f) {
-                   children_.erase(f.host);
+                   if (const auto i = index(f.host); i != none) remove(i);
                    out.push_back(send{link::child_closed{f.host, -1, 0, std::move(f.reason)}});
                  },
                  [&](child_output& o) {
-                   if (!children_.contains(o.host)) return;
+                   if (index(o.host) == none) return;
                    out.push_back(send{link::child_data{o.host, std::move(o.bytes)}});
                  },
                  [&](child_said& s) {
-                   auto it = children_.find(s.host);
-                   if (it == children_.end()) return;
-                   auto& tail = it->second.stderr_tail;
+                   const auto i = index(s.host);
+                   if (i == none) return;
+                   auto& tail = stderr_tail_[i];
                    tail += s.bytes;
                    if (tail.size() > kept_stderr) tail.erase(0, tail.size() - kept_stderr);
                  },
                  [&](const child_ended& x) {
-                   auto it = children_.find(x.host);
-                   if (it == children_.end()) return;
+                   const auto i = index(x.host);
+                   if (i == none) return;
                    link::child_closed closed{x.host, x.signo != 0 ? -1 : x.code, x.signo,
-                                             model::last_line(it->second.stderr_tail)};
-                   children_.erase(it);
+                                             model::last_line(stderr_tail_[i])};
+                   remove(i);
                    out.push_back(send{std::move(closed)});
                  },
              },
@@ -75,14 +99,14 @@ void child_relay::handle(child_event e, std::vector<child_action>& out) {
 void child_relay::end_all(time now, std::vector<child_action>& out) {
   if (!kill_at_) {
     kill_at_ = now + end_sequence.grace;
-    for (auto& [host, c] : children_) {
-      c.stopping = true;
-      out.push_back(close_child_input{host});
+    for (std::size_t i = 0; i < hosts_.size(); ++i) {
+      stopping_[i] = 1;
+      out.push_back(close_child_input{hosts_[i]});
     }
     return;
   }
   if (now < *kill_at_) return;
-  for (const auto& [host, c] : children_) out.push_back(kill_child{host, end_sequence.last_signal});
+  for (const auto host : hosts_) out.push_back(kill_child{host, end_sequence.last_signal});
 }
 
 }  // namespace pm::agent

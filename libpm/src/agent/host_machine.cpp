@@ -21,20 +21,29 @@ bool pmix_message(const link::message& m) {
          std::holds_alternative<link::pmix_data_reply>(m);
 }
 
+// The parts' actions on their way out: kept per thread, not per host (an action is 328 bytes,
+// and a host's agent step may produce a dozen: 100,000 simulated hosts kept 0.5 GB of them).
+struct scratch {
+  std::vector<action> agent_out;
+  std::vector<pmix_action> pmix_out;
+  std::vector<child_action> child_out;
+};
+thread_local scratch spare;
+
 }  // namespace
 
 struct host_machine::state {
   explicit state(options o) : ranks(std::move(o)) {}
 
   agent ranks;
-  std::optional<pmix_relay> pmix;
-  std::optional<start_pmix> pmix_asked;  // until the driver answers
+  // Behind pointers: most hosts of a big launch have neither (a relay is 880 bytes).
+  std::unique_ptr<pmix_relay> pmix;
+  std::unique_ptr<start_pmix> pmix_asked;  // until the driver answers
   child_relay children;
+  bool finished = false;  // ranks.done(), kept here: a relayed piece need not touch the agent
   agent_time now{0};
   std::vector<host_action>* out = nullptr;
-  std::vector<action> agent_out;
-  std::vector<pmix_action> pmix_out;
-  std::vector<child_action> child_out;
+  scratch* buf = nullptr;  // the parts' actions, during handle() only
 
   // A part's send is an agent action like the machine's own.
   template <class Part>
@@ -48,13 +57,14 @@ struct host_machine::state {
     }
     actions.clear();
   }
-  void take_pmix() { take(pmix_out); }
-  void take_children() { take(child_out); }
+  void take_pmix() { take(buf->pmix_out); }
+  void take_children() { take(buf->child_out); }
 
   void feed_agent(event e) {
-    agent_out.clear();
-    ranks.handle(now, std::move(e), agent_out);
-    for (auto& a : agent_out) {
+    buf->agent_out.clear();
+    ranks.handle(now, std::move(e), buf->agent_out);
+    finished = ranks.done();
+    for (auto& a : buf->agent_out) {
       if (auto* s = std::get_if<spawn_rank>(&a); s && pmix) {
         const auto& spec = s->spec;
         s->spec.pmix = pmix->rank_variables(spec.rank, [&](std::string_view name) {
@@ -64,16 +74,16 @@ struct host_machine::state {
       if (std::holds_alternative<sweep>(a)) {
         // Child agents' carriers end by themselves once their stdin is closed (their agents
         // clear their own ranks first); the sweep comes back until they have.
-        children.end_all(now, child_out);
+        children.end_all(now, buf->child_out);
         take_children();
       }
       out->push_back(std::move(a));
     }
-    agent_out.clear();
+    buf->agent_out.clear();
   }
 
   void on_message(link::message m) {
-    if (children.on_message(m, child_out)) {
+    if (children.on_message(m, buf->child_out)) {
       take_children();
       return;
     }
@@ -81,7 +91,7 @@ struct host_machine::state {
     // data a modex request asks for, and the rest has nobody to complete.
     if (pmix_message(m)) {
       if (pmix) {
-        pmix->on_message(m, pmix_out);
+        pmix->on_message(m, buf->pmix_out);
         take_pmix();
       } else if (const auto* q = std::get_if<link::modex_request>(&m)) {
         out->push_back(action{send{link::modex_reply{q->id, false, {}}}});
@@ -99,7 +109,7 @@ struct host_machine::state {
                 for (const auto& app : j.apps) {
                   s.executables.push_back(app.argv.empty() ? std::string() : app.argv.front());
                 }
-                pmix_asked = s;
+                pmix_asked = std::make_unique<start_pmix>(s);
                 out->push_back(std::move(s));
               }
             },
@@ -107,13 +117,13 @@ struct host_machine::state {
             // apps.
             [&](const link::job_add& j) {
               if (pmix) {
-                pmix->add_job(j, pmix_out);
+                pmix->add_job(j, buf->pmix_out);
                 take_pmix();
               }
             },
             [&](const link::shutdown_request&) {
               if (pmix) {
-                pmix->release_aborts(pmix_out);
+                pmix->release_aborts(buf->pmix_out);
                 take_pmix();
               }
             },
@@ -126,7 +136,7 @@ struct host_machine::state {
     if (const auto* s = std::get_if<link::signal_request>(&m); s && pmix) signalled = s->ranks;
     feed_agent(received{std::move(m)});
     if (pmix && !signalled.empty()) {
-      for (const auto r : signalled) pmix->release_abort(r, pmix_out);
+      for (const auto r : signalled) pmix->release_abort(r, buf->pmix_out);
       take_pmix();
     }
   }
@@ -140,18 +150,18 @@ struct host_machine::state {
                    },
                    [&](rank_exited& x) {
                      if (pmix) {
-                       pmix->rank_ended(x.rank, x.status, pmix_out);
+                       pmix->rank_ended(x.rank, x.status, buf->pmix_out);
                        take_pmix();
                      }
                      feed_agent(std::move(x));
                    },
                    [&](channel_lost& c) {
                      if (pmix) {
-                       pmix->release_aborts(pmix_out);
+                       pmix->release_aborts(buf->pmix_out);
                        take_pmix();
                      }
                      // Their agents see their launcher gone too.
-                     children.end_all(now, child_out);
+                     children.end_all(now, buf->child_out);
                      take_children();
                      feed_agent(std::move(c));
                    },
@@ -165,17 +175,18 @@ struct host_machine::state {
                    [&](event& a) { on_agent_event(std::move(a)); },
                    [&](pmix_event& p) {
                      if (!pmix) return;
-                     pmix->handle(std::move(p), pmix_out);
+                     pmix->handle(std::move(p), buf->pmix_out);
                      take_pmix();
                    },
                    [&](child_event& c) {
-                     children.handle(std::move(c), child_out);
+                     children.handle(std::move(c), buf->child_out);
                      take_children();
                    },
                    [&](pmix_ready& r) {
                      if (!pmix_asked || pmix) return;
-                     pmix.emplace(std::move(pmix_asked->job), std::move(pmix_asked->executables),
-                                  std::move(r.facts));
+                     pmix = std::make_unique<pmix_relay>(std::move(pmix_asked->job),
+                                                         std::move(pmix_asked->executables),
+                                                         std::move(r.facts));
                      pmix_asked.reset();
                      // `pmrun --ps` shows tools where to attach.
                      out->push_back(action{send{pmix->server_info()}});
@@ -195,19 +206,26 @@ host_machine::host_machine(host_machine&&) noexcept = default;
 host_machine& host_machine::operator=(host_machine&&) noexcept = default;
 
 void host_machine::handle(agent_time now, host_event e, std::vector<host_action>& out) {
-  if (state_->ranks.done()) return;
+  if (state_->finished) return;
   state_->now = now;
   state_->out = &out;
+  scratch buf = std::move(spare);  // (a second machine's handle() would find its own)
+  state_->buf = &buf;
   state_->on(e);
+  state_->buf = nullptr;
   state_->out = nullptr;
+  buf.agent_out.clear();
+  buf.pmix_out.clear();
+  buf.child_out.clear();
+  spare = std::move(buf);
 }
 
 bool host_machine::done() const noexcept {
-  return state_->ranks.done();
+  return state_->finished;
 }
 
 const pmix_relay* host_machine::pmix() const noexcept {
-  return state_->pmix ? &*state_->pmix : nullptr;
+  return state_->pmix.get();
 }
 
 }  // namespace pm::agent

@@ -7,9 +7,9 @@
 //
 // Sans-I/O like its parts: events in with the driver's time, actions out; no clock, no
 // descriptor, no libpmix. pmd (libpm/tools/pmd) is its driver: it feeds every event of its loop
-// here and carries out every action with a system call or a libpmix call. A simulator can drive
-// it the same way (a modelled PMIx server answering the pmix_* actions), or drive agent::agent
-// alone where it models no PMIx and no tree. The driver rules of agent.hpp hold.
+// here and carries out every action with a system call or a libpmix call. The simulator drives it
+// the same way for each virtual host (sim/src/agent_side.cpp), a modelled PMIx server answering
+// the pmix_* actions. The driver rules of agent.hpp hold.
 #pragma once
 
 #include <chrono>

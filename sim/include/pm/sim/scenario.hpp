@@ -28,6 +28,19 @@ std::string format_duration(sim_time d);
 /// pm::error(errc::usage) naming `what`, e.g. "--run-time: invalid duration 'x' (e.g. 1.5s, 20ms)".
 sim_time parse_duration(std::string_view text, std::string_view what);
 
+/// A PMIx call a simulated rank makes on its way (docs/simulator.md, "PMIx in the simulated
+/// ranks"): the rank blocks in it until its host's PMIx server completes it.
+struct pmix_call {
+  enum class kind : std::uint8_t {
+    fence,  ///< PMIx_Fence of every rank of the first job, collecting data (MPI_Barrier-like)
+    spawn,  ///< PMIx_Spawn (MPI_Comm_spawn) of `count` ranks of the default script
+  };
+  kind what = kind::fence;
+  std::uint32_t count = 0;  ///< spawn: how many ranks
+  sim_time at{0};           ///< when (from the rank's start; later if it is blocked then)
+  friend bool operator==(const pmix_call&, const pmix_call&) = default;
+};
+
 /// What a simulated rank does: a tiny script.
 struct process_script {
   enum class ending : std::uint8_t {
@@ -45,13 +58,17 @@ struct process_script {
   std::uint64_t out_bytes = 0;  ///< bytes it writes on stdout before it ends (stderr: none)
   bool close_early = false;     ///< closes stdout and stderr halfway, then keeps running
   bool leftover = false;        ///< leaves a child that holds its streams open after it ends
+  /// PMIx calls before its end, by time. A rank with calls (or an abort) is a PMIx client: it
+  /// connects at its start and finalizes before an `exit` ending (not before a signal).
+  std::vector<pmix_call> calls;
 
   /// True if, run undisturbed, it ends the job's success (exit 0 or a successful script).
   bool succeeds() const noexcept { return end == ending::exit && value == 0; }
   friend bool operator==(const process_script&, const process_script&) = default;
 };
 /// "exit:7@1.5s+ignore-term+slow=20ms+out=4096+close-early+leftover", "signal:9@2s", "hang",
-/// "abort:3@1s", "exit:0" (the default).
+/// "abort:3@1s", "exit:0" (the default); PMIx calls as further steps: "exit:0@5s+fence@1s+
+/// spawn:2@2s" (a script may start with a call: "fence@1s" is "exit:0+fence@1s").
 std::string to_string(const process_script& s);
 process_script parse_script(std::string_view text);
 

@@ -88,6 +88,12 @@ struct run_stats {
   std::uint64_t link_bytes = 0;        ///< bytes the agent links carried, both ways
   std::uint64_t link_ticks = 0;        ///< timer events of the link endpoints (heartbeats, silence)
   std::uint32_t relayed_hosts = 0;     ///< child_open: agents started by another host's agent
+  // The simulated ranks' PMIx calls (scripts' fence, spawn, abort; docs/simulator.md).
+  std::uint32_t pmix_fences = 0;        ///< fence calls of ranks
+  std::uint32_t pmix_aborts = 0;        ///< PMIx_Abort calls of ranks
+  std::uint32_t pmix_spawns = 0;        ///< PMIx_Spawn calls of ranks
+  std::uint32_t pmix_spawned_jobs = 0;  ///< spawns that succeeded (their callers were told so)
+  std::uint32_t unfinalized = 0;  ///< ranks reported ended without PMIx_Finalize (rank_unfinalized)
 
   // Connect-back (scenario::connect_back):
   std::uint32_t calls = 0;            ///< calls the launcher judged (duplicates included)
