@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # Packages the build and the tests need. mpich is only for the side-by-side benchmarks.
-PACKAGES=(cmake g++ make pkg-config clang-format
+PACKAGES=(cmake g++ make pkg-config clang-format lld  # lld: pmrun's and pmd's code order
   libboost1.81-dev libboost-filesystem1.81-dev libpmix-dev openmpi-bin libopenmpi-dev python3-mpi4py
   libgtest-dev libgmock-dev librapidcheck-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev
   openssh-server openssh-client iproute2 procps python3
