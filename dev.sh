@@ -42,7 +42,9 @@ build() {
 # peers send (parsers, the agent link, the agent and the controller, the output layer, the
 # transports' pure parts) with the fuzz targets' smoke runs, pmrun itself (the integration tests)
 # and the C API's tests; under TSan the tests whose code runs threads. The release run has
-# everything; the whole suite under ASan is docs/fuzzing.md's one command.
+# everything; the whole suite under ASan is docs/fuzzing.md's one command. Not under ASan:
+# TopologyReader.ThisMachineIsReadable, whose hwloc loads its PCI plugin, and libpciaccess in it
+# leaks (LSan cannot name it: the plugin is unloaded by then).
 ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_test
   link_endpoint_test link_messages_test command_line_test hostfile_test host_list_test slurm_test
   pbs_test output_forwarder_test output_forwarder_pushed_test output_forwarder_prompt_test
@@ -54,7 +56,7 @@ ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_
   safe_path_test peer_owner_test private_dir_test pmix_handshake_test pmrun_files_test
   pmrun_stdin_test pmd_stdio_test launcher_test relayed_ssh_end_test sys_process_test spawner_test
   topology_reader_test host_binding_test)
-ASAN_TESTS='^(Agent|Controller|ControllerState|FenceTable|LinkEndpoint|LinkFrame|LinkFuzz|LinkMessages|LinkPreamble|LinkSocket|CommandLine|Hostfile|HostList|SlurmAllocation|SlurmHostlist|SlurmTasksPerNode|ManagedAllocation|Pbs|ReadTextFile|OutputForwarder|ForEachLine|LineAssembler|JobRunner|JobRunnerSetup|Launcher|RelayedSshEnd|LocalAgent|SafePath|PeerOwner|PrivateDir|PmixHandshake|PmdStdio|CallerGate|ConnectBack|SrunCommand|SrunTransport|SysPidfd|SysStopSequence|SysWatchedProcess|Spawner|Executable|FuzzRegressions|TopologyReader|EveryMachine|Machines|BindingOptions|Pmrun(Compat|EarlyAgent|Files|Map|Output|OutputModes|Run|Status|Stdin))\.|^fuzz\.|^c\.c_'
+ASAN_TESTS='^(Agent|Controller|ControllerState|FenceTable|LinkEndpoint|LinkFrame|LinkFuzz|LinkMessages|LinkPreamble|LinkSocket|CommandLine|Hostfile|HostList|SlurmAllocation|SlurmHostlist|SlurmTasksPerNode|ManagedAllocation|Pbs|ReadTextFile|OutputForwarder|ForEachLine|LineAssembler|JobRunner|JobRunnerSetup|Launcher|RelayedSshEnd|LocalAgent|SafePath|PeerOwner|PrivateDir|PmixHandshake|PmdStdio|CallerGate|ConnectBack|SrunCommand|SrunTransport|SysPidfd|SysStopSequence|SysWatchedProcess|Spawner|Executable|FuzzRegressions|TopologyReader\.(HonoursHwlocXmlFile|AMissingFileIsOneLine)|EveryMachine|Machines|BindingOptions|Pmrun(Compat|EarlyAgent|Files|Map|Output|OutputModes|Run|Status|Stdin))\.|^fuzz\.|^c\.c_'
 TSAN_TARGETS=(output_forwarder_test output_forwarder_pushed_test output_forwarder_prompt_test
   local_agent_test local_agent_link_test job_runner_test pmix_job_info_test c_launch_test pmd
   pm_payload)

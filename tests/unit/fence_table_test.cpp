@@ -124,6 +124,28 @@ TEST(FenceTable, ALostHostFailsItsFencesForThoseThatContributed) {
   EXPECT_EQ(t.pending(), 1u);
 }
 
+// A job that goes on after a loss (--no-abort-on-failure): a fence that needs the lost host
+// fails at each contribution instead of waiting for ever; one that does not need it completes.
+TEST(FenceTable, AFenceStartedAfterALossThatNeedsTheLostHostFailsAtOnce) {
+  const auto map = three_hosts();
+  fence_table t(map);
+  EXPECT_TRUE(t.host_lost(1).empty());
+  const auto first = t.contribute(0, part({}, 0, "a"));
+  ASSERT_TRUE(first);
+  EXPECT_FALSE(first->result.ok);
+  EXPECT_EQ(first->hosts, (std::vector<std::uint32_t>{0}));
+  const auto second = t.contribute(2, part({}, 0, "c"));
+  ASSERT_TRUE(second);
+  EXPECT_FALSE(second->result.ok);
+  EXPECT_EQ(second->hosts, (std::vector<std::uint32_t>{2}));
+  EXPECT_EQ(t.pending(), 0u);
+  EXPECT_FALSE(t.contribute(0, part(fence_members{false, {0, 4}}, 0, "x")));
+  const auto done = t.contribute(2, part(fence_members{false, {0, 4}}, 0, "y"));
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(done->result.ok);
+  EXPECT_EQ(done->result.data, "xy");
+}
+
 }  // namespace
 
 namespace {

@@ -62,6 +62,20 @@ std::optional<fence_table::outcome> fence_table::contribute(std::uint32_t host,
   }
   part = c.data;
   f.collect = f.collect || c.collect;
+  // A fence that needs a host already lost can never complete (its contribution will not come):
+  // it fails at once for whoever contributed, as the fences pending at the loss did.
+  for (const auto h : f.hosts) {
+    if (std::find(lost_.begin(), lost_.end(), h) == lost_.end()) continue;
+    outcome o;
+    o.result.members = c.members;
+    o.result.seq = c.seq;
+    o.result.ok = false;
+    for (std::size_t i = 0; i < f.hosts.size(); ++i) {
+      if (f.parts[i]) o.hosts.push_back(f.hosts[i]);
+    }
+    fences_.erase(it);
+    return o;
+  }
   if (--f.missing > 0) return std::nullopt;
   outcome o;
   o.result.members = c.members;
@@ -76,6 +90,7 @@ std::optional<fence_table::outcome> fence_table::contribute(std::uint32_t host,
 }
 
 std::vector<fence_table::outcome> fence_table::host_lost(std::uint32_t host) {
+  if (std::find(lost_.begin(), lost_.end(), host) == lost_.end()) lost_.push_back(host);
   std::vector<outcome> failed;
   for (auto it = fences_.begin(); it != fences_.end();) {
     const fence& f = it->second;

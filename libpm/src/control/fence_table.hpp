@@ -47,7 +47,8 @@ class fence_table {
   std::optional<outcome> contribute(std::uint32_t host, const link::fence_contribution& c);
 
   /// `host` is gone: every pending fence it was part of fails (ok = false) for the hosts that
-  /// contributed; their ranks must not wait for ever.
+  /// contributed; their ranks must not wait for ever. A later fence that needs it fails at each
+  /// contribution (a job that goes on after a loss: --no-abort-on-failure).
   std::vector<outcome> host_lost(std::uint32_t host);
 
   std::size_t pending() const noexcept { return fences_.size(); }
@@ -65,6 +66,7 @@ class fence_table {
   const rank_map& map_;
   process_host spawned_;
   std::map<std::pair<link::fence_members, std::uint64_t>, fence> fences_;
+  std::vector<std::uint32_t> lost_;  // hosts gone (few: a job that survives many losses is rare)
 };
 
 }  // namespace pm::control
