@@ -49,7 +49,7 @@ dist.destroy_process_group()
 PY
   start=$(date +%s.%N)
   "$pmrun" --allow-run-as-root -np "$gpus" --gpus-per-rank 1 python3 "$script" || fail "NCCL DDP under pmrun"
-  echo "pmrun DDP: $(echo "$(date +%s.%N) - $start" | bc) s"
+  echo "pmrun DDP: $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
 else
   echo "PyTorch with CUDA not available: DDP check skipped"
 fi

@@ -43,7 +43,7 @@ struct mapping_policy {
   /// Within each host: --map-by core|l3cache|numa|package|hwthread|ppr:N:OBJ[:pe=M], --rank-by
   /// core|..., --bind-to, --cpus-per-rank, --gpus-per-rank. Across hosts those --map-by forms
   /// place ranks as `slot` does (Open MPI fills a host's slots, then iterates its objects).
-  topo::binding_policy host;
+  topo::binding_policy host = {};
   /// --report-bindings: Open MPI's line per rank, on stderr, once its host is planned.
   bool report_bindings = false;
 };

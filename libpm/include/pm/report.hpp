@@ -62,9 +62,9 @@ struct rank_report {
 /// What a rank of the first job was given on its host (docs/gpus.md), when the job planned its
 /// hosts (--bind-to, --gpus-per-rank, --map-by core, --report-bindings, ...).
 struct rank_resources {
-  std::string cpus;  ///< the PUs it is bound to, a cpu list ("0-3,8"); empty: unbound
-  std::vector<std::uint32_t> gpus;  ///< its GPUs, as its vendor numbers them (CUDA_VISIBLE_DEVICES)
-  std::string nic;  ///< its nearest NIC where the host has several; empty: none named
+  std::string cpus = {};  ///< the PUs it is bound to, a cpu list ("0-3,8"); empty: unbound
+  std::vector<std::uint32_t> gpus = {};  ///< as its vendor numbers them (CUDA_VISIBLE_DEVICES)
+  std::string nic = {};  ///< its nearest NIC where the host has several; empty: none named
   friend bool operator==(const rank_resources&, const rank_resources&) = default;
 };
 
@@ -83,7 +83,7 @@ struct job_report {
   std::vector<std::string> host_names;  ///< allocation host names, for rendering
   std::vector<rank_report> ranks;
   /// By rank of the first job; empty when the job did not plan its hosts (nothing bound, no GPUs).
-  std::vector<rank_resources> resources;
+  std::vector<rank_resources> resources = {};
 };
 
 /// The report as JSON (a stable schema documented in docs/failure-semantics.md).

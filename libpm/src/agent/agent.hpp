@@ -54,7 +54,7 @@ struct options {
   /// Reads this host's topology (pmd: hwloc, docs/gpus.md), called at most once, when the job
   /// asks for it (job_setup::topology); its answer goes to the launcher as is. Empty: the agent
   /// answers that it has none (a simulated host without a summary).
-  std::function<link::host_shape()> read_topology;
+  std::function<link::host_shape()> read_topology = {};
 };
 
 /// One process to start, with everything decided: the driver starts `program` (argv[0] where
@@ -86,7 +86,7 @@ struct process_spec {
   std::string wdir;
   bool stdin_from_launcher = false;
   /// The PUs to bind the rank to before exec, a Linux cpu list ("0-3,8"); empty: not bound.
-  std::string cpus;
+  std::string cpus = {};
   std::uint8_t streams = 2;    ///< 2: stdout and stderr pipes; 1: one pipe for both; 0: /dev/null
   bool forward_output = true;  ///< output travels as data frames (false: pipes passed as fds)
 };

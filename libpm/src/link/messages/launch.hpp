@@ -72,7 +72,7 @@ struct job_setup {
 struct rank_binding {
   /// The PUs (OS indexes) the agent binds the rank to before exec, as a Linux cpu list
   /// ("0-3,8"); empty: not bound (its GPUs alone were chosen).
-  std::string cpus;
+  std::string cpus = {};
   friend bool operator==(const rank_binding&, const rank_binding&) = default;
   static constexpr auto wire() { return wire_map(field("cpus", &rank_binding::cpus)); }
 };
@@ -154,8 +154,8 @@ struct exited {
 /// The answer to job_setup::topology (version 9), before the agent starts any rank: its host's
 /// summary as pm::topo::to_text writes it, or why it has none (hwloc failed, pmd built without it).
 struct host_shape {
-  std::string text;
-  std::string error;  ///< one line; empty when `text` holds the summary
+  std::string text = {};
+  std::string error = {};  ///< one line; empty when `text` holds the summary
   friend bool operator==(const host_shape&, const host_shape&) = default;
   static constexpr auto wire() {
     return wire_message("topology", sender::agent, field("text", &host_shape::text),
