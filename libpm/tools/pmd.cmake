@@ -7,7 +7,8 @@ add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp ${CMAKE_CURRENT_LIST_D
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_streams.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/launcher_link.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/own_process.cpp
-                   ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_processes.cpp)
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_processes.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/host_shape.cpp)
 target_link_libraries(pmd PRIVATE libpm::libpm)
 target_include_directories(pmd PRIVATE ${PROJECT_SOURCE_DIR}/libpm/src)
 # A section per function, as in libpm: --gc-sections then drops what pmd never calls, and lld
@@ -27,4 +28,10 @@ if(TARGET pm_pmix_module)
   target_compile_definitions(pmd PRIVATE PM_WITH_PMIX_MODULE=1
                              PM_PMIX_MODULE_DIRS="../lib:${_pm_bin_to_lib}")
   add_dependencies(pmd pm_pmix_module)
+endif()
+# The topology reader (libpm-topology.so), loaded when a job asks for this host's shape.
+if(TARGET pm_topology_module)
+  file(RELATIVE_PATH _pm_bin_to_lib_t ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
+  target_compile_definitions(pmd PRIVATE PM_TOPOLOGY_MODULE_DIRS="../lib:${_pm_bin_to_lib_t}")
+  add_dependencies(pmd pm_topology_module)
 endif()

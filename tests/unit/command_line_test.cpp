@@ -145,24 +145,23 @@ TEST(CommandLine, BadInputGetsOneClearLine) {
   EXPECT_EQ(usage_error({"-np", "1", "a", ":"}), "MPMD segment 2 has no program to run");
   EXPECT_EQ(usage_error({"-np", "1", "a", ":", "-np", "2"}),
             "MPMD segment 2 has no program to run");
-  EXPECT_EQ(usage_error({"--bind-to", "core", "a"}),
-            "--bind-to 'core': not supported (pmrun does not bind ranks; use --bind-to none)");
-  EXPECT_EQ(usage_error({"--map-by", "socket", "a"}),
-            "--map-by 'socket': not supported (use slot, node or ppr:N:node; pmrun does not bind "
-            "to cores)");
-  EXPECT_EQ(usage_error({"--map-by", "ppr:x:node", "a"}), "--map-by 'x': not a number");
-  EXPECT_EQ(usage_error({"--map-by", "ppr:2:socket", "a"}),
-            "--map-by 'ppr:2:socket': ppr per 'socket' is not supported (only ppr:N:node)");
+  EXPECT_EQ(usage_error({"--bind-to", "corez", "a"}),
+            "--bind-to corez: unknown object 'corez' (none, hwthread, core, l3cache, numa, "
+            "package)");
+  EXPECT_EQ(usage_error({"--map-by", "sockets", "a"}),
+            "--map-by sockets: unknown policy 'sockets' (slot, node, core, hwthread, l3cache, "
+            "numa, package, ppr:N:OBJECT)");
+  EXPECT_EQ(usage_error({"--map-by", "ppr:x:node", "a"}),
+            "--map-by ppr:x:node: the N of ppr:N:OBJECT must be a positive number, not 'x'");
+  EXPECT_EQ(usage_error({"--map-by", "ppr:2:board", "a"}),
+            "--map-by ppr:2:board: unknown object 'board' (hwthread, core, l3cache, numa, "
+            "package, node)");
   EXPECT_EQ(usage_error({"--map-by", "node:FOO", "a"}),
-            "--map-by 'node:FOO': modifier 'FOO' is not supported (only OVERSUBSCRIBE and "
-            "NOOVERSUBSCRIBE are: pmrun does not bind ranks or map by topology)");
-  // Accepted silently once, though the message said only those two were.
-  EXPECT_EQ(usage_error({"--map-by", "node:SPAN", "a"}),
-            "--map-by 'node:SPAN': modifier 'SPAN' is not supported (only OVERSUBSCRIBE and "
-            "NOOVERSUBSCRIBE are: pmrun does not bind ranks or map by topology)");
-  EXPECT_EQ(usage_error({"--map-by", "slot:PE=1", "a"}),
-            "--map-by 'slot:PE=1': modifier 'PE=1' is not supported (only OVERSUBSCRIBE and "
-            "NOOVERSUBSCRIBE are: pmrun does not bind ranks or map by topology)");
+            "--map-by node:FOO: unknown modifier 'foo' (pe=M, oversubscribe, nooversubscribe)");
+  EXPECT_EQ(usage_error({"--map-by", "slot:PE=0", "a"}),
+            "--map-by slot:PE=0: pe must be a positive number, not '0'");
+  EXPECT_EQ(usage_error({"--gpus-per-rank", "0", "a"}).substr(0, 18), "--gpus-per-rank 0:");
+  EXPECT_EQ(usage_error({"--cpus-per-rank", "x", "a"}).substr(0, 18), "--cpus-per-rank x:");
   EXPECT_EQ(usage_error({"--timeout", "soon", "a"}),
             "--timeout 'soon': expected a positive number of seconds");
   EXPECT_EQ(usage_error({"--timeout", "0", "a"}),
@@ -478,6 +477,30 @@ TEST(CommandLine, OutputFilenameModifiers) {
   EXPECT_EQ(parse({"--output-filename", "a:b", "a"}).output_dir, "a:b");  // not a modifier
 }
 
+// Within each host (docs/gpus.md): Open MPI's spellings; none of them is needed by a plain job.
+TEST(CommandLine, BindingAndGpuOptions) {
+  EXPECT_FALSE(pm::needs_topology(parse({"a"}).job.mapping));
+  EXPECT_FALSE(
+      pm::needs_topology(parse({"--bind-to", "none", "--map-by", "node", "a"}).job.mapping));
+  EXPECT_FALSE(pm::needs_topology(parse({"-N", "2", "a"}).job.mapping));
+  auto o = parse({"--map-by", "ppr:2:numa:pe=3", "--bind-to", "core:overload-allowed",
+                  "--gpus-per-rank", "1:reorder", "--report-bindings", "a"});
+  const auto& m = o.job.mapping;
+  EXPECT_EQ(m.by, pm::map_by::slot);  // across hosts
+  EXPECT_EQ(m.host.map, (pm::topo::map_option{pm::topo::object::numa, 2, 3, {}}));
+  EXPECT_EQ(m.host.bind, (pm::topo::bind_option{pm::topo::object::core, true}));
+  EXPECT_EQ(m.host.gpus, (pm::topo::gpu_option{1, false, true}));
+  EXPECT_TRUE(m.report_bindings);
+  EXPECT_TRUE(pm::needs_topology(m));
+  EXPECT_EQ(parse({"-gpus-per-proc", "2", "a"}).job.mapping.host.gpus.per_rank, 2u);
+  EXPECT_EQ(parse({"--cpus-per-proc", "4", "a"}).job.mapping.host.cpus_per_rank, 4u);
+  EXPECT_EQ(parse({"--map-by", "socket:OVERSUBSCRIBE", "a"}).job.mapping.oversubscribe, true);
+  EXPECT_TRUE(pm::needs_topology(parse({"--map-by", "core", "a"}).job.mapping));
+  EXPECT_TRUE(pm::needs_topology(parse({"--report-bindings", "a"}).job.mapping));
+  EXPECT_TRUE(pm::needs_topology(parse({"--bind-to", "numa", "a"}).job.mapping));
+  EXPECT_EQ(parse({"--map-by", "ppr:2:node", "a"}).job.mapping.host.map.ppr, 2u);
+}
+
 TEST(CommandLine, MpirunEverydayOptions) {
   auto n = parse({"-N", "2", "a"});
   EXPECT_EQ(n.job.mapping.by, pm::map_by::ppr_node);
@@ -487,8 +510,9 @@ TEST(CommandLine, MpirunEverydayOptions) {
   EXPECT_EQ(parse({"--rank-by", "node", "a"}).job.mapping.ranking, pm::rank_by::node);
   EXPECT_EQ(parse({"-rank-by", "SLOT", "a"}).job.mapping.ranking, pm::rank_by::slot);
   EXPECT_FALSE(parse({"a"}).job.mapping.ranking.has_value());
-  EXPECT_EQ(usage_error({"--rank-by", "core", "a"}),
-            "--rank-by 'core': not supported (use slot or node; pmrun does not bind to cores)");
+  EXPECT_EQ(parse({"--rank-by", "core", "a"}).job.mapping.host.rank_by, pm::topo::object::core);
+  EXPECT_EQ(usage_error({"--rank-by", "cores", "a"}),
+            "--rank-by cores: expected one of slot, node, hwthread, core, l3cache, numa, package");
   EXPECT_TRUE(parse({"--display-allocation", "a"}).display_allocation);
   EXPECT_EQ(parse({"-v", "a"}).job.apps[0].argv, (std::vector<std::string>{"a"}));
   EXPECT_EQ(usage_error({"-np", "1", "a", ":", "--app", "f", "b"}),

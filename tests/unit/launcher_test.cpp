@@ -81,7 +81,8 @@ struct world {
   std::set<std::uint32_t> keep_running;                          // ranks that run until signalled
   std::set<std::uint32_t> deaf;                                  // agents that answer no signal
   std::map<std::uint32_t, std::deque<pm::agent_end>> ssh_fails;  // per open, before the hello
-  bool fence = false;  // agents contribute to one fence across hosts
+  bool fence = false;                           // agents contribute to one fence across hosts
+  std::map<std::uint32_t, std::string> shapes;  // per host: its topology's text
   std::map<std::uint32_t, std::deque<int>> child_ssh_fails;  // relayed: ssh's exit codes
   std::set<std::uint32_t> slow_children;  // relayed hosts that come up only when told
 
@@ -220,7 +221,12 @@ struct world {
       if (in == nullptr) continue;
       auto& ag = agents[h];
       ag.got.push_back(in->msg);
-      if (auto* s = std::get_if<link::spawn_request>(&in->msg)) {
+      if (auto* j = std::get_if<link::job_setup>(&in->msg); j != nullptr && j->topology) {
+        // As pmd: the host's summary (or why none) before any spawn.
+        const auto it = shapes.find(h);
+        ag.ep->send(it != shapes.end() ? link::host_shape{it->second, ""}
+                                       : link::host_shape{"", "no topology here"});
+      } else if (auto* s = std::get_if<link::spawn_request>(&in->msg)) {
         for (const auto& r : s->ranks) {
           ag.ep->send(link::started{r.rank, 1000 + r.rank});
           ag.running.insert(r.rank);
@@ -413,6 +419,82 @@ TEST(Launcher, TwoRemoteHostsRunEveryRankAndTheFirstFailureDecides) {
   // Each agent got the job's setup first, and the shutdown last.
   EXPECT_TRUE(std::holds_alternative<link::job_setup>(w.agents[1].got.front()));
   EXPECT_TRUE(std::holds_alternative<link::shutdown_request>(w.agents[1].got.back()));
+}
+
+// A host of 2 cores (one thread each) and 2 NVIDIA GPUs, on one NUMA node.
+std::string small_gpu_host() {
+  pm::topo::host_topology t;
+  t.packages = 1;
+  t.l3caches = 1;
+  t.numa_os_index = {0};
+  t.cores = {pm::topo::core{0, 0, 0, 0, 1}, pm::topo::core{0, 0, 0, 1, 1}};
+  t.pu_os_index = {0, 1};
+  t.gpus = {pm::topo::gpu{pm::topo::gpu_vendor::nvidia, 0, "0000:01:00.0", "", 0, 0},
+            pm::topo::gpu{pm::topo::gpu_vendor::nvidia, 1, "0000:02:00.0", "", 0, 0}};
+  return pm::topo::to_text(t);
+}
+
+// With GPUs asked, the spawns wait for every host's topology, then carry each rank's cpus and
+// CUDA_VISIBLE_DEVICES; --report-bindings lines come before any spawn; the report has them.
+TEST(Launcher, PlannedHostsGiveEachRankItsCoresAndGpu) {
+  auto c = remote_job(2, 2);
+  c.request.mapping.host.gpus.per_rank = 1;
+  c.request.mapping.host.bind.to = pm::topo::object::core;
+  c.request.mapping.report_bindings = true;
+  std::vector<std::string> reported;
+  c.report_binding = [&](const std::string& line) { reported.push_back(line); };
+  world w(std::move(c));
+  w.shapes[0] = w.shapes[1] = small_gpu_host();
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  ASSERT_EQ(reported.size(), 4u);
+  EXPECT_EQ(reported[1].substr(reported[1].find(']')),
+            "] MCW rank 1 bound to socket 0[core 1[hwt 0]]: [./B]");
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    const auto spawns = w.received<link::spawn_request>(h);
+    ASSERT_EQ(spawns.size(), 1u);
+    for (std::uint32_t i = 0; i < 2; ++i) {
+      const auto& r = spawns[0].ranks[i];
+      ASSERT_TRUE(r.binding);
+      EXPECT_EQ(r.binding->cpus, std::to_string(i));
+      EXPECT_NE(std::find(r.env.begin(), r.env.end(), "CUDA_VISIBLE_DEVICES=" + std::to_string(i)),
+                r.env.end());
+    }
+  }
+  ASSERT_EQ(w.report->resources.size(), 4u);
+  EXPECT_EQ(w.report->resources[3], (pm::rank_resources{"1", {1}, ""}));
+}
+
+// A host that cannot meet the job refuses it in one line, before any rank of any host starts.
+TEST(Launcher, AHostThatCannotMeetTheJobRefusesItBeforeAnySpawn) {
+  auto c = remote_job(2, 2);
+  c.request.mapping.host.gpus.per_rank = 2;
+  world w(std::move(c));
+  w.shapes[0] = w.shapes[1] = small_gpu_host();
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 2);
+  EXPECT_EQ(w.lines, (std::vector<std::string>{
+                         "host 'h0' has 2 GPUs; 2 ranks x 2 GPUs asked (--gpus-per-rank 2; add "
+                         ":shared to share GPUs)"}));
+  for (std::uint32_t h = 0; h < 2; ++h) EXPECT_TRUE(w.received<link::spawn_request>(h).empty());
+  for (const auto& r : w.report->ranks) EXPECT_EQ(r.state, pm::rank_state::not_started);
+}
+
+// An agent without a topology (no hwloc there) refuses the job the same way.
+TEST(Launcher, AHostWithoutATopologyRefusesAJobThatNeedsOne) {
+  auto c = remote_job(1, 1);
+  c.request.mapping.host.bind.to = pm::topo::object::core;
+  world w(std::move(c));
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 2);
+  EXPECT_EQ(w.lines,
+            (std::vector<std::string>{"host 'h0' cannot tell its topology: no topology here"}));
 }
 
 TEST(Launcher, AHostWhoseAgentNeverSaysHelloFailsTheLaunchWith125) {

@@ -93,30 +93,27 @@ std::vector<message> samples() {
   with_pmix.pmix =
       pmix_job{"pmrun.42.ab", 8, 1, {"node1", "node2"}, {0, 0, 1}, {0, 1, 1}, {0, 1, 0}, {}, 0};
   fence_members some{false, {1, 5, 9}};
+  job_setup with_topology = j;
+  with_topology.topology = topology_request{};
+  rank_spec bound{5,
+                  0,
+                  {"CUDA_VISIBLE_DEVICES=1", "CUDA_DEVICE_ORDER=PCI_BUS_ID"},
+                  false,
+                  rank_binding{"2-3,8"}};
   return {
-      with_pmix,
-      fence_contribution{fence_members{}, 0, true, std::string("a\0b\xff", 4)},
-      fence_contribution{some, 7, false, ""},
-      fence_result{some, 7, true, std::string(300, '\x80')},
-      fence_result{fence_members{}, 1, false, ""},
-      pmix_abort{3, 42, "N/A"},
-      pmix_abort{0, -1, ""},
-      modex_request{1ull << 40, 5},
-      pmix_unfinalized{2, exit_status::exited(0)},
-      pmix_unfinalized{4, exit_status::signaled(9)},
-      agent_notice{"PMIx server: cannot load x"},
+      with_pmix, fence_contribution{fence_members{}, 0, true, std::string("a\0b\xff", 4)},
+      fence_contribution{some, 7, false, ""}, fence_result{some, 7, true, std::string(300, '\x80')},
+      fence_result{fence_members{}, 1, false, ""}, pmix_abort{3, 42, "N/A"}, pmix_abort{0, -1, ""},
+      modex_request{1ull << 40, 5}, pmix_unfinalized{2, exit_status::exited(0)},
+      pmix_unfinalized{4, exit_status::signaled(9)}, agent_notice{"PMIx server: cannot load x"},
       pmix_unfinalized{9, exit_status::exited(255)},
-      modex_reply{1ull << 40, true, std::string("\0\1\2", 3)},
-      modex_reply{7, false, ""},
+      modex_reply{1ull << 40, true, std::string("\0\1\2", 3)}, modex_reply{7, false, ""},
       child_open{4, {"ssh", "-F", "/a b/cfg", "node5", "/opt/pm/bin/pmd --stdio --nonce 1f"}},
-      child_data{4, std::string("\0pmlink\0\xff", 9)},
-      child_data{1u << 31, ""},
-      child_close{4},
+      child_data{4, std::string("\0pmlink\0\xff", 9)}, child_data{1u << 31, ""}, child_close{4},
       child_closed{4, 255, 0, "ssh: connect to host node5 port 22: Connection refused"},
       child_closed{7, -1, 9, ""},
       pmix_server{"pmix-server.42;tcp4://127.0.0.1:40001", "/tmp/pm-pmix.42.ab/pmix"},
-      proc_table_request{1ull << 40},
-      proc_table_reply{3, {}},
+      proc_table_request{1ull << 40}, proc_table_reply{3, {}},
       proc_table_reply{
           4,
           {proc_table_entry{0, 4242, "running", -1, 0}, proc_table_entry{1, 0, "pending", -1, 0},
@@ -128,8 +125,7 @@ std::vector<message> samples() {
       pmix_notify{pm::notice_kind::rank_signaled, {0}, 9, "", ""},
       job_add{
           1, 4, 2, {app_spec{{"./child", "a b"}, "/w", {"OMPI_PARENT_PORT=1:2"}}}, std::nullopt},
-      spawned_job_sample(),
-      pmix_spawn_reply{3, true, "pmrun.42.ab.1", ""},
+      spawned_job_sample(), pmix_spawn_reply{3, true, "pmrun.42.ab.1", ""},
       pmix_spawn_reply{4, false, "", "not enough slots: 3 ranks requested, 1 slot available"},
       pmix_data_reply{5, data_status::ok, {published_entry{"p:accept", 0, std::string("\0\1", 2)}}},
       pmix_data_reply{6, data_status::timeout, {}},
@@ -140,27 +136,18 @@ std::vector<message> samples() {
                  ""},
       pmix_spawn{12, 0, {spawn_app_spec{{"/bin/echo", "hi"}, {}, "", 2, {}}}, "pm-tool.4242.0"},
       pmix_publish{8, 2, {published_entry{"k", 2, "v"}, published_entry{"", 0, ""}}},
-      pmix_lookup{9, 1u << 31, {"a", "b"}, true, 600},
-      pmix_lookup{10, 0, {}, false, 0},
-      pmix_unpublish{11, 3, {"k"}},
-      hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
+      pmix_lookup{9, 1u << 31, {"a", "b"}, true, 600}, pmix_lookup{10, 0, {}, false, 0},
+      pmix_unpublish{11, 3, {"k"}}, hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
       hello{protocol_version, 1, 4242, "node1", {"10.0.0.2%eth0", "10.1.0.2%ib0"}, 40123},
-      heartbeat{},
-      ack{1u << 20},
-      j,
-      spawn_request{{a, b}},
-      signal_request{{0, 1, 7}, 15},
-      input_closed{3},
-      suspend{},
-      resume{},
-      shutdown_request{},
-      started{3, 123456},
+      heartbeat{}, ack{1u << 20}, j, spawn_request{{a, b}}, signal_request{{0, 1, 7}, 15},
+      input_closed{3}, suspend{}, resume{}, shutdown_request{}, started{3, 123456},
       spawn_failed{4, 126, "cannot execute '/x': Permission denied"},
-      exited{5, exit_status::exited(7)},
-      exited{6, exit_status::signaled(9)},
-      stream_closed{6, output_stream::err, 1ull << 40},
-      shutdown_done{},
-      agent_error{"bad message"}};
+      exited{5, exit_status::exited(7)}, exited{6, exit_status::signaled(9)},
+      stream_closed{6, output_stream::err, 1ull << 40}, shutdown_done{}, agent_error{"bad message"},
+      // Version 9: topologies and bindings.
+      with_topology, spawn_request{{bound, a}},
+      host_shape{"pmtopo1;p=1;l3=1;numa=0;c=0,0,0,1x2;pu=0-1;g=;n=", ""},
+      host_shape{"", "cannot load libpm-topology.so: not found"}};
 }
 
 // FNV-1a over encoded bodies: pins the wire format to the bytes version 7's encoder wrote before
@@ -172,13 +159,14 @@ std::uint64_t fnv1a(std::uint64_t h, const bytes& b) {
 constexpr std::uint64_t fnv_basis = 0xcbf29ce484222325ull;
 
 // Version 8 changed no message body but the hello's version (child_data left MessagePack for a
-// relay frame; its body form below is still read).
-TEST(LinkMessages, WireBytesAreThoseOfVersion8) {
+// relay frame; its body form below is still read). Version 9 changed the hello's version and added
+// optional fields (absent unless used: older samples' bodies are unchanged) and `topology`.
+TEST(LinkMessages, WireBytesAreThoseOfVersion9) {
   std::uint64_t h = fnv_basis;
   for (const auto& m : samples()) {
     h = fnv1a(h, encode(m, std::holds_alternative<spawn_request>(m) ? 1 : 0));
   }
-  EXPECT_EQ(h, 0x96466c015cde8d22ull) << std::hex << h;
+  EXPECT_EQ(h, 0xa2a23540a1c800f4ull) << std::hex << h;
   // {"pid": 123456, "rank": 3, "type": "started"}: keys sorted, the shortest integers.
   EXPECT_EQ(
       encode(started{3, 123456}),
@@ -707,7 +695,8 @@ TEST(LinkMessages, EveryMessageTakesItsNameAndSenderFromItsWireForm) {
       {"pmix_spawn", agent},
       {"pmix_publish", agent},
       {"pmix_lookup", agent},
-      {"pmix_unpublish", agent}};
+      {"pmix_unpublish", agent},
+      {"topology", agent}};
   ASSERT_EQ(std::variant_size_v<message>, version_7.size());
   std::vector<bool> sampled(std::variant_size_v<message>, false);
   for (const auto& m : samples()) {
@@ -851,7 +840,7 @@ TEST(LinkMessages, RandomMessagesRoundTrip) {
       ASSERT_EQ(decode(b).msg, m) << type_name(m);
     }
   }
-  EXPECT_EQ(wire, 0x6bb62d2b5d9ec1b4ull) << std::hex << wire;  // version 8's bytes (see fnv1a)
+  EXPECT_EQ(wire, 0x8a0094bf44cd6a52ull) << std::hex << wire;  // version 9: the hello's version
 }
 
 // ---- over a real socket, with descriptors ----

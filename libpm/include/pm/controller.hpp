@@ -107,10 +107,14 @@ PM_API bool job_takes_signal(int signo) noexcept;
 /// Throws pm::error (errc::usage), naming the signals a job takes, unless job_takes_signal(signo).
 PM_API void check_job_signal(int signo);
 /// A rank asked the job to abort (PMIx_Abort / MPI_Abort), or an embedder cancels (rank = none).
+/// `refused`: the launcher refused the job before any rank started (a host cannot meet its
+/// binding or GPUs, pm::topo::plan_host): `message` is the whole line, `status` the exit code
+/// (exit_codes::usage); no "cancelled" wording, nothing to signal.
 struct abort_requested {
   std::optional<std::uint32_t> rank;
   int status = 1;
   std::string message;
+  bool refused = false;
 };
 
 /// A rank that had called PMIx_Init (MPI_Init) ended without PMIx_Finalize, by an exit (even 0)

@@ -112,6 +112,13 @@ PM_API std::vector<std::pair<std::string, std::string>> rank_environment(
     const host_topology& topology, const host_plan& plan, std::uint32_t local_rank,
     const gpu_option& gpus);
 
+/// The cpus in Linux's cpu list form ("0-3,8"; ascending input), as /proc/<pid>/status's
+/// Cpus_allowed_list and `taskset -c` spell them; empty for none.
+PM_API std::string cpu_list(std::span<const std::uint32_t> cpus);
+/// Reads cpu_list's form back (ascending, no repeats, each below 65,536). Throws
+/// pm::error(errc::parse) for anything else: it may come from another host.
+PM_API std::vector<std::uint32_t> parse_cpu_list(std::string_view text);
+
 /// Open MPI 4's --report-bindings line for one rank, e.g.
 ///   [a:4242] MCW rank 3 bound to socket 0[core 1[hwt 0-1]]: [../BB/../..][../../../..]
 ///   [a:4242] MCW rank 0 is not bound (or bound to all available processors)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "pm/export.hpp"
+#include "pm/host_binding.hpp"
 
 namespace pm {
 
@@ -31,13 +32,25 @@ enum class rank_by {
   node,
 };
 
-/// How ranks are placed. Only binding "none" exists (docs/mapping.md says why).
+/// How ranks are placed: on hosts (`by`, `ppr`, `ranking`: pm::map_job), and within each host
+/// (`host`: pm::topo::plan_host from the host's topology, docs/gpus.md). Binding stays none unless
+/// asked (docs/mapping.md says why).
 struct mapping_policy {
   map_by by = map_by::slot;
   std::uint32_t ppr = 0;              ///< N of ppr:N:node
   std::optional<bool> oversubscribe;  ///< nullopt: allowed only for the implicit local allocation
   std::optional<rank_by> ranking;     ///< --rank-by; nullopt: follow the mapping
+  /// Within each host: --map-by core|l3cache|numa|package|hwthread|ppr:N:OBJ[:pe=M], --rank-by
+  /// core|..., --bind-to, --cpus-per-rank, --gpus-per-rank. Across hosts those --map-by forms
+  /// place ranks as `slot` does (Open MPI fills a host's slots, then iterates its objects).
+  topo::binding_policy host = {};
+  /// --report-bindings: Open MPI's line per rank, on stderr, once its host is planned.
+  bool report_bindings = false;
 };
+
+/// Whether the job's hosts must report their topology before any rank starts: it binds, maps or
+/// ranks within hosts, gives GPUs, or reports bindings. A plain job never loads hwloc.
+PM_API bool needs_topology(const mapping_policy& mapping) noexcept;
 
 struct job_spec {
   std::vector<app_context> apps;

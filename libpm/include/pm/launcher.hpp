@@ -117,7 +117,10 @@ struct job_request {
   rank_map map;                   ///< from pm::map_job
   std::vector<app_context> apps;  ///< argv and wdir per app (job_spec::apps)
   /// How jobs that the ranks spawn (MPI_Comm_spawn, PMIx_Spawn) are placed on the allocation's
-  /// free slots: the launch's own policy (job_spec::mapping), oversubscription included.
+  /// free slots: the launch's own policy (job_spec::mapping), oversubscription included. Its
+  /// `host` part and report_bindings apply to the first job's ranks within each host: the agents
+  /// report their hosts' topologies, every host is planned before any rank starts, and a host that
+  /// cannot meet it refuses the job in one line (exit_codes::usage; docs/gpus.md).
   mapping_policy mapping;
   job_env env;                 ///< from pm::make_job_env
   controller_options control;  ///< failure policy, timeout, grace
@@ -155,6 +158,11 @@ struct job_callbacks {
   /// job gave up before it started goes from pending to not_started. (Last in the struct, so
   /// that {on_message, on_finish} initialisation keeps its meaning.)
   std::function<void(const rank_report& rank)> on_rank_state = {};
+  /// --report-bindings (mapping_policy::report_bindings): Open MPI's line for each rank, e.g.
+  /// "[a:4242] MCW rank 1 bound to socket 0[core 1[hwt 0-1]]: [../BB/..]", once every host of the
+  /// job is planned and before any rank starts (pmrun writes them to stderr as mpirun does).
+  /// It must not call into the runner. Null: on_message gets them.
+  std::function<void(std::string_view line)> on_binding = {};
 };
 
 /// One host's agent as the launcher knows it (what `pmrun --ps` shows; docs/pmix.md, "Tools").

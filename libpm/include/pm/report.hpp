@@ -15,8 +15,8 @@ namespace pm {
 /// The launcher's exit codes beyond the ranks' own (docs/exit-codes.md).
 namespace exit_codes {
 inline constexpr int success = 0;
-inline constexpr int usage = 2;            ///< bad command line or input file: nothing started
-inline constexpr int timeout = 124;        ///< --timeout expired (as coreutils timeout)
+inline constexpr int usage = 2;      ///< bad command line or input file: nothing started
+inline constexpr int timeout = 124;  ///< --timeout expired (as coreutils timeout)
 /// the launcher could not run the job: its own failure, or an agent that never said hello
 inline constexpr int launch_failed = 125;
 inline constexpr int not_executable = 126;
@@ -59,6 +59,15 @@ struct rank_report {
   std::string reason;  ///< why it could not start / its abort message / why its host was lost
 };
 
+/// What a rank of the first job was given on its host (docs/gpus.md), when the job planned its
+/// hosts (--bind-to, --gpus-per-rank, --map-by core, --report-bindings, ...).
+struct rank_resources {
+  std::string cpus = {};  ///< the PUs it is bound to, a cpu list ("0-3,8"); empty: unbound
+  std::vector<std::uint32_t> gpus = {};  ///< as its vendor numbers them (CUDA_VISIBLE_DEVICES)
+  std::string nic = {};  ///< its nearest NIC where the host has several; empty: none named
+  friend bool operator==(const rank_resources&, const rank_resources&) = default;
+};
+
 struct job_report {
   int exit_code = 0;
   cause_kind cause = cause_kind::none;
@@ -73,6 +82,8 @@ struct job_report {
   std::uint32_t ranks_killed = 0;  ///< ranks ended by the abort
   std::vector<std::string> host_names;  ///< allocation host names, for rendering
   std::vector<rank_report> ranks;
+  /// By rank of the first job; empty when the job did not plan its hosts (nothing bound, no GPUs).
+  std::vector<rank_resources> resources = {};
 };
 
 /// The report as JSON (a stable schema documented in docs/failure-semantics.md).

@@ -173,6 +173,7 @@ struct agent::state {
     p.app_env = &app.env;
     p.wdir = app.wdir.empty() ? setup->cwd : app.wdir;
     p.stdin_from_launcher = spec.stdin_from_launcher;
+    if (spec.binding) p.cpus = std::move(spec.binding->cpus);
     p.streams = setup->streams;
     p.forward_output = setup->forward_output;
     if (opts.files != nullptr && !place(p, app.wdir.empty())) return;
@@ -211,6 +212,11 @@ struct agent::state {
                 return;
               }
               base_env = base_environment(opts.environment, j.base);
+              // Before any spawn: the launcher plans the ranks from it.
+              if (j.topology) {
+                send_msg(opts.read_topology ? opts.read_topology()
+                                            : link::host_shape{"", "this agent has no topology"});
+              }
               setup = std::move(j);
             },
             [&](link::spawn_request& s) {

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,10 @@ struct options {
   /// (a simulated host) `process_spec::program` stays empty and `wdir` as the job gave it.
   /// Not owned; it must outlive the machine.
   const host_files* files = nullptr;
+  /// Reads this host's topology (pmd: hwloc, docs/gpus.md), called at most once, when the job
+  /// asks for it (job_setup::topology); its answer goes to the launcher as is. Empty: the agent
+  /// answers that it has none (a simulated host without a summary).
+  std::function<link::host_shape()> read_topology = {};
 };
 
 /// One process to start, with everything decided: the driver starts `program` (argv[0] where
@@ -80,6 +85,8 @@ struct process_spec {
   /// (as Open MPI does) instead of failing.
   std::string wdir;
   bool stdin_from_launcher = false;
+  /// The PUs to bind the rank to before exec, a Linux cpu list ("0-3,8"); empty: not bound.
+  std::string cpus = {};
   std::uint8_t streams = 2;    ///< 2: stdout and stderr pipes; 1: one pipe for both; 0: /dev/null
   bool forward_output = true;  ///< output travels as data frames (false: pipes passed as fds)
 };

@@ -36,28 +36,6 @@ std::string np_zero(std::string_view option) {
 std::string bad_seconds(std::string_view option, std::string_view value) {
   return std::string(option) + " " + q(value) + ": expected a positive number of seconds";
 }
-std::string bad_ppr(std::string_view option, std::string_view value) {
-  return std::string(option) + " " + q(value) + ": expected ppr:N:node";
-}
-std::string unsupported_ppr_unit(std::string_view option, std::string_view value,
-                                 std::string_view unit) {
-  return std::string(option) + " " + q(value) + ": ppr per " + q(unit) +
-         " is not supported (only ppr:N:node)";
-}
-std::string unsupported_map_by(std::string_view option, std::string_view value) {
-  return std::string(option) + " " + q(value) +
-         ": not supported (use slot, node or ppr:N:node; pmrun does not bind to cores)";
-}
-std::string unsupported_map_by_modifier(std::string_view option, std::string_view value,
-                                        std::string_view modifier) {
-  return std::string(option) + " " + q(value) + ": modifier " + q(modifier) +
-         " is not supported (only OVERSUBSCRIBE and NOOVERSUBSCRIBE are: pmrun does not bind "
-         "ranks or map by topology)";
-}
-std::string unsupported_binding(std::string_view option, std::string_view value) {
-  return std::string(option) + " " + q(value) +
-         ": not supported (pmrun does not bind ranks; use --bind-to none)";
-}
 std::string unknown_output_mode(std::string_view option, std::string_view mode) {
   return std::string(option) + ": unknown output mode " + q(mode) +
          " (tag, timestamp, merge-stderr-to-stdout, json-lines, dir=DIR)";
@@ -65,10 +43,6 @@ std::string unknown_output_mode(std::string_view option, std::string_view mode) 
 std::string bad_boolean(std::string_view option, std::string_view key, std::string_view value) {
   return std::string(option) + " " + model::printable(key) + " " + q(value) +
          ": expected a boolean (1, 0, true, false, yes or no)";
-}
-std::string unsupported_rank_by(std::string_view option, std::string_view value) {
-  return model::printable(std::string(option) + " " + q(value) +
-                          ": not supported (use slot or node; pmrun does not bind to cores)");
 }
 std::string misplaced_app_file(std::string_view option, std::string_view file) {
   return model::printable(std::string(option) + " " + q(file) +

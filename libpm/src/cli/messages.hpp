@@ -17,16 +17,8 @@ std::string out_of_range(std::string_view option, std::string_view value, const 
                          const std::string& max);
 std::string np_zero(std::string_view option);
 std::string bad_seconds(std::string_view option, std::string_view value);
-std::string bad_ppr(std::string_view option, std::string_view value);
-std::string unsupported_ppr_unit(std::string_view option, std::string_view value,
-                                 std::string_view unit);
-std::string unsupported_map_by(std::string_view option, std::string_view value);
-std::string unsupported_map_by_modifier(std::string_view option, std::string_view value,
-                                        std::string_view modifier);
-std::string unsupported_binding(std::string_view option, std::string_view value);
 std::string unknown_output_mode(std::string_view option, std::string_view mode);
 std::string bad_boolean(std::string_view option, std::string_view key, std::string_view value);
-std::string unsupported_rank_by(std::string_view option, std::string_view value);
 std::string misplaced_app_file(std::string_view option, std::string_view file);
 std::string app_file_and_program(std::string_view option, std::string_view file,
                                  std::string_view program);

@@ -10,6 +10,7 @@
 
 #include "cli/messages.hpp"
 #include "cli/remote_options.hpp"
+#include "model/printable.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
 
@@ -63,49 +64,37 @@ std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view 
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
 }
 
-void apply_map_by(parse_state& st, std::string_view name, std::string_view value) {
-  // slot | node | ppr:N:node, each optionally followed by Open MPI 5's ":OVERSUBSCRIBE" etc.
-  std::string spec(value);
-  std::size_t pos = 0;
-  std::vector<std::string> parts;
-  while (true) {
-    auto colon = spec.find(':', pos);
-    parts.push_back(spec.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos));
-    if (colon == std::string::npos) break;
-    pos = colon + 1;
+// A value parsed by pm/host_binding.hpp's parsers, its message kept on one line (the value may
+// hold anything).
+template <class F>
+auto topology_option(F&& parse) {
+  try {
+    return parse();
+  } catch (const error& e) {
+    throw error(errc::usage, model::printable(e.what()));
   }
-  std::transform(parts[0].begin(), parts[0].end(), parts[0].begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  std::size_t next = 1;
-  if (parts[0] == "slot" || parts[0] == "" /* ":OVERSUBSCRIBE" alone */) {
-    st.opts.job.mapping.by = map_by::slot;
-  } else if (parts[0] == "node") {
-    st.opts.job.mapping.by = map_by::node;
-  } else if (parts[0] == "ppr") {
-    if (parts.size() < 3) throw error(errc::usage, cli::bad_ppr(name, value));
-    st.opts.job.mapping.ppr = parse_number<std::uint32_t>(name, parts[1], 1, 1u << 20);
-    std::string unit = parts[2];
-    std::transform(unit.begin(), unit.end(), unit.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (unit != "node") throw error(errc::usage, cli::unsupported_ppr_unit(name, value, parts[2]));
-    st.opts.job.mapping.by = map_by::ppr_node;
-    next = 3;
+}
+
+// slot | node | ppr:N:OBJ | core | hwthread | l3cache | numa | package (socket), each with
+// Open MPI's modifiers (:pe=M, :OVERSUBSCRIBE, :NOOVERSUBSCRIBE). Across hosts, the object forms
+// place ranks as slot does; within each host plan_host follows them (docs/gpus.md).
+void apply_map_by(parse_state& st, std::string_view, std::string_view value) {
+  auto& mapping = st.opts.job.mapping;
+  // ":OVERSUBSCRIBE" alone, or "slot:" as mpirun takes it: slot.
+  const std::string spec =
+      value.empty() || value.front() == ':' ? "slot" + std::string(value) : std::string(value);
+  auto m = topology_option([&] { return topo::parse_map_by(spec); });
+  if (m.by == topo::object::node && m.ppr > 0) {
+    mapping.by = map_by::ppr_node;
+    mapping.ppr = m.ppr;
+  } else if (m.by == topo::object::node) {
+    mapping.by = map_by::node;
   } else {
-    throw error(errc::usage, cli::unsupported_map_by(name, value));
+    mapping.by = map_by::slot;
   }
-  for (; next < parts.size(); ++next) {
-    std::string mod = parts[next];
-    std::transform(mod.begin(), mod.end(), mod.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-    if (mod == "OVERSUBSCRIBE")
-      st.opts.job.mapping.oversubscribe = true;
-    else if (mod == "NOOVERSUBSCRIBE")
-      st.opts.job.mapping.oversubscribe = false;
-    else if (mod.empty())
-      continue;  // "slot:" as mpirun takes it
-    else
-      throw error(errc::usage, cli::unsupported_map_by_modifier(name, value, parts[next]));
-  }
+  if (m.oversubscribe) mapping.oversubscribe = m.oversubscribe;
+  m.oversubscribe.reset();  // map_job's business
+  mapping.host.map = m;
 }
 
 // DIR, or DIR:MODS with MODS a comma list of nocopy and nojobid (Open MPI 4.1's
@@ -298,24 +287,23 @@ const std::vector<option_spec>& option_table() {
       {{"--map-by"},
        "POLICY",
        1,
-       "slot (default), node or ppr:N:node; :OVERSUBSCRIBE may follow",
+       "slot (default), node, core, hwthread, l3cache, numa, package, ppr:N:OBJ; :pe=M, "
+       ":OVERSUBSCRIBE",
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          apply_map_by(st, n, v[0]);
        }},
       {{"--rank-by"},
-       "slot|node",
+       "OBJ",
        1,
-       "how ranks are numbered once placed (default: as mapped)",
-       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
-         std::string r = v[0];
-         std::transform(r.begin(), r.end(), r.begin(),
-                        [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-         if (r == "slot")
+       "rank numbering: slot|node across hosts, core|numa|... within one (default: as mapped)",
+       [](parse_state& st, std::string_view, std::span<const std::string> v) {
+         const auto o = topology_option([&] { return topo::parse_rank_by(v[0]); });
+         if (o == topo::object::slot)
            st.opts.job.mapping.ranking = rank_by::slot;
-         else if (r == "node")
+         else if (o == topo::object::node)
            st.opts.job.mapping.ranking = rank_by::node;
          else
-           throw error(errc::usage, cli::unsupported_rank_by(n, v[0]));
+           st.opts.job.mapping.host.rank_by = o;
        }},
       {{"--npernode", "-N"},
        "N",
@@ -324,16 +312,38 @@ const std::vector<option_spec>& option_table() {
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          st.opts.job.mapping.ppr = parse_number<std::uint32_t>(n, v[0], 1, 1u << 20);
          st.opts.job.mapping.by = map_by::ppr_node;
+         st.opts.job.mapping.host.map =
+             topo::map_option{topo::object::node, st.opts.job.mapping.ppr, 0, {}};
        }},
       {{"--bind-to"},
-       "none",
+       "OBJ",
        1,
-       "binding: only none (the default) is supported",
-       [](parse_state&, std::string_view n, std::span<const std::string> v) {
-         std::string b = v[0];
-         std::transform(b.begin(), b.end(), b.begin(),
-                        [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-         if (b != "none") throw error(errc::usage, cli::unsupported_binding(n, v[0]));
+       "none (default), hwthread, core, l3cache, numa, package; :overload-allowed",
+       [](parse_state& st, std::string_view, std::span<const std::string> v) {
+         st.opts.job.mapping.host.bind = topology_option([&] { return topo::parse_bind_to(v[0]); });
+       }},
+      {{"--cpus-per-rank", "--cpus-per-proc"},
+       "M",
+       1,
+       "M cores per rank (as :pe=M)",
+       [](parse_state& st, std::string_view, std::span<const std::string> v) {
+         st.opts.job.mapping.host.cpus_per_rank =
+             topology_option([&] { return topo::parse_cpus_per_rank(v[0]); });
+       }},
+      {{"--gpus-per-rank", "-gpus-per-proc", "--gpus-per-proc"},
+       "N[:shared][:reorder]",
+       1,
+       "N GPUs per rank, the nearest first (docs/gpus.md)",
+       [](parse_state& st, std::string_view, std::span<const std::string> v) {
+         st.opts.job.mapping.host.gpus =
+             topology_option([&] { return topo::parse_gpus_per_rank(v[0]); });
+       }},
+      {{"--report-bindings"},
+       "",
+       0,
+       "print each rank's binding on stderr, as mpirun does",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.job.mapping.report_bindings = true;
        }},
       {{"--oversubscribe"},
        "",

@@ -524,7 +524,7 @@ struct controller::state {
           true, out, notice_kind::rank_aborted, {*e.rank}, e.status);
       return;
     }
-    const auto line = "the job was cancelled" + message;
+    const auto line = e.refused ? e.message : "the job was cancelled" + message;
     decide(cause_kind::abort_requested, status, line);
     notify_survivors(notice_kind::job_ending, {}, exit_code, line, out);
     const auto n = begin_abort(SIGTERM, out);

@@ -114,6 +114,15 @@ std::string to_json(const job_report& report) {
                   std::chrono::duration<double, std::milli>(*r.ended_at - *r.started_at).count())
             : std::nullopt);
     w.member("reason", text_or_null(r.reason));
+    // Only for a job that planned its hosts, so that a plain report keeps its schema.
+    if (r.job == 0 && r.rank < report.resources.size()) {
+      const auto& got = report.resources[r.rank];
+      w.member("cpus", text_or_null(got.cpus));
+      w.key("gpus").begin_array();
+      for (const auto g : got.gpus) w.value(g);
+      w.end_array();
+      w.member("nic", text_or_null(got.nic));
+    }
     w.end_object();
   }
   w.end_array();

@@ -104,6 +104,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     c.pick_address = net::pick_address;
     c.rank_states = static_cast<bool>(cb.on_rank_state);
     c.decisions = driver::decision_log_from_environment();
+    // Only prints: called inside the launcher's step.
+    if (auto line = cb.on_binding ? cb.on_binding : cb.on_message) {
+      c.report_binding = [line = std::move(line)](const std::string& l) { line(l); };
+    }
     return c;
   }
 

@@ -76,6 +76,8 @@ link::job_setup launcher::impl::setup_for(std::uint32_t h) const {
     s.pmix = pmix_facts;
     s.pmix->node = req.map.node_of_host(h).value_or(link::no_node);
   }
+  // Only hosts of the first job are planned; a host only spawned jobs use never pays for hwloc.
+  if (wants_shapes && req.map.node_of_host(h)) s.topology = link::topology_request{};
   return s;
 }
 
@@ -214,6 +216,8 @@ void launcher::impl::on_message(std::uint32_t h, link::message& m, std::uint32_t
           hosts[h].agent_error = x.text;
         } else if constexpr (std::is_same_v<T, link::agent_notice>) {
           out->push_back(say{host_info(h).name + ": " + x.text});
+        } else if constexpr (std::is_same_v<T, link::host_shape>) {
+          on_shape(h, x);
         } else if constexpr (std::is_same_v<T, link::pmix_server>) {
           hosts[h].pmix = x;
         } else if constexpr (std::is_same_v<T, link::pmix_spawn>) {

@@ -205,6 +205,7 @@ void launcher::impl::execute(action& a) {
 // Every stream reached its end: the output layer writes what it holds (output_drained), then
 // the agents clear what the ranks left behind, then `finished`.
 void launcher::impl::finish_job(job_report report) {
+  fill_resources(report);
   final_report = std::move(report);
   finishing = true;
   for (auto& [id, t] : timers) {
@@ -290,7 +291,9 @@ void launcher::start(link_time now, actions& out) {
     auto& m = *impl_;
     m.plan_tree();
     if (m.req.pmix) m.start_pmix();
-    m.facts_ready = m.req.map.num_nodes() <= 1 && m.all_local();
+    m.wants_shapes = needs_topology(m.req.mapping);
+    // Spawns wait for the launch facts, and for every host's plan when hosts are planned.
+    m.facts_ready = !m.wants_shapes && m.req.map.num_nodes() <= 1 && m.all_local();
     m.queue.push_back(job_start{});
   });
 }

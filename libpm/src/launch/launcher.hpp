@@ -81,6 +81,9 @@ struct launch_config {
   /// For tests (the simulator's checks of its own checks): sees every batch of the controller's
   /// actions before they are carried out, and may change it.
   std::function<void(const event& in, std::vector<action>& actions)> watch_controller;
+  /// --report-bindings (request.mapping.report_bindings): Open MPI's line for each rank of a
+  /// host, once every host is planned and before any rank starts (job_callbacks::on_binding).
+  std::function<void(const std::string& line)> report_binding = {};
 };
 
 // ---- actions: what the driver must do -------------------------------------------------------

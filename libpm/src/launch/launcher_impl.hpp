@@ -4,6 +4,7 @@
 //   tree_relay.cpp      hosts reached through another host's agent (child_open/child_data)
 //   spawn_requests.cpp  launch facts, spawn requests, stdin routing, output pushed over links
 //   pmix_routing.cpp    PMIx on the launcher's side: fences, modex, spawned jobs, data store
+//   host_plans.cpp      hosts' topologies, their plans (cores, GPUs, NICs), refusals
 // Internal to libpm.
 #pragma once
 
@@ -21,6 +22,7 @@
 #include "control/fence_table.hpp"
 #include "launch/launcher.hpp"
 #include "launch/spawned_job.hpp"
+#include "pm/host_binding.hpp"
 
 namespace pm::launch {
 
@@ -158,6 +160,22 @@ struct launcher::impl {
 
   std::vector<std::uint8_t> pushed;  // per rank: bits 1/2 stdout/stderr open, 4/8 closed
 
+  // Within hosts (host_plans.cpp): each host's shape from its agent, and its plan, shared by
+  // hosts of the same shape and rank count (planned once).
+  struct shaped {
+    topo::host_topology topology;
+    std::string text;
+  };
+  struct planned {
+    std::shared_ptr<const shaped> shape;
+    topo::host_plan plan;
+  };
+  bool wants_shapes = false;  // needs_topology(req.mapping): agents are asked, spawns wait
+  bool plans_done = false;
+  bool refused = false;
+  std::vector<std::shared_ptr<const shaped>> shapes;  // by host
+  std::vector<std::shared_ptr<const planned>> plans;  // by host
+
   // ---- launcher.cpp ----
   template <class F>
   void step(link_time t, actions& o, F&& f);
@@ -239,6 +257,13 @@ struct launcher::impl {
   bool pushed_stream_usable(std::uint32_t h, std::uint32_t rank, stream_kind stream);
   void close_pushed(std::uint32_t h, std::uint32_t rank, stream_kind stream);
   void end_pushed_streams(std::uint32_t h);
+
+  // ---- host_plans.cpp ----
+  void on_shape(std::uint32_t h, const link::host_shape& s);
+  bool plan_hosts();
+  void refuse(const std::string& line);
+  void add_binding(std::uint32_t rank, link::rank_spec& s) const;
+  void fill_resources(job_report& report) const;
 
   // ---- pmix_routing.cpp ----
   void start_pmix();

@@ -26,7 +26,16 @@ constexpr std::size_t spawn_batch = 16;
 
 // Multi-host: MASTER_ADDR and MASTER_PORT come from rank 0's agent (an address of its host the
 // others reach, a port free there); TF_CONFIG needs every node's address.
+// With hosts to plan (host_plans.cpp), every host's plan comes first: a refusal must come before
+// any rank starts anywhere.
 void launcher::impl::decide_facts() {
+  if (wants_shapes && !plan_hosts()) return;
+  if (req.map.num_nodes() <= 1 && all_local()) {
+    // One local host: the facts were decided before the start (127.0.0.1).
+    facts_ready = true;
+    for (std::uint32_t h = 0; h < hosts.size(); ++h) flush_spawns(h);
+    return;
+  }
   const std::uint32_t h0 = req.map.host_of_node(req.map.at(0).node);
   const auto& rank0 = hosts[h0];
   if (!rank0.agent) return;
@@ -72,6 +81,7 @@ link::rank_spec launcher::impl::spec_of(std::uint32_t r) const {
   s.rank = r;
   s.app = req.map.at(r).app;
   if (cfg.rank_variables) s.env = joined(rank_profile(req.map, r, req.env));
+  add_binding(r, s);  // after the profile's: the same layer (env/compose.hpp)
   s.stdin_from_launcher = r < cfg.stdin_of.size() && cfg.stdin_of[r] != stdin_source::none;
   return s;
 }

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -42,6 +43,8 @@ struct child_plan {
   bool restore_nofile;
   rlimit nofile;
   int parent_death_signal;
+  const cpu_set_t* affinity;  // nullptr: inherit
+  std::size_t affinity_size;
   pid_t parent;            // the spawner's pid, to notice that it died before the signal was armed
   volatile int error = 0;  // written by the child when it fails: errno
 };
@@ -59,6 +62,9 @@ int child_main(void* arg) {
     _exit(exec_failure_code(errno));
   };
   if (plan->new_group && setpgid(0, 0) != 0) return fail();
+  if (plan->affinity != nullptr && sched_setaffinity(0, plan->affinity_size, plan->affinity) != 0) {
+    return fail();
+  }
   if (plan->parent_death_signal != 0) {
     if (prctl(PR_SET_PDEATHSIG, plan->parent_death_signal) != 0) return fail();
     if (getppid() != plan->parent) _exit(128 + plan->parent_death_signal);  // died meanwhile
@@ -174,6 +180,9 @@ spawned_process spawn_fallback(const spawn_request& request, child_plan& plan) {
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) exec_failed(request, rc);
+  // posix_spawn cannot bind: the new process is bound at once, before it can start a thread of
+  // its own in all but the rarest interleaving (this path serves only kernels without CLONE_PIDFD).
+  if (plan.affinity != nullptr) sched_setaffinity(pid, plan.affinity_size, plan.affinity);
   const int pidfd = open_pidfd(pid);
   if (pidfd < 0) {
     const int e = errno;
@@ -202,6 +211,18 @@ spawned_process spawn(const spawn_request& request) {
   if (request.nofile) plan.nofile = *request.nofile;
   plan.parent_death_signal = request.parent_death_signal;
   plan.parent = getpid();
+  // The mask is built here: the child may not allocate.
+  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> mask(nullptr, [](cpu_set_t* m) { CPU_FREE(m); });
+  if (!request.cpus.empty()) {
+    std::uint32_t top = 0;
+    for (const auto c : request.cpus) top = std::max(top, c);
+    mask.reset(CPU_ALLOC(top + 1));
+    if (!mask) throw error(errc::launch, "cannot allocate a cpu mask");
+    plan.affinity_size = CPU_ALLOC_SIZE(top + 1);
+    CPU_ZERO_S(plan.affinity_size, mask.get());
+    for (const auto c : request.cpus) CPU_SET_S(c, plan.affinity_size, mask.get());
+    plan.affinity = mask.get();
+  }
 
   static bool clone_refused = false;  // remembered: the fallback is taken without retrying
   if (!clone_refused) {

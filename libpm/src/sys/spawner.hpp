@@ -3,16 +3,18 @@
 // clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD) runs a small child function on a stack in the
 // parent's frame: no page tables copied (unlike fork), a pidfd from the same call, and an exec
 // failure reported synchronously through shared memory. The child, before execve: its own process
-// group, every signal disposition default and the mask empty, stdin/stdout/stderr in place, every
-// other descriptor closed, the working directory, the original RLIMIT_NOFILE. Nothing in the child
-// allocates or locks (vfork rules). Falls back to posix_spawn + pidfd_open where clone with
-// CLONE_PIDFD is refused (old kernels, seccomp).
+// group, its cpu binding (if asked), every signal disposition default and the mask empty,
+// stdin/stdout/stderr in place, every other descriptor closed, the working directory, the original
+// RLIMIT_NOFILE. Nothing in the child allocates or locks (vfork rules). Falls back to posix_spawn +
+// pidfd_open where clone with CLONE_PIDFD is refused (old kernels, seccomp).
+//
 // Thread safety: spawn() may be called from any thread; other threads may fork meanwhile.
 #pragma once
 
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +35,10 @@ struct spawn_request {
   /// helper that spawns from one thread that lives as long as it (pmd): its ranks then die at
   /// once when it is SIGKILLed. Not for embedders, whose spawning thread may end early.
   int parent_death_signal = 0;
+  /// sched_setaffinity before exec: the PUs (OS indexes) the process may run on; empty: inherit.
+  /// The caller checks that they are this machine's (pmd's bindable_cpus): the kernel would refuse
+  /// a set with none online, and quietly narrow one with some.
+  std::vector<std::uint32_t> cpus;
 };
 
 struct spawned_process {

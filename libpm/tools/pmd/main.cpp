@@ -42,6 +42,7 @@
 #include "child_agents.hpp"
 #include "command_line.hpp"
 #include "event_set.hpp"
+#include "host_shape.hpp"
 #include "launcher_link.hpp"
 #include "link/endpoint.hpp"
 #include "link/socket.hpp"
@@ -81,6 +82,7 @@ class driver {
   static ag::options with_files(ag::options o) {
     static const pm::sys::local_files files;
     o.files = &files;
+    o.read_topology = [] { return pmd::read_host_shape(); };
     return o;
   }
   ln::link_time now() const { return clock_type::now().time_since_epoch(); }
@@ -111,6 +113,7 @@ class driver {
   // Capacity the ranks' output pipes may still be given beyond the default (F_SETPIPE_SZ counts
   // against the user's pipe-user-pages-soft, 64 MiB, beyond which new pipes get one page).
   std::size_t pipe_budget_ = std::size_t{16} << 20;
+  bool told_unbound_ = false;  // the launcher heard that a binding was not applied
   bool draining_ = false;
   owned_fd stdin_;             // attached to the spawn message being carried out
   pmd::rank_processes ranks_;  // the rank leaders, until the sweep
@@ -264,6 +267,16 @@ void driver::do_spawn(const ag::process_spec& spec) {
   req.stderr_fd = spec.streams == 2 ? err_w.get() : out_w.get();
   req.nofile = nofile_;               // pmd raised its own limit; ranks get the one it was given
   req.parent_death_signal = SIGKILL;  // a SIGKILLed pmd leaves no rank behind, not even briefly
+  if (!spec.cpus.empty()) {
+    // A summary from HWLOC_XMLFILE may name cpus this machine lacks: planned and reported, not
+    // applied (docs/gpus.md, "Fake topologies"); the launcher hears it once.
+    std::string why;
+    req.cpus = pmd::bindable_cpus(spec.cpus, why);
+    if (req.cpus.empty() && !told_unbound_) {
+      told_unbound_ = true;
+      link_.send(ln::agent_notice{"binding not applied (" + why + ")"}, {});
+    }
+  }
   pm::sys::spawned_process res;
   try {
     res = pm::sys::spawn(req);

@@ -259,11 +259,16 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   std::optional<pm::job_report> report;
   auto runner = std::make_unique<pm::job_runner>(
       io, std::move(request),
-      pm::job_callbacks{[](std::string_view line) {
-                          std::fprintf(stderr, "pmrun: %.*s\n", static_cast<int>(line.size()),
-                                       line.data());
-                        },
-                        [&](const pm::job_report& r) { report = r; }});
+      pm::job_callbacks{
+          [](std::string_view line) {
+            std::fprintf(stderr, "pmrun: %.*s\n", static_cast<int>(line.size()), line.data());
+          },
+          [&](const pm::job_report& r) { report = r; },
+          {},
+          [](std::string_view line) {
+            // Open MPI's lines, unprefixed, on stderr (as mpirun's daemons write).
+            std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+          }});
   std::shared_ptr<pm::driver::stdin_forwarder> forwarder;
   if (!input.forward_targets.empty())
     forwarder = pm::driver::stdin_forwarder::start(io, 0, input.forward_targets);

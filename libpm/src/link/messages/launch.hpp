@@ -28,6 +28,13 @@ struct app_spec {
   }
   static void check(const app_spec& a, std::string_view type);  ///< a program to run
 };
+/// The job binds, maps within hosts, gives GPUs or reports bindings (docs/gpus.md): the agent reads
+/// its host's topology (hwloc; HWLOC_XMLFILE in tests) and answers with `topology` before the
+/// launcher sends any spawn. Absent: the agent never loads hwloc (a plain job does not pay for it).
+struct topology_request {
+  friend bool operator==(const topology_request&, const topology_request&) = default;
+  static constexpr auto wire() { return wire_map(); }
+};
 /// Everything about the job the agent needs before the first spawn; sent once, after hello.
 /// The agent composes each rank's environment on its own host: its own environment minus an outer
 /// job's identity, plus `base` (the -mca exports), the rank's profile variables, `overrides` (-x),
@@ -46,6 +53,7 @@ struct job_setup {
   std::vector<std::string> overrides;  ///< "NAME=value" that win over the profile variables
   std::vector<app_spec> apps;
   std::optional<pmix_job> pmix;  ///< absent: no PMIx server for the ranks (--no-pmix)
+  std::optional<topology_request> topology = std::nullopt;  ///< version 9; absent: none wanted
   friend bool operator==(const job_setup&, const job_setup&) = default;
   static constexpr auto wire() {
     return wire_message("job", sender::launcher, field("host", &job_setup::host),
@@ -55,20 +63,33 @@ struct job_setup {
                         field("forward_output", &job_setup::forward_output),
                         field("streams", &job_setup::streams, 0, 2), field("cwd", &job_setup::cwd),
                         field("base", &job_setup::base), field("overrides", &job_setup::overrides),
-                        field("apps", &job_setup::apps), field("pmix", &job_setup::pmix));
+                        field("apps", &job_setup::apps), field("pmix", &job_setup::pmix),
+                        field("topology", &job_setup::topology));
   }
   static void check(const job_setup& m, std::string_view type);  ///< apps, consistent PMIx facts
+};
+/// Where a rank is bound (version 9): the launcher planned it from the host's topology.
+struct rank_binding {
+  /// The PUs (OS indexes) the agent binds the rank to before exec, as a Linux cpu list
+  /// ("0-3,8"); empty: not bound (its GPUs alone were chosen).
+  std::string cpus = {};
+  friend bool operator==(const rank_binding&, const rank_binding&) = default;
+  static constexpr auto wire() { return wire_map(field("cpus", &rank_binding::cpus)); }
 };
 /// One rank to start.
 struct rank_spec {
   std::uint32_t rank = 0;
   std::uint32_t app = 0;
-  std::vector<std::string> env;      ///< the rank's profile variables ("NAME=value")
+  /// The rank's profile variables ("NAME=value"), and with GPUs its device variables
+  /// (CUDA_VISIBLE_DEVICES, ...: pm::topo::rank_environment), the same layer (env/compose.hpp).
+  std::vector<std::string> env;
   bool stdin_from_launcher = false;  ///< local: the spawn's descriptor; remote: input frames
+  std::optional<rank_binding> binding = std::nullopt;  ///< absent: the job binds nothing
   friend bool operator==(const rank_spec&, const rank_spec&) = default;
   static constexpr auto wire() {
     return wire_map(field("rank", &rank_spec::rank), field("app", &rank_spec::app),
-                    field("env", &rank_spec::env), field("stdin", &rank_spec::stdin_from_launcher));
+                    field("env", &rank_spec::env), field("stdin", &rank_spec::stdin_from_launcher),
+                    field("binding", &rank_spec::binding));
   }
 };
 /// Start these ranks. Over a local socket, one descriptor may travel with it: the stdin the ranks
@@ -128,6 +149,17 @@ struct exited {
   static constexpr auto wire() {
     return wire_message("exited", sender::agent, field("rank", &exited::rank),
                         exit_status_field(&exited::status));
+  }
+};
+/// The answer to job_setup::topology (version 9), before the agent starts any rank: its host's
+/// summary as pm::topo::to_text writes it, or why it has none (hwloc failed, pmd built without it).
+struct host_shape {
+  std::string text = {};
+  std::string error = {};  ///< one line; empty when `text` holds the summary
+  friend bool operator==(const host_shape&, const host_shape&) = default;
+  static constexpr auto wire() {
+    return wire_message("topology", sender::agent, field("text", &host_shape::text),
+                        field("error", &host_shape::error));
   }
 };
 /// Everything is cleared; the agent exits right after.

@@ -1,0 +1,102 @@
+#include "host_shape.hpp"
+
+#include <dlfcn.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "pm/error.hpp"
+#include "pm/host_binding.hpp"
+#include "topology/topology_module.hpp"
+
+namespace pmd {
+namespace {
+
+namespace fs = std::filesystem;
+namespace tm = pm::topo::module;
+
+// PM_TOPOLOGY_MODULE, else beside pmd's bin directory (as libpm-pmix.so), else the loader's path.
+std::string module_path() {
+  if (const char* p = std::getenv("PM_TOPOLOGY_MODULE"); p != nullptr && *p != '\0') return p;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return tm::file;
+#ifdef PM_TOPOLOGY_MODULE_DIRS
+  const std::string dirs = PM_TOPOLOGY_MODULE_DIRS;
+#else
+  const std::string dirs = "../lib";
+#endif
+  std::size_t at = 0;
+  while (at <= dirs.size()) {
+    const auto end = std::min(dirs.find(':', at), dirs.size());
+    const fs::path candidate = exe.parent_path() / dirs.substr(at, end - at) / tm::file;
+    if (fs::exists(candidate, ec)) return candidate.lexically_normal().string();
+    at = end + 1;
+  }
+  return tm::file;
+}
+
+// The cpus this process may run on, once.
+const std::vector<bool>& allowed_cpus() {
+  static const std::vector<bool> allowed = [] {
+    std::vector<bool> out;
+    for (int n = 1024; n <= (1 << 16); n *= 2) {
+      std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> set(CPU_ALLOC(n),
+                                                           [](cpu_set_t* s) { CPU_FREE(s); });
+      const auto size = CPU_ALLOC_SIZE(n);
+      if (::sched_getaffinity(0, size, set.get()) != 0) continue;  // EINVAL: a bigger mask
+      out.resize(static_cast<std::size_t>(n));
+      for (int c = 0; c < n; ++c)
+        out[static_cast<std::size_t>(c)] = CPU_ISSET_S(c, size, set.get());
+      break;
+    }
+    return out;
+  }();
+  return allowed;
+}
+
+}  // namespace
+
+pm::link::host_shape read_host_shape() {
+  const auto path = module_path();
+  // hwloc's display, OpenCL and libxml2 plugins find nothing a placement needs (as the PMIx
+  // server's start says); the ranks' environment was taken before.
+  ::setenv("HWLOC_PLUGINS_BLACKLIST", "hwloc_gl,hwloc_opencl,hwloc_xml_libxml", 0);
+  void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (module == nullptr) {
+    const char* why = ::dlerror();
+    return {"", "cannot load " + path + ": " + (why != nullptr ? why : "?")};
+  }
+  auto read = reinterpret_cast<tm::read_function>(::dlsym(module, tm::read_symbol));
+  if (read == nullptr) return {"", path + " has no " + tm::read_symbol};
+  int ok = 0;
+  std::unique_ptr<char, void (*)(void*)> text(read(&ok), std::free);
+  if (!text) return {"", "out of memory reading the topology"};
+  // The module stays loaded: hwloc's libraries would cost their loading again for nothing.
+  return ok != 0 ? pm::link::host_shape{text.get(), ""}
+                 : pm::link::host_shape{"", std::string("topology: ") + text.get()};
+}
+
+std::vector<std::uint32_t> bindable_cpus(const std::string& list, std::string& why) {
+  if (list.empty()) return {};
+  std::vector<std::uint32_t> cpus;
+  try {
+    cpus = pm::topo::parse_cpu_list(list);
+  } catch (const pm::error& e) {
+    why = e.what();
+    return {};
+  }
+  const auto& allowed = allowed_cpus();
+  for (const auto c : cpus) {
+    if (c >= allowed.size() || !allowed[c]) {
+      why = "cpu " + std::to_string(c) + " of " + list + " is not one this host lets pmd use";
+      return {};
+    }
+  }
+  return cpus;
+}
+
+}  // namespace pmd
