@@ -34,22 +34,43 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   script=$(mktemp /tmp/pm-ddp-XXXXXX.py)
   trap 'rm -f "$script"' EXIT
   cat >"$script" <<'PY'
-import os, torch, torch.distributed as dist
-dist.init_process_group("nccl")  # MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from pmrun
-assert torch.cuda.device_count() == 1, torch.cuda.device_count()
-torch.cuda.set_device(0)
+import os, sys, time, torch, torch.distributed as dist
+t0 = time.time()
+dist.init_process_group("nccl")  # MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the launcher
+if sys.argv[1] == "pmrun":  # --gpus-per-rank 1: the rank sees its own GPU only, as cuda:0
+    assert torch.cuda.device_count() == 1, torch.cuda.device_count()
+    dev = 0
+else:  # torchrun shows every GPU: the script picks its own from LOCAL_RANK, by hand
+    dev = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(dev)
 rank, size = dist.get_rank(), dist.get_world_size()
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1).cuda(), device_ids=[0])
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1).cuda(), device_ids=[dev])
 model(torch.ones(2, 4, device="cuda")).sum().backward()  # DDP's gradient all-reduce
 x = torch.tensor([rank + 1.0], device="cuda")
 dist.all_reduce(x)
 assert x.item() == size * (size + 1) / 2, x.item()
-print(f"DDP rank {rank}/{size} ok on {torch.cuda.get_device_name(0)} (CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']})")
+print(f"{sys.argv[1]} DDP rank {rank}/{size} ok on {torch.cuda.get_device_name(dev)} "
+      f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}), "
+      f"process group + step in {time.time() - t0:.2f} s")
 dist.destroy_process_group()
 PY
-  start=$(date +%s.%N)
-  "$pmrun" --allow-run-as-root -np "$gpus" --gpus-per-rank 1 python3 "$script" || fail "NCCL DDP under pmrun"
-  echo "pmrun DDP: $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+  # Beside torchrun on the same machine, in turns: the launch-to-exit time of the same job.
+  elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+  torchrun=$(command -v torchrun || true)
+  for round in 1 2 3; do
+    start=$(date +%s.%N)
+    "$pmrun" --allow-run-as-root -np "$gpus" --gpus-per-rank 1 python3 "$script" pmrun ||
+      fail "NCCL DDP under pmrun"
+    p=$(elapsed "$start")
+    t=-
+    if [ -n "$torchrun" ]; then
+      start=$(date +%s.%N)
+      "$torchrun" --standalone --nproc-per-node "$gpus" "$script" torchrun ||
+        fail "NCCL DDP under torchrun (the reference)"
+      t=$(elapsed "$start")
+    fi
+    echo "round $round: pmrun $p s, torchrun $t s"
+  done
 else
   echo "PyTorch with CUDA not available: DDP check skipped"
 fi

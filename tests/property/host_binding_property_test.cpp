@@ -137,8 +137,12 @@ RC_GTEST_PROP(HostBindingProperty, DecisionsKeepTheirPromises, ()) {
     RC_ASSERT(std::set<std::uint32_t>(gpus_taken.begin(), gpus_taken.end()).size() ==
               gpus_taken.size());
   }
-  const bool fine = p.bind.to == object::core || p.bind.to == object::hwthread;
-  if (fine && !p.bind.overload_allowed) {  // bindings to cores or threads are disjoint
+  // Bindings to cores or threads are disjoint, except cores under a mapping by hardware thread:
+  // then a core's threads are its cpus, and two ranks mapped to its two threads are both bound to
+  // it without overloading it (Open MPI's rule: --map-by hwthread counts threads as cpus).
+  const bool fine =
+      p.bind.to == object::hwthread || (p.bind.to == object::core && p.map.by != object::hwthread);
+  if (fine && !p.bind.overload_allowed) {
     RC_ASSERT(std::set<std::uint32_t>(cpus_taken.begin(), cpus_taken.end()).size() ==
               cpus_taken.size());
   }

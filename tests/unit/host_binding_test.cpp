@@ -165,6 +165,15 @@ TEST_F(Machines, Dgx2SixteenGpus) {
   EXPECT_EQ(cpus_of(p, 1), (cpus{1}));
   EXPECT_EQ(cpus_of(p, 2), (cpus{24}));
   EXPECT_EQ(env_value(rank_environment(t, p, 2, {4}), "CUDA_VISIBLE_DEVICES"), "8,9,10,11");
+  // Bound, one GPU each: NUMA node 0 has 8 GPUs but 2 cores, so the third rank's GPU is on node 1
+  // with its core (GPUs in plain order would give ranks 2 and 3 GPUs 2 and 3, and cores on node 1).
+  p = plan_host(t, "dgx", 4, policy("", "core", "1"));
+  EXPECT_EQ(gpus_of(p, 0), (cpus{0}));
+  EXPECT_EQ(gpus_of(p, 1), (cpus{1}));
+  EXPECT_EQ(gpus_of(p, 2), (cpus{8}));
+  EXPECT_EQ(gpus_of(p, 3), (cpus{9}));
+  EXPECT_EQ(cpus_of(p, 2), (cpus{24}));
+  EXPECT_EQ(cpus_of(p, 3), (cpus{25}));
   p = plan_host(t, "dgx", 2, policy("numa", "", "2"));
   EXPECT_EQ(gpus_of(p, 0), (cpus{0, 1}));
   EXPECT_EQ(gpus_of(p, 1), (cpus{8, 9}));

@@ -12,6 +12,7 @@
 //     on an object than it has units is refused unless overload-allowed.
 //  4. GPUs (closest free ones first: same NUMA node, same package, any) and the nearest NIC.
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -251,9 +252,47 @@ host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t
     slot_gpus.resize(n);
     std::vector<int> tiers(unit_count);
     std::uint32_t tiers_numa = none, tiers_package = none;
+    // GPUs go where cores are left: a rank's first GPU is the next free one whose NUMA node still
+    // has `pe` unused units (else the next free one), its others the free ones nearest to it; so
+    // a NUMA node with more GPUs than cores does not push ranks' cores away from their GPUs.
+    // Unbound ranks (no cores to agree with) and shared GPUs (more ranks than GPUs): in order.
+    const auto numa_of_unit = [&](std::uint32_t unit) { return t.cores[u.core_of(unit)].numa; };
+    std::map<std::uint32_t, std::uint32_t> unused_in_numa;
+    for (std::uint32_t unit = 0; unit < unit_count; ++unit) ++unused_in_numa[numa_of_unit(unit)];
+    std::vector<bool> gpu_taken(t.gpus.size(), false);
+    std::size_t taken = 0;
     for (std::uint32_t i = 0; i < n; ++i) {
-      for (std::uint32_t j = 0; j < gpus_per_rank; ++j) {
-        slot_gpus[i].push_back(gpu_order[(std::size_t{i} * gpus_per_rank + j) % gpu_order.size()]);
+      if (!bind || taken + gpus_per_rank > gpu_order.size()) {
+        for (std::uint32_t j = 0; j < gpus_per_rank; ++j) {
+          slot_gpus[i].push_back(
+              gpu_order[(std::size_t{i} * gpus_per_rank + j) % gpu_order.size()]);
+        }
+      } else {
+        std::uint32_t lead = none;
+        for (const std::uint32_t g : gpu_order) {
+          if (gpu_taken[g]) continue;
+          if (lead == none) lead = g;
+          if (unused_in_numa[t.gpus[g].numa] >= pe) {
+            lead = g;
+            break;
+          }
+        }
+        slot_gpus[i].push_back(lead);
+        gpu_taken[lead] = true;
+        for (std::uint32_t j = 1; j < gpus_per_rank; ++j) {
+          std::uint32_t next = none;
+          for (const std::uint32_t g : gpu_order) {
+            if (gpu_taken[g]) continue;
+            if (next == none ||
+                distance(t.gpus[lead].numa, t.gpus[lead].package, t.gpus[g].numa,
+                         t.gpus[g].package) < distance(t.gpus[lead].numa, t.gpus[lead].package,
+                                                       t.gpus[next].numa, t.gpus[next].package))
+              next = g;
+          }
+          slot_gpus[i].push_back(next);
+          gpu_taken[next] = true;
+        }
+        taken += gpus_per_rank;
       }
       const gpu& home = t.gpus[slot_gpus[i][0]];
       if (i == 0 || home.numa != tiers_numa || home.package != tiers_package) {
@@ -267,6 +306,10 @@ host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t
       }
       least_used(
           all, [&](std::uint32_t unit) { return tiers[unit]; }, &slot_units[std::size_t{i} * pe]);
+      for (std::uint32_t k = 0; k < pe; ++k) {
+        const auto unit = slot_units[std::size_t{i} * pe + k];
+        if (load[unit] == 1) --unused_in_numa[numa_of_unit(unit)];
+      }
     }
   } else if (!is_object(map.by) ||
              (map.ppr == 0 && (map.by == object::core || map.by == object::hwthread))) {
