@@ -11,24 +11,6 @@
 
 namespace pm::topo {
 
-namespace {
-
-/// "0", "0-1", "0,2": a core's bound thread numbers, ranges collapsed.
-std::string thread_list(const std::vector<std::uint32_t>& hwts) {
-  std::string out;
-  for (std::size_t i = 0; i < hwts.size();) {
-    std::size_t j = i;
-    while (j + 1 < hwts.size() && hwts[j + 1] == hwts[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    out += std::to_string(hwts[i]);
-    if (j > i) out += '-' + std::to_string(hwts[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
-}  // namespace
-
 std::string report_bindings(const host_topology& t, std::string_view host, std::uint32_t pid,
                             std::uint32_t rank, std::span<const std::uint32_t> cpus) {
   std::string line =
@@ -53,7 +35,7 @@ std::string report_bindings(const host_topology& t, std::string_view host, std::
     if (!first) line += ", ";
     first = false;
     line += "socket " + std::to_string(k.package == none ? 0 : k.package) + "[core " +
-            std::to_string(c) + "[hwt " + thread_list(hwts) + "]]";
+            std::to_string(c) + "[hwt " + cpu_list(hwts) + "]]";
   }
   line += ": ";
   // The map: packages in order (a host without packages is one), cores in order within each.

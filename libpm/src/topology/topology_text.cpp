@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "pm/error.hpp"
+#include "pm/host_binding.hpp"
 #include "pm/topology.hpp"
 
 namespace pm::topo {
@@ -59,20 +60,6 @@ void put_string(std::string& out, std::string_view s) {
 }
 
 /// "0-3,7,9-10": consecutive ascending runs collapse.
-void put_ranges(std::string& out, const std::vector<std::uint32_t>& values) {
-  for (std::size_t i = 0; i < values.size();) {
-    std::size_t j = i;
-    while (j + 1 < values.size() && values[j + 1] == values[j] + 1) ++j;
-    if (i > 0) out += ',';
-    out += std::to_string(values[i]);
-    if (j > i) {
-      out += '-';
-      out += std::to_string(values[j]);
-    }
-    i = j + 1;
-  }
-}
-
 [[noreturn]] void malformed(std::string_view field, const std::string& why) {
   throw pm::error(errc::parse, "host topology text, field '" + std::string(field) + "': " + why);
 }
@@ -172,7 +159,7 @@ std::string to_text(const host_topology& t) {
   out += ";p=" + std::to_string(t.packages);
   out += ";l=" + std::to_string(t.l3caches);
   out += ";n=";
-  put_ranges(out, t.numa_os_index);
+  out += cpu_list(t.numa_os_index);
   out += ";c=";
   for (std::size_t i = 0; i < t.cores.size();) {
     std::size_t j = i;
@@ -207,7 +194,7 @@ std::string to_text(const host_topology& t) {
       if (c < k.pu_count) column.push_back(t.pu_os_index[k.first_pu + c]);
     }
     if (c > 0) out += '|';
-    put_ranges(out, column);
+    out += cpu_list(column);
   }
   out += ";g=";
   for (std::size_t i = 0; i < t.gpus.size(); ++i) {

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 
+#include "module_path.hpp"
 #include "pm/error.hpp"
 #include "pm/host_binding.hpp"
 #include "topology/topology_module.hpp"
@@ -15,28 +15,15 @@
 namespace pmd {
 namespace {
 
-namespace fs = std::filesystem;
 namespace tm = pm::topo::module;
 
 // PM_TOPOLOGY_MODULE, else beside pmd's bin directory (as libpm-pmix.so), else the loader's path.
-std::string module_path() {
-  if (const char* p = std::getenv("PM_TOPOLOGY_MODULE"); p != nullptr && *p != '\0') return p;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return tm::file;
+std::string topology_module_path() {
 #ifdef PM_TOPOLOGY_MODULE_DIRS
-  const std::string dirs = PM_TOPOLOGY_MODULE_DIRS;
+  return module_path("PM_TOPOLOGY_MODULE", PM_TOPOLOGY_MODULE_DIRS, tm::file);
 #else
-  const std::string dirs = "../lib";
+  return module_path("PM_TOPOLOGY_MODULE", "../lib", tm::file);
 #endif
-  std::size_t at = 0;
-  while (at <= dirs.size()) {
-    const auto end = std::min(dirs.find(':', at), dirs.size());
-    const fs::path candidate = exe.parent_path() / dirs.substr(at, end - at) / tm::file;
-    if (fs::exists(candidate, ec)) return candidate.lexically_normal().string();
-    at = end + 1;
-  }
-  return tm::file;
 }
 
 // The cpus this process may run on, once.
@@ -61,7 +48,7 @@ const std::vector<bool>& allowed_cpus() {
 }  // namespace
 
 pm::link::host_shape read_host_shape() {
-  const auto path = module_path();
+  const auto path = topology_module_path();
   // hwloc's display, OpenCL and libxml2 plugins find nothing a placement needs (as the PMIx
   // server's start says); the ranks' environment was taken before.
   ::setenv("HWLOC_PLUGINS_BLACKLIST", "hwloc_gl,hwloc_opencl,hwloc_xml_libxml", 0);

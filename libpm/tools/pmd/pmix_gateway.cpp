@@ -1,7 +1,6 @@
 #include "pmix_gateway.hpp"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <netinet/in.h>
@@ -18,15 +17,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 
+#include "agent/host_facts.hpp"
 #include "agent/private_dir.hpp"
+#include "module_path.hpp"
 #include "pm/error.hpp"
 
 namespace pmd {
 
 namespace pmix = pm::agent::pmix;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -44,36 +43,12 @@ std::string tmp_root() {
   return t != nullptr && *t != '\0' ? std::string(t) : std::string("/tmp");
 }
 
-std::string module_path() {
-  if (const char* p = std::getenv("PM_PMIX_MODULE"); p != nullptr && *p != '\0') return p;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return pmix::module_file;  // the loader's search path
+std::string pmix_module_path() {
 #ifdef PM_PMIX_MODULE_DIRS
-  std::string dirs = PM_PMIX_MODULE_DIRS;
+  return module_path("PM_PMIX_MODULE", PM_PMIX_MODULE_DIRS, pmix::module_file);
 #else
-  std::string dirs = "../lib";
+  return module_path("PM_PMIX_MODULE", "../lib", pmix::module_file);
 #endif
-  std::size_t at = 0;
-  while (at <= dirs.size()) {
-    const auto end = std::min(dirs.find(':', at), dirs.size());
-    const fs::path candidate = exe.parent_path() / dirs.substr(at, end - at) / pmix::module_file;
-    if (fs::exists(candidate, ec)) return candidate.lexically_normal().string();
-    at = end + 1;
-  }
-  return pmix::module_file;
-}
-
-// True if `dir` exists and lists anything.
-bool has_entries(const char* dir) {
-  DIR* d = ::opendir(dir);
-  if (d == nullptr) return false;
-  bool any = false;
-  while (const dirent* e = ::readdir(d)) {
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) any = true;
-  }
-  ::closedir(d);
-  return any;
 }
 
 // Eight letters and digits from the kernel's random source.
@@ -212,7 +187,7 @@ pm::agent::pmix_host_facts pmix_gateway::facts() const {
   f.place = place_;
   const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   f.cores = cores > 0 ? static_cast<unsigned>(cores) : 0;
-  f.rdma = has_entries("/sys/class/infiniband") || has_entries("/sys/class/cxi");
+  f.rdma = pm::agent::has_rdma_devices();
   return f;
 }
 
@@ -385,7 +360,7 @@ void pmix_gateway::start_server() {
   if (server_path_.size() >= 100) {
     server_path_ = "/proc/self/fd/" + std::to_string(dir_fd_.get()) + "/pmix-server.sock";
   }
-  const std::string path = module_path();
+  const std::string path = pmix_module_path();
   module_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (module_ == nullptr) {
     const char* why = ::dlerror();
