@@ -115,6 +115,7 @@ void world::step_agent(std::uint32_t host, agent::host_event e) {
   if (!h.agent || h.agent_done || h.crashed) return;
   agent_out_.clear();
   h.agent->handle(agent::agent_time(now_), std::move(e), agent_out_);
+  if (h.agent->holds_reports()) touch(host);  // they go out when the event is over
   std::vector<agent::host_action> actions;
   actions.swap(agent_out_);
   for (auto& a : actions) {

@@ -41,6 +41,8 @@ void world::flush_touched() {
     const auto host = touched_[i];
     auto& h = hosts_[host];
     if (h.write_due) flush_launcher(host, h);
+    // The event was the agent's turn: what it did to ranks goes out now, as pmd's loop does.
+    if (h.agent && h.agent->holds_reports()) step_agent(host, agent::turn_ended{});
     flush_agent(host, h, now_, h.up_loud);
     h.touched = false;
     h.up_loud = false;

@@ -25,20 +25,26 @@ link::spawn_request spawn_of_8() {
   return s;
 }
 
-// What one host's link carries for 8 ranks: spawn, started, output ends, exits.
+// What one host's link carries for 8 ranks: spawn, started, output ends, exits (since version 10
+// one list each: the ranks of one spawn start in one turn, one signal ends them in another).
 std::vector<link::message> batch(bool with_spawn) {
   std::vector<link::message> ms;
   if (with_spawn) ms.emplace_back(spawn_of_8());
-  for (std::uint32_t r = 0; r < 8; ++r) ms.emplace_back(link::started{r, 40000 + r});
+  link::started started;
+  link::stream_closed closed;
+  link::exited exited;
   for (std::uint32_t r = 0; r < 8; ++r) {
-    ms.emplace_back(link::stream_closed{r, pm::output_stream::out, 1000u * r});
-    ms.emplace_back(link::stream_closed{r, pm::output_stream::err, 0});
+    started.ranks.push_back({r, 40000 + r});
+    closed.streams.push_back({r, pm::output_stream::out, 1000u * r});
+    closed.streams.push_back({r, pm::output_stream::err, 0});
+    exited.ranks.push_back({r, r % 3 == 2 ? pm::exit_status::signaled(9)
+                                          : pm::exit_status::exited(static_cast<int>(r))});
   }
+  ms.emplace_back(std::move(started));
+  ms.emplace_back(std::move(closed));
   ms.emplace_back(link::ack{65536});
   ms.emplace_back(link::heartbeat{});
-  for (std::uint32_t r = 0; r < 8; ++r)
-    ms.emplace_back(link::exited{r, r % 3 == 2 ? pm::exit_status::signaled(9)
-                                               : pm::exit_status::exited(static_cast<int>(r))});
+  ms.emplace_back(std::move(exited));
   return ms;
 }
 

@@ -113,17 +113,17 @@ int main(int argc, char** argv) {
   // What an agent says: hello, a rank started, its output, its end, the shutdown.
   link::endpoint agent = greeted(link::role::agent, agent_hello);
   bytes from_agent = take(agent);
-  agent.send(link::started{0, 1234});
-  agent.send(link::started{1, 1235}, 0);
+  agent.send(link::started{{{0, 1234}}});
+  agent.send(link::started{{{1, 1235}}}, 0);
   const std::string line = "hello from rank 0\n";
   agent.send_output(0, pm::output_stream::out,
                     {reinterpret_cast<const std::uint8_t*>(line.data()), line.size()});
   agent.send_output(1, pm::output_stream::err, {reinterpret_cast<const std::uint8_t*>("oops"), 4});
   agent.send(link::ack{300});
   agent.send(link::heartbeat{});
-  agent.send(link::stream_closed{0, pm::output_stream::out, line.size()});
-  agent.send(link::exited{0, pm::exit_status::exited(0)});
-  agent.send(link::exited{1, pm::exit_status::signaled(9)});
+  agent.send(link::stream_closed{{{0, pm::output_stream::out, line.size()}}});
+  agent.send(link::exited{{{0, pm::exit_status::exited(0)}}});
+  agent.send(link::exited{{{1, pm::exit_status::signaled(9)}}});
   agent.send(link::spawn_failed{2, 127, "cannot execute 'app': No such file or directory"});
   agent.suspend(link::link_time{0});
   agent.resume(link::link_time{0});
@@ -224,11 +224,11 @@ int main(int argc, char** argv) {
       link::suspend{},
       link::resume{},
       link::shutdown_request{},
-      link::started{7, -1},
+      link::started{{{7, -1}}},
       link::spawn_failed{1, 126, "cannot execute './x.sh': Permission denied"},
-      link::exited{2, pm::exit_status::exited(7)},
-      link::exited{2, pm::exit_status::signaled(15)},
-      link::stream_closed{0, pm::output_stream::err, 12345},
+      link::exited{{{2, pm::exit_status::exited(7)}}},
+      link::exited{{{2, pm::exit_status::signaled(15)}}},
+      link::stream_closed{{{0, pm::output_stream::err, 12345}}},
       link::shutdown_done{},
       link::agent_error{"agent link: bad"},
       link::pmix_server{"pmix-server.7;tcp4://127.0.0.1:5", "/tmp/pm-pmix.7.a/pmix"},
@@ -257,6 +257,6 @@ int main(int argc, char** argv) {
   }
   write(root / "fuzz_link_message", "spawn_with_fd",
         link::encode(link::spawn_request{{link::rank_spec{0, 0, {}, true}}}, 1));
-  write(root / "fuzz_link_message", "started_with_fds", link::encode(link::started{0, 99}, 2));
+  write(root / "fuzz_link_message", "started_with_fds", link::encode(link::started{{{0, 99}}}, 2));
   return 0;
 }

@@ -203,11 +203,28 @@ inline link::spawn_request spawn_of(std::vector<link::rank_spec> ranks) {
   return link::spawn_request{std::move(ranks)};
 }
 
+// The messages of type T; for an entry of a list message (started_rank, ended_rank,
+// closed_stream), every entry of every such message, in order: how many ranks an agent names in
+// one message is its business (one turn of its loop), not the test's.
 template <class T>
 std::vector<T> all_of(const std::vector<link::message>& messages) {
   std::vector<T> r;
   for (const auto& m : messages) {
-    if (const T* x = std::get_if<T>(&m)) r.push_back(*x);
+    if constexpr (std::is_same_v<T, link::started_rank>) {
+      if (const auto* x = std::get_if<link::started>(&m)) {
+        r.insert(r.end(), x->ranks.begin(), x->ranks.end());
+      }
+    } else if constexpr (std::is_same_v<T, link::ended_rank>) {
+      if (const auto* x = std::get_if<link::exited>(&m)) {
+        r.insert(r.end(), x->ranks.begin(), x->ranks.end());
+      }
+    } else if constexpr (std::is_same_v<T, link::closed_stream>) {
+      if (const auto* x = std::get_if<link::stream_closed>(&m)) {
+        r.insert(r.end(), x->streams.begin(), x->streams.end());
+      }
+    } else if (const T* x = std::get_if<T>(&m)) {
+      r.push_back(*x);
+    }
   }
   return r;
 }
@@ -309,12 +326,15 @@ class agent_session {
     cb.on_greeted = [this](const link::hello& h) { got.agent = h; };
     cb.on_message = [this](link::message& m, std::vector<owned_fd> fds) {
       if (const auto* s = std::get_if<link::started>(&m)) {
-        cleanup.pids.insert(static_cast<pid_t>(s->pid));
-        got.pipes[s->rank] = std::move(fds);
+        for (const auto& r : s->ranks) cleanup.pids.insert(static_cast<pid_t>(r.pid));
+        // Descriptors come with a `started` that names one rank.
+        if (!fds.empty()) got.pipes[s->ranks.front().rank] = std::move(fds);
       }
       if (const auto* c = std::get_if<link::stream_closed>(&m)) {
-        const auto key = std::make_pair(c->rank, c->stream);
-        got.output_at_close[key] = got.output[key].size();
+        for (const auto& x : c->streams) {
+          const auto key = std::make_pair(x.rank, x.stream);
+          got.output_at_close[key] = got.output[key].size();
+        }
       }
       got.messages.push_back(std::move(m));
     };
@@ -498,8 +518,8 @@ struct raw_link {
       for (auto& e : events) {
         if (auto* m = std::get_if<link::message_in>(&e)) {
           auto taken = reader.take_fds(m->fds, link::type_name(m->msg));
-          if (const auto* s = std::get_if<link::started>(&m->msg)) {
-            pipes[s->rank] = std::move(taken);
+          if (const auto* s = std::get_if<link::started>(&m->msg); s && !taken.empty()) {
+            pipes[s->ranks.front().rank] = std::move(taken);
           }
           messages.push_back(std::move(m->msg));
         } else if (auto* d = std::get_if<link::link_down>(&e)) {

@@ -86,7 +86,7 @@ TEST(Agent, RefusesASecondSetup) {
 TEST(Agent, RefusesMessagesMeantForTheLauncher) {
   harness h;
   h.msg(harness::setup());
-  const auto a = h.msg(ch::exited{0, exit_status::exited(0)});
+  const auto a = h.msg(ch::exited{{{0, exit_status::exited(0)}}});
   EXPECT_EQ(
       sent(a),
       (std::vector<ch::message>{ch::agent_error{"unexpected 'exited' message from the launcher"}}));
@@ -185,7 +185,7 @@ TEST(Agent, AForwardedStreamThatEndsIsReported) {
   harness h;
   h.start(1);
   EXPECT_EQ(sent(h.feed(output_ended{0, output_stream::err, 42})),
-            (std::vector<ch::message>{ch::stream_closed{0, output_stream::err, 42}}));
+            (std::vector<ch::message>{ch::stream_closed{{{0, output_stream::err, 42}}}}));
 }
 
 TEST(Agent, SpawnsReportsStartedAndExitsWithoutReaping) {
@@ -194,11 +194,12 @@ TEST(Agent, SpawnsReportsStartedAndExitsWithoutReaping) {
   const auto a = h.msg(ch::spawn_request{{harness::spec(0), harness::spec(1)}});
   ASSERT_EQ(all<spawn_rank>(a).size(), 2u);
   EXPECT_EQ(all<spawn_rank>(a)[1].spec.rank, 1u);
-  EXPECT_EQ(sent(h.feed(rank_spawned{0, 100})), (std::vector<ch::message>{ch::started{0, 100}}));
+  EXPECT_EQ(sent(h.feed(rank_spawned{0, 100})),
+            (std::vector<ch::message>{ch::started{{{0, 100}}}}));
   EXPECT_EQ(sent(h.feed(rank_spawn_failed{1, 126, "cannot execute"})),
             (std::vector<ch::message>{ch::spawn_failed{1, 126, "cannot execute"}}));
   const auto x = h.feed(rank_exited{0, exit_status::signaled(9)});
-  EXPECT_EQ(sent(x), (std::vector<ch::message>{ch::exited{0, exit_status::signaled(9)}}));
+  EXPECT_EQ(sent(x), (std::vector<ch::message>{ch::exited{{{0, exit_status::signaled(9)}}}}));
   // The leader stays a zombie: no sweep, no reap of it while the job runs.
   EXPECT_TRUE(all<sweep>(x).empty());
   EXPECT_TRUE(all<reap_orphans>(x).empty());
@@ -307,7 +308,7 @@ TEST(Agent, ItsOwnSigtermIsReportedAndTreatedAsLauncherLoss) {
   EXPECT_EQ(signals(a), (std::vector<std::pair<std::int64_t, int>>{{100, SIGTERM}}));
   // Exits are still reported while the channel is open.
   EXPECT_EQ(sent(h.feed(rank_exited{0, exit_status::signaled(SIGTERM)})),
-            (std::vector<ch::message>{ch::exited{0, exit_status::signaled(SIGTERM)}}));
+            (std::vector<ch::message>{ch::exited{{{0, exit_status::signaled(SIGTERM)}}}}));
 }
 
 TEST(Agent, GarbageFromTheLauncherIsAnsweredAndEndsTheJob) {

@@ -35,6 +35,15 @@ struct harness {
     out.clear();
     now += 1ms;
     m.handle(now, std::move(e), out);
+    m.handle(now, turn_ended{}, out);  // as a driver's turn ends (host_machine.hpp)
+    return out;
+  }
+  // Several events in one turn of the driver's loop.
+  std::vector<host_action> turn(std::vector<host_event> events) {
+    out.clear();
+    now += 1ms;
+    for (auto& e : events) m.handle(now, std::move(e), out);
+    m.handle(now, turn_ended{}, out);
     return out;
   }
   std::vector<host_action> msg(ln::message x) { return feed(event{received{std::move(x)}}); }
@@ -198,7 +207,7 @@ TEST(HostMachine, ARankThatEndsWithoutFinalizeIsReportedBeforeItsExit) {
   h.feed(pmix_client_connected{pm::agent::pmix::proc{"pmrun.1.ab", 0}});
   const auto a = h.feed(event{rank_exited{0, exit_status::exited(0)}});
   EXPECT_EQ(sent(a), (std::vector<ln::message>{ln::pmix_unfinalized{0, exit_status::exited(0)},
-                                               ln::exited{0, exit_status::exited(0)}}));
+                                               ln::exited{{{0, exit_status::exited(0)}}}}));
 }
 
 TEST(HostMachine, ALostLauncherEndsTheChildAgentsAndReleasesAborts) {
@@ -218,6 +227,53 @@ TEST(HostMachine, ALostLauncherEndsTheChildAgentsAndReleasesAborts) {
   const auto c = h.feed(event{child_changed{}});
   EXPECT_EQ(all<sweep>(c).size(), 1u);
   EXPECT_EQ(all<kill_child>(c).size(), 1u);
+}
+
+// What one turn of the driver's loop did to ranks goes out as one message per kind, in the order
+// ranks live (started, then streams and exits); anything else said in the turn goes after
+// what was held before it, and the agent's exit sends what is held.
+TEST(HostMachine, ATurnsReportsAboutRanksTravelTogetherAndInOrder) {
+  harness h;
+  h.msg(harness::setup(false));
+  h.msg(ln::spawn_request{{ln::rank_spec{0, 0, {}, false}, ln::rank_spec{1, 0, {}, false},
+                           ln::rank_spec{2, 0, {}, false}}});
+  const auto a = h.turn(
+      {event{rank_spawned{0, 100}}, event{rank_spawned{1, 101}}, event{rank_spawned{2, 102}}});
+  EXPECT_EQ(sent(a), (std::vector<ln::message>{ln::started{{{0, 100}, {1, 101}, {2, 102}}}}));
+
+  // Held reports, then a message about something else: they go first.
+  const auto b = h.turn({event{rank_exited{0, exit_status::exited(0)}},
+                         event{output_ended{0, output_stream::out, 12}},
+                         event{rank_exited{1, exit_status::exited(3)}},
+                         event{received{ln::modex_request{5, 0}}},
+                         event{rank_exited{2, exit_status::signaled(9)}}});
+  EXPECT_EQ(sent(b),
+            (std::vector<ln::message>{
+                ln::stream_closed{{{0, output_stream::out, 12}}},
+                ln::exited{{{0, exit_status::exited(0)}, {1, exit_status::exited(3)}}},
+                ln::modex_reply{5, false, {}}, ln::exited{{{2, exit_status::signaled(9)}}}}));
+
+  // Nothing held: the turn's end says nothing.
+  EXPECT_TRUE(sent(h.turn({})).empty());
+  EXPECT_FALSE(h.m.holds_reports());
+}
+
+TEST(HostMachine, TheAgentsExitSendsWhatItHolds) {
+  harness h;
+  h.msg(harness::setup(false));
+  h.msg(ln::spawn_request{{ln::rank_spec{0, 0, {}, false}}});
+  h.feed(event{rank_spawned{0, 100}});
+  h.msg(ln::shutdown_request{});
+  // The rank's exit and the sweep's answer in one turn: exit_agent comes before the turn's end.
+  h.out.clear();
+  h.m.handle(h.now, event{rank_exited{0, exit_status::signaled(SIGKILL)}}, h.out);
+  h.m.handle(h.now, event{swept{0}}, h.out);
+  EXPECT_FALSE(h.m.holds_reports());
+  const auto msgs = sent(h.out);
+  ASSERT_EQ(msgs.size(), 2u);
+  EXPECT_EQ(msgs[0], ln::message(ln::exited{{{0, exit_status::signaled(SIGKILL)}}}));
+  EXPECT_EQ(msgs[1], ln::message(ln::shutdown_done{}));
+  EXPECT_EQ(all<exit_agent>(h.out).size(), 1u);
 }
 
 }  // namespace

@@ -210,9 +210,9 @@ struct world {
   void end_rank(std::uint32_t h, std::uint32_t rank, pm::exit_status st) {
     auto& ag = agents[h];
     ag.running.erase(rank);
-    ag.ep->send(link::stream_closed{rank, pm::output_stream::out, 0});
-    ag.ep->send(link::stream_closed{rank, pm::output_stream::err, 0});
-    ag.ep->send(link::exited{rank, st});
+    ag.ep->send(link::stream_closed{{{rank, pm::output_stream::out, 0}}});
+    ag.ep->send(link::stream_closed{{{rank, pm::output_stream::err, 0}}});
+    ag.ep->send(link::exited{{{rank, st}}});
   }
 
   void agent_events(std::uint32_t h, std::vector<link::link_event>& ev) {
@@ -228,7 +228,7 @@ struct world {
                                        : link::host_shape{"", "no topology here"});
       } else if (auto* s = std::get_if<link::spawn_request>(&in->msg)) {
         for (const auto& r : s->ranks) {
-          ag.ep->send(link::started{r.rank, 1000 + r.rank});
+          ag.ep->send(link::started{{{r.rank, 1000 + r.rank}}});
           ag.running.insert(r.rank);
           if (r.rank == 0) {
             const std::string hi = "hello from rank 0\n";

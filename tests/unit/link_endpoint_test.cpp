@@ -166,7 +166,7 @@ TEST(LinkEndpoint, GarbageAndMessagesOutOfTurnEndTheLink) {
     endpoint l(opts(role::launcher));
     l.start(link_time{0}, hello{});
     bytes b(magic.begin(), magic.end());
-    append_message(b, exited{1, exit_status::exited(0)});
+    append_message(b, exited{{{1, exit_status::exited(0)}}});
     std::vector<link_event> ev;
     l.received(link_time{1}, b, ev);
     EXPECT_EQ(down_reason(ev), "'exited' message from the agent before its hello");
@@ -369,7 +369,7 @@ TEST(LinkEndpoint, ShrinkFreesIdleBuffersAndKeepsAPartialFrame) {
   p.deliver();
   p.launcher.shrink();
   p.agent.shrink();
-  p.agent.send(started{3, 1003});
+  p.agent.send(started{{{3, 1003}}});
   const bytes b(p.agent.output().begin(), p.agent.output().end());
   p.agent.consume_output(b.size());
   p.agent.shrink();
@@ -381,8 +381,8 @@ TEST(LinkEndpoint, ShrinkFreesIdleBuffersAndKeepsAPartialFrame) {
   p.launcher.received(p.now, bytes(b.begin() + half, b.end()), p.at_launcher);
   const auto in = all<message_in>(p.at_launcher);
   ASSERT_EQ(in.size(), 1u);
-  EXPECT_EQ(in[0].msg, message(started{3, 1003}));
-  p.agent.send(exited{3, exit_status::exited(0)});
+  EXPECT_EQ(in[0].msg, message(started{{{3, 1003}}}));
+  p.agent.send(exited{{{3, exit_status::exited(0)}}});
   p.deliver();
   EXPECT_EQ(all<message_in>(p.at_launcher).size(), 2u);
 }

@@ -140,10 +140,11 @@ std::vector<message> samples() {
       pmix_unpublish{11, 3, {"k"}}, hello{protocol_version, 0x0123456789abcdefull, 0, "", {}, 0},
       hello{protocol_version, 1, 4242, "node1", {"10.0.0.2%eth0", "10.1.0.2%ib0"}, 40123},
       heartbeat{}, ack{1u << 20}, j, spawn_request{{a, b}}, signal_request{{0, 1, 7}, 15},
-      input_closed{3}, suspend{}, resume{}, shutdown_request{}, started{3, 123456},
+      input_closed{3}, suspend{}, resume{}, shutdown_request{}, started{{{3, 123456}}},
       spawn_failed{4, 126, "cannot execute '/x': Permission denied"},
-      exited{5, exit_status::exited(7)}, exited{6, exit_status::signaled(9)},
-      stream_closed{6, output_stream::err, 1ull << 40}, shutdown_done{}, agent_error{"bad message"},
+      exited{{{5, exit_status::exited(7)}}}, exited{{{6, exit_status::signaled(9)}}},
+      stream_closed{{{6, output_stream::err, 1ull << 40}}}, shutdown_done{},
+      agent_error{"bad message"},
       // Version 9: topologies and bindings.
       with_topology, spawn_request{{bound, a}},
       host_shape{"pmtopo1;p=1;l3=1;numa=0;c=0,0,0,1x2;pu=0-1;g=;n=", ""},
@@ -161,21 +162,24 @@ constexpr std::uint64_t fnv_basis = 0xcbf29ce484222325ull;
 // Version 8 changed no message body but the hello's version (child_data left MessagePack for a
 // relay frame; its body form below is still read). Version 9 changed the hello's version and added
 // optional fields (absent unless used: older samples' bodies are unchanged) and `topology`.
-TEST(LinkMessages, WireBytesAreThoseOfVersion9) {
+TEST(LinkMessages, WireBytesAreThoseOfVersion10) {
   std::uint64_t h = fnv_basis;
   for (const auto& m : samples()) {
     h = fnv1a(h, encode(m, std::holds_alternative<spawn_request>(m) ? 1 : 0));
   }
-  EXPECT_EQ(h, 0xa2a23540a1c800f4ull) << std::hex << h;
-  // {"pid": 123456, "rank": 3, "type": "started"}: keys sorted, the shortest integers.
-  EXPECT_EQ(
-      encode(started{3, 123456}),
-      (bytes{0x83, 0xa3, 'p', 'i', 'd', 0xce, 0x00, 0x01, 0xe2, 0x40, 0xa4, 'r', 'a', 'n', 'k',
-             0x03, 0xa4, 't', 'y', 'p', 'e',  0xa7, 's',  't',  'a',  'r',  't', 'e', 'd'}));
-  // {"code": 7, "fds": 0 absent, "rank": 5, "type": "exited"}; a signal replaces the code.
-  EXPECT_EQ(encode(exited{5, exit_status::signaled(9)}),
-            (bytes{0x83, 0xa4, 'r', 'a', 'n', 'k', 0x05, 0xa6, 's', 'i', 'g', 'n', 'a', 'l',
-                   0x09, 0xa4, 't', 'y', 'p', 'e', 0xa6, 'e',  'x', 'i', 't', 'e', 'd'}));
+  EXPECT_EQ(h, 0x8b03b9033ef2b99eull) << std::hex << h;
+  // {"ranks": [{"pid": 123456, "rank": 3}], "type": "started"}: keys sorted (in each map), the
+  // shortest integers.
+  EXPECT_EQ(encode(started{{{3, 123456}}}),
+            (bytes{0x82, 0xa5, 'r',  'a',  'n',  'k',  's', 0x91, 0x82, 0xa3, 'p',  'i',  'd',
+                   0xce, 0x00, 0x01, 0xe2, 0x40, 0xa4, 'r', 'a',  'n',  'k',  0x03, 0xa4, 't',
+                   'y',  'p',  'e',  0xa7, 's',  't',  'a', 'r',  't',  'e',  'd'}));
+  // {"ranks": [{"rank": 5, "signal": 9}], "type": "exited"}; a code replaces the signal when the
+  // rank exited.
+  EXPECT_EQ(encode(exited{{{5, exit_status::signaled(9)}}}),
+            (bytes{0x82, 0xa5, 'r',  'a',  'n',  'k', 's', 0x91, 0x82, 0xa4, 'r',  'a',
+                   'n',  'k',  0x05, 0xa6, 's',  'i', 'g', 'n',  'a',  'l',  0x09, 0xa4,
+                   't',  'y',  'p',  'e',  0xa6, 'e', 'x', 'i',  't',  'e',  'd'}));
 }
 
 // What a stream carries for `m`: nothing for a child_data without bytes (a relay frame is never
@@ -405,21 +409,29 @@ TEST(LinkMessages, BodyMustBeAMapWithAType) {
 }
 
 TEST(LinkMessages, MissingAndMistypedFieldsAreNamed) {
-  // {"type": "started", "rank": 1}
-  const bytes no_pid = body({0x82, 0xa4, 't', 'y', 'p',  'e', 0xa7, 's', 't', 'a',
-                             'r',  't',  'e', 'd', 0xa4, 'r', 'a',  'n', 'k', 0x01});
-  EXPECT_EQ(error_of(frame_of(no_pid)), "agent link: 'started' message lacks field 'pid'");
-  // {"type": "started", "rank": -1, "pid": 1}
-  const bytes negative = body({0x83, 0xa4, 't', 'y', 'p', 'e', 0xa7, 's',  't', 'a', 'r', 't', 'e',
-                               'd',  0xa4, 'r', 'a', 'n', 'k', 0xff, 0xa3, 'p', 'i', 'd', 0x01});
+  // {"type": "modex", "id": 1}
+  const bytes no_rank =
+      body({0x82, 0xa4, 't', 'y', 'p', 'e', 0xa5, 'm', 'o', 'd', 'e', 'x', 0xa2, 'i', 'd', 0x01});
+  EXPECT_EQ(error_of(frame_of(no_rank)), "agent link: 'modex' message lacks field 'rank'");
+  // {"type": "modex", "rank": -1, "id": 1}
+  const bytes negative = body({0x83, 0xa4, 't', 'y', 'p', 'e', 0xa5, 'm',  'o', 'd', 'e',
+                               'x',  0xa4, 'r', 'a', 'n', 'k', 0xff, 0xa2, 'i', 'd', 0x01});
   EXPECT_EQ(error_of(frame_of(negative)),
-            "agent link: field 'rank' of a 'started' message must be an unsigned 32-bit integer");
+            "agent link: field 'rank' of a 'modex' message must be an unsigned 32-bit integer");
+  // In a list: {"type": "started", "ranks": [{"rank": 1}]}, and a list with nothing in it.
+  const bytes no_pid =
+      body({0x82, 0xa4, 't', 'y', 'p', 'e', 0xa7, 's',  't',  'a', 'r', 't', 'e', 'd',
+            0xa5, 'r',  'a', 'n', 'k', 's', 0x91, 0x81, 0xa4, 'r', 'a', 'n', 'k', 0x01});
+  EXPECT_EQ(error_of(frame_of(no_pid)), "agent link: 'started' message lacks field 'pid'");
+  const bytes none = body({0x82, 0xa4, 't', 'y',  'p', 'e', 0xa6, 'e', 'x', 'i',
+                           't',  'e',  'd', 0xa5, 'r', 'a', 'n',  'k', 's', 0x90});
+  EXPECT_EQ(error_of(frame_of(none)), "agent link: 'exited' message names no rank");
 }
 
 TEST(LinkMessages, SemanticChecks) {
   bytes e;
   try {
-    append_message(e, exited{1, exit_status::exited(0)}, 1);
+    append_message(e, exited{{{1, exit_status::exited(0)}}}, 1);
     FAIL() << "no error";
   } catch (const pm::error& x) {
     EXPECT_STREQ(x.what(),
@@ -502,15 +514,15 @@ TEST(LinkMessages, UnknownFieldsAreSkippedAndARepeatedFieldKeepsItsLast) {
       b.insert(b.end(), {0x81, 0xa1, 'a', 0x93, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0xc0, 0x81,
                          0xa1, 'b', 0xc3});
     }
-    b.insert(b.end(), {0xa3, 'p', 'i', 'd', 0x07, 0xa4, 'r', 'a', 'n', 'k', 0x02, 0xa4,
-                       't',  'y', 'p', 'e', 0xa7, 's',  't', 'a', 'r', 't', 'e',  'd'});
-    EXPECT_EQ(decode(b).msg, message(started{2, 7})) << extra << " extra fields";
+    b.insert(b.end(), {0xa2, 'i', 'd', 0x07, 0xa4, 'r', 'a', 'n', 'k', 0x02, 0xa4,
+                       't',  'y', 'p', 'e',  0xa5, 'm', 'o', 'd', 'e', 'x'});
+    EXPECT_EQ(decode(b).msg, message(modex_request{7, 2})) << extra << " extra fields";
   }
-  // {"rank": 1, "pid": 5, "rank": 3, "type": "started"}
-  const bytes twice = {0x84, 0xa4, 'r', 'a', 'n', 'k', 0x01, 0xa3, 'p', 'i', 'd',
-                       0x05, 0xa4, 'r', 'a', 'n', 'k', 0x03, 0xa4, 't', 'y', 'p',
-                       'e',  0xa7, 's', 't', 'a', 'r', 't',  'e',  'd'};
-  EXPECT_EQ(decode(twice).msg, message(started{3, 5}));
+  // {"rank": 1, "id": 5, "rank": 3, "type": "modex"}
+  const bytes twice = {0x84, 0xa4, 'r',  'a', 'n', 'k', 0x01, 0xa2, 'i', 'd',
+                       0x05, 0xa4, 'r',  'a', 'n', 'k', 0x03, 0xa4, 't', 'y',
+                       'p',  'e',  0xa5, 'm', 'o', 'd', 'e',  'x'};
+  EXPECT_EQ(decode(twice).msg, message(modex_request{5, 3}));
   // A bad `fds` of an unknown type names the type problem, in one clean line.
   const bytes odd = {0x82, 0xa3, 'f', 'd', 's', 0xff, 0xa4, 't', 'y', 'p', 'e', 0xa2, '\n', 'x'};
   EXPECT_EQ(error_of(frame_of(odd)), "agent link: unknown message type '?x'");
@@ -780,14 +792,17 @@ TEST(LinkMessages, RandomMessagesRoundTrip) {
       sg.ranks.push_back(static_cast<std::uint32_t>(big()));
     sg.signo = static_cast<int>(rng() % 65);
     ms.push_back(sg);
-    ms.push_back(started{static_cast<std::uint32_t>(big()), static_cast<std::int64_t>(big() >> 1)});
+    ms.push_back(
+        started{{{static_cast<std::uint32_t>(big()), static_cast<std::int64_t>(big() >> 1)}}});
     ms.push_back(
         spawn_failed{static_cast<std::uint32_t>(big()), static_cast<int>(rng() % 256), text()});
-    ms.push_back(exited{static_cast<std::uint32_t>(big()),
-                        rng() % 2 == 0 ? exit_status::exited(static_cast<int>(rng() % 256))
-                                       : exit_status::signaled(1 + static_cast<int>(rng() % 64))});
-    ms.push_back(stream_closed{static_cast<std::uint32_t>(big()),
-                               rng() % 2 == 0 ? output_stream::out : output_stream::err, big()});
+    ms.push_back(exited{{{static_cast<std::uint32_t>(big()),
+                          rng() % 2 == 0 ? exit_status::exited(static_cast<int>(rng() % 256))
+                                         : exit_status::signaled(1 + static_cast<int>(rng() % 64))},
+                         {static_cast<std::uint32_t>(big()), exit_status::exited(0)}}});
+    ms.push_back(
+        stream_closed{{{static_cast<std::uint32_t>(big()),
+                        rng() % 2 == 0 ? output_stream::out : output_stream::err, big()}}});
     ms.push_back(agent_error{text()});
     fence_members members;
     members.all = rng() % 2 == 0;
@@ -840,7 +855,7 @@ TEST(LinkMessages, RandomMessagesRoundTrip) {
       ASSERT_EQ(decode(b).msg, m) << type_name(m);
     }
   }
-  EXPECT_EQ(wire, 0x8a0094bf44cd6a52ull) << std::hex << wire;  // version 9: the hello's version
+  EXPECT_EQ(wire, 0xa9b35caa70717658ull) << std::hex << wire;  // version 9: the hello's version
 }
 
 // ---- over a real socket, with descriptors ----
@@ -876,8 +891,8 @@ TEST(LinkSocket, DescriptorsTravelWithTheirMessage) {
   std::vector<owned_fd> fds;
   fds.emplace_back(p1[0]);
   fds.emplace_back(p2[0]);
-  w.attach(agent.send(started{0, 1234}, 2), std::move(fds));
-  agent.send(exited{0, exit_status::exited(3)});
+  w.attach(agent.send(started{{{0, 1234}}}, 2), std::move(fds));
+  agent.send(exited{{{0, exit_status::exited(3)}}});
   const stream_fds a{sp.fd[0], sp.fd[0], true}, l{sp.fd[1], sp.fd[1], true};
   std::string err;
   ASSERT_TRUE(w.flush(a, agent, err)) << err;
@@ -891,7 +906,7 @@ TEST(LinkSocket, DescriptorsTravelWithTheirMessage) {
   ASSERT_EQ(ev.size(), 3u);
   EXPECT_TRUE(std::holds_alternative<peer_greeted>(ev[0]));
   const auto& m2 = std::get<message_in>(ev[1]);
-  EXPECT_EQ(m2.msg, message(started{0, 1234}));
+  EXPECT_EQ(m2.msg, message(started{{{0, 1234}}}));
   auto got = r.take_fds(m2.fds, "started");
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(::fcntl(got[0].get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
@@ -902,7 +917,7 @@ TEST(LinkSocket, DescriptorsTravelWithTheirMessage) {
   EXPECT_STREQ(buf, "out");
   ASSERT_EQ(::read(got[1].get(), buf, 3), 3);
   EXPECT_STREQ(buf, "err");
-  EXPECT_EQ(std::get<message_in>(ev[2]).msg, message(exited{0, exit_status::exited(3)}));
+  EXPECT_EQ(std::get<message_in>(ev[2]).msg, message(exited{{{0, exit_status::exited(3)}}}));
   ::close(p1[1]);
   ::close(p2[1]);
 }

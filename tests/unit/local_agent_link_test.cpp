@@ -58,9 +58,9 @@ TEST(LocalAgent, LauncherSigkillLeavesNothingBehind) {
     s.connect(job({payload_app({"daemon", "60", "grandchild", "60", "ignore-term", "sleep", "60"}),
                    payload_app({"sleep", "60"})}));
     s.send(spawn_of({rank_of(0), rank_of(1)}));
-    s.run_until([&] { return s.got.count<link::started>() == 2 && s.got.pipes.size() == 2; });
+    s.run_until([&] { return s.got.count<link::started_rank>() == 2 && s.got.pipes.size() == 2; });
     std::string pids = std::to_string(s.agent_pid);
-    for (const auto& st : s.got.all<link::started>()) pids += " " + std::to_string(st.pid);
+    for (const auto& st : s.got.all<link::started_rank>()) pids += " " + std::to_string(st.pid);
     const std::string text = read_line_of(s.got.pipe(0, 0), "grandchild");
     pids += " " + std::to_string(pid_after(text, "daemon"));
     pids += " " + std::to_string(pid_after(text, "grandchild"));
@@ -101,8 +101,8 @@ TEST(LocalAgent, DestroyingTheTransportLeavesNothingBehind) {
   agent_session s;
   s.connect(job({payload_app({"sleep", "30"})}));
   s.send(spawn_of({rank_of(0)}));
-  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::started>() == 1; }));
-  const pid_t rank = static_cast<pid_t>(s.got.all<link::started>()[0].pid);
+  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::started_rank>() == 1; }));
+  const pid_t rank = static_cast<pid_t>(s.got.all<link::started_rank>()[0].pid);
   const pid_t agent = s.agent_pid;
   s.link->close();
   s.transport.reset();  // blocks until pmd is gone
@@ -122,8 +122,8 @@ TEST(LocalAgent, PmdAnswersGarbageByClosingTheLinkAndClearingItsRanks) {
   r.ep.send(job({payload_app({"grandchild", "30", "sleep", "30"})}));
   r.ep.send(spawn_of({rank_of(0)}));
   ASSERT_TRUE(r.flush());
-  ASSERT_TRUE(r.read_until([&] { return r.count<link::started>() == 1; }));
-  const pid_t rank = static_cast<pid_t>(all_of<link::started>(r.messages)[0].pid);
+  ASSERT_TRUE(r.read_until([&] { return r.count<link::started_rank>() == 1; }));
+  const pid_t rank = static_cast<pid_t>(all_of<link::started_rank>(r.messages)[0].pid);
   s.cleanup.pids.insert(rank);
   const std::string line = read_line_of(r.pipes[0][0].get(), "grandchild");
   const pid_t grandchild = pid_after(line, "grandchild");
@@ -182,7 +182,7 @@ TEST(LocalAgent, AKilledAgentIsALostHostKilledBySigkill) {
   agent_session s;
   s.connect(job({payload_app({"sleep", "30"})}));
   s.send(spawn_of({rank_of(0)}));
-  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::started>() == 1; }));
+  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::started_rank>() == 1; }));
   ::kill(s.agent_pid, SIGKILL);  // the one thing pmd cannot survive (docs/agent.md, limits)
   ASSERT_TRUE(s.run_until([&] { return s.got.down.has_value(); }));
   EXPECT_EQ(*s.got.down, "the agent closed the link");
@@ -198,14 +198,14 @@ TEST(LocalAgent, ATerminatedAgentClearsItsRanksAndSaysWhy) {
   const pid_t grandchild = pid_after(read_line_of(s.got.pipe(0, 0), "grandchild"), "grandchild");
   ASSERT_GT(grandchild, 0);
   s.cleanup.pids.insert(grandchild);
-  const pid_t rank = static_cast<pid_t>(s.got.all<link::started>()[0].pid);
+  const pid_t rank = static_cast<pid_t>(s.got.all<link::started_rank>()[0].pid);
   ::kill(s.agent_pid, SIGTERM);
   ASSERT_TRUE(s.run_until([&] { return s.got.down.has_value(); }));
   const auto errors = s.got.all<link::agent_error>();
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].text, "the agent received SIGTERM");
-  ASSERT_EQ(s.got.count<link::exited>(), 1u);  // it still reports what it did
-  EXPECT_EQ(s.got.all<link::exited>()[0].status, exit_status::signaled(SIGTERM));
+  ASSERT_EQ(s.got.count<link::ended_rank>(), 1u);  // it still reports what it did
+  EXPECT_EQ(s.got.all<link::ended_rank>()[0].status, exit_status::signaled(SIGTERM));
   EXPECT_TRUE(all_gone({rank, grandchild}, 1s));
   EXPECT_EQ(s.agent_end(),
             "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 1");
@@ -247,7 +247,7 @@ TEST(LocalAgent, ASpawnBeforeTheJobIsRefusedWithAnError) {
   EXPECT_TRUE(r.eof);
   ASSERT_EQ(r.count<link::agent_error>(), 1u);
   EXPECT_EQ(all_of<link::agent_error>(r.messages)[0].text, "'spawn' message before 'job'");
-  EXPECT_EQ(r.count<link::started>(), 0u);
+  EXPECT_EQ(r.count<link::started_rank>(), 0u);
   EXPECT_EQ(s.agent_end(),
             "the agent pmd (pid " + std::to_string(s.agent_pid) + ") exited with code 1");
 }
@@ -270,7 +270,7 @@ TEST(LocalAgent, NoiseBeforeTheAgentIsSkipped) {
     s.connect(job({payload_app({"echo", "hi"})}, true));
     s.send(spawn_of({rank_of(0)}));
     ASSERT_TRUE(s.run_until([&] {
-      return s.got.count<link::exited>() == 1 && s.got.count<link::stream_closed>() == 2;
+      return s.got.count<link::ended_rank>() == 1 && s.got.count<link::closed_stream>() == 2;
     })) << s.got.down.value_or("");
     EXPECT_EQ((s.got.output[{0, output_stream::out}]), "hi\n");
     EXPECT_EQ(s.shutdown(), "");
@@ -318,7 +318,7 @@ TEST(LocalAgent, LastWordsOfAnAgentThatExitedAreRead) {
     link::hello h;
     h.pid = 4242;
     agent.start(link::link_time{0}, h);
-    agent.send(link::exited{0, exit_status::signaled(SIGTERM)});
+    agent.send(link::exited{{{0, exit_status::signaled(SIGTERM)}}});
     agent.send(link::agent_error{"the agent received SIGTERM"});
     std::ofstream bytes(dir / "said", std::ios::binary);
     bytes.write(reinterpret_cast<const char*>(agent.output().data()),
@@ -337,8 +337,8 @@ TEST(LocalAgent, LastWordsOfAnAgentThatExitedAreRead) {
     ASSERT_TRUE(s.run_until([&] { return s.got.down.has_value(); }));
     ASSERT_TRUE(s.got.agent);
     EXPECT_EQ(s.got.agent->pid, 4242);
-    ASSERT_EQ(s.got.count<link::exited>(), 1u);
-    EXPECT_EQ(s.got.all<link::exited>()[0].status, exit_status::signaled(SIGTERM));
+    ASSERT_EQ(s.got.count<link::ended_rank>(), 1u);
+    EXPECT_EQ(s.got.all<link::ended_rank>()[0].status, exit_status::signaled(SIGTERM));
     ASSERT_EQ(s.got.count<link::agent_error>(), 1u);
     EXPECT_EQ(s.got.all<link::agent_error>()[0].text, "the agent received SIGTERM");
     EXPECT_EQ(*s.got.down, "the agent closed the link");
@@ -368,10 +368,11 @@ TEST(LocalAgent, ASilentLauncherIsLost) {
   s.acknowledge_output = false;  // no ack either: the launcher says nothing at all
   s.connect(setup);
   s.send(spawn_of({rank_of(0), rank_of(1)}));
-  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::started>() == 2; }));
+  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::started_rank>() == 2; }));
   const auto last_word = steady::now();  // the launcher's bytes all went with the spawn
   std::vector<pid_t> ranks;
-  for (const auto& st : s.got.all<link::started>()) ranks.push_back(static_cast<pid_t>(st.pid));
+  for (const auto& st : s.got.all<link::started_rank>())
+    ranks.push_back(static_cast<pid_t>(st.pid));
   // pmd's own CPU time when the grace begins, and the last seen before it exits.
   std::optional<std::chrono::milliseconds> cpu_at_silence;
   std::chrono::milliseconds cpu_last{0};
@@ -392,7 +393,7 @@ TEST(LocalAgent, ASilentLauncherIsLost) {
   // Silence (400 ms), then the grace (500 ms) for the rank that ignores SIGTERM.
   EXPECT_GE(took, 850ms);
   EXPECT_LE(took, 400ms + 500ms + 1000ms);
-  EXPECT_EQ(s.got.count<link::exited>(), 0u);  // nothing is said to a launcher that is gone
+  EXPECT_EQ(s.got.count<link::ended_rank>(), 0u);  // nothing is said to a launcher that is gone
   ASSERT_TRUE(cpu_at_silence);
   EXPECT_LT((cpu_last - *cpu_at_silence).count(), 100)
       << "pmd spent the grace spinning on the late line";
@@ -409,11 +410,11 @@ TEST(LocalAgent, HeartbeatsKeepAQuietLinkUp) {
   setup.silence_ms = 400;
   s.connect(setup);
   s.send(spawn_of({rank_of(0)}));
-  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::started>() == 1; }));
+  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::started_rank>() == 1; }));
   s.run_for(1200ms);  // three silence timeouts
   EXPECT_FALSE(s.got.down) << *s.got.down;
-  EXPECT_EQ(s.got.count<link::exited>(), 0u);
-  EXPECT_TRUE(alive(static_cast<pid_t>(s.got.all<link::started>()[0].pid)));
+  EXPECT_EQ(s.got.count<link::ended_rank>(), 0u);
+  EXPECT_TRUE(alive(static_cast<pid_t>(s.got.all<link::started_rank>()[0].pid)));
   EXPECT_EQ(s.shutdown(), "");
 }
 

@@ -65,18 +65,18 @@ TEST(LocalAgent, RunsRanksAndHandsOverTheirOutputPipes) {
   s.connect(job({payload_app({"echo", "hello", "echo-err", "oops", "exit", "3"}),
                  payload_app({"kill", "9"})}));
   s.send(spawn_of({rank_of(0), rank_of(1)}));
-  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::exited>() == 2; }));
+  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::ended_rank>() == 2; }));
   ASSERT_TRUE(s.got.agent);
   EXPECT_EQ(s.got.agent->pid, s.agent_pid);
-  ASSERT_EQ(s.got.count<link::started>(), 2u);
-  for (const auto& st : s.got.all<link::started>()) EXPECT_GT(st.pid, 0);
-  for (const auto& x : s.got.all<link::exited>()) {
+  ASSERT_EQ(s.got.count<link::started_rank>(), 2u);
+  for (const auto& st : s.got.all<link::started_rank>()) EXPECT_GT(st.pid, 0);
+  for (const auto& x : s.got.all<link::ended_rank>()) {
     EXPECT_EQ(x.status, x.rank == 0 ? exit_status::exited(3) : exit_status::signaled(9))
         << "rank " << x.rank;
   }
   // Output never crosses the local link: each rank's pipes came with its `started`.
   EXPECT_TRUE(s.got.output.empty());
-  EXPECT_EQ(s.got.count<link::stream_closed>(), 0u);
+  EXPECT_EQ(s.got.count<link::closed_stream>(), 0u);
   ASSERT_EQ(s.got.pipes[0].size(), 2u);
   EXPECT_EQ(read_fd(s.got.pipe(0, 0)), "hello\n");
   EXPECT_EQ(read_fd(s.got.pipe(0, 1)), "oops\n");
@@ -103,10 +103,10 @@ TEST(LocalAgent, MergedOutputAndStdinFromTheLauncher) {
   s.send(spawn_of({r}), std::move(fds));
   ASSERT_EQ(::write(in_write.get(), "abc\n", 4), 4);
   in_write.reset();
-  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::exited>() == 1; }));
+  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::ended_rank>() == 1; }));
   ASSERT_EQ(s.got.pipes[0].size(), 1u);  // one pipe for both streams
   EXPECT_EQ(read_fd(s.got.pipe(0, 0)), "abc\ndone\n");
-  EXPECT_EQ(s.got.all<link::exited>()[0].status, exit_status::exited(0));
+  EXPECT_EQ(s.got.all<link::ended_rank>()[0].status, exit_status::exited(0));
   EXPECT_EQ(s.shutdown(), "");
 }
 
@@ -121,8 +121,9 @@ TEST(LocalAgent, SpawnFailuresAreMessagesWithACodeAndAReason) {
   not_exec.argv = {plain.string()};
   s.connect(job({missing, not_exec, payload_app({"exit", "0"})}));
   s.send(spawn_of({rank_of(0), rank_of(1), rank_of(2)}));
-  ASSERT_TRUE(s.run_until(
-      [&] { return s.got.count<link::spawn_failed>() == 2 && s.got.count<link::exited>() == 1; }));
+  ASSERT_TRUE(s.run_until([&] {
+    return s.got.count<link::spawn_failed>() == 2 && s.got.count<link::ended_rank>() == 1;
+  }));
   fs::remove(plain);
   std::map<std::uint32_t, link::spawn_failed> failed;
   for (const auto& f : s.got.all<link::spawn_failed>()) failed[f.rank] = f;
@@ -132,7 +133,7 @@ TEST(LocalAgent, SpawnFailuresAreMessagesWithACodeAndAReason) {
   EXPECT_NE(failed[1].reason.find(plain.string()), std::string::npos) << failed[1].reason;
   EXPECT_NE(failed[1].reason.find("not executable"), std::string::npos) << failed[1].reason;
   // The others run.
-  EXPECT_EQ(s.got.all<link::exited>()[0].rank, 2u);
+  EXPECT_EQ(s.got.all<link::ended_rank>()[0].rank, 2u);
   EXPECT_EQ(s.shutdown(), "");
 }
 
@@ -154,9 +155,10 @@ TEST(LocalAgent, ResolvesTheProgramInTheRankPathAndWdir) {
   wrong_wdir.wdir = "/";
   s.connect(job({in_path, in_wdir, not_in_path, wrong_wdir}));
   s.send(spawn_of({rank_of(0), rank_of(1), rank_of(2), rank_of(3)}));
-  ASSERT_TRUE(s.run_until(
-      [&] { return s.got.count<link::exited>() == 2 && s.got.count<link::spawn_failed>() == 2; }));
-  for (const auto& x : s.got.all<link::exited>()) {
+  ASSERT_TRUE(s.run_until([&] {
+    return s.got.count<link::ended_rank>() == 2 && s.got.count<link::spawn_failed>() == 2;
+  }));
+  for (const auto& x : s.got.all<link::ended_rank>()) {
     EXPECT_EQ(x.status, exit_status::exited(0)) << "rank " << x.rank;
   }
   EXPECT_EQ(read_fd(s.got.pipe(0, 0)), "in-path\n");
@@ -180,8 +182,8 @@ TEST(LocalAgent, SignalsReachTheRankProcessGroup) {
   ASSERT_GT(grandchild, 0) << line;
   s.cleanup.pids.insert(grandchild);
   s.send(link::signal_request{{0}, SIGTERM});
-  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::exited>() == 1; }));
-  EXPECT_EQ(s.got.all<link::exited>()[0].status, exit_status::signaled(SIGTERM));
+  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::ended_rank>() == 1; }));
+  EXPECT_EQ(s.got.all<link::ended_rank>()[0].status, exit_status::signaled(SIGTERM));
   EXPECT_TRUE(all_gone({grandchild}, 2s));  // same process group
   EXPECT_EQ(s.shutdown(), "");
 }
@@ -191,7 +193,7 @@ TEST(LocalAgent, ShutdownClearsDescendantsThatEscapedWithSetsid) {
   // The rank leaves a setsid daemon and a plain grandchild behind and exits by itself.
   s.connect(job({payload_app({"daemon", "60", "grandchild", "60", "exit", "0"})}));
   s.send(spawn_of({rank_of(0)}));
-  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::exited>() == 1; }));
+  ASSERT_TRUE(s.run_until([&] { return s.got.count<link::ended_rank>() == 1; }));
   const std::string text = read_line_of(s.got.pipe(0, 0), "grandchild");
   const pid_t daemon = pid_after(text, "daemon");
   const pid_t grandchild = pid_after(text, "grandchild");
@@ -220,7 +222,9 @@ TEST(LocalAgent, ForwardsEveryOutputByteOverPipesInOrder) {
   s.connect(job({app, app}, true));
   s.send(spawn_of({rank_of(0), rank_of(1)}));
   ASSERT_TRUE(s.run_until(
-      [&] { return s.got.count<link::exited>() == 2 && s.got.count<link::stream_closed>() == 4; },
+      [&] {
+        return s.got.count<link::ended_rank>() == 2 && s.got.count<link::closed_stream>() == 4;
+      },
       4s))
       << s.got.output_bytes() << " bytes arrived; " << s.got.down.value_or("");
   EXPECT_TRUE(s.got.pipes[0].empty() && s.got.pipes[1].empty());  // nothing travels as an fd
@@ -230,14 +234,14 @@ TEST(LocalAgent, ForwardsEveryOutputByteOverPipesInOrder) {
     EXPECT_TRUE(out == flood_text(rank, flood)) << "rank " << rank << ": bytes lost or reordered";
     EXPECT_EQ((s.got.output[{rank, output_stream::err}]), "start\nend\n");
   }
-  for (const auto& c : s.got.all<link::stream_closed>()) {
+  for (const auto& c : s.got.all<link::closed_stream>()) {
     const std::uint64_t want = c.stream == output_stream::out ? flood : 10;
     EXPECT_EQ(c.bytes, want) << "rank " << c.rank;
     // Every output frame of the stream came before its stream_closed.
     EXPECT_EQ((s.got.output_at_close[{c.rank, c.stream}]), want) << "rank " << c.rank;
   }
   EXPECT_EQ(s.got.output_after_close, 0u);
-  for (const auto& x : s.got.all<link::exited>()) EXPECT_EQ(x.status, exit_status::exited(0));
+  for (const auto& x : s.got.all<link::ended_rank>()) EXPECT_EQ(x.status, exit_status::exited(0));
   EXPECT_EQ(s.shutdown(), "");
 }
 
@@ -261,15 +265,15 @@ TEST(LocalAgent, UnacknowledgedOutputBlocksTheRank) {
   ASSERT_TRUE(s.run_until([&] { return s.got.output_bytes() >= window; }));
   s.run_for(600ms);  // time to overrun the window, if pmd did; longer than the silence timeout
   EXPECT_EQ(s.got.output_bytes(), window);
-  EXPECT_EQ(s.got.count<link::exited>(), 0u);
-  ASSERT_EQ(s.got.count<link::started>(), 1u);
-  EXPECT_TRUE(alive(static_cast<pid_t>(s.got.all<link::started>()[0].pid)));
+  EXPECT_EQ(s.got.count<link::ended_rank>(), 0u);
+  ASSERT_EQ(s.got.count<link::started_rank>(), 1u);
+  EXPECT_TRUE(alive(static_cast<pid_t>(s.got.all<link::started_rank>()[0].pid)));
   EXPECT_FALSE(s.got.down);
   s.release_output();
   ASSERT_TRUE(s.run_until([&] {
-    return s.got.count<link::exited>() == 1 && s.got.count<link::stream_closed>() == 2;
+    return s.got.count<link::ended_rank>() == 1 && s.got.count<link::closed_stream>() == 2;
   })) << s.got.output_bytes();
-  EXPECT_EQ(s.got.all<link::exited>()[0].status, exit_status::exited(0));
+  EXPECT_EQ(s.got.all<link::ended_rank>()[0].status, exit_status::exited(0));
   EXPECT_EQ(s.shutdown(), "");
   // Checked once the link is over: a launcher that stops running its loop for longer than the
   // silence timeout (building 6 MiB under ASan) is rightly taken for lost.
@@ -295,8 +299,9 @@ TEST(LocalAgent, PmdComposesTheRankEnvironmentFromItsOwn) {
            "PM_T_APP=profile"};
   s.connect(setup);
   s.send(spawn_of({r}));
-  const bool ended = s.run_until(
-      [&] { return s.got.count<link::exited>() == 1 && s.got.count<link::stream_closed>() == 2; });
+  const bool ended = s.run_until([&] {
+    return s.got.count<link::ended_rank>() == 1 && s.got.count<link::closed_stream>() == 2;
+  });
   ::unsetenv("PM_T_LAUNCHER_ONLY");
   ASSERT_TRUE(ended);
   std::set<std::string> env;

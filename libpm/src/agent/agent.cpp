@@ -279,7 +279,7 @@ struct agent::state {
                      auto* r = ranks.find(s.rank);
                      if (r == nullptr) return;  // not asked for: the driver's mistake
                      r->pid = s.pid;
-                     send_msg(link::started{s.rank, s.pid});
+                     send_msg(link::started{{{s.rank, s.pid}}});
                      // Spawned while the end had begun: it gets what the others got.
                      if (ph == phase::terminating) out->push_back(signal_group{s.pid, SIGTERM});
                      if (ph == phase::clearing) out->push_back(signal_group{s.pid, SIGKILL});
@@ -290,13 +290,13 @@ struct agent::state {
                      if (ph == phase::terminating && all_exited()) clear();
                    },
                    [&](const output_ended& x) {
-                     send_msg(link::stream_closed{x.rank, x.stream, x.bytes});
+                     send_msg(link::stream_closed{{{x.rank, x.stream, x.bytes}}});
                    },
                    [&](const rank_exited& x) {
                      auto* r = ranks.find(x.rank);
                      if (r == nullptr || r->exited) return;
                      ranks.mark_exited(*r);
-                     send_msg(link::exited{x.rank, x.status});
+                     send_msg(link::exited{{{x.rank, x.status}}});
                      if (ph == phase::terminating && all_exited()) clear();
                    },
                    [&](const channel_lost&) {

@@ -1,5 +1,7 @@
 #include "agent/host_machine.hpp"
 
+#include <utility>
+
 namespace pm::agent {
 
 namespace {
@@ -44,15 +46,64 @@ struct host_machine::state {
   agent_time now{0};
   std::vector<host_action>* out = nullptr;
   scratch* buf = nullptr;  // the parts' actions, during handle() only
+  // This turn's reports about ranks, until turn_ended (or another message) sends them.
+  link::started started_held;
+  link::stream_closed closed_held;
+  link::exited exited_held;
+
+  bool holds() const noexcept {
+    return !started_held.ranks.empty() || !closed_held.streams.empty() ||
+           !exited_held.ranks.empty();
+  }
+  // Ranks start before anything else happens to them; a stream's end and its rank's exit come
+  // in either order (they do on a real host too).
+  void send_held() {
+    if (!started_held.ranks.empty()) out->push_back(action{send{std::exchange(started_held, {})}});
+    if (!closed_held.streams.empty()) out->push_back(action{send{std::exchange(closed_held, {})}});
+    if (!exited_held.ranks.empty()) out->push_back(action{send{std::exchange(exited_held, {})}});
+  }
+  // Every action leaves through here. A report about ranks is held; another message (a relayed
+  // child's bytes aside: they are another host's) and the agent's exit send the held ones first.
+  void emit(host_action&& a) {
+    if (auto* x = std::get_if<action>(&a)) {
+      if (auto* s = std::get_if<send>(x)) {
+        if (hold(s->msg)) return;
+        if (!std::holds_alternative<link::child_data>(s->msg)) send_held();
+      } else if (std::holds_alternative<exit_agent>(*x)) {
+        send_held();
+      }
+    }
+    out->push_back(std::move(a));
+  }
+  bool hold(link::message& m) {
+    if (auto* s = std::get_if<link::started>(&m)) {
+      append(started_held.ranks, s->ranks);
+    } else if (auto* c = std::get_if<link::stream_closed>(&m)) {
+      append(closed_held.streams, c->streams);
+    } else if (auto* x = std::get_if<link::exited>(&m)) {
+      append(exited_held.ranks, x->ranks);
+    } else {
+      return false;
+    }
+    return true;
+  }
+  template <class T>
+  static void append(std::vector<T>& to, std::vector<T>& from) {
+    if (to.empty()) {
+      to.swap(from);
+    } else {
+      to.insert(to.end(), from.begin(), from.end());
+    }
+  }
 
   // A part's send is an agent action like the machine's own.
   template <class Part>
   void take(std::vector<Part>& actions) {
     for (auto& a : actions) {
       if (auto* s = std::get_if<send>(&a)) {
-        out->push_back(action{std::move(*s)});
+        emit(action{std::move(*s)});
       } else {
-        out->push_back(std::move(a));
+        emit(std::move(a));
       }
     }
     actions.clear();
@@ -77,7 +128,7 @@ struct host_machine::state {
         children.end_all(now, buf->child_out);
         take_children();
       }
-      out->push_back(std::move(a));
+      emit(std::move(a));
     }
     buf->agent_out.clear();
   }
@@ -94,7 +145,7 @@ struct host_machine::state {
         pmix->on_message(m, buf->pmix_out);
         take_pmix();
       } else if (const auto* q = std::get_if<link::modex_request>(&m)) {
-        out->push_back(action{send{link::modex_reply{q->id, false, {}}}});
+        emit(action{send{link::modex_reply{q->id, false, {}}}});
       }
       return;
     }
@@ -189,12 +240,13 @@ struct host_machine::state {
                                                          std::move(r.facts));
                      pmix_asked.reset();
                      // `pmrun --ps` shows tools where to attach.
-                     out->push_back(action{send{pmix->server_info()}});
+                     emit(action{send{pmix->server_info()}});
                    },
                    [&](pmix_unavailable& u) {
                      pmix_asked.reset();
                      feed_agent(bad_message{std::move(u.reason)});
                    },
+                   [&](turn_ended&) { send_held(); },
                },
                e);
   }
@@ -222,6 +274,10 @@ void host_machine::handle(agent_time now, host_event e, std::vector<host_action>
 
 bool host_machine::done() const noexcept {
   return state_->finished;
+}
+
+bool host_machine::holds_reports() const noexcept {
+  return state_->holds();
 }
 
 const pmix_relay* host_machine::pmix() const noexcept {

@@ -37,7 +37,14 @@ struct pmix_unavailable {
   std::string reason;
 };
 
-using host_event = std::variant<event, pmix_event, child_event, pmix_ready, pmix_unavailable>;
+/// The driver handled every event that was ready (a turn of its loop is over): send what this
+/// turn decided about ranks. What happens to ranks (started, exited, stream_closed) is held until
+/// then, so that one message names every rank of the turn (link version 10); any other message,
+/// and the agent's exit, sends what is held first, so the launcher sees everything in order.
+struct turn_ended {};
+
+using host_event =
+    std::variant<event, pmix_event, child_event, pmix_ready, pmix_unavailable, turn_ended>;
 
 // ---- actions besides the parts' ----
 /// The job's ranks get PMIx: name the server's place (directories, a listening port; the server
@@ -72,6 +79,8 @@ class host_machine {
   void handle(agent_time now, host_event e, std::vector<host_action>& out);
   /// True once exit_agent was emitted.
   bool done() const noexcept;
+  /// True while reports wait for turn_ended (a driver may skip the event otherwise).
+  bool holds_reports() const noexcept;
   /// The PMIx part, once the driver said where the server will be (null: none).
   const pmix_relay* pmix() const noexcept;
 

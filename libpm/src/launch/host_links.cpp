@@ -198,17 +198,25 @@ void launcher::impl::on_message(std::uint32_t h, link::message& m, std::uint32_t
       [&](auto& x) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, link::started>) {
-          // Output first, so that the output layer owns the pipes before the rank counts.
-          if (fds > 0) out->push_back(take_pipes{h, x.rank, fds});
-          queue.push_back(rank_started{x.rank, x.pid});
-          spawned_rank_reported(h, x.rank, nullptr);
+          // A rank's pipes travel with a `started` of its own: which rank would they be?
+          if (fds > 0 && x.ranks.size() != 1) {
+            link_went_down(h, "agent link: a 'started' message with descriptors names " +
+                                  std::to_string(x.ranks.size()) + " ranks");
+            return;
+          }
+          for (const auto& r : x.ranks) {
+            // Output first, so that the output layer owns the pipes before the rank counts.
+            if (fds > 0) out->push_back(take_pipes{h, r.rank, fds});
+            queue.push_back(rank_started{r.rank, r.pid});
+            spawned_rank_reported(h, r.rank, nullptr);
+          }
         } else if constexpr (std::is_same_v<T, link::spawn_failed>) {
           queue.push_back(rank_spawn_failed{x.rank, x.code, x.reason});
           spawned_rank_reported(h, x.rank, &x.reason);
         } else if constexpr (std::is_same_v<T, link::exited>) {
-          queue.push_back(rank_exited{x.rank, x.status});
+          for (const auto& r : x.ranks) queue.push_back(rank_exited{r.rank, r.status});
         } else if constexpr (std::is_same_v<T, link::stream_closed>) {
-          close_pushed(h, x.rank, x.stream);
+          for (const auto& c : x.streams) close_pushed(h, c.rank, c.stream);
         } else if constexpr (std::is_same_v<T, link::shutdown_done>) {
           // The agent exits next; its end-of-file closes the link.
           hosts[h].shutdown_confirmed = true;

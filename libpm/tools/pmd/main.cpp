@@ -202,14 +202,20 @@ void driver::execute(ag::action& a) {
   } else if (auto* g = std::get_if<ag::signal_group>(&a)) {
     ::kill(-static_cast<pid_t>(g->pgid), g->signo);  // ESRCH: the group is empty already
   } else if (auto* m = std::get_if<ag::send>(&a)) {
-    std::vector<owned_fd> fds;
-    if (const auto* st = std::get_if<ln::started>(&m->msg)) {
-      if (auto it = pipes_to_pass_.find(st->rank); it != pipes_to_pass_.end()) {
-        fds = std::move(it->second);
-        pipes_to_pass_.erase(it);
+    // A rank's output pipes (a local launcher reads them itself) travel with a `started` that
+    // names that rank alone.
+    if (const auto* st = std::get_if<ln::started>(&m->msg); st && !pipes_to_pass_.empty()) {
+      for (const auto& r : st->ranks) {
+        std::vector<owned_fd> fds;
+        if (auto it = pipes_to_pass_.find(r.rank); it != pipes_to_pass_.end()) {
+          fds = std::move(it->second);
+          pipes_to_pass_.erase(it);
+        }
+        link_.send(ln::started{{r}}, std::move(fds));
       }
+      return;
     }
-    link_.send(m->msg, std::move(fds));
+    link_.send(m->msg, {});
   } else if (auto* t = std::get_if<ag::start_timer>(&a)) {
     timers_.start(t->timer, t->after);
   } else if (std::holds_alternative<ag::reap_orphans>(a)) {
@@ -446,6 +452,8 @@ int driver::run() {
       on_link_events(link_events);
     }
     for (const auto id : timers_.take_due()) feed(ag::event{ag::timer_fired{id}});
+    // What this turn did to ranks goes out in one message per kind (host_machine.hpp).
+    if (machine_.holds_reports()) feed(ag::turn_ended{});
     flush();
   }
   link_.last_words();

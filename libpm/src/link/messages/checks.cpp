@@ -70,6 +70,18 @@ void pmix_spawn::check(const pmix_spawn& m, std::string_view type) {
   if (m.apps.empty()) fail(quoted(type) + " message has no app");
 }
 
+void started::check(const started& m, std::string_view type) {
+  if (m.ranks.empty()) fail(quoted(type) + " message names no rank");
+}
+
+void exited::check(const exited& m, std::string_view type) {
+  if (m.ranks.empty()) fail(quoted(type) + " message names no rank");
+}
+
+void stream_closed::check(const stream_closed& m, std::string_view type) {
+  if (m.streams.empty()) fail(quoted(type) + " message names no stream");
+}
+
 void child_open::check(const child_open& m, std::string_view type) {
   if (m.argv.empty()) fail(quoted(type) + " message needs a command line");
 }

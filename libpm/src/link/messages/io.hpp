@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
+#include <vector>
 
 #include "link/wire_schema.hpp"
 #include "pm/output.hpp"
@@ -19,18 +21,27 @@ struct input_closed {
   }
 };
 
-/// Agent -> launcher: a forwarded output stream reached end-of-stream after `bytes` bytes (every
-/// output frame of it was sent before this message).
-struct stream_closed {
+/// A forwarded output stream that reached end-of-stream after `bytes` bytes (every output frame
+/// of it was sent before the message that names it).
+struct closed_stream {
   std::uint32_t rank = 0;
   output_stream stream = output_stream::out;
   std::uint64_t bytes = 0;
+  friend bool operator==(const closed_stream&, const closed_stream&) = default;
+  static constexpr auto wire() {
+    return wire_map(field("rank", &closed_stream::rank),
+                    field("stream", &closed_stream::stream, 1, 2),
+                    field("bytes", &closed_stream::bytes));
+  }
+};
+/// Agent -> launcher: these streams ended (at least one), in one turn of the agent's loop.
+struct stream_closed {
+  std::vector<closed_stream> streams;
   friend bool operator==(const stream_closed&, const stream_closed&) = default;
   static constexpr auto wire() {
-    return wire_message("stream_closed", sender::agent, field("rank", &stream_closed::rank),
-                        field("stream", &stream_closed::stream, 1, 2),
-                        field("bytes", &stream_closed::bytes));
+    return wire_message("stream_closed", sender::agent, field("streams", &stream_closed::streams));
   }
+  static void check(const stream_closed& m, std::string_view type);  ///< at least one stream
 };
 
 /// A stream on the wire: 1 stdout, 2 stderr (as the output frames name them).

@@ -119,17 +119,29 @@ struct shutdown_request {
 };
 
 // ---- agent -> launcher ----
-/// A rank runs. Over a local socket, 0..2 descriptors travel with it: the rank's output pipe read
-/// ends, stdout then stderr (1: merged; 0: none).
-struct started {
+// What happens to ranks (started, exited, and stream_closed in io.hpp) travels in lists: an
+// agent says in one message what happened to its ranks in one turn of its loop (version 10), so
+// that a host's 128 ranks ending together cost one message at every tree level, not 384.
+
+/// A rank that runs, and its pid.
+struct started_rank {
   std::uint32_t rank = 0;
   std::int64_t pid = 0;
+  friend bool operator==(const started_rank&, const started_rank&) = default;
+  static constexpr auto wire() {
+    return wire_map(field("rank", &started_rank::rank), field("pid", &started_rank::pid));
+  }
+};
+/// These ranks run (at least one). Over a local socket, 0..2 descriptors may travel with it, and
+/// then it names one rank: that rank's output pipe read ends, stdout then stderr (1: merged; 0:
+/// none).
+struct started {
+  std::vector<started_rank> ranks;
   friend bool operator==(const started&, const started&) = default;
   static constexpr auto wire() {
-    return wire_message("started", sender::agent, field("rank", &started::rank),
-                        field("pid", &started::pid))
-        .with_fds(2);
+    return wire_message("started", sender::agent, field("ranks", &started::ranks)).with_fds(2);
   }
+  static void check(const started& m, std::string_view type);  ///< at least one rank
 };
 struct spawn_failed {
   std::uint32_t rank = 0;
@@ -142,14 +154,23 @@ struct spawn_failed {
                         field("reason", &spawn_failed::reason));
   }
 };
-struct exited {
+/// A rank that ended, and how.
+struct ended_rank {
   std::uint32_t rank = 0;
   exit_status status;
+  friend bool operator==(const ended_rank&, const ended_rank&) = default;
+  static constexpr auto wire() {
+    return wire_map(field("rank", &ended_rank::rank), exit_status_field(&ended_rank::status));
+  }
+};
+/// These ranks ended (at least one).
+struct exited {
+  std::vector<ended_rank> ranks;
   friend bool operator==(const exited&, const exited&) = default;
   static constexpr auto wire() {
-    return wire_message("exited", sender::agent, field("rank", &exited::rank),
-                        exit_status_field(&exited::status));
+    return wire_message("exited", sender::agent, field("ranks", &exited::ranks));
   }
+  static void check(const exited& m, std::string_view type);  ///< at least one rank
 };
 /// The answer to job_setup::topology (version 9), before the agent starts any rank: its host's
 /// summary as pm::topo::to_text writes it, or why it has none (hwloc failed, pmd built without it).

@@ -18,8 +18,9 @@ namespace pm::link {
 // pmix_spawn, pmix_spawn_reply) and the launcher's data store (pmix_publish, pmix_lookup,
 // pmix_unpublish, pmix_data_reply); 8: child_data travels as a relay frame (frame.hpp), no
 // longer as a MessagePack message; 9: hosts' topologies and bindings (job.topology, the agent's
-// `topology` answer, rank_spec.binding)
-inline constexpr std::uint32_t protocol_version = 9;
+// `topology` answer, rank_spec.binding); 10: started, exited and stream_closed
+// name lists of ranks, what happened in one turn of the agent's loop
+inline constexpr std::uint32_t protocol_version = 10;
 
 /// First message each way, right after the magic. The nonce is the job's: the launcher hands it
 /// to the agent when it starts it (its command line), and each side refuses a hello with another
