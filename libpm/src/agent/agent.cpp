@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <csignal>
 #include <cstring>
-#include <deque>
 #include <optional>
 #include <string>
 
@@ -105,8 +104,9 @@ struct agent::state {
   std::uint64_t timer = 0;               // the latest timer started; older ones are ignored
   agent_time now{0};                     // of the event being handled
   std::optional<link::job_setup> setup;  // from the launcher's job message
-  // Spawned jobs' apps, numbered on from the first job's (a deque: specs point into it).
-  std::deque<link::app_spec> spawned_apps;
+  // Spawned jobs' apps, numbered on from the first job's. Each on its own (specs point into
+  // them); not a std::deque, which allocates 576 bytes before its first element, in every agent.
+  std::vector<std::unique_ptr<link::app_spec>> spawned_apps;
   std::uint32_t jobs = 1;
   std::vector<std::string> base_env;  // the job's shared environment on this host
   rank_table ranks;
@@ -162,7 +162,7 @@ struct agent::state {
       return;
     }
     const auto& app = spec.app < setup->apps.size() ? setup->apps[spec.app]
-                                                    : spawned_apps[spec.app - setup->apps.size()];
+                                                    : *spawned_apps[spec.app - setup->apps.size()];
     process_spec p;
     p.rank = spec.rank;
     p.argv = app.argv;
@@ -253,7 +253,9 @@ struct agent::state {
                 return;
               }
               ++jobs;
-              for (auto& a : j.apps) spawned_apps.push_back(std::move(a));
+              for (auto& a : j.apps) {
+                spawned_apps.push_back(std::make_unique<link::app_spec>(std::move(a)));
+              }
             },
             [&](const link::input_closed&) {},  // the driver closes the rank's stdin pipe
             // The driver's PMIx server takes these.
