@@ -62,7 +62,7 @@ launch::launch_config world::launch_config_for() {
   c.decisions = o_.decisions;
   // --report-bindings: pmrun's stderr lines, in order, among the emitted lines.
   if (s_.mapping.report_bindings)
-    c.report_binding = [this](const std::string& l) { result_.lines.push_back(l); };
+    c.report_binding = [this](const std::string& text) { result_.lines.push_back(text); };
   c.watch_controller = [this](const event& in, std::vector<action>& actions) {
     watch_controller(in, actions);
   };

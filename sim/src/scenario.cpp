@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 
 #include "pm/error.hpp"
@@ -449,7 +450,21 @@ std::vector<std::string> scenario::to_args() const {
 
 std::string scenario::replay_command() const {
   std::string out = "build/bin/pmsim";
-  for (const auto& arg : to_args()) out += " " + arg;
+  // A topology summary holds ';' and '|': quoted so that the line replays as it is.
+  const auto plain = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
+           std::string_view("-_.,:=@+/%").find(c) != std::string_view::npos;
+  };
+  for (const auto& arg : to_args()) {
+    out += " ";
+    if (std::all_of(arg.begin(), arg.end(), plain)) {
+      out += arg;
+      continue;
+    }
+    out += "'";
+    for (const char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += "'";
+  }
   return out;
 }
 

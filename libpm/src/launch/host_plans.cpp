@@ -20,6 +20,7 @@ void launcher::impl::on_shape(std::uint32_t h, const link::host_shape& s) {
   }
   try {
     if (shapes.size() < hosts.size()) shapes.resize(hosts.size());
+    if (!shapes[h] && req.map.node_of_host(h)) ++shaped_nodes;
     // A summary seen before is not parsed again: one hash of the text per host.
     if (const auto known = shape_by_text.find(s.text); known != shape_by_text.end()) {
       shapes[h] = known->second;
@@ -43,6 +44,8 @@ bool launcher::impl::plan_hosts() {
   if (plans_done) return true;
   if (refused) return false;
   const auto nodes = req.map.num_nodes();
+  // Called once per answer: a count, not a walk over every host (100,000 answers).
+  if (shaped_nodes < nodes) return false;
   for (std::uint32_t n = 0; n < nodes; ++n) {
     const auto h = req.map.host_of_node(n);
     if (h >= shapes.size() || !shapes[h]) return false;

@@ -181,6 +181,7 @@ struct launcher::impl {
   bool plans_done = false;
   bool refused = false;
   std::vector<std::shared_ptr<const shaped>> shapes;  // by host
+  std::uint32_t shaped_nodes = 0;  // hosts of the job that answered: plan_hosts waits for all
   // Each distinct summary text read once: 100,000 identical hosts parse one (docs/gpus.md, "Cost").
   std::unordered_map<std::string_view, std::shared_ptr<const shaped>> shape_by_text;
   std::vector<std::shared_ptr<const planned>> plans;  // by host
