@@ -10,27 +10,14 @@
 #include "pm/job.hpp"
 #include "pm/job_map.hpp"
 #include "pm/job_plan.hpp"
+#include "support/gpu_node.hpp"
 
 namespace {
 
 using namespace pm::topo;
 
 host_topology node() {
-  host_topology t;
-  t.packages = 2;
-  t.l3caches = 2;
-  t.numa_os_index = {0, 1};
-  for (std::uint32_t c = 0; c < 4; ++c) {
-    t.cores.push_back(core{c / 2, c / 2, c / 2, 2 * c, 2});
-    t.pu_os_index.push_back(c);
-    t.pu_os_index.push_back(c + 4);
-  }
-  for (std::uint32_t g = 0; g < 4; ++g)
-    t.gpus.push_back(
-        gpu{gpu_vendor::nvidia, g, "0000:1" + std::to_string(g) + ":00.0", "", g / 2, g / 2});
-  for (std::uint32_t i = 0; i < 2; ++i)
-    t.nics.push_back(nic{"mlx5_" + std::to_string(i), "ib" + std::to_string(i),
-                         "mlx5_" + std::to_string(i), nic_kind::infiniband, i, i});
+  auto t = pm::test::gpu_node(2, 4, 2);
   check(t);
   return t;
 }
