@@ -70,7 +70,7 @@ void world::on_agent_starts(std::uint32_t host, std::uint32_t start) {
                     true);
     at(t, ek::link_arrival, host, 1);
   }
-  h.agent.emplace(agent::options{});
+  h.agent.emplace(agent_options(host));
   h.agent_done = false;
   h.agent_link_down = false;
   link::endpoint_options o;

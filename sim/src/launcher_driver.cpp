@@ -60,6 +60,9 @@ launch::launch_config world::launch_config_for() {
   c.pick_address = [](const link::hello& agent, const std::vector<std::string>&,
                       const std::vector<const link::hello*>&) { return agent.hostname; };
   c.decisions = o_.decisions;
+  // --report-bindings: pmrun's stderr lines, in order, among the emitted lines.
+  if (s_.mapping.report_bindings)
+    c.report_binding = [this](const std::string& text) { result_.lines.push_back(text); };
   c.watch_controller = [this](const event& in, std::vector<action>& actions) {
     watch_controller(in, actions);
   };

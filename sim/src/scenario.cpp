@@ -5,11 +5,13 @@
 #include <string.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 
 #include "pm/error.hpp"
 #include "pm/rank_map.hpp"
 #include "pm/sim/random.hpp"
+#include "topologies.hpp"
 
 namespace pm::sim {
 
@@ -413,9 +415,7 @@ std::vector<std::string> scenario::to_args() const {
   }
   if (np && apps.empty()) add("--np", std::to_string(*np));
   for (const auto& app : apps) add("--app", to_string(app));
-  if (mapping.by == map_by::node) add("--map-by", "node");
-  if (mapping.by == map_by::ppr_node)
-    add("--map-by", "ppr:" + std::to_string(mapping.ppr) + ":node");
+  if (const auto by = map_by_arg(mapping); !by.empty()) add("--map-by", by);
   if (mapping.oversubscribe.value_or(false)) a.push_back("--oversubscribe");
   if (!control.abort_on_failure) a.push_back("--no-abort");
   if (control.notify_failures) a.push_back("--notify-failures");
@@ -443,13 +443,28 @@ std::vector<std::string> scenario::to_args() const {
   for (const auto& [rank, s] : scripts) add("--rank", std::to_string(rank) + "=" + to_string(s));
   for (const auto& f : faults) add("--fault", to_string(f));
   if (connect_back) a.push_back("--connect-back");
+  append_topology_args(*this, a);
   add("--seed", std::to_string(seed));
   return a;
 }
 
 std::string scenario::replay_command() const {
   std::string out = "build/bin/pmsim";
-  for (const auto& arg : to_args()) out += " " + arg;
+  // A topology summary holds ';' and '|': quoted so that the line replays as it is.
+  const auto plain = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
+           std::string_view("-_.,:=@+/%").find(c) != std::string_view::npos;
+  };
+  for (const auto& arg : to_args()) {
+    out += " ";
+    if (std::all_of(arg.begin(), arg.end(), plain)) {
+      out += arg;
+      continue;
+    }
+    out += "'";
+    for (const char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += "'";
+  }
   return out;
 }
 
@@ -538,6 +553,7 @@ allocation make_allocation(const scenario& s) {
 }
 
 void check_targets(const scenario& s, std::uint32_t hosts, std::uint32_t ranks) {
+  check_topologies(s, hosts);
   for (const auto& [rank, script] : s.scripts)
     if (rank >= ranks)
       usage("--rank " + std::to_string(rank) + ": no such rank (the job has " +

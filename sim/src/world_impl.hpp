@@ -208,6 +208,9 @@ class world {
   void trace_event(const event& e);
   void trace_action(const action& a);
 
+  // ---- topologies.cpp: what each host's agent answers for its shape ----
+  agent::options agent_options(std::uint32_t host) const;
+
   // ---- launcher_driver.cpp: the launcher machine's driver ----
   launch::launch_config launch_config_for();
   // One input of the launcher (`input` calls it with launcher_out_), then its actions and the

@@ -10,12 +10,19 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "pm/error.hpp"
+#include "pm/host_binding.hpp"
+#include "pm/job.hpp"
 #include "pm/sim/world.hpp"
+#include "pm/topology.hpp"
+#ifdef PMSIM_HWLOC
+#include "topology/read_hwloc.hpp"
+#endif
 
 namespace {
 
@@ -23,6 +30,9 @@ using pm::sim::parse_duration;
 
 struct flags {
   std::vector<std::string> fails, ranks, faults, crashes, partitions, apps, signals;
+  std::vector<std::string> host_topologies;
+  std::string topology, rank_by, bind_to, cpus_per_rank, gpus_per_rank;
+  bool report_bindings = false;
   std::string host_slots, map_by = "slot", kill_grace, timeout, trace_file, default_script;
   std::string link, link_jitter, agent_hop, spawn, spawn_jitter, reaction, heartbeat,
       heartbeat_timeout, hello_timeout, run_time, run_jitter;
@@ -46,6 +56,26 @@ std::uint32_t number(const std::string& text, const std::string& what) {
   }
 }
 
+// A host's summary from a file (an hwloc XML export, read by libpm's reader, or a summary line as
+// `pmd --topology` prints it) or given inline (a replay command's "pmtopo1;...").
+std::string summary_of(const std::string& arg, const char* what) {
+  if (arg.rfind("pmtopo", 0) == 0) return arg;
+  std::ifstream in(arg);
+  if (!in) throw pm::error(pm::errc::usage, std::string(what) + ": cannot read '" + arg + "'");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.find("<topology") != std::string::npos) {
+#ifdef PMSIM_HWLOC
+    return pm::topo::to_text(pm::topo::read_topology_xml(arg));
+#else
+    throw pm::error(pm::errc::usage, std::string(what) + ": '" + arg +
+                                         "' is hwloc XML and this pmsim was built without hwloc "
+                                         "(give `HWLOC_XMLFILE=FILE pmd --topology`'s line)");
+#endif
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text;
+}
+
 pm::sim::scenario build(const flags& f) {
   pm::sim::scenario s;
   s.hosts = f.hosts;
@@ -64,17 +94,29 @@ pm::sim::scenario build(const flags& f) {
   for (const auto& text : f.apps) s.apps.push_back(pm::sim::parse_app(text));
   if (!s.apps.empty() && f.np)
     throw pm::error(pm::errc::usage, "--np and --app exclude each other (each app has its np)");
-  if (f.map_by == "slot" || f.map_by == "core") {
-    s.mapping.by = pm::map_by::slot;
-  } else if (f.map_by == "node") {
-    s.mapping.by = pm::map_by::node;
-  } else if (f.map_by.rfind("ppr:", 0) == 0 && f.map_by.size() > 9 &&
-             f.map_by.substr(f.map_by.size() - 5) == ":node") {
-    s.mapping.by = pm::map_by::ppr_node;
-    s.mapping.ppr = number(f.map_by.substr(4, f.map_by.size() - 9), "--map-by");
-  } else {
-    throw pm::error(pm::errc::usage,
-                    "--map-by: unknown policy '" + f.map_by + "' (slot, node, ppr:N:node)");
+  // As pmrun reads them (pm::set_map_by, the topo parsers): within-host forms need --topology.
+  pm::set_map_by(s.mapping, pm::topo::parse_map_by(f.map_by));
+  if (!f.rank_by.empty()) {
+    const auto o = pm::topo::parse_rank_by(f.rank_by);
+    if (o == pm::topo::object::slot || o == pm::topo::object::node)
+      s.mapping.ranking = o == pm::topo::object::slot ? pm::rank_by::slot : pm::rank_by::node;
+    else
+      s.mapping.host.rank_by = o;
+  }
+  if (!f.bind_to.empty()) s.mapping.host.bind = pm::topo::parse_bind_to(f.bind_to);
+  if (!f.cpus_per_rank.empty())
+    s.mapping.host.cpus_per_rank = pm::topo::parse_cpus_per_rank(f.cpus_per_rank);
+  if (!f.gpus_per_rank.empty())
+    s.mapping.host.gpus = pm::topo::parse_gpus_per_rank(f.gpus_per_rank);
+  s.mapping.report_bindings = f.report_bindings;
+  if (!f.topology.empty()) s.topology = summary_of(f.topology, "--topology");
+  for (const auto& text : f.host_topologies) {
+    const auto eq = text.find('=');
+    if (eq == std::string::npos)
+      throw pm::error(pm::errc::usage,
+                      "--host-topology '" + text + "': expected HOST=FILE, e.g. 3=dgx2.xml");
+    s.set_host_topology(number(text.substr(0, eq), "--host-topology"),
+                        summary_of(text.substr(eq + 1), "--host-topology"));
   }
   s.mapping.oversubscribe = f.oversubscribe;
   s.control.abort_on_failure = !f.no_abort;
@@ -163,7 +205,16 @@ int main(int argc, char** argv) {
   app.add_option("--host-slots", f.host_slots,
                  "slots of each host, e.g. 2,4,1 (overrides --hosts/--slots)");
   app.add_option("--np,-n", f.np, "ranks (default: one per slot)");
-  app.add_option("--map-by", f.map_by, "slot, node or ppr:N:node")->capture_default_str();
+  app.add_option("--map-by", f.map_by, "slot, node, ppr:N:OBJ, core, numa, ... (:pe=M), as pmrun's")
+      ->capture_default_str();
+  app.add_option("--rank-by", f.rank_by, "slot, node, core, numa, ... as pmrun's");
+  app.add_option("--bind-to", f.bind_to, "none, hwthread, core, l3cache, numa, package");
+  app.add_option("--cpus-per-rank", f.cpus_per_rank, "cores per rank (:pe=M)");
+  app.add_option("--gpus-per-rank", f.gpus_per_rank, "N[:shared][:reorder] GPUs per rank");
+  app.add_flag("--report-bindings", f.report_bindings, "Open MPI's binding line per rank");
+  app.add_option("--topology", f.topology,
+                 "every host's shape: an hwloc XML file, or a summary (pmd --topology)");
+  app.add_option("--host-topology", f.host_topologies, "H=FILE: host H's shape (repeatable)");
   app.add_flag("--oversubscribe", f.oversubscribe, "allow more ranks than slots");
   app.add_flag("--connect-back", f.connect_back,
                "agents started by one srun step call back with the job's token (docs/slurm.md)");

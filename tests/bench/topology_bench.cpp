@@ -2,7 +2,8 @@
 // 2-socket node of 2 x 32 cores x 2 threads with 8 GPUs (4 per NUMA node) and 4 InfiniBand NICs;
 // 8 ranks per host, --gpus-per-rank 1 --bind-to core. "Distinct" plans every host from its own
 // copy of the summary (no sharing at all); "Shared" plans one host per distinct summary, as a
-// launcher does for a homogeneous cluster (the hosts' summaries compared by their text).
+// launcher does for a homogeneous cluster (the hosts' summaries found by their text). The
+// launcher's own cost, in the simulator, is in docs/gpus.md ("Tests and cost").
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -10,29 +11,12 @@
 #include <vector>
 
 #include "pm/host_binding.hpp"
+#include "support/gpu_node.hpp"
 
 namespace {
 
 pm::topo::host_topology gpu_node() {
-  using namespace pm::topo;
-  host_topology t;
-  t.packages = 2;
-  t.l3caches = 2;
-  t.numa_os_index = {0, 1};
-  for (std::uint32_t c = 0; c < 64; ++c) {
-    t.cores.push_back(core{c / 32, c / 32, c / 32, 2 * c, 2});
-    t.pu_os_index.push_back(c);
-    t.pu_os_index.push_back(c + 64);
-  }
-  for (std::uint32_t g = 0; g < 8; ++g) {
-    t.gpus.push_back(gpu{gpu_vendor::nvidia, g, "0000:" + std::to_string(16 + g) + ":00.0",
-                         "GPU-" + std::to_string(g), g / 4, g / 4});
-  }
-  for (std::uint32_t i = 0; i < 4; ++i) {
-    t.nics.push_back(nic{"mlx5_" + std::to_string(i), "ib" + std::to_string(i),
-                         "mlx5_" + std::to_string(i), nic_kind::infiniband, i / 2, i / 2});
-  }
-  return t;
+  return pm::test::gpu_node(32, 8, 4);
 }
 
 pm::topo::binding_policy policy() {

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
+#include <sstream>
 
 #include "support/command.hpp"
 
@@ -197,6 +199,68 @@ TEST(PmrunMap, HelpAndVersion) {
   auto version = run_command({pm::test::pmrun_path(), "--version"});
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_EQ(version.out.rfind("pmrun (libpm) ", 0), 0u);
+}
+
+}  // namespace
+
+namespace {
+
+// A 2-socket node of 2 x 4 cores x 2 threads with 4 GPUs, as the summary line pmd --topology
+// prints (docs/gpus.md): PUs c and c + 8 on core c, GPUs 0-1 on NUMA 0, 2-3 on NUMA 1.
+constexpr const char* gpu_node =
+    "pmtopo1;p=2;l=2;n=0-1;c=4*0.0.0,4*1.1.1;u=8*2;o=0-7|8-15;g=nvidia/0000:10:00.0/0/0/GPU-0,"
+    "nvidia/0000:11:00.0/0/0/GPU-1,nvidia/0000:12:00.0/1/1/GPU-2,nvidia/0000:13:00.0/1/1/GPU-3;i=";
+
+TEST(PmrunMap, DoNotLaunchShowsEachRanksBindingAndGpuFromTheTopologyFile) {
+  temp_dir dir;
+  const auto shape = dir.file("shape", std::string(gpu_node) + "\n");
+  const auto json = (dir.path / "map.json").string();
+  auto r = run_command(pmrun({"-H", "a:4,b:4", "-np", "8", "--bind-to", "core", "--gpus-per-rank",
+                              "1", "--display-map", "--display-map-json", json, "--do-not-launch",
+                              "--topology-file", shape, "prog"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Rank 2 takes GPU 2, on socket 1: its core is the first of that socket (core 4: PUs 4 and 12).
+  EXPECT_NE(r.out.find("Process rank: 2 Bound: socket 1[core 4[hwt 0-1]]:[../../../..][BB/../../..]"
+                       " GPUs: 2\n"),
+            std::string::npos)
+      << r.out;
+  std::ifstream in(json);
+  const auto map = nlohmann::json::parse(in);
+  for (const auto& node : map["nodes"]) {
+    std::set<int> gpus;
+    std::set<std::string> cpus;
+    for (const auto& rank : node["ranks"]) {
+      ASSERT_EQ(rank["gpus"].size(), 1u) << rank.dump();
+      EXPECT_TRUE(gpus.insert(rank["gpus"][0].get<int>()).second) << node.dump();
+      EXPECT_TRUE(cpus.insert(rank["cpus"].get<std::string>()).second) << node.dump();
+    }
+  }
+  // A host that cannot meet the policy refuses as a launch would: 5 ranks, 4 GPUs.
+  auto refused = run_command(pmrun({"-H", "a:5", "-np", "5", "--gpus-per-rank", "1",
+                                    "--do-not-launch", "--topology-file", shape, "prog"}));
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("host 'a' has 4 GPUs"), std::string::npos) << refused.err;
+  // A launch plans from its agents' answers, not from a file.
+  auto launch = run_command(pmrun({"-np", "1", "--topology-file", shape, "true"}));
+  EXPECT_EQ(launch.exit_code, 2);
+  EXPECT_NE(launch.err.find("--topology-file is for --do-not-launch"), std::string::npos);
+}
+
+TEST(PmrunMap, ALaunchShowsItsPlannedBindingsBeforeTheRanksRun) {
+  temp_dir dir;
+  const auto json = (dir.path / "map.json").string();
+  auto r = run_command(pmrun({"-np", "2", "--bind-to", "core", "--display-map-json", json, "sh",
+                              "-c", "grep Cpus_allowed_list: /proc/self/status"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(json);
+  const auto map = nlohmann::json::parse(in);
+  std::multiset<std::string> shown, applied;
+  for (const auto& rank : map["nodes"][0]["ranks"]) shown.insert(rank["cpus"].get<std::string>());
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("Cpus_allowed_list:\t", 0) == 0) applied.insert(line.substr(19));
+  // The map said what each rank was then bound to (pmd applies cpus this host has).
+  EXPECT_EQ(shown, applied) << r.out;
 }
 
 }  // namespace

@@ -108,6 +108,9 @@ struct run_options {
   bool display_map = false;
   std::string display_map_json;  ///< --display-map-json FILE ("-" = stdout)
   bool do_not_launch = false;
+  /// --topology-file FILE: with --do-not-launch, every host's summary (pm::topo::to_text's line,
+  /// what `pmd --topology` prints); empty: this machine's, from its pmd (docs/mapping.md).
+  std::string topology_file;
   bool display_allocation = false;  ///< --display-allocation
   // Misc.
   bool allow_run_as_root = false;

@@ -73,6 +73,13 @@ PM_API object parse_rank_by(std::string_view value);
 PM_API gpu_option parse_gpus_per_rank(std::string_view value);
 PM_API std::uint32_t parse_cpus_per_rank(std::string_view value);
 
+// The option values back, as the parsers read them ("ppr:2:numa:pe=4", "core:overload-allowed",
+// "1:shared"): what a replay command or a report prints. The parser reads each back to the same
+// value (oversubscribe included).
+PM_API std::string to_string(const map_option& m);
+PM_API std::string to_string(const bind_option& b);
+PM_API std::string to_string(const gpu_option& g);
+
 /// The ranks of one host and what each got, by local rank (index among the job's ranks on the
 /// host in global-rank order, as pm::placement::local_rank). Stored flat: a few vectors per host
 /// whatever its rank count.
@@ -118,6 +125,11 @@ PM_API std::string cpu_list(std::span<const std::uint32_t> cpus);
 /// Reads cpu_list's form back (ascending, no repeats, each below 65,536). Throws
 /// pm::error(errc::parse) for anything else: it may come from another host.
 PM_API std::vector<std::uint32_t> parse_cpu_list(std::string_view text);
+
+/// Where cpus lie on the host in Open MPI 4's words, the part of --report-bindings after "bound
+/// to " without its space: "socket 0[core 1[hwt 0-1]]:[../BB/../..][../../../..]" (what
+/// --display-map's Bound: column says); empty when the rank is not bound (no cpus, or all of them).
+PM_API std::string binding_text(const host_topology& topology, std::span<const std::uint32_t> cpus);
 
 /// Open MPI 4's --report-bindings line for one rank, e.g.
 ///   [a:4242] MCW rank 3 bound to socket 0[core 1[hwt 0-1]]: [../BB/../..][../../../..]

@@ -52,6 +52,11 @@ struct mapping_policy {
 /// ranks within hosts, gives GPUs, or reports bindings. A plain job never loads hwloc.
 PM_API bool needs_topology(const mapping_policy& mapping) noexcept;
 
+/// Applies one --map-by value (pm::topo::parse_map_by's) as pmrun does: node and ppr:N:node place
+/// ranks across hosts, every other form maps as slot across hosts and is kept for plan_host;
+/// :oversubscribe goes to map_job.
+PM_API void set_map_by(mapping_policy& mapping, topo::map_option m);
+
 struct job_spec {
   std::vector<app_context> apps;
   mapping_policy mapping;

@@ -22,6 +22,7 @@
 #include "pm/controller.hpp"
 #include "pm/env.hpp"
 #include "pm/export.hpp"
+#include "pm/job_plan.hpp"
 #include "pm/output.hpp"
 #include "pm/rank_map.hpp"
 #include "pm/report.hpp"
@@ -163,6 +164,12 @@ struct job_callbacks {
   /// job is planned and before any rank starts (pmrun writes them to stderr as mpirun does).
   /// It must not call into the runner. Null: on_message gets them.
   std::function<void(std::string_view line)> on_binding = {};
+  /// Once every host of the job is planned (the job binds, maps within hosts or gives GPUs:
+  /// needs_topology), before any rank starts: each rank's cores, GPUs and NIC by rank, as
+  /// job_report::resources will hold them, and Open MPI's words for its binding (pmrun prints
+  /// --display-map then). Not called for a job that plans nothing, or one refused. It must not
+  /// call into the runner.
+  std::function<void(const job_plan& plan)> on_planned = {};
 };
 
 /// One host's agent as the launcher knows it (what `pmrun --ps` shows; docs/pmix.md, "Tools").

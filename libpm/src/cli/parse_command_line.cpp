@@ -79,22 +79,10 @@ auto topology_option(F&& parse) {
 // Open MPI's modifiers (:pe=M, :OVERSUBSCRIBE, :NOOVERSUBSCRIBE). Across hosts, the object forms
 // place ranks as slot does; within each host plan_host follows them (docs/gpus.md).
 void apply_map_by(parse_state& st, std::string_view, std::string_view value) {
-  auto& mapping = st.opts.job.mapping;
   // ":OVERSUBSCRIBE" alone, or "slot:" as mpirun takes it: slot.
   const std::string spec =
       value.empty() || value.front() == ':' ? "slot" + std::string(value) : std::string(value);
-  auto m = topology_option([&] { return topo::parse_map_by(spec); });
-  if (m.by == topo::object::node && m.ppr > 0) {
-    mapping.by = map_by::ppr_node;
-    mapping.ppr = m.ppr;
-  } else if (m.by == topo::object::node) {
-    mapping.by = map_by::node;
-  } else {
-    mapping.by = map_by::slot;
-  }
-  if (m.oversubscribe) mapping.oversubscribe = m.oversubscribe;
-  m.oversubscribe.reset();  // map_job's business
-  mapping.host.map = m;
+  set_map_by(st.opts.job.mapping, topology_option([&] { return topo::parse_map_by(spec); }));
 }
 
 // DIR, or DIR:MODS with MODS a comma list of nocopy and nojobid (Open MPI 4.1's
@@ -387,6 +375,14 @@ const std::vector<option_spec>& option_table() {
        "map the job (and display it) but start nothing",
        [](parse_state& st, std::string_view, std::span<const std::string>) {
          st.opts.do_not_launch = true;
+       }},
+      {{"--topology-file"},
+       "FILE",
+       1,
+       "with --do-not-launch: plan every host from this summary (`pmd --topology` prints one)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
+         st.opts.topology_file = v[0];
        }},
       // --- environment
       {{"-x"},

@@ -108,6 +108,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     if (auto line = cb.on_binding ? cb.on_binding : cb.on_message) {
       c.report_binding = [line = std::move(line)](const std::string& l) { line(l); };
     }
+    c.planned = cb.on_planned;
     return c;
   }
 

@@ -7,6 +7,7 @@
 
 #include "launch/launcher_impl.hpp"
 #include "pm/error.hpp"
+#include "pm/job_plan.hpp"
 
 namespace pm::launch {
 
@@ -18,11 +19,18 @@ void launcher::impl::on_shape(std::uint32_t h, const link::host_shape& s) {
     return;
   }
   try {
-    auto got = std::make_shared<shaped>();
-    got->topology = topo::topology_from_text(s.text);
-    got->text = s.text;
     if (shapes.size() < hosts.size()) shapes.resize(hosts.size());
-    shapes[h] = std::move(got);
+    if (!shapes[h] && req.map.node_of_host(h)) ++shaped_nodes;
+    // A summary seen before is not parsed again: one hash of the text per host.
+    if (const auto known = shape_by_text.find(s.text); known != shape_by_text.end()) {
+      shapes[h] = known->second;
+    } else {
+      auto got = std::make_shared<shaped>();
+      got->topology = topo::topology_from_text(s.text);
+      got->text = s.text;
+      shape_by_text.emplace(got->text, got);
+      shapes[h] = std::move(got);
+    }
   } catch (const pm::error& e) {
     refuse("host '" + name + "' sent a topology pmrun cannot read: " + e.what());
     return;
@@ -36,22 +44,34 @@ bool launcher::impl::plan_hosts() {
   if (plans_done) return true;
   if (refused) return false;
   const auto nodes = req.map.num_nodes();
+  // Called once per answer: a count, not a walk over every host (100,000 answers).
+  if (shaped_nodes < nodes) return false;
   for (std::uint32_t n = 0; n < nodes; ++n) {
     const auto h = req.map.host_of_node(n);
     if (h >= shapes.size() || !shapes[h]) return false;
   }
   plans.assign(hosts.size(), nullptr);
   // Identical hosts share one plan: a cluster has few shapes (docs/gpus.md, "Tests and cost").
-  std::map<std::pair<std::string_view, std::uint32_t>, std::shared_ptr<const planned>> seen;
+  // Equal texts are one shaped object (on_shape), so the pointer is the shape's identity.
+  std::map<std::pair<const shaped*, std::uint32_t>, std::shared_ptr<const planned>> seen;
   try {
     for (std::uint32_t n = 0; n < nodes; ++n) {
       const auto h = req.map.host_of_node(n);
       const auto count = static_cast<std::uint32_t>(req.map.ranks_on_host(h).size());
-      auto& shared = seen[{shapes[h]->text, count}];
+      auto& shared = seen[{shapes[h].get(), count}];
       if (!shared) {
-        shared = std::make_shared<planned>(planned{
-            shapes[h],
-            topo::plan_host(shapes[h]->topology, host_info(h).name, count, req.mapping.host)});
+        const auto& t = shapes[h]->topology;
+        auto p = std::make_shared<planned>(
+            planned{shapes[h], topo::plan_host(t, host_info(h).name, count, req.mapping.host)});
+        for (std::uint32_t local = 0; local < count; ++local) {
+          p->ranks.push_back(resources_of(t, p->plan, local));
+          if (cfg.planned) p->bound.push_back(topo::binding_text(t, p->plan.cpus(local)));
+          auto& env = p->env.emplace_back();
+          for (auto& [name, value] :
+               topo::rank_environment(t, p->plan, local, req.mapping.host.gpus))
+            env.push_back(name + "=" + value);
+        }
+        shared = std::move(p);
       }
       plans[h] = shared;
     }
@@ -71,6 +91,16 @@ bool launcher::impl::plan_hosts() {
       }
     }
   }
+  if (cfg.planned) {
+    job_plan facts;
+    job_report report;
+    fill_resources(report);
+    facts.resources = std::move(report.resources);
+    facts.bound.resize(req.map.size());
+    for (std::uint32_t rank = 0; rank < req.map.size(); ++rank)
+      facts.bound[rank] = plans[req.map.at(rank).host]->bound.at(req.map.at(rank).local_rank);
+    cfg.planned(facts);
+  }
   return true;
 }
 
@@ -89,11 +119,8 @@ void launcher::impl::add_binding(std::uint32_t rank, link::rank_spec& s) const {
   if (h >= plans.size() || !plans[h]) return;
   const auto& p = *plans[h];
   const auto local = req.map.at(rank).local_rank;
-  s.binding = link::rank_binding{topo::cpu_list(p.plan.cpus(local))};
-  for (auto& [name, value] :
-       topo::rank_environment(p.shape->topology, p.plan, local, req.mapping.host.gpus)) {
-    s.env.push_back(name + "=" + value);
-  }
+  s.binding = link::rank_binding{p.ranks.at(local).cpus};
+  s.env.insert(s.env.end(), p.env.at(local).begin(), p.env.at(local).end());
 }
 
 void launcher::impl::fill_resources(job_report& report) const {
@@ -102,14 +129,7 @@ void launcher::impl::fill_resources(job_report& report) const {
   for (std::uint32_t rank = 0; rank < req.map.size(); ++rank) {
     const auto h = req.map.at(rank).host;
     if (h >= plans.size() || !plans[h]) continue;
-    const auto& p = *plans[h];
-    const auto local = req.map.at(rank).local_rank;
-    auto& r = report.resources[rank];
-    r.cpus = topo::cpu_list(p.plan.cpus(local));
-    for (const auto g : p.plan.gpus(local)) r.gpus.push_back(p.shape->topology.gpus.at(g).index);
-    const auto nic = p.plan.nic(local);
-    const auto& nics = p.shape->topology.nics;
-    if (nic != topo::none && nic < nics.size() && nics.size() > 1) r.nic = nics[nic].name;
+    report.resources[rank] = plans[h]->ranks.at(req.map.at(rank).local_rank);
   }
 }
 

@@ -33,6 +33,7 @@
 #include "link/endpoint.hpp"
 #include "pm/controller.hpp"
 #include "pm/env.hpp"
+#include "pm/job_plan.hpp"
 #include "pm/launcher.hpp"
 #include "pm/transport.hpp"
 
@@ -84,6 +85,9 @@ struct launch_config {
   /// --report-bindings (request.mapping.report_bindings): Open MPI's line for each rank of a
   /// host, once every host is planned and before any rank starts (job_callbacks::on_binding).
   std::function<void(const std::string& line)> report_binding = {};
+  /// Once every host is planned, before any rank starts: each rank's resources, by rank
+  /// (job_callbacks::on_planned; pmrun's --display-map with bindings).
+  std::function<void(const job_plan& plan)> planned = {};
 };
 
 // ---- actions: what the driver must do -------------------------------------------------------

@@ -15,6 +15,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "launch/launcher.hpp"
 #include "launch/spawned_job.hpp"
 #include "pm/host_binding.hpp"
+#include "pm/report.hpp"
 
 namespace pm::launch {
 
@@ -169,11 +171,19 @@ struct launcher::impl {
   struct planned {
     std::shared_ptr<const shaped> shape;
     topo::host_plan plan;
+    // By local rank, made once per plan (not per host): its facts, Open MPI's words for its
+    // binding (only when on_planned is asked) and its device variables.
+    std::vector<rank_resources> ranks = {};
+    std::vector<std::string> bound = {};
+    std::vector<std::vector<std::string>> env = {};
   };
   bool wants_shapes = false;  // needs_topology(req.mapping): agents are asked, spawns wait
   bool plans_done = false;
   bool refused = false;
   std::vector<std::shared_ptr<const shaped>> shapes;  // by host
+  std::uint32_t shaped_nodes = 0;  // hosts of the job that answered: plan_hosts waits for all
+  // Each distinct summary text read once: 100,000 identical hosts parse one (docs/gpus.md, "Cost").
+  std::unordered_map<std::string_view, std::shared_ptr<const shaped>> shape_by_text;
   std::vector<std::shared_ptr<const planned>> plans;  // by host
 
   // ---- launcher.cpp ----

@@ -1,10 +1,26 @@
 #include "pm/job_map.hpp"
 
+#include <optional>
+#include <string_view>
+
 #include "text/json_writer.hpp"
 
 namespace pm {
 
-std::string format_job_map(const rank_map& map, std::uint32_t jobid) {
+namespace {
+
+// The rank's planned resources, when the job was planned (pm/job_map.hpp).
+const rank_resources* planned_of(const job_plan* plan, std::uint32_t rank) {
+  return plan && rank < plan->resources.size() ? &plan->resources[rank] : nullptr;
+}
+const std::string& bound_of(const job_plan& plan, std::uint32_t rank) {
+  static const std::string none;
+  return rank < plan.bound.size() ? plan.bound[rank] : none;
+}
+
+}  // namespace
+
+std::string format_job_map(const rank_map& map, std::uint32_t jobid, const job_plan* plan) {
   const std::string job = "[" + std::to_string(jobid) + ",1]";
   std::string out;
   out.reserve(128 + std::size_t{map.size()} * 64);
@@ -20,7 +36,17 @@ std::string format_job_map(const rank_map& map, std::uint32_t jobid) {
            "\tNum procs: " + std::to_string(ranks.size()) + "\n";
     for (auto r : ranks) {
       out += " \tProcess OMPI jobid: " + job + " App: " + std::to_string(map.at(r).app) +
-             " Process rank: " + std::to_string(r) + " Bound: N/A\n";
+             " Process rank: " + std::to_string(r) + " Bound: ";
+      const auto* got = planned_of(plan, r);
+      out += got && !bound_of(*plan, r).empty() ? bound_of(*plan, r) : std::string("N/A");
+      // Open MPI has no GPU column: after Bound:, so that its fields keep their places.
+      if (got && !got->gpus.empty()) {
+        out += " GPUs: ";
+        for (std::size_t i = 0; i < got->gpus.size(); ++i)
+          out += (i ? "," : "") + std::to_string(got->gpus[i]);
+      }
+      if (got && !got->nic.empty()) out += " NIC: " + got->nic;
+      out += "\n";
     }
   }
   out += "\n =============================================================\n";
@@ -38,7 +64,7 @@ std::string format_allocation(const allocation& alloc) {
   return out;
 }
 
-std::string job_map_json(const rank_map& map, std::uint32_t jobid) {
+std::string job_map_json(const rank_map& map, std::uint32_t jobid, const job_plan* plan) {
   // json_writer, not a DOM: see io/json_writer.hpp (out of memory is a plain std::bad_alloc).
   json_writer w(2);
   // Keys in alphabetical order, as the documented output has always had them.
@@ -71,8 +97,21 @@ std::string job_map_json(const rank_map& map, std::uint32_t jobid) {
     for (auto r : ranks) {
       const auto p = map.at(r);
       w.begin_object();
+      const auto* got = planned_of(plan, r);
+      const auto or_null = [](const std::string& s) {
+        return s.empty() ? std::nullopt : std::optional<std::string_view>(s);
+      };
       w.member("app", p.app);
+      // Only for a planned job, so that a plain map keeps its schema.
+      if (got) {
+        w.member("bound", or_null(bound_of(*plan, r)));
+        w.member("cpus", or_null(got->cpus));
+        w.key("gpus").begin_array();
+        for (const auto g : got->gpus) w.value(g);
+        w.end_array();
+      }
       w.member("local_rank", p.local_rank);
+      if (got) w.member("nic", or_null(got->nic));
       w.member("rank", r);
       w.end_object();
     }

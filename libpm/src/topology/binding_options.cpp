@@ -180,4 +180,26 @@ std::uint32_t parse_cpus_per_rank(std::string_view value) {
   return positive("--cpus-per-rank", value, value, "the cpu count");
 }
 
+std::string to_string(const map_option& m) {
+  std::string out;
+  if (m.ppr > 0) out = "ppr:" + std::to_string(m.ppr) + ":";
+  out += to_string(m.by);
+  if (m.pe > 0) out += ":pe=" + std::to_string(m.pe);
+  if (m.oversubscribe) out += *m.oversubscribe ? ":oversubscribe" : ":nooversubscribe";
+  return out;
+}
+
+std::string to_string(const bind_option& b) {
+  std::string out(b.to ? to_string(*b.to) : "none");
+  if (b.overload_allowed) out += ":overload-allowed";
+  return out;
+}
+
+std::string to_string(const gpu_option& g) {
+  auto out = std::to_string(g.per_rank);
+  if (g.shared) out += ":shared";
+  if (g.reorder) out += ":reorder";
+  return out;
+}
+
 }  // namespace pm::topo

@@ -11,20 +11,14 @@
 
 namespace pm::topo {
 
-std::string report_bindings(const host_topology& t, std::string_view host, std::uint32_t pid,
-                            std::uint32_t rank, std::span<const std::uint32_t> cpus) {
-  std::string line =
-      "[" + std::string(host) + ":" + std::to_string(pid) + "] MCW rank " + std::to_string(rank);
+std::string binding_text(const host_topology& t, std::span<const std::uint32_t> cpus) {
   std::vector<std::uint32_t> sorted(cpus.begin(), cpus.end());
   std::sort(sorted.begin(), sorted.end());
   const auto bound = [&](std::uint32_t os) {
     return std::binary_search(sorted.begin(), sorted.end(), os);
   };
-  if (sorted.empty() || std::all_of(t.pu_os_index.begin(), t.pu_os_index.end(), bound)) {
-    return line + " is not bound (or bound to all available processors)";
-  }
-  line += " bound to ";
-  bool first = true;
+  if (sorted.empty() || std::all_of(t.pu_os_index.begin(), t.pu_os_index.end(), bound)) return {};
+  std::string line;
   for (std::uint32_t c = 0; c < t.cores.size(); ++c) {
     const core& k = t.cores[c];
     std::vector<std::uint32_t> hwts;
@@ -32,12 +26,11 @@ std::string report_bindings(const host_topology& t, std::string_view host, std::
       if (bound(t.pu_os_index[k.first_pu + p])) hwts.push_back(p);
     }
     if (hwts.empty()) continue;
-    if (!first) line += ", ";
-    first = false;
+    if (!line.empty()) line += ", ";
     line += "socket " + std::to_string(k.package == none ? 0 : k.package) + "[core " +
             std::to_string(c) + "[hwt " + cpu_list(hwts) + "]]";
   }
-  line += ": ";
+  line += ":";
   // The map: packages in order (a host without packages is one), cores in order within each.
   const std::uint32_t packages = std::max<std::uint32_t>(t.packages, 1);
   for (std::uint32_t s = 0; s < packages; ++s) {
@@ -52,6 +45,17 @@ std::string report_bindings(const host_topology& t, std::string_view host, std::
     if (!cores.empty()) line += "[" + cores + "]";
   }
   return line;
+}
+
+std::string report_bindings(const host_topology& t, std::string_view host, std::uint32_t pid,
+                            std::uint32_t rank, std::span<const std::uint32_t> cpus) {
+  std::string line =
+      "[" + std::string(host) + ":" + std::to_string(pid) + "] MCW rank " + std::to_string(rank);
+  auto where = binding_text(t, cpus);
+  if (where.empty()) return line + " is not bound (or bound to all available processors)";
+  // --report-bindings puts a space after the colon; --display-map does not (Open MPI 4.1).
+  if (const auto colon = where.rfind(':'); colon != std::string::npos) where.insert(colon + 1, " ");
+  return line + " bound to " + where;
 }
 
 }  // namespace pm::topo

@@ -10,6 +10,9 @@ namespace pmd {
 
 struct command_line {
   bool connect = false;  ///< --connect: dial the launcher back (srun, docs/slurm.md); else --stdio
+  /// --topology: print this host's summary (pm::topo::to_text) and exit; what pmrun
+  /// --do-not-launch plans from, and how an hwloc XML becomes a summary (HWLOC_XMLFILE).
+  bool topology = false;
   std::uint64_t nonce = 0;
   std::optional<std::chrono::milliseconds> grace;        ///< --grace-ms
   std::optional<std::chrono::milliseconds> hello_bound;  ///< --hello-ms

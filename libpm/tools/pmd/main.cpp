@@ -474,6 +474,16 @@ int main(int argc, char** argv) {
   const auto parsed = pmd::parse_command_line(argc, argv);
   if (const int* code = std::get_if<int>(&parsed)) return *code;
   const auto& command = std::get<pmd::command_line>(parsed);
+  if (command.topology) {
+    // HWLOC_XMLFILE=x.xml pmd --topology: another machine's shape, as the agent would send it.
+    const auto shape = pmd::read_host_shape();
+    if (!shape.error.empty()) {
+      std::fprintf(stderr, "pmd: %s\n", shape.error.c_str());
+      return 1;
+    }
+    std::printf("%s\n", shape.text.c_str());
+    return 0;
+  }
   ag::options opts;
   if (command.grace) opts.lost_grace = *command.grace;
   try {

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -22,6 +24,7 @@
 #include "job_status.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
+#include "pm/job.hpp"
 #include "pm/job_map.hpp"
 #include "pm/launch_facts.hpp"
 #include "pm/launcher.hpp"
@@ -31,6 +34,7 @@
 #include "transport/local/local_transport.hpp"
 #include "transport/local/nofile_limit.hpp"
 #include "transport/ssh/ssh_command.hpp"
+#include "unlaunched_plan.hpp"
 
 namespace {
 
@@ -220,7 +224,8 @@ int exit_code_for(const pm::error& e) {
 int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm::rank_map map,
            pm::job_env job_env, const pm::local_host& me, const pm::env_map& env,
            report_file& report_out, const std::vector<std::string>& command,
-           std::shared_ptr<pm::early_agent> early) {
+           std::shared_ptr<pm::early_agent> early,
+           std::function<void(const pm::job_plan&)> on_planned) {
   // Hundreds of ranks need more descriptors than the usual 1024; the ranks get the original back.
   pm::local::raise_nofile_limit();
   job_env.facts = pm::decide_launch_facts(map, me, options.master_port, options.profiles);
@@ -268,7 +273,8 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
           [](std::string_view line) {
             // Open MPI's lines, unprefixed, on stderr (as mpirun's daemons write).
             std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
-          }});
+          },
+          std::move(on_planned)});
   std::shared_ptr<pm::driver::stdin_forwarder> forwarder;
   if (!input.forward_targets.empty())
     forwarder = pm::driver::stdin_forwarder::start(io, 0, input.forward_targets);
@@ -384,14 +390,36 @@ int run(int argc, char** argv) {
   const auto jobid = static_cast<std::uint32_t>(getpid() % 65535 + 1);
   report_file report_out(options.report_file);
   if (options.display_allocation) print(pm::format_allocation(resolved.alloc));
-  if (options.display_map) print(pm::format_job_map(map, jobid));
-  if (!options.display_map_json.empty()) {
-    write_text(options.display_map_json, pm::job_map_json(map, jobid), "--display-map-json");
+  if (!options.topology_file.empty() && !options.do_not_launch) {
+    throw pm::error(pm::errc::usage,
+                    "--topology-file is for --do-not-launch (a launch plans each host from its "
+                    "own agent's answer)");
   }
+  const auto show_map = [&options, jobid](const pm::rank_map& m, const pm::job_plan* got) {
+    if (options.display_map) print(pm::format_job_map(m, jobid, got));
+    if (!options.display_map_json.empty())
+      write_text(options.display_map_json, pm::job_map_json(m, jobid, got), "--display-map-json");
+  };
+  // A job that plans its hosts shows its map once they are planned, with each rank's cores and
+  // GPUs, before any rank starts (as mpirun prints it once its daemons reported; docs/mapping.md).
+  const bool planned = pm::needs_topology(resolved.job.mapping);
+  const bool shown = options.display_map || !options.display_map_json.empty();
   if (options.do_not_launch) {
-    report_out.write(
-        unstarted_report(map, 0, pm::cause_kind::none, "not launched (--do-not-launch)"));
+    std::optional<pm::job_plan> got;
+    if (planned) got = pmrun::plan_unlaunched(options, map, resolved.job.mapping);
+    show_map(map, got ? &*got : nullptr);
+    auto unlaunched =
+        unstarted_report(map, 0, pm::cause_kind::none, "not launched (--do-not-launch)");
+    if (got) unlaunched.resources = std::move(got->resources);
+    report_out.write(unlaunched);
     return 0;
+  }
+  std::function<void(const pm::job_plan&)> on_planned;
+  if (!planned) {
+    show_map(map, nullptr);
+  } else if (shown) {
+    on_planned = [show_map, kept = std::make_shared<const pm::rank_map>(map)](
+                     const pm::job_plan& got) { show_map(*kept, &got); };
   }
   // What the report says if the launch fails before anything starts (built only when asked for).
   std::optional<pm::job_report> unstarted;
@@ -400,7 +428,7 @@ int run(int argc, char** argv) {
     std::vector<std::string> command{"pmrun"};
     command.insert(command.end(), given.begin(), given.end());
     return launch(options, resolved, std::move(map), std::move(job_env), me, env, report_out,
-                  command, early);
+                  command, early, std::move(on_planned));
   } catch (const pm::error& e) {
     // Nothing started (a program not found or not executable, the agent could not start): the
     // report says so, so that a 127 here is told from a rank that exited 127. A usage error

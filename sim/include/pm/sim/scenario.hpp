@@ -168,6 +168,17 @@ struct scenario {
   /// job's token before its link begins; the launcher's real caller_gate accepts one caller per
   /// host. The *-call faults need it.
   bool connect_back = false;
+  /// Every host's shape, as pm::topo::to_text writes it: what its agent answers when the job
+  /// asks (mapping.host: --bind-to, --gpus-per-rank, --map-by core, ...; docs/simulator.md,
+  /// "Topologies"). Empty: the agents have none, and a job that plans its hosts is refused.
+  std::string topology;
+  /// Hosts whose shape differs from `topology` (an empty text: none), sorted by host, once each.
+  std::vector<std::pair<std::uint32_t, std::string>> host_topologies;
+
+  /// The shape host `host` answers with (empty: none).
+  const std::string& topology_of(std::uint32_t host) const;
+  /// Sets one host's shape (keeps `host_topologies` sorted).
+  void set_host_topology(std::uint32_t host, std::string text);
 
   /// The script rank `rank` was given by `scripts`, else the default script (an MPMD app's
   /// script, which depends on the map, is applied by the world).
