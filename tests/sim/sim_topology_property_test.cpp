@@ -201,9 +201,12 @@ RC_GTEST_PROP(SimTopologyProperty, HostsArePlannedAsInProductionAndTheirBindings
   SIM_ASSERT(r, r.report.resources == want->resources);
 
   const auto& policy = s.mapping.host;
+  // A core holds one rank unless mapping by hwthread, which counts threads as cpus: then its
+  // threads' ranks all bind to it without overloading it (Open MPI's rule).
   const bool exclusive_cpus =
       policy.bind.to && !policy.bind.overload_allowed &&
-      (*policy.bind.to == topo::object::core || *policy.bind.to == topo::object::hwthread);
+      (*policy.bind.to == topo::object::hwthread ||
+       (*policy.bind.to == topo::object::core && policy.map.by != topo::object::hwthread));
   for (std::uint32_t n = 0; n < map.num_nodes(); ++n) {
     const auto h = map.host_of_node(n);
     const auto& t = shapes[h];
