@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "cluster_gen.hpp"
 #include "pm/sim/world.hpp"
 
 namespace {
@@ -40,12 +41,7 @@ struct gen_options {
 // A small cluster and a job that fits it (map-by slot or node, np up to the slots).
 scenario gen_cluster() {
   scenario s;
-  const auto hosts = *rc::gen::inRange<std::uint32_t>(1, 9);
-  s.host_slots =
-      *rc::gen::container<std::vector<std::uint32_t>>(hosts, rc::gen::inRange<std::uint32_t>(1, 5));
-  std::uint32_t total = 0;
-  for (auto n : s.host_slots) total += n;
-  s.np = *rc::gen::inRange<std::uint32_t>(1, total + 1);
+  pm::sim::generate::hosts_and_ranks(s, 8, 4);
   // MPMD now and then: the ranks split into up to 3 app contexts (numbered across them).
   if (*s.np >= 2 && *rc::gen::weightedElement<bool>({{2, false}, {1, true}})) {
     std::uint32_t left = *s.np;

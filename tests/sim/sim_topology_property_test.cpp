@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster_gen.hpp"
 #include "pm/error.hpp"
 #include "pm/host_binding.hpp"
 #include "pm/job_plan.hpp"
@@ -123,14 +124,9 @@ std::uint32_t gpu_numa(const topo::host_topology& t, std::uint32_t index) {
 // A small cluster of shaped hosts (one shape for all, some with their own) and a policy.
 scenario gen_scenario() {
   scenario s;
-  const auto hosts = *rc::gen::inRange<std::uint32_t>(1, 5);
-  s.host_slots =
-      *rc::gen::container<std::vector<std::uint32_t>>(hosts, rc::gen::inRange<std::uint32_t>(1, 9));
-  std::uint32_t total = 0;
-  for (auto n : s.host_slots) total += n;
-  s.np = *rc::gen::inRange<std::uint32_t>(1, total + 1);
+  pm::sim::generate::hosts_and_ranks(s, 4, 8);
   s.topology = gen_shape();
-  for (std::uint32_t h = 0; h < hosts; ++h)
+  for (std::uint32_t h = 0; h < s.host_slots.size(); ++h)
     if (*rc::gen::weightedElement<bool>({{2, false}, {1, true}}))
       s.set_host_topology(h, gen_shape());
   auto& p = s.mapping.host;
