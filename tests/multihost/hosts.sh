@@ -3,7 +3,8 @@
 # an sshd per host, all on a bridge of their own. See README.md next to this file.
 #
 #   hosts.sh up --hosts N --state DIR [--noise K] [--maxstartups SPEC] [--sshd-option LINE]...
-#                [--timeout SEC] [--owner PID] [--keep]
+#                [--host-sshd-option K LINE]... [--topology K XML]... [--timeout SEC] [--owner PID]
+#                [--keep]
 #   hosts.sh down --state DIR [--keep]         tear a run down (idempotent, tolerates half-made runs)
 #   hosts.sh reap-stale                        tear down every run whose owner process is dead
 #   hosts.sh crash --state DIR HOST            SIGKILL every process in HOST's namespace, sshd too
@@ -244,6 +245,8 @@ write_sshd_config() {
     echo "PrintLastLog no"
     echo "X11Forwarding no"
     if [ ${#SSHD_OPTIONS[@]} -gt 0 ]; then printf '%s\n' "${SSHD_OPTIONS[@]}"; fi
+    # This host's own lines (--host-sshd-option, --topology): after the shared ones.
+    if [ -n "${HOST_OPTIONS[$k]:-}" ]; then printf '%s' "${HOST_OPTIONS[$k]}"; fi
     if [ "$k" = "$NOISE" ]; then
       echo "ForceCommand /bin/sh $dir/noise.sh"
     fi
@@ -295,6 +298,8 @@ on_up_exit() {
 cmd_up() {
   N="" STATE="" NOISE=0 MAXSTARTUPS=200:30:400 TIMEOUT=10 OWNER=$PPID KEEP=0 RUN_ID=""
   SSHD_OPTIONS=()
+  HOST_OPTIONS=() # by host number: sshd_config lines for that host alone, each ending in \n
+  TOPOLOGY=()     # by host number: the hwloc XML its sessions see (SetEnv HWLOC_XMLFILE)
   while [ $# -gt 0 ]; do
     case $1 in
     --hosts) N=${2:?} && shift ;;
@@ -303,6 +308,14 @@ cmd_up() {
     --maxstartups) MAXSTARTUPS=${2:?} && shift ;;
     --timeout) TIMEOUT=${2:?} && shift ;;
     --sshd-option) SSHD_OPTIONS+=("${2:?}") && shift ;;
+    --host-sshd-option)
+      [[ ${2:?} =~ ^[0-9]+$ ]] || die "up: --host-sshd-option K LINE: K is a host number"
+      HOST_OPTIONS[$2]+="${3:?}"$'\n' && shift 2
+      ;;
+    --topology)
+      [[ ${2:?} =~ ^[0-9]+$ ]] || die "up: --topology K XML: K is a host number"
+      TOPOLOGY[$2]=${3:?} && shift 2
+      ;;
     --owner) OWNER=${2:?} && shift ;;
     --keep) KEEP=1 ;;
     *) die "up: unknown argument '$1'" ;;
@@ -315,6 +328,18 @@ cmd_up() {
   if ! [[ $NOISE =~ ^[0-9]+$ ]] || [ "$NOISE" -gt "$N" ]; then die "up: --noise K with 1 <= K <= $N"; fi
   [[ $MAXSTARTUPS =~ ^[0-9]+(:[0-9]+:[0-9]+)?$ ]] || die "up: --maxstartups wants N or START:RATE:FULL"
   [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "up: --timeout wants whole seconds"
+  local k xml
+  for k in "${!HOST_OPTIONS[@]}" "${!TOPOLOGY[@]}"; do
+    if [ "$k" -lt 1 ] || [ "$k" -gt "$N" ]; then die "up: host $k of a per-host option is not 1..$N"; fi
+  done
+  # A host's shape: hwloc reads HWLOC_XMLFILE in every process of the host's ssh sessions (pmd,
+  # its ranks, their PMIx server), as it would on a machine of that shape.
+  for k in "${!TOPOLOGY[@]}"; do
+    xml=$(realpath -e -- "${TOPOLOGY[$k]}" 2>/dev/null) || die "up: --topology $k: no file ${TOPOLOGY[$k]}"
+    [[ $xml =~ ^[A-Za-z0-9._/+-]+$ ]] || die "up: --topology $k: '$xml' has characters other than [A-Za-z0-9._/+-]"
+    TOPOLOGY[$k]=$xml
+    HOST_OPTIONS[$k]+="SetEnv HWLOC_XMLFILE=$xml"$'\n'
+  done
   [ -n "$STATE" ] || die "up: --state DIR is required"
   STATE=$(realpath -m -- "$STATE")
   # The path goes into sshd and ssh config files and into hosts.env unquoted.
@@ -435,6 +460,7 @@ cmd_up() {
       echo "PM_MH_HOST${k}_VETH=\"${VETH[$k]}\""
       echo "PM_MH_HOST${k}_SSHD_PID=\"${SSHD_PID[$k]}\""
       echo "PM_MH_HOST${k}_SSHD_LOG=\"$STATE/${NAME[$k]}/sshd.log\""
+      echo "PM_MH_HOST${k}_TOPOLOGY=\"${TOPOLOGY[$k]:-}\""
     done
   } >"$STATE/hosts.env.tmp"
   mv "$STATE/hosts.env.tmp" "$STATE/hosts.env"

@@ -51,6 +51,8 @@ struct multihost_options {
   std::string max_startups;  // sshd MaxStartups; empty: 200:30:400
   std::vector<std::string> sshd_options;  // extra sshd_config lines for every host
   std::chrono::seconds timeout{10};       // how long up waits for the sshds
+  std::map<int, std::vector<std::string>> host_sshd_options;  // 1-based host: its own lines
+  std::map<int, std::string> topologies;  // 1-based host: the hwloc XML it has the shape of
 
   multihost_options& with_noise_host(int k) {
     noise_host = k;
@@ -62,6 +64,17 @@ struct multihost_options {
   }
   multihost_options& with_sshd_option(std::string line) {
     sshd_options.push_back(std::move(line));
+    return *this;
+  }
+  /// An sshd_config line for host k alone.
+  multihost_options& with_host_sshd_option(int k, std::string line) {
+    host_sshd_options[k].push_back(std::move(line));
+    return *this;
+  }
+  /// Host k has the shape of the machine in `xml` (hwloc's HWLOC_XMLFILE in its ssh sessions:
+  /// pmd, its ranks and their PMIx server read that machine instead of this one).
+  multihost_options& with_topology(int k, std::string xml) {
+    topologies[k] = std::move(xml);
     return *this;
   }
   multihost_options& with_timeout(std::chrono::seconds t) {
@@ -137,6 +150,14 @@ class multihost_fixture {
       argv.insert(argv.end(), {"--maxstartups", options_.max_startups});
     }
     for (const auto& line : options_.sshd_options) argv.insert(argv.end(), {"--sshd-option", line});
+    for (const auto& [k, lines] : options_.host_sshd_options) {
+      for (const auto& line : lines) {
+        argv.insert(argv.end(), {"--host-sshd-option", std::to_string(k), line});
+      }
+    }
+    for (const auto& [k, xml] : options_.topologies) {
+      argv.insert(argv.end(), {"--topology", std::to_string(k), xml});
+    }
     const auto r = run_command(argv, options_.timeout + std::chrono::seconds(30));
     if (r.exit_code != 0) {
       // up undoes a half-made run itself, unless it was killed; down covers that case too.

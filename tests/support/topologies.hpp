@@ -70,4 +70,21 @@ inline std::vector<unsigned> numbers(const std::string& list) {
   return out;
 }
 
+/// A cpu list with ranges, as the report and PMIx write it: "0-1,24" → {0, 1, 24}; "" → {}.
+inline std::vector<unsigned> cpu_ranges(const std::string& list) {
+  std::vector<unsigned> out;
+  std::size_t at = 0;
+  while (at < list.size()) {
+    const auto comma = std::min(list.find(',', at), list.size());
+    const std::string part = list.substr(at, comma - at);
+    const auto dash = part.find('-');
+    const auto lo = static_cast<unsigned>(std::stoul(part.substr(0, dash)));
+    const auto hi =
+        dash == std::string::npos ? lo : static_cast<unsigned>(std::stoul(part.substr(dash + 1)));
+    for (unsigned c = lo; c <= hi; ++c) out.push_back(c);
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace pm::test

@@ -169,7 +169,7 @@ TEST(EnvCompose, TheHostsVariablesAndSettings) {
   auto env = pm::make_job_env({}, ex, pm::env_profile::none, {});
   pm::host_env host;
   host.server = {{"PMIX_RANK", "2"}, {"PMIX_NAMESPACE", "ns"}};
-  for (const auto& e : pm::agent::pmix::host_settings(false, false)) {
+  for (const auto& e : pm::agent::pmix::host_settings({})) {
     host.defaults.push_back({e.substr(0, e.find('=')), e.substr(e.find('=') + 1)});
   }
   const auto map = two_hosts();
@@ -179,10 +179,15 @@ TEST(EnvCompose, TheHostsVariablesAndSettings) {
   // The agent's second pass gives the same.
   const auto first = pm::rank_environment(env, map, 2);
   EXPECT_EQ(pm::agent::add_host_variables(first, {"PMIX_RANK=2", "PMIX_NAMESPACE=ns"},
-                                          pm::agent::pmix::host_settings(false, false)),
+                                          pm::agent::pmix::host_settings({})),
             v);
-  EXPECT_EQ(pm::agent::pmix::host_settings(true, true), strings{"OMPI_MCA_mpi_yield_when_idle=1"});
-  EXPECT_EQ(pm::agent::pmix::host_settings(false, false),
+  EXPECT_EQ(pm::agent::pmix::host_settings({.oversubscribed = true, .rdma = true}),
+            strings{"OMPI_MCA_mpi_yield_when_idle=1"});
+  // GPUs without RDMA: no ob1/tcp either (CUDA-aware transports must stay open).
+  EXPECT_EQ(pm::agent::pmix::host_settings({.gpus = true}), strings{});
+  EXPECT_EQ(pm::agent::pmix::host_settings({.oversubscribed = true, .gpus = true}),
+            strings{"OMPI_MCA_mpi_yield_when_idle=1"});
+  EXPECT_EQ(pm::agent::pmix::host_settings({}),
             (strings{"OMPI_MCA_pml=ob1", "OMPI_MCA_btl=self,vader,tcp"}));
 }
 

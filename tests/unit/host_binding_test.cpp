@@ -3,6 +3,7 @@
 // lstopo listing, not from this code's output. docs/gpus.md has the same tables in words.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -180,6 +181,20 @@ TEST_F(Machines, Dgx2SixteenGpus) {
   p = plan_host(t, "dgx", 2, policy("ppr:1:package", "package", "8"));
   EXPECT_EQ(gpus_of(p, 1), (cpus{8, 9, 10, 11, 12, 13, 14, 15}));
   EXPECT_EQ(cpus_of(p, 1), (cpus{24, 25}));
+  // 16 ranks on 4 cores, overloaded: each shares a core of its own GPU's NUMA node (GPUs 0-7 on
+  // cores 0-1, 8-15 on 24-25), not a less used core of the other node (found over ssh on fake
+  // DGX-2 hosts: ranks 6 and 7 went to cores 24 and 25 with GPUs 4 and 5).
+  p = plan_host(t, "dgx", 16, policy("", "core:overload-allowed", "1"));
+  std::map<std::uint32_t, int> per_core;
+  for (std::uint32_t r = 0; r < 16; ++r) {
+    ASSERT_EQ(gpus_of(p, r).size(), 1u);
+    const auto gpu = gpus_of(p, r)[0];
+    ASSERT_EQ(cpus_of(p, r).size(), 1u);
+    const auto cpu = cpus_of(p, r)[0];
+    EXPECT_EQ(cpu < 24, gpu < 8) << "rank " << r << ": GPU " << gpu << ", cpu " << cpu;
+    ++per_core[cpu];
+  }
+  EXPECT_EQ(per_core, (std::map<std::uint32_t, int>{{0, 4}, {1, 4}, {24, 4}, {25, 4}}));
   EXPECT_EQ(refusal([&] { plan_host(t, "dgx", 8, policy("", "core", "1")); }),
             "host 'dgx' has 4 cores; 8 ranks x 1 core asked (--bind-to core; add "
             ":overload-allowed to bind more)");

@@ -1,6 +1,7 @@
 // The agent's PMIx decisions (agent/pmix_relay), without a PMIx server and without processes:
 // what the server reports goes in as events, what to send and which request to complete comes out.
 #include "agent/pmix_relay.hpp"
+#include "topology/gpu_pci_class.hpp"
 
 #include <algorithm>
 
@@ -25,13 +26,14 @@ ln::pmix_job two_hosts() {
   return j;
 }
 
-pmix_host_facts facts(unsigned cores = 8, bool rdma = false) {
+pmix_host_facts facts(unsigned cores = 8, bool rdma = false, bool gpus = false) {
   pmix_host_facts f;
   f.place.dir = "/tmp/pm-pmix.7.x";
   f.place.port = 4242;
   f.place.server_pid = 7;
   f.cores = cores;
   f.rdma = rdma;
+  f.gpus = gpus;
   return f;
 }
 
@@ -299,6 +301,41 @@ TEST(PmixRelay, RankVariablesTellTheServerAndLeaveTheUsersChoice) {
   EXPECT_FALSE(has("OMPI_MCA_mpi_yield_when_idle=1"));
   EXPECT_EQ(rdma.server_info(),
             (ln::pmix_server{"pmix-server.7;tcp4://127.0.0.1:4242", "/tmp/pm-pmix.7.x/pmix"}));
+}
+
+// A GPU host without RDMA devices is not "TCP only": naming ob1 and tcp there would shut out the
+// CUDA/ROCm-aware transports Open MPI picks by itself (issue 23).
+TEST(PmixRelay, AHostWithGpusGetsNoOb1AndTcpShortcut) {
+  const auto none = [](std::string_view) { return false; };
+  const auto has = [](const std::vector<std::string>& v, std::string_view prefix) {
+    return std::any_of(v.begin(), v.end(),
+                       [&](const std::string& e) { return e.starts_with(prefix); });
+  };
+  pmix_relay plain(two_hosts(), {}, facts(8, false, false));
+  EXPECT_TRUE(plain.tcp_only_host());
+  EXPECT_TRUE(has(plain.rank_variables(0, none), "OMPI_MCA_pml="));
+  pmix_relay gpus(two_hosts(), {}, facts(1, false, true));  // oversubscribed, no RDMA, GPUs
+  EXPECT_FALSE(gpus.tcp_only_host());
+  const auto v = gpus.rank_variables(0, none);
+  EXPECT_FALSE(has(v, "OMPI_MCA_pml="));
+  EXPECT_FALSE(has(v, "OMPI_MCA_btl="));
+  EXPECT_TRUE(has(v, "OMPI_MCA_mpi_yield_when_idle=1"));  // the other setting stays
+  EXPECT_TRUE(has(v, "PMIX_RANK=0"));
+}
+
+// The cheap look of a host without a summary (agent::has_gpu_devices) counts what the hwloc
+// reader counts: compute GPUs, not a BMC's display or a laptop's integrated graphics.
+TEST(PmixRelay, GpuHostsAreToldByPciVendorAndClassAsTheReaderTellsThem) {
+  using pm::topo::gpu_by_pci_class;
+  EXPECT_TRUE(gpu_by_pci_class(0x10de, 0x0302));   // NVIDIA 3D (V100, H100)
+  EXPECT_TRUE(gpu_by_pci_class(0x10de, 0x0300));   // NVIDIA VGA (a workstation's GPU)
+  EXPECT_TRUE(gpu_by_pci_class(0x1002, 0x0380));   // AMD Instinct
+  EXPECT_TRUE(gpu_by_pci_class(0x8086, 0x0380));   // Intel Data Center GPU Max
+  EXPECT_TRUE(gpu_by_pci_class(0x1002, 0x1200));   // AMD accelerator class
+  EXPECT_FALSE(gpu_by_pci_class(0x1002, 0x0300));  // ATI ES1000: a BMC's display
+  EXPECT_FALSE(gpu_by_pci_class(0x8086, 0x0300));  // integrated graphics
+  EXPECT_FALSE(gpu_by_pci_class(0x1a03, 0x0300));  // ASPEED BMC
+  EXPECT_FALSE(gpu_by_pci_class(0x15b3, 0x0207));  // a Mellanox InfiniBand NIC
 }
 
 }  // namespace

@@ -8,9 +8,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <string_view>
+
+#include "topology/gpu_pci_class.hpp"
 
 namespace pm::agent {
 
@@ -37,6 +42,55 @@ bool has_entries(const char* dir) {
 
 bool has_rdma_devices() {
   return has_entries("/sys/class/infiniband") || has_entries("/sys/class/cxi");
+}
+
+namespace {
+
+// The hexadecimal number a sysfs attribute holds ("0x10de\n"); 0 when unreadable.
+unsigned sysfs_hex(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return 0;
+  unsigned value = 0;
+  if (std::fscanf(f, "%x", &value) != 1) value = 0;
+  std::fclose(f);
+  return value;
+}
+
+// Some entry of `dir` named `prefix` then a digit.
+bool has_numbered(const char* dir, std::string_view prefix) {
+  DIR* d = ::opendir(dir);
+  if (d == nullptr) return false;
+  bool any = false;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (name.size() > prefix.size() && name.substr(0, prefix.size()) == prefix &&
+        std::isdigit(static_cast<unsigned char>(name[prefix.size()])) != 0) {
+      any = true;
+      break;
+    }
+  }
+  ::closedir(d);
+  return any;
+}
+
+}  // namespace
+
+bool has_gpu_devices() {
+  if (has_numbered("/dev", "nvidia") || ::access("/dev/kfd", F_OK) == 0) return true;
+  DIR* d = ::opendir("/sys/class/drm");
+  if (d == nullptr) return false;
+  bool any = false;
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "card", 4) != 0 || std::strchr(e->d_name, '-') != nullptr) continue;
+    const std::string dev = std::string("/sys/class/drm/") + e->d_name + "/device/";
+    // class is 24 bits (class, subclass, programming interface): the first two are the rule's.
+    if (topo::gpu_by_pci_class(sysfs_hex(dev + "vendor"), sysfs_hex(dev + "class") >> 8)) {
+      any = true;
+      break;
+    }
+  }
+  ::closedir(d);
+  return any;
 }
 
 std::vector<std::string> reachable_addresses() {

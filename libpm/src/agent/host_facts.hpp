@@ -19,6 +19,12 @@ std::vector<std::string> reachable_addresses();
 /// An RDMA device is there (/sys/class/infiniband, /sys/class/cxi): Open MPI may use more than TCP.
 bool has_rdma_devices();
 
+/// A GPU is there, by a cheap look where no hwloc summary was read (docs/pmix.md, "GPU hosts"):
+/// an NVIDIA device node (/dev/nvidia0, ...; a container shows only its own), AMD's compute
+/// driver (/dev/kfd), or a DRM device whose PCI vendor and class make it a GPU
+/// (topo::gpu_by_pci_class: not a BMC's display, not Intel's integrated graphics).
+bool has_gpu_devices();
+
 /// A TCP port free on the first of `addrs` (bound to port 0, read, released); 0 if none.
 std::uint16_t free_port(const std::vector<std::string>& addrs);
 

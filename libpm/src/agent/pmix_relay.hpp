@@ -38,6 +38,7 @@ struct pmix_host_facts {
   pmix::server_place place;  ///< where the server will be (named before it starts)
   unsigned cores = 0;        ///< online cores (0: unknown)
   bool rdma = false;         ///< an RDMA device (/sys/class/infiniband, /sys/class/cxi) is there
+  bool gpus = false;         ///< a GPU is there (the host's summary, else a cheap look)
 };
 
 // ---- events: what the server reported ----
@@ -187,9 +188,9 @@ class pmix_relay {
   bool unfinalized(std::uint32_t rank) const noexcept {
     return rank < client_state_.size() && client_state_[rank] == 1;
   }
-  /// More of the job's ranks here than cores; no RDMA device here (docs/pmix.md).
+  /// More of the job's ranks here than cores; neither RDMA devices nor GPUs here (docs/pmix.md).
   bool oversubscribed() const noexcept { return oversubscribed_; }
-  bool tcp_only_host() const noexcept { return !facts_.rdma; }
+  bool tcp_only_host() const noexcept { return !facts_.rdma && !facts_.gpus; }
   /// Where a rank of one of the launch's jobs is in PMIx's terms (nullopt: of none).
   std::optional<pmix::proc> proc_of(std::uint32_t process) const;
   /// The launcher's number of a PMIx rank of one of the jobs (nullopt: none, or a wildcard).
@@ -252,7 +253,7 @@ template <class Has>
 std::vector<std::string> pmix_relay::rank_variables(std::uint32_t rank, Has&& has) const {
   std::vector<std::string> extra = predicted_variables(rank);
   // This host's Open MPI settings (predicted_env.hpp) where the rank's environment has none.
-  for (auto& setting : pmix::host_settings(oversubscribed_, facts_.rdma)) {
+  for (auto& setting : pmix::host_settings({oversubscribed_, facts_.rdma, facts_.gpus})) {
     if (!has(std::string_view(setting).substr(0, setting.find('=')))) {
       extra.push_back(std::move(setting));
     }

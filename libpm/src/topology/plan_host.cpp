@@ -231,15 +231,24 @@ host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t
   std::vector<std::uint32_t> slot_units(std::size_t{n} * pe);
   std::vector<std::vector<std::uint32_t>> slot_gpus;
   const bool gpu_led = gpus_per_rank > 0 && !is_object(map.by);
-  const auto least_used = [&](auto&& candidates, auto&& tier, std::uint32_t* out) {
+  // `near_first`: an unused unit first (bindings stay disjoint wherever they can), then the
+  // nearest, then the least used; so overloaded ranks share the cores of their GPU's NUMA node
+  // rather than spread to less used ones far from it. Otherwise the least used, then the nearest.
+  const auto least_used = [&](auto&& candidates, auto&& tier, std::uint32_t* out,
+                              bool near_first = false) {
+    const auto better = [&](std::uint32_t c, std::uint32_t best) {
+      if (near_first) {
+        if ((load[c] == 0) != (load[best] == 0)) return load[c] == 0;
+        if (tier(c) != tier(best)) return tier(c) < tier(best);
+        return load[c] < load[best];
+      }
+      return load[c] < load[best] || (load[c] == load[best] && tier(c) < tier(best));
+    };
     for (std::uint32_t k = 0; k < pe; ++k) {
       std::uint32_t best = none;
       for (std::uint32_t c : candidates) {
         if (k > 0 && std::find(out, out + k, c) != out + k) continue;
-        if (best == none || load[c] < load[best] ||
-            (load[c] == load[best] && tier(c) < tier(best))) {
-          best = c;
-        }
+        if (best == none || better(c, best)) best = c;
       }
       if (best == none) best = out[k - 1];  // fewer candidates than pe: checked by callers
       out[k] = best;
@@ -305,7 +314,8 @@ host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t
         }
       }
       least_used(
-          all, [&](std::uint32_t unit) { return tiers[unit]; }, &slot_units[std::size_t{i} * pe]);
+          all, [&](std::uint32_t unit) { return tiers[unit]; }, &slot_units[std::size_t{i} * pe],
+          bind.has_value());
       for (std::uint32_t k = 0; k < pe; ++k) {
         const auto unit = slot_units[std::size_t{i} * pe + k];
         if (load[unit] == 1) --unused_in_numa[numa_of_unit(unit)];

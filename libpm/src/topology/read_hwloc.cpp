@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pm/error.hpp"
+#include "topology/gpu_pci_class.hpp"
 
 namespace pm::topo {
 
@@ -20,9 +21,9 @@ namespace {
 
 using topology_ptr = std::unique_ptr<hwloc_topology, decltype(&hwloc_topology_destroy)>;
 
-constexpr unsigned short vendor_nvidia = 0x10de;
-constexpr unsigned short vendor_amd = 0x1002;
-constexpr unsigned short vendor_intel = 0x8086;
+constexpr unsigned short vendor_nvidia = pci_vendor_nvidia;
+constexpr unsigned short vendor_amd = pci_vendor_amd;
+constexpr unsigned short vendor_intel = pci_vendor_intel;
 
 gpu_vendor vendor_of(unsigned short pci_vendor) {
   switch (pci_vendor) {
@@ -107,15 +108,7 @@ std::string bus_id(hwloc_obj_t pci) {
 
 /// Whether a PCI device with no compute osdev is a GPU by its class (read_hwloc.hpp says why).
 bool gpu_by_class(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& p) {
-  switch (p.vendor_id) {
-    case vendor_nvidia:
-      return p.class_id == 0x0300 || p.class_id == 0x0302;
-    case vendor_amd:
-    case vendor_intel:
-      return p.class_id == 0x0302 || p.class_id == 0x0380 || p.class_id == 0x1200;
-    default:
-      return false;
-  }
+  return gpu_by_pci_class(p.vendor_id, p.class_id);
 }
 
 void read_cpus(hwloc_topology_t topo, host_topology& t) {

@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
+#include "agent/host_facts.hpp"
 #include "module_path.hpp"
 #include "pm/error.hpp"
 #include "pm/host_binding.hpp"
+#include "pm/topology.hpp"
 #include "topology/topology_module.hpp"
 
 namespace pmd {
@@ -45,9 +48,13 @@ const std::vector<bool>& allowed_cpus() {
   return allowed;
 }
 
-}  // namespace
+// The summary read for a job (read_host_shape), if any: read once per host.
+std::optional<pm::link::host_shape>& last_shape() {
+  static std::optional<pm::link::host_shape> shape;
+  return shape;
+}
 
-pm::link::host_shape read_host_shape() {
+pm::link::host_shape read_shape() {
   const auto path = topology_module_path();
   // hwloc's display, OpenCL and libxml2 plugins find nothing a placement needs (as the PMIx
   // server's start says); the ranks' environment was taken before.
@@ -65,6 +72,25 @@ pm::link::host_shape read_host_shape() {
   // The module stays loaded: hwloc's libraries would cost their loading again for nothing.
   return ok != 0 ? pm::link::host_shape{text.get(), ""}
                  : pm::link::host_shape{"", std::string("topology: ") + text.get()};
+}
+
+}  // namespace
+
+pm::link::host_shape read_host_shape() {
+  auto& shape = last_shape();
+  if (!shape) shape = read_shape();
+  return *shape;
+}
+
+bool host_has_gpus() {
+  const auto& shape = last_shape();
+  if (shape && !shape->text.empty()) {
+    try {
+      return !pm::topo::topology_from_text(shape->text).gpus.empty();
+    } catch (const pm::error&) {  // pmd wrote it itself: cannot happen; look instead
+    }
+  }
+  return pm::agent::has_gpu_devices();
 }
 
 std::vector<std::uint32_t> bindable_cpus(const std::string& list, std::string& why) {

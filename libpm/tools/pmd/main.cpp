@@ -291,6 +291,7 @@ void driver::do_spawn(const ag::process_spec& spec) {
     return;
   }
   if (in_w) streams_.feed_input(spec.rank, std::move(in_w));
+  if (pmix_ && !req.cpus.empty()) pmix_->rank_bound(spec.rank, spec.cpus);
   ranks_.add(spec.rank, res.pid, owned_fd(res.pidfd));
   if (spec.forward_output) {
     streams_.forward(spec.rank, pm::output_stream::out, std::move(out_r));

@@ -20,6 +20,7 @@
 
 #include "agent/host_facts.hpp"
 #include "agent/private_dir.hpp"
+#include "host_shape.hpp"
 #include "module_path.hpp"
 #include "pm/error.hpp"
 
@@ -188,7 +189,22 @@ pm::agent::pmix_host_facts pmix_gateway::facts() const {
   const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   f.cores = cores > 0 ? static_cast<unsigned>(cores) : 0;
   f.rdma = pm::agent::has_rdma_devices();
+  f.gpus = host_has_gpus();
   return f;
+}
+
+void pmix_gateway::rank_bound(std::uint32_t rank, std::string cpus) {
+  if (rank >= job_.rank_node.size()) return;  // a spawned job's: not bound
+  if (server_) {
+    // Registered already without it (a spawn request that came after a rank's PMIx_Init).
+    if (!told_late_binding_)
+      say("PMIx: rank " + std::to_string(rank) +
+          " was bound after the server registered the job: its cpuset "
+          "and locality are not registered");
+    told_late_binding_ = true;
+    return;
+  }
+  bound_[rank] = std::move(cpus);
 }
 
 // A spawned job's namespace and its ranks on this host, with the running server; its
@@ -431,7 +447,11 @@ void pmix_gateway::start_server() {
   std::string error;
   server_.reset(start(opts, error));
   if (!server_) throw pm::error(pm::errc::system, error);
-  error = server_->register_job(pmix::job_info_of(job_));
+  // Each local rank's binding, as pmd applied it: PMIx then gives it its cpuset and locality.
+  pmix::job_info info = pmix::job_info_of(job_);
+  for (auto& [rank, cpus] : bound_) info.ranks.at(rank).cpus = std::move(cpus);
+  bound_.clear();
+  error = server_->register_job(info);
   if (!error.empty()) throw pm::error(pm::errc::system, error);
   take_server_notices();
   bool checked = false;

@@ -57,8 +57,13 @@ class pmix_gateway {
   pmix_gateway(const pmix_gateway&) = delete;
   pmix_gateway& operator=(const pmix_gateway&) = delete;
 
-  /// Where the server will be and what this host has (cores, RDMA devices).
+  /// Where the server will be and what this host has (cores, RDMA devices, GPUs).
   pm::agent::pmix_host_facts facts() const;
+  /// Rank `rank` of the first job was started bound to `cpus` (a cpu list): the server registers
+  /// its cpuset and locality string (docs/pmix.md, "Locality"). Ranks spawned with the job's
+  /// spawn requests are known before any of them can reach the server, but for a request that
+  /// came later (said once).
+  void rank_bound(std::uint32_t rank, std::string cpus);
 
   /// Readable when the gateway has work: call on_ready().
   int fd() const noexcept { return epoll_.get(); }
@@ -84,6 +89,8 @@ class pmix_gateway {
   reporter report_;
   pm::agent::pmix::server_place place_;
   std::vector<std::uint32_t> local_ranks_;
+  std::map<std::uint32_t, std::string> bound_;  // local ranks' applied cpus, until registered
+  bool told_late_binding_ = false;
   pm::link::owned_fd epoll_;
   pm::link::owned_fd listener_;
   pm::link::owned_fd timer_;   // the relay's deadlines (a timerfd in epoll_)

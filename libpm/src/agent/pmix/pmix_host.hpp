@@ -415,6 +415,9 @@ struct rank_info {
   std::uint32_t node = 0;        ///< index into job_info::node_names
   std::uint16_t local_rank = 0;  ///< among the job's ranks on its node, by global rank
   std::uint16_t node_rank = 0;   ///< among all jobs' ranks on its node (= local_rank for one job)
+  /// A rank of this node bound at launch: its cpus as a list ("0-1,4"); the server registers its
+  /// PMIX_CPUSET and PMIX_LOCALITY_STRING. Empty: not bound (or not this node's).
+  std::string cpus = {};
   friend bool operator==(const rank_info&, const rank_info&) = default;
 };
 

@@ -117,6 +117,30 @@ void add_regex(info_list& list, const char* key, const std::string& input, bool 
   ::free(regex);
 }
 
+// A bound rank's place as PRRTE registers it: PMIX_CPUSET in PMIx's "hwloc:<list>" form and the
+// locality string ("SK0:L30:...:CR1:HWT1", from the server's own topology) that Open MPI
+// compares between local peers. Both from PMIx's generators, so that they read them back.
+void add_locality(info_list& list, const std::string& cpus) {
+  pmix_cpuset_t set;
+  PMIX_CPUSET_CONSTRUCT(&set);
+  const std::string text = "hwloc:" + cpus;
+  pmix_status_t rc = PMIx_Parse_cpuset_string(text.c_str(), &set);
+  if (rc != PMIX_SUCCESS) fail("PMIx_Parse_cpuset_string(" + text + ")", rc);
+  char* cpuset = nullptr;
+  char* locality = nullptr;
+  rc = PMIx_server_generate_cpuset_string(&set, &cpuset);
+  if (rc == PMIX_SUCCESS) rc = PMIx_server_generate_locality_string(&set, &locality);
+  PMIx_Cpuset_destruct(&set);
+  const std::unique_ptr<char, void (*)(void*)> own_cpuset(cpuset, ::free);
+  const std::unique_ptr<char, void (*)(void*)> own_locality(locality, ::free);
+  if (rc != PMIX_SUCCESS || cpuset == nullptr || locality == nullptr) {
+    fail("PMIx_server_generate_cpuset/locality_string(" + text + ")",
+         rc != PMIX_SUCCESS ? rc : PMIX_ERR_NOMEM);
+  }
+  list.add_string(PMIX_CPUSET, cpuset);
+  list.add_string(PMIX_LOCALITY_STRING, locality);
+}
+
 }  // namespace
 
 void server::register_job(const job_info& job) {
@@ -282,6 +306,7 @@ void server::register_job(const job_info& job) {
     pr.add_rank(PMIX_GLOBAL_RANK, rank);
     pr.add_string(PMIX_HOSTNAME, job.node_names[r.node]);
     pr.add_u32(PMIX_NODEID, r.node);
+    if (!r.cpus.empty() && runs_ranks && r.node == job.node_index) add_locality(pr, r.cpus);
     info_array arr;
     pr.convert(arr);
     list.add_array(PMIX_PROC_INFO_ARRAY, arr);

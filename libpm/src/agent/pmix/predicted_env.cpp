@@ -52,10 +52,10 @@ std::vector<std::string> predicted_rank_env(const server_place& place, const std
   };
 }
 
-std::vector<std::string> host_settings(bool oversubscribed, bool rdma) {
+std::vector<std::string> host_settings(const host_kind& host) {
   std::vector<std::string> out;
-  if (oversubscribed) out.emplace_back("OMPI_MCA_mpi_yield_when_idle=1");
-  if (!rdma) {
+  if (host.oversubscribed) out.emplace_back("OMPI_MCA_mpi_yield_when_idle=1");
+  if (!host.rdma && !host.gpus) {
     out.emplace_back("OMPI_MCA_pml=ob1");
     out.emplace_back("OMPI_MCA_btl=self,vader,tcp");
   }

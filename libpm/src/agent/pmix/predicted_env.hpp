@@ -37,11 +37,19 @@ inline constexpr const char* server_store = "hash";
 std::vector<std::string> predicted_rank_env(const server_place& place, const std::string& nspace,
                                             std::uint32_t rank);
 
+/// What pmd knows of its host for Open MPI's settings.
+struct host_kind {
+  bool oversubscribed = false;  ///< more of the job's ranks here than cores
+  bool rdma = false;            ///< an RDMA device is there (agent::has_rdma_devices)
+  bool gpus = false;            ///< a GPU is there (the host's summary, or agent::has_gpu_devices)
+};
+
 /// Open MPI settings pmd gives its ranks where no layer set them (env/compose.hpp, "defaults"):
-/// yield when idle on an oversubscribed host (more of the job's ranks here than cores), as
-/// mpirun does; without RDMA devices ob1 over self, vader and tcp, which spares each rank opening
-/// and probing every other transport component (MPI_Init about 2x faster, docs/pmix.md).
-std::vector<std::string> host_settings(bool oversubscribed, bool rdma);
+/// yield when idle on an oversubscribed host, as mpirun does; on a host with neither RDMA devices
+/// nor GPUs ob1 over self, vader and tcp, which spares each rank opening and probing every other
+/// transport component (MPI_Init about 2x faster, docs/pmix.md). Not with GPUs: naming ob1 and
+/// tcp would shut out the CUDA/ROCm-aware transports (UCX, smcuda) Open MPI picks there.
+std::vector<std::string> host_settings(const host_kind& host);
 
 /// The job's directory under the private one (Open MPI's session directory base), and its
 /// shared-memory directory (empty when place.shm_dir is).

@@ -59,7 +59,8 @@ host_env predicted_host_env(const rank_map& map, std::uint32_t rank) {
   }
   const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   const bool oversubscribed = cores > 0 && p.local_size > static_cast<std::uint64_t>(cores);
-  out.defaults = as_vars(agent::pmix::host_settings(oversubscribed, agent::has_rdma_devices()));
+  out.defaults = as_vars(agent::pmix::host_settings(
+      {oversubscribed, agent::has_rdma_devices(), agent::has_gpu_devices()}));
   return out;
 }
 
