@@ -75,10 +75,7 @@ int pm_rank_env(char*** out, const pm_map* map, uint32_t rank) {
   return guard(__func__, [&](const char* fn) {
     require(fn, "out", out);
     require(fn, "map", map);
-    if (rank >= map->map.size()) {
-      invalid(fn, "rank " + std::to_string(rank) + " is outside the job (" +
-                      std::to_string(map->map.size()) + " ranks)");
-    }
+    check_rank(fn, rank, map->map.size());
     *out = copy_strings(rank_env(*map, rank));
     return PM_OK;
   });
@@ -90,10 +87,7 @@ int pm_rank_env_on_host(char*** out, char** cpus, const pm_map* map, uint32_t ra
     require(fn, "out", out);
     require(fn, "map", map);
     require(fn, "summary", summary);
-    if (rank >= map->map.size()) {
-      invalid(fn, "rank " + std::to_string(rank) + " is outside the job (" +
-                      std::to_string(map->map.size()) + " ranks)");
-    }
+    check_rank(fn, rank, map->map.size());
     const auto topology = pm::topo::topology_from_text(summary);
     // The rank's host only: its plan depends on that host's shape and rank count alone.
     const auto& place = map->map.at(rank);

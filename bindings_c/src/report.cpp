@@ -68,10 +68,7 @@ int pm_report_rank(const pm_report* report, uint32_t rank, pm_rank_info* out) {
     require(fn, "out", out);
     check_version(fn, "pm_rank_info", out->version, PM_RANK_INFO_VERSION);
     const auto& ranks = report->value.ranks;
-    if (rank >= ranks.size()) {
-      invalid(fn, "rank " + std::to_string(rank) + " is outside the job (" +
-                      std::to_string(ranks.size()) + " ranks)");
-    }
+    check_rank(fn, rank, ranks.size());
     fill_rank_info(ranks[rank], *out);
     return PM_OK;
   });
@@ -83,10 +80,7 @@ int pm_report_resources(const pm_report* report, uint32_t rank, pm_rank_resource
     require(fn, "out", out);
     check_version(fn, "pm_rank_resources", out->version, PM_RANK_RESOURCES_VERSION);
     const auto& r = report->value;
-    if (rank >= r.ranks.size()) {
-      invalid(fn, "rank " + std::to_string(rank) + " is outside the job (" +
-                      std::to_string(r.ranks.size()) + " ranks)");
-    }
+    check_rank(fn, rank, r.ranks.size());
     // A job that planned nothing, and the ranks of jobs its ranks spawned, have no entry.
     static const pm::rank_resources none;
     const auto& res = rank < r.resources.size() ? r.resources[rank] : none;

@@ -56,7 +56,8 @@ static pm_map* map_on(const pm_job* job, const char* hosts) {
   return map;
 }
 
-static pm_report* launch(const pm_map* map, seen* s) {
+/* Runs the job to its end, which must be `exit_code`. */
+static pm_report* launch(const pm_map* map, seen* s, int exit_code) {
   memset(s, 0, sizeof *s);
   pm_run_options o = PM_RUN_OPTIONS_INIT;
   o.on_output = on_output;
@@ -64,6 +65,9 @@ static pm_report* launch(const pm_map* map, seen* s) {
   o.user_data = s;
   pm_report* report = NULL;
   CHECK_OK(pm_launch(&report, map, &o));
+  pm_report_info info = PM_REPORT_INFO_INIT;
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.exit_code == exit_code);
   return report;
 }
 
@@ -98,10 +102,7 @@ static void bound_ranks_see_their_cpus(void) {
   CHECK_OK(pm_job_set_bind_to(job, "core"));
   pm_map* map = map_on(job, "localhost:2");
   seen s;
-  pm_report* report = launch(map, &s);
-  pm_report_info info = PM_REPORT_INFO_INIT;
-  CHECK_OK(pm_report_read(report, &info));
-  CHECK(info.exit_code == 0);
+  pm_report* report = launch(map, &s, 0);
   pm_rank_resources r[2] = {PM_RANK_RESOURCES_INIT, PM_RANK_RESOURCES_INIT};
   for (uint32_t rank = 0; rank < 2; ++rank) {
     CHECK_OK(pm_report_resources(report, rank, &r[rank]));
@@ -123,7 +124,7 @@ static void bound_ranks_see_their_cpus(void) {
   /* Not asked, nothing planned: empty, not an error. */
   job = shell_job(1, "true");
   map = map_on(job, "localhost:1");
-  report = launch(map, &s);
+  report = launch(map, &s, 0);
   pm_rank_resources none = PM_RANK_RESOURCES_INIT;
   CHECK_OK(pm_report_resources(report, 0, &none));
   CHECK_STR(none.cpus, "");
@@ -141,10 +142,7 @@ static void fake_gpus_in_the_report(void) {
   CHECK_OK(pm_job_set_gpus_per_rank(job, "1"));
   pm_map* map = map_on(job, "localhost:4");
   seen s;
-  pm_report* report = launch(map, &s);
-  pm_report_info info = PM_REPORT_INFO_INIT;
-  CHECK_OK(pm_report_read(report, &info));
-  CHECK(info.exit_code == 0);
+  pm_report* report = launch(map, &s, 0);
   uint32_t gpu[4];
   for (uint32_t rank = 0; rank < 4; ++rank) {
     pm_rank_resources r = PM_RANK_RESOURCES_INIT;
@@ -163,9 +161,9 @@ static void fake_gpus_in_the_report(void) {
   pm_job* big = shell_job(17, "true");
   CHECK_OK(pm_job_set_gpus_per_rank(big, "1"));
   map = map_on(big, "localhost:17");
-  report = launch(map, &s);
+  report = launch(map, &s, 2);
+  pm_report_info info = PM_REPORT_INFO_INIT;
   CHECK_OK(pm_report_read(report, &info));
-  CHECK(info.exit_code == 2);
   CHECK_CONTAINS(info.summary, "has 16 GPUs; 17 ranks x 1 GPU asked");
   pm_report_destroy(report);
   pm_map_destroy(map);
@@ -205,7 +203,7 @@ static void rank_env_with_a_summary(void) {
   CHECK_OK(pm_job_set_gpus_per_rank(job, "1"));
   pm_map* map = map_on(job, "localhost:4");
   seen s;
-  pm_report* report = launch(map, &s);
+  pm_report* report = launch(map, &s, 0);
   for (uint32_t rank = 0; rank < 4; ++rank) {
     char** env = NULL;
     char* cpus = NULL;
