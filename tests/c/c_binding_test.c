@@ -19,6 +19,7 @@ typedef struct seen {
   char line[max_ranks][256];
   int lines[max_ranks];
   int messages;
+  char message[max_ranks][256];
 } seen;
 
 static void on_output(uint32_t rank, pm_stream stream, const char* line, size_t length,
@@ -32,8 +33,9 @@ static void on_output(uint32_t rank, pm_stream stream, const char* line, size_t 
 }
 
 static void on_message(const char* line, void* user_data) {
-  (void)line;
-  ((seen*)user_data)->messages++;
+  seen* s = user_data;
+  if (s->messages < max_ranks) snprintf(s->message[s->messages], sizeof s->message[0], "%s", line);
+  s->messages++;
 }
 
 static pm_job* shell_job(int64_t np, const char* script) {
@@ -100,6 +102,7 @@ static void bad_spellings(void) {
 static void bound_ranks_see_their_cpus(void) {
   pm_job* job = shell_job(2, "grep Cpus_allowed_list: /proc/self/status | cut -f2");
   CHECK_OK(pm_job_set_bind_to(job, "core"));
+  CHECK_OK(pm_job_set_report_bindings(job, 1));
   pm_map* map = map_on(job, "localhost:2");
   seen s;
   pm_report* report = launch(map, &s, 0);
@@ -113,6 +116,10 @@ static void bound_ranks_see_their_cpus(void) {
     CHECK_STR(r[rank].nic, "");
   }
   CHECK(strcmp(r[0].cpus, r[1].cpus) != 0);
+  /* --report-bindings: Open MPI's line per rank, through on_message. */
+  CHECK(s.messages == 2);
+  CHECK_CONTAINS(s.message[0], "MCW rank 0 bound to");
+  CHECK_CONTAINS(s.message[1], "MCW rank 1 bound to");
   pm_rank_resources other = PM_RANK_RESOURCES_INIT;
   CHECK_FAILS(pm_report_resources(report, 2, &other), PM_E_INVALID, "outside the job");
   other.version = 99;
