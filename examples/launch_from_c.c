@@ -2,8 +2,9 @@
  *
  *   launch_from_c PROGRAM [ARGS...]
  *
- * Runs PROGRAM as 4 ranks on this machine, shows where each rank runs and what it is told,
- * prints every line the ranks write with its rank, reports how the job ended, then simulates the
+ * Runs PROGRAM as 4 ranks on this machine, each bound to a core (pmrun's --bind-to), shows where
+ * each rank runs and what it is told, prints every line the ranks write with its rank, reports
+ * how the job ended and each rank's cpus, then simulates the
  * same kind of job on a 64-host cluster where one rank fails. Exits with the job's exit code.
  *
  * Build against an installed libpm:  cc launch_from_c.c $(pkg-config --cflags --libs libpm-c)
@@ -57,6 +58,9 @@ static int launch(char** argv, int* exit_code) {
   pm_env_options env = PM_ENV_OPTIONS_INIT;
   env.profiles = "ompi,torch";
   TRY(pm_job_set_env(job, &env));
+  /* Within this machine: a core per rank, as pmrun --bind-to spells it (more ranks than cores
+   * share them). */
+  TRY(pm_job_set_bind_to(job, "core:overload-allowed"));
 
   /* The map: each rank's host and local rank, and what rank 0 will see. */
   pm_map* map = NULL;
@@ -95,6 +99,11 @@ static int launch(char** argv, int* exit_code) {
   printf("job ended: exit code %d, cause %s, %u lines%s%s\n", info.exit_code,
          pm_cause_name(info.cause), lines, info.summary[0] != '\0' ? ": " : "", info.summary);
   *exit_code = info.exit_code;
+  for (uint32_t r = 0; r < info.ranks; ++r) {
+    pm_rank_resources res = PM_RANK_RESOURCES_INIT;
+    TRY(pm_report_resources(report, r, &res));
+    printf("rank %u ran on cpus %s\n", r, res.cpus[0] != '\0' ? res.cpus : "(all)");
+  }
 
   pm_report_destroy(report);
   pm_map_destroy(map);

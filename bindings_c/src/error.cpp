@@ -56,6 +56,13 @@ void invalid(const char* function, const std::string& what) {
   throw c_error{PM_E_INVALID, std::string(function) + ": " + what};
 }
 
+void check_rank(const char* function, std::uint64_t rank, std::uint64_t size) {
+  if (rank >= size) {
+    invalid(function, "rank " + std::to_string(rank) + " is outside the job (" +
+                          std::to_string(size) + " ranks)");
+  }
+}
+
 void check_version(const char* function, const char* type, unsigned version, unsigned current) {
   if (version >= 1 && version <= current) return;
   throw c_error{PM_E_VERSION, std::string(function) + ": " + type + " version " +

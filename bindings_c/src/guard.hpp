@@ -62,6 +62,8 @@ void require(const char* function, const char* name, const T* p) {
 }
 
 [[noreturn]] void invalid(const char* function, const std::string& what);
+/// invalid() "rank R is outside the job (N ranks)" unless rank < size.
+void check_rank(const char* function, std::uint64_t rank, std::uint64_t size);
 
 /// Checks an options or output struct's version: 1 .. `current`, else PM_E_VERSION naming both.
 void check_version(const char* function, const char* type, unsigned version, unsigned current);

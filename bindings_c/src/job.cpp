@@ -1,8 +1,10 @@
 // Jobs: app contexts (MPMD), the mapping policy and the env settings.
+#include <algorithm>
 #include <limits>
 
 #include "guard.hpp"
 #include "handles.hpp"
+#include "pm/host_binding.hpp"
 
 namespace pm::c {
 namespace {
@@ -23,6 +25,22 @@ std::vector<pm::env_var> app_variables(const char* function, const char* const* 
     out.push_back({name, entry.substr(eq + 1)});
   }
   return out;
+}
+
+// One pmrun option value, parsed by pm/host_binding.hpp's parsers: their pm::error(usage) names
+// the option and the value. A control character would break that message's one line, so such a
+// value is refused before it is quoted.
+template <class Apply>
+int set_binding_option(const char* fn, pm_job* job, const char* value, Apply&& apply) {
+  require(fn, "job", job);
+  require(fn, "value", value);
+  const std::string_view v(value);
+  if (std::any_of(v.begin(), v.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    throw pm::error(pm::errc::usage, std::string(fn) + ": the value holds a control character");
+  }
+  apply(job->spec.mapping, v);
+  return PM_OK;
 }
 
 }  // namespace
@@ -88,17 +106,22 @@ int pm_job_set_mapping(pm_job* job, const pm_mapping_options* mapping) {
     const pm_mapping_options defaults = PM_MAPPING_OPTIONS_INIT;
     if (mapping == nullptr) mapping = &defaults;
     check_version(fn, "pm_mapping_options", mapping->version, PM_MAPPING_OPTIONS_VERSION);
-    pm::mapping_policy policy;
+    // As --map-by slot|node|ppr:N:node: what the binding setters chose within hosts (rank-by,
+    // bind-to, cpus and GPUs per rank, report-bindings) stays.
+    pm::mapping_policy policy = job->spec.mapping;
+    policy.oversubscribe.reset();
+    pm::topo::map_option across;
     const auto by = raw_value(mapping->by);
     switch (by) {
       case PM_MAP_BY_SLOT:
-        policy.by = pm::map_by::slot;
+        across.by = pm::topo::object::slot;
         break;
       case PM_MAP_BY_NODE:
-        policy.by = pm::map_by::node;
+        across.by = pm::topo::object::node;
         break;
       case PM_MAP_BY_PPR_NODE:
-        policy.by = pm::map_by::ppr_node;
+        across.by = pm::topo::object::node;
+        across.ppr = mapping->ppr;
         if (mapping->ppr == 0) {
           throw pm::error(pm::errc::usage, std::string(fn) + ": ppr:N:node needs N of at least 1");
         }
@@ -106,6 +129,7 @@ int pm_job_set_mapping(pm_job* job, const pm_mapping_options* mapping) {
       default:
         invalid(fn, "unknown pm_map_by value " + std::to_string(by));
     }
+    pm::set_map_by(policy, across);
     policy.ppr = mapping->ppr;
     if (mapping->oversubscribe == 0 || mapping->oversubscribe == 1) {
       policy.oversubscribe = mapping->oversubscribe == 1;
@@ -113,6 +137,67 @@ int pm_job_set_mapping(pm_job* job, const pm_mapping_options* mapping) {
       invalid(fn, "oversubscribe must be -1, 0 or 1");
     }
     job->spec.mapping = policy;
+    return PM_OK;
+  });
+}
+
+int pm_job_set_map_by(pm_job* job, const char* value) {
+  return guard(__func__, [&](const char* fn) {
+    return set_binding_option(fn, job, value, [](pm::mapping_policy& m, std::string_view v) {
+      // ":OVERSUBSCRIBE" alone means slot, as pmrun reads it.
+      const std::string spec =
+          v.empty() || v.front() == ':' ? "slot" + std::string(v) : std::string(v);
+      pm::set_map_by(m, pm::topo::parse_map_by(spec));
+    });
+  });
+}
+
+int pm_job_set_rank_by(pm_job* job, const char* value) {
+  return guard(__func__, [&](const char* fn) {
+    return set_binding_option(fn, job, value, [](pm::mapping_policy& m, std::string_view v) {
+      // slot and node number ranks across hosts; the objects within each host.
+      const auto o = pm::topo::parse_rank_by(v);
+      m.ranking.reset();
+      m.host.rank_by.reset();
+      if (o == pm::topo::object::slot)
+        m.ranking = pm::rank_by::slot;
+      else if (o == pm::topo::object::node)
+        m.ranking = pm::rank_by::node;
+      else
+        m.host.rank_by = o;
+    });
+  });
+}
+
+int pm_job_set_bind_to(pm_job* job, const char* value) {
+  return guard(__func__, [&](const char* fn) {
+    return set_binding_option(fn, job, value, [](pm::mapping_policy& m, std::string_view v) {
+      m.host.bind = pm::topo::parse_bind_to(v);
+    });
+  });
+}
+
+int pm_job_set_cpus_per_rank(pm_job* job, const char* value) {
+  return guard(__func__, [&](const char* fn) {
+    return set_binding_option(fn, job, value, [](pm::mapping_policy& m, std::string_view v) {
+      m.host.cpus_per_rank = pm::topo::parse_cpus_per_rank(v);
+    });
+  });
+}
+
+int pm_job_set_gpus_per_rank(pm_job* job, const char* value) {
+  return guard(__func__, [&](const char* fn) {
+    return set_binding_option(fn, job, value, [](pm::mapping_policy& m, std::string_view v) {
+      m.host.gpus = pm::topo::parse_gpus_per_rank(v);
+    });
+  });
+}
+
+int pm_job_set_report_bindings(pm_job* job, int on) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "job", job);
+    if (on != 0 && on != 1) invalid(fn, "on must be 0 or 1");
+    job->spec.mapping.report_bindings = on == 1;
     return PM_OK;
   });
 }

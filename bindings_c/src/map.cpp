@@ -95,10 +95,7 @@ int pm_map_placement(const pm_map* map, uint32_t rank, pm_placement* out) {
     require(fn, "map", map);
     require(fn, "out", out);
     check_version(fn, "pm_placement", out->version, PM_PLACEMENT_VERSION);
-    if (rank >= map->map.size()) {
-      invalid(fn, "rank " + std::to_string(rank) + " is outside the job (" +
-                      std::to_string(map->map.size()) + " ranks)");
-    }
+    check_rank(fn, rank, map->map.size());
     const auto p = map->map.at(rank);
     out->rank = p.rank;
     out->app = p.app;

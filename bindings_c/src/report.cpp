@@ -68,11 +68,26 @@ int pm_report_rank(const pm_report* report, uint32_t rank, pm_rank_info* out) {
     require(fn, "out", out);
     check_version(fn, "pm_rank_info", out->version, PM_RANK_INFO_VERSION);
     const auto& ranks = report->value.ranks;
-    if (rank >= ranks.size()) {
-      invalid(fn, "rank " + std::to_string(rank) + " is outside the job (" +
-                      std::to_string(ranks.size()) + " ranks)");
-    }
+    check_rank(fn, rank, ranks.size());
     fill_rank_info(ranks[rank], *out);
+    return PM_OK;
+  });
+}
+
+int pm_report_resources(const pm_report* report, uint32_t rank, pm_rank_resources* out) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "report", report);
+    require(fn, "out", out);
+    check_version(fn, "pm_rank_resources", out->version, PM_RANK_RESOURCES_VERSION);
+    const auto& r = report->value;
+    check_rank(fn, rank, r.ranks.size());
+    // A job that planned nothing, and the ranks of jobs its ranks spawned, have no entry.
+    static const pm::rank_resources none;
+    const auto& res = rank < r.resources.size() ? r.resources[rank] : none;
+    out->cpus = res.cpus.c_str();
+    out->gpu_count = res.gpus.size();
+    out->gpus = res.gpus.empty() ? nullptr : res.gpus.data();
+    out->nic = res.nic.c_str();
     return PM_OK;
   });
 }

@@ -122,6 +122,12 @@ static void null_arguments(void) {
   CHECK_FAILS(pm_job_app_count(NULL, &n), PM_E_INVALID, "'job' is NULL");
   CHECK_FAILS(pm_job_set_mapping(NULL, NULL), PM_E_INVALID, "'job' is NULL");
   CHECK_FAILS(pm_job_set_env(NULL, NULL), PM_E_INVALID, "'job' is NULL");
+  CHECK_FAILS(pm_job_set_map_by(NULL, "core"), PM_E_INVALID, "'job' is NULL");
+  CHECK_FAILS(pm_job_set_rank_by(NULL, "core"), PM_E_INVALID, "'job' is NULL");
+  CHECK_FAILS(pm_job_set_bind_to(NULL, "core"), PM_E_INVALID, "'job' is NULL");
+  CHECK_FAILS(pm_job_set_cpus_per_rank(NULL, "1"), PM_E_INVALID, "'job' is NULL");
+  CHECK_FAILS(pm_job_set_gpus_per_rank(NULL, "1"), PM_E_INVALID, "'job' is NULL");
+  CHECK_FAILS(pm_job_set_report_bindings(NULL, 1), PM_E_INVALID, "'job' is NULL");
   CHECK_OK(pm_job_new(&job));
   CHECK_FAILS(pm_job_add_app(job, NULL), PM_E_INVALID, "'app' is NULL");
   CHECK_FAILS(pm_job_app_count(job, NULL), PM_E_INVALID, "'out' is NULL");
@@ -141,9 +147,13 @@ static void null_arguments(void) {
   CHECK_FAILS(pm_map_json(&text, NULL, 1), PM_E_INVALID, "'map' is NULL");
   CHECK_FAILS(pm_rank_env(&strings, NULL, 0), PM_E_INVALID, "'map' is NULL");
   CHECK_FAILS(pm_rank_env(NULL, NULL, 0), PM_E_INVALID, "'out' is NULL");
+  CHECK_FAILS(pm_rank_env_on_host(NULL, NULL, NULL, 0, ""), PM_E_INVALID, "'out' is NULL");
+  CHECK_FAILS(pm_rank_env_on_host(&strings, NULL, NULL, 0, ""), PM_E_INVALID, "'map' is NULL");
 
   CHECK_FAILS(pm_report_read(NULL, &info), PM_E_INVALID, "'report' is NULL");
   CHECK_FAILS(pm_report_rank(NULL, 0, &rank), PM_E_INVALID, "'report' is NULL");
+  pm_rank_resources resources = PM_RANK_RESOURCES_INIT;
+  CHECK_FAILS(pm_report_resources(NULL, 0, &resources), PM_E_INVALID, "'report' is NULL");
   CHECK_FAILS(pm_report_json(&text, NULL), PM_E_INVALID, "'report' is NULL");
   CHECK_FAILS(pm_report_json(NULL, NULL), PM_E_INVALID, "'out' is NULL");
 

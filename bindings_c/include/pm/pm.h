@@ -204,6 +204,32 @@ PM_C_API int pm_job_set_mapping(pm_job* job, const pm_mapping_options* mapping);
 /* PM_E_USAGE for an unknown profile word. The exports are checked by pm_map_job(). */
 PM_C_API int pm_job_set_env(pm_job* job, const pm_env_options* env);
 
+/* Within each host (docs/gpus.md): pmrun's options, with its spellings and its parsers. Setting
+ * any of them makes a launch read every host's topology and plan its ranks' cores, GPUs and NIC
+ * before any rank starts; a host that cannot meet the request ends the job, unstarted, with
+ * exit code 2 and one line (the report's summary). A bad spelling is PM_E_USAGE with one line
+ * naming the option and the value, e.g. "--bind-to corez: unknown object 'corez' (...)".
+ *   pm_job_set_map_by:        --map-by slot|node|ppr:N:OBJ|core|hwthread|l3cache|numa|package,
+ *                             [:pe=M][:oversubscribe|:nooversubscribe]. slot, node and
+ *                             ppr:N:node place ranks across hosts as pm_job_set_mapping does
+ *                             (each replaces the other's choice); the object forms place them
+ *                             as slot across hosts and by the object within each.
+ *   pm_job_set_rank_by:       --rank-by slot|node (across hosts) or hwthread|core|l3cache|numa|
+ *                             package (within each host).
+ *   pm_job_set_bind_to:       --bind-to none|hwthread|core|l3cache|numa|package[:overload-allowed]
+ *   pm_job_set_cpus_per_rank: --cpus-per-rank M ("4")
+ *   pm_job_set_gpus_per_rank: --gpus-per-rank N[:shared][:reorder] ("1"): each rank's GPUs, the
+ *                             nearest first, as CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES /
+ *                             ZE_AFFINITY_MASK.
+ * pm_job_set_report_bindings(job, 1): --report-bindings, Open MPI's "MCW rank R bound to ..."
+ * line per rank, through the run's on_message (before any rank starts). `on`: 0 or 1. */
+PM_C_API int pm_job_set_map_by(pm_job* job, const char* value);
+PM_C_API int pm_job_set_rank_by(pm_job* job, const char* value);
+PM_C_API int pm_job_set_bind_to(pm_job* job, const char* value);
+PM_C_API int pm_job_set_cpus_per_rank(pm_job* job, const char* value);
+PM_C_API int pm_job_set_gpus_per_rank(pm_job* job, const char* value);
+PM_C_API int pm_job_set_report_bindings(pm_job* job, int on);
+
 /* ---- the rank map: where every rank runs ------------------------------------------------------
  */
 
@@ -250,6 +276,18 @@ PM_C_API int pm_map_json(char** out, const pm_map* map, uint32_t jobid);
  * PM_ENV_DECIDED_AT_LAUNCH. */
 PM_C_API int pm_rank_env(char*** out, const pm_map* map, uint32_t rank);
 #define PM_ENV_DECIDED_AT_LAUNCH "<decided at launch>"
+/* pm_rank_env for a rank whose host has the topology `summary`: the text form of the host's
+ * summary ("pmtopo1;...", what `pmd --topology` prints on that host). The rank's host is planned
+ * with the job's binding options (pm_job_set_bind_to, ...) as a launch plans it, and the rank also
+ * gets what that plan gives it: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER,
+ * ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK and ZE_ENABLE_PCI_ID_DEVICE_ORDER for its GPUs,
+ * NCCL_IB_HCA and UCX_NET_DEVICES for its NIC where the host has several (an -x export or an
+ * app's own variable of the same name wins, as at launch). PM_E_PARSE for a summary that cannot
+ * be read; PM_E_MAPPING (one line naming the host) when the host cannot meet the options. Its
+ * cpus are not variables: `cpus`, if not NULL, receives the rank's cpu list ("2-3"; "" when
+ * unbound; free with pm_free). */
+PM_C_API int pm_rank_env_on_host(char*** out, char** cpus, const pm_map* map, uint32_t rank,
+                                 const char* summary);
 
 /* ---- reports: how a job ended ---------------------------------------------------------------- */
 
@@ -310,9 +348,27 @@ typedef struct pm_rank_info {
 #define PM_RANK_INFO_INIT \
   { PM_RANK_INFO_VERSION, 0, 0, PM_RANK_PENDING, 0, 0, 0, 0, NULL }
 
+/* What a rank was given within its host, read by pm_report_resources(): filled once the job
+ * planned its hosts (pm_job_set_bind_to, pm_job_set_gpus_per_rank, ...); all empty for a job
+ * that planned nothing, one refused, and ranks of jobs the ranks spawned. */
+typedef struct pm_rank_resources {
+  unsigned version;
+  const char* cpus;     /* the PUs it is bound to as a cpu list ("0-3,8", as Cpus_allowed_list
+                         * spells them); "": unbound */
+  size_t gpu_count;     /* its GPUs */
+  const uint32_t* gpus; /* gpu_count numbers, as its vendor numbers them (CUDA_VISIBLE_DEVICES),
+                         * the nearest first; NULL when none */
+  const char* nic;      /* its nearest NIC where the host has several ("mlx5_0"); "": none */
+} pm_rank_resources;
+#define PM_RANK_RESOURCES_VERSION 1
+#define PM_RANK_RESOURCES_INIT \
+  { PM_RANK_RESOURCES_VERSION, NULL, 0, NULL, NULL }
+
 PM_C_API void pm_report_destroy(pm_report* report);
 PM_C_API int pm_report_read(const pm_report* report, pm_report_info* out);
 PM_C_API int pm_report_rank(const pm_report* report, uint32_t rank, pm_rank_info* out);
+/* Rank `rank`'s cores, GPUs and NIC; the strings and the array live as long as the report. */
+PM_C_API int pm_report_resources(const pm_report* report, uint32_t rank, pm_rank_resources* out);
 /* The JSON report (schema in docs/failure-semantics.md); free with pm_free. */
 PM_C_API int pm_report_json(char** out, const pm_report* report);
 /* "rank_failed", "exited", ...: the names the JSON report uses ("unknown" for other values). */
