@@ -12,6 +12,7 @@
 #include "pm/rank_map.hpp"
 #include "pm/sim/random.hpp"
 #include "topologies.hpp"
+#include "transport/ssh/ssh_command.hpp"
 
 namespace pm::sim {
 
@@ -450,20 +451,15 @@ std::vector<std::string> scenario::to_args() const {
 
 std::string scenario::replay_command() const {
   std::string out = "build/bin/pmsim";
-  // A topology summary holds ';' and '|': quoted so that the line replays as it is.
+  // A topology summary holds ';' and '|': quoted so that the line replays as it is (the
+  // words a shell reads plainly, '=' among them here, are left as they are).
   const auto plain = [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
            std::string_view("-_.,:=@+/%").find(c) != std::string_view::npos;
   };
   for (const auto& arg : to_args()) {
     out += " ";
-    if (std::all_of(arg.begin(), arg.end(), plain)) {
-      out += arg;
-      continue;
-    }
-    out += "'";
-    for (const char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    out += "'";
+    out += std::all_of(arg.begin(), arg.end(), plain) ? arg : ssh::shell_quote(arg);
   }
   return out;
 }

@@ -190,17 +190,10 @@ static char* fake_summary(void) {
   CHECK(text != NULL);
   CHECK(fgets(text, 1 << 16, p) != NULL);
   CHECK(pclose(p) == 0);
-  text[strcspn(text, "\n")] = '\0';
   CHECK(strncmp(text, "pmtopo1;", 8) == 0);
+  /* Kept with its line end, as a caller that read the output would: the summary reads as well. */
+  CHECK(text[strlen(text) - 1] == '\n');
   return text;
-}
-
-static const char* find_var(char** env, const char* name) {
-  const size_t n = strlen(name);
-  for (char** e = env; *e != NULL; ++e) {
-    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
-  }
-  return NULL;
 }
 
 /* pm_rank_env_on_host gives each rank the device variables a launch gives it. */
@@ -215,22 +208,26 @@ static void rank_env_with_a_summary(void) {
     char** env = NULL;
     char* cpus = NULL;
     CHECK_OK(pm_rank_env_on_host(&env, &cpus, map, rank, summary));
-    CHECK_STR(find_var(env, "CUDA_VISIBLE_DEVICES"), s.line[rank]); /* what the rank saw */
-    CHECK_STR(find_var(env, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+    CHECK_STR(env_value(env, "CUDA_VISIBLE_DEVICES"), s.line[rank]); /* what the rank saw */
+    CHECK_STR(env_value(env, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
     CHECK_STR(cpus, ""); /* no --bind-to: unbound */
     pm_rank_resources r = PM_RANK_RESOURCES_INIT;
     CHECK_OK(pm_report_resources(report, rank, &r));
     CHECK(r.gpu_count == 1);
+    char gpu[16];
+    snprintf(gpu, sizeof gpu, "%u", (unsigned)r.gpus[0]);
+    CHECK_STR(gpu, s.line[rank]); /* the report's GPU is the one the rank saw */
     pm_strings_free(env);
     pm_free(cpus);
   }
   /* pm_rank_env alone cannot know them. */
   char** plain = NULL;
   CHECK_OK(pm_rank_env(&plain, map, 0));
-  CHECK(find_var(plain, "CUDA_VISIBLE_DEVICES") == NULL);
+  CHECK(env_value(plain, "CUDA_VISIBLE_DEVICES") == NULL);
   pm_strings_free(plain);
   char** env = NULL;
-  CHECK_FAILS(pm_rank_env_on_host(&env, NULL, map, 0, "pmtopo1;p=x"), PM_E_PARSE, "");
+  CHECK_FAILS(pm_rank_env_on_host(&env, NULL, map, 0, "pmtopo1;p=x"), PM_E_PARSE,
+              "host topology text");
   CHECK(strchr(pm_last_error(), '\n') == NULL);
   CHECK(env == NULL);
   CHECK_FAILS(pm_rank_env_on_host(&env, NULL, map, 4, summary), PM_E_INVALID, "outside the job");
@@ -250,8 +247,8 @@ static void rank_env_with_a_summary(void) {
   map = map_on(job, "localhost:2");
   char* cpus = NULL;
   CHECK_OK(pm_rank_env_on_host(&env, &cpus, map, 1, summary));
-  CHECK_STR(find_var(env, "CUDA_VISIBLE_DEVICES"), "7");
-  CHECK_STR(find_var(env, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+  CHECK_STR(env_value(env, "CUDA_VISIBLE_DEVICES"), "7");
+  CHECK_STR(env_value(env, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
   CHECK(cpus[0] != '\0');
   pm_strings_free(env);
   pm_free(cpus);

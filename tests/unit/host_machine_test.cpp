@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/gpu_node.hpp"
+
 namespace pm::agent {
 namespace {
 
@@ -156,6 +158,31 @@ TEST(HostMachine, ARankIsPlacedOnThisHostAndToldItsPmixServer) {
   EXPECT_NE(std::find(env.begin(), env.end(), "PMIX_RANK=0"), env.end());
   EXPECT_NE(std::find(env.begin(), env.end(), "PMIX_NAMESPACE=pmrun.1.ab"), env.end());
   EXPECT_EQ(spec.variable("PATH"), "/usr/bin");
+}
+
+// The summary the agent sent decides that the host has GPUs, also where the driver's own look
+// found no device (a fake HWLOC_XMLFILE host): no ob1/tcp shortcut for its ranks.
+TEST(HostMachine, ASummaryWithGpusKeepsTheRanksOffTheTcpShortcut) {
+  for (const bool gpus : {false, true}) {
+    harness h;
+    auto j = harness::setup(true);
+    j.topology = ln::topology_request{};
+    options o{{"PATH=/usr/bin", "HOME=/home/u"}, 1000ms, 20ms, &h.fs};
+    o.read_topology = [gpus] {
+      return ln::host_shape{topo::to_text(pm::test::gpu_node(2, gpus ? 2 : 0, 1)), ""};
+    };
+    h.m = host_machine{o};
+    h.msg(j);
+    pmix_host_facts f;  // the driver's look: no RDMA, no GPU device
+    f.place.port = 4000;
+    f.place.dir = "/tmp/p";
+    f.cores = 4;
+    h.feed(pmix_ready{f});
+    const auto a = h.msg(ln::spawn_request{{ln::rank_spec{0, 0, {}, false}}});
+    ASSERT_EQ(all<spawn_rank>(a).size(), 1u);
+    const auto pml = all<spawn_rank>(a)[0].spec.variable("OMPI_MCA_pml");
+    EXPECT_EQ(pml.has_value(), !gpus) << (gpus ? "with" : "without") << " GPUs";
+  }
 }
 
 TEST(HostMachine, AProgramThisHostLacksIsRefusedWithoutASpawn) {

@@ -3,7 +3,8 @@
 //
 // The launch plans each host when its agent answers (the launcher's host_plans); these are the same
 // pure steps for callers that hold the summaries themselves: pmrun --do-not-launch with
-// --topology-file, the C API (pm_plan_job), a scheduler that decides before it launches.
+// --topology-file, the C API (pm_rank_env_on_host), a scheduler that decides before it
+// launches.
 #pragma once
 
 #include <cstdint>

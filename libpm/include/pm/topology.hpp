@@ -95,7 +95,8 @@ PM_API std::string_view to_string(nic_kind kind) noexcept;
 /// agent's hello carries and what tests and JSON embed. Stable: a later version reads it.
 PM_API std::string to_text(const host_topology& topology);
 
-/// Reads to_text's line back. Throws pm::error(errc::parse) naming the field for anything it did
+/// Reads to_text's line back (a trailing line end is ignored). Throws pm::error(errc::parse)
+/// naming the field for anything it did
 /// not write (it comes from another host: sizes and indexes are checked, never trusted).
 PM_API host_topology topology_from_text(std::string_view text);
 

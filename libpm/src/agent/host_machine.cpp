@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include "pm/error.hpp"
+#include "pm/topology.hpp"
+
 namespace pm::agent {
 
 namespace {
@@ -50,6 +53,9 @@ struct host_machine::state {
   link::started started_held;
   link::stream_closed closed_held;
   link::exited exited_held;
+  // The summary this agent sent has GPUs (the ones the launcher hands out): the PMIx relay's
+  // facts say so even where the driver's cheap look finds no device (a fake HWLOC_XMLFILE host).
+  bool shape_has_gpus = false;
 
   bool holds() const noexcept {
     return !started_held.ranks.empty() || !closed_held.streams.empty() ||
@@ -68,12 +74,20 @@ struct host_machine::state {
     if (auto* x = std::get_if<action>(&a)) {
       if (auto* s = std::get_if<send>(x)) {
         if (hold(s->msg)) return;
+        if (const auto* shape = std::get_if<link::host_shape>(&s->msg)) note_shape(*shape);
         if (!std::holds_alternative<link::child_data>(s->msg)) send_held();
       } else if (std::holds_alternative<exit_agent>(*x)) {
         send_held();
       }
     }
     out->push_back(std::move(a));
+  }
+  void note_shape(const link::host_shape& shape) {
+    if (shape.text.empty()) return;
+    try {
+      shape_has_gpus = !topo::topology_from_text(shape.text).gpus.empty();
+    } catch (const pm::error&) {  // the launcher refuses it; nothing to tell the ranks
+    }
   }
   bool hold(link::message& m) {
     if (auto* s = std::get_if<link::started>(&m)) {
@@ -235,6 +249,9 @@ struct host_machine::state {
                    },
                    [&](pmix_ready& r) {
                      if (!pmix_asked || pmix) return;
+                     // The topology answer went out while the job message was handled, before
+                     // the driver could answer start_pmix.
+                     r.facts.gpus = r.facts.gpus || shape_has_gpus;
                      pmix = std::make_unique<pmix_relay>(std::move(pmix_asked->job),
                                                          std::move(pmix_asked->executables),
                                                          std::move(r.facts));

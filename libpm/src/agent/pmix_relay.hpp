@@ -38,7 +38,7 @@ struct pmix_host_facts {
   pmix::server_place place;  ///< where the server will be (named before it starts)
   unsigned cores = 0;        ///< online cores (0: unknown)
   bool rdma = false;         ///< an RDMA device (/sys/class/infiniband, /sys/class/cxi) is there
-  bool gpus = false;         ///< a GPU is there (the host's summary, else a cheap look)
+  bool gpus = false;         ///< a GPU is there (the driver's look, or the summary the agent sent)
 };
 
 // ---- events: what the server reported ----

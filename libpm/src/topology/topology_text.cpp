@@ -59,7 +59,6 @@ void put_string(std::string& out, std::string_view s) {
   }
 }
 
-/// "0-3,7,9-10": consecutive ascending runs collapse.
 [[noreturn]] void malformed(std::string_view field, const std::string& why) {
   throw pm::error(errc::parse, "host topology text, field '" + std::string(field) + "': " + why);
 }
@@ -230,6 +229,8 @@ std::string to_text(const host_topology& t) {
 }
 
 host_topology topology_from_text(std::string_view text) {
+  // As `pmd --topology` prints it, or a file holds it: the line's end is not part of it.
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
   const auto fields = split(text, ';');
   if (fields.empty() || fields[0] != magic) {
     const auto head = text.substr(0, std::min<std::size_t>(text.find(';'), 16));

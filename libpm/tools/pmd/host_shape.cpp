@@ -48,12 +48,6 @@ const std::vector<bool>& allowed_cpus() {
   return allowed;
 }
 
-// The summary read for a job (read_host_shape), if any: read once per host.
-std::optional<pm::link::host_shape>& last_shape() {
-  static std::optional<pm::link::host_shape> shape;
-  return shape;
-}
-
 pm::link::host_shape read_shape() {
   const auto path = topology_module_path();
   // hwloc's display, OpenCL and libxml2 plugins find nothing a placement needs (as the PMIx
@@ -77,20 +71,8 @@ pm::link::host_shape read_shape() {
 }  // namespace
 
 pm::link::host_shape read_host_shape() {
-  auto& shape = last_shape();
-  if (!shape) shape = read_shape();
-  return *shape;
-}
-
-bool host_has_gpus() {
-  const auto& shape = last_shape();
-  if (shape && !shape->text.empty()) {
-    try {
-      return !pm::topo::topology_from_text(shape->text).gpus.empty();
-    } catch (const pm::error&) {  // pmd wrote it itself: cannot happen; look instead
-    }
-  }
-  return pm::agent::has_gpu_devices();
+  static const pm::link::host_shape shape = read_shape();  // read once per host
+  return shape;
 }
 
 std::vector<std::uint32_t> bindable_cpus(const std::string& list, std::string& why) {

@@ -14,10 +14,6 @@ namespace pmd {
 /// first call; HWLOC_XMLFILE (hwloc's own) gives this host another machine's shape.
 pm::link::host_shape read_host_shape();
 
-/// Whether this host has GPUs: by its summary when a job had it read (the summary's GPUs, the
-/// same ones the launcher hands out), else by agent::has_gpu_devices's cheap look.
-bool host_has_gpus();
-
 /// The cpus of a rank's binding (a cpu list) when every one is a cpu this agent may run on;
 /// empty when the list is empty or names cpus this machine does not have or allow (a topology
 /// from HWLOC_XMLFILE, a cpuset narrower than the summary): then `why` says which.

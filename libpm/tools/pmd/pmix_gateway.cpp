@@ -189,7 +189,7 @@ pm::agent::pmix_host_facts pmix_gateway::facts() const {
   const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   f.cores = cores > 0 ? static_cast<unsigned>(cores) : 0;
   f.rdma = pm::agent::has_rdma_devices();
-  f.gpus = host_has_gpus();
+  f.gpus = pm::agent::has_gpu_devices();  // the host machine adds its summary's GPUs
   return f;
 }
 

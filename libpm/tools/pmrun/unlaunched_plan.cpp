@@ -9,21 +9,16 @@
 #include "pm/job_plan.hpp"
 #include "pm/topology.hpp"
 #include "transport/local/local_transport.hpp"
+#include "transport/ssh/ssh_command.hpp"
 
 namespace pmrun {
 namespace {
-
-std::string shell_quoted(const std::string& s) {
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 // This machine's summary as its agent would send it (HWLOC_XMLFILE gives another machine's).
 std::string this_host_summary() {
   const auto pmd = pm::local::default_agent_path();
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(
-      ::popen((shell_quoted(pmd) + " --topology").c_str(), "r"), ::pclose);
+      ::popen((pm::ssh::shell_quote(pmd) + " --topology").c_str(), "r"), ::pclose);
   if (!out) throw pm::error(pm::errc::usage, "--do-not-launch: cannot run " + pmd + " --topology");
   std::string text;
   char buffer[4096];
@@ -43,7 +38,6 @@ pm::job_plan plan_unlaunched(const pm::run_options& options, const pm::rank_map&
                              const pm::mapping_policy& mapping) {
   auto text = options.topology_file.empty() ? this_host_summary()
                                             : pm::read_text_file(options.topology_file);
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   pm::topo::host_topology shape;
   try {
     shape = pm::topo::topology_from_text(text);
