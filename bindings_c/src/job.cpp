@@ -155,16 +155,7 @@ int pm_job_set_map_by(pm_job* job, const char* value) {
 int pm_job_set_rank_by(pm_job* job, const char* value) {
   return guard(__func__, [&](const char* fn) {
     return set_binding_option(fn, job, value, [](pm::mapping_policy& m, std::string_view v) {
-      // slot and node number ranks across hosts; the objects within each host.
-      const auto o = pm::topo::parse_rank_by(v);
-      m.ranking.reset();
-      m.host.rank_by.reset();
-      if (o == pm::topo::object::slot)
-        m.ranking = pm::rank_by::slot;
-      else if (o == pm::topo::object::node)
-        m.ranking = pm::rank_by::node;
-      else
-        m.host.rank_by = o;
+      pm::set_rank_by(m, pm::topo::parse_rank_by(v));
     });
   });
 }

@@ -94,15 +94,10 @@ pm::sim::scenario build(const flags& f) {
   for (const auto& text : f.apps) s.apps.push_back(pm::sim::parse_app(text));
   if (!s.apps.empty() && f.np)
     throw pm::error(pm::errc::usage, "--np and --app exclude each other (each app has its np)");
-  // As pmrun reads them (pm::set_map_by, the topo parsers): within-host forms need --topology.
+  // As pmrun reads them (pm::set_map_by, set_rank_by, the topo parsers): within-host forms need
+  // --topology.
   pm::set_map_by(s.mapping, pm::topo::parse_map_by(f.map_by));
-  if (!f.rank_by.empty()) {
-    const auto o = pm::topo::parse_rank_by(f.rank_by);
-    if (o == pm::topo::object::slot || o == pm::topo::object::node)
-      s.mapping.ranking = o == pm::topo::object::slot ? pm::rank_by::slot : pm::rank_by::node;
-    else
-      s.mapping.host.rank_by = o;
-  }
+  if (!f.rank_by.empty()) pm::set_rank_by(s.mapping, pm::topo::parse_rank_by(f.rank_by));
   if (!f.bind_to.empty()) s.mapping.host.bind = pm::topo::parse_bind_to(f.bind_to);
   if (!f.cpus_per_rank.empty())
     s.mapping.host.cpus_per_rank = pm::topo::parse_cpus_per_rank(f.cpus_per_rank);

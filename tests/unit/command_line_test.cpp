@@ -511,6 +511,10 @@ TEST(CommandLine, MpirunEverydayOptions) {
   EXPECT_EQ(parse({"-rank-by", "SLOT", "a"}).job.mapping.ranking, pm::rank_by::slot);
   EXPECT_FALSE(parse({"a"}).job.mapping.ranking.has_value());
   EXPECT_EQ(parse({"--rank-by", "core", "a"}).job.mapping.host.rank_by, pm::topo::object::core);
+  // A later --rank-by replaces an earlier one, across hosts or within them (pm::set_rank_by).
+  const auto later = parse({"--rank-by", "numa", "--rank-by", "node", "a"}).job.mapping;
+  EXPECT_EQ(later.ranking, pm::rank_by::node);
+  EXPECT_FALSE(later.host.rank_by.has_value());
   EXPECT_EQ(usage_error({"--rank-by", "cores", "a"}),
             "--rank-by cores: expected one of slot, node, hwthread, core, l3cache, numa, package");
   EXPECT_TRUE(parse({"--display-allocation", "a"}).display_allocation);

@@ -56,6 +56,9 @@ PM_API bool needs_topology(const mapping_policy& mapping) noexcept;
 /// ranks across hosts, every other form maps as slot across hosts and is kept for plan_host;
 /// :oversubscribe goes to map_job.
 PM_API void set_map_by(mapping_policy& mapping, topo::map_option m);
+/// Applies one --rank-by value (pm::topo::parse_rank_by's) as pmrun does: slot and node number
+/// ranks across hosts, the other objects within each host; it replaces an earlier --rank-by.
+PM_API void set_rank_by(mapping_policy& mapping, topo::object o);
 
 struct job_spec {
   std::vector<app_context> apps;

@@ -285,13 +285,8 @@ const std::vector<option_spec>& option_table() {
        1,
        "rank numbering: slot|node across hosts, core|numa|... within one (default: as mapped)",
        [](parse_state& st, std::string_view, std::span<const std::string> v) {
-         const auto o = topology_option([&] { return topo::parse_rank_by(v[0]); });
-         if (o == topo::object::slot)
-           st.opts.job.mapping.ranking = rank_by::slot;
-         else if (o == topo::object::node)
-           st.opts.job.mapping.ranking = rank_by::node;
-         else
-           st.opts.job.mapping.host.rank_by = o;
+         set_rank_by(st.opts.job.mapping,
+                     topology_option([&] { return topo::parse_rank_by(v[0]); }));
        }},
       {{"--npernode", "-N"},
        "N",

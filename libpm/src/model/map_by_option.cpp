@@ -17,4 +17,16 @@ void set_map_by(mapping_policy& mapping, topo::map_option m) {
   mapping.host.map = m;
 }
 
+void set_rank_by(mapping_policy& mapping, topo::object o) {
+  mapping.ranking.reset();
+  mapping.host.rank_by.reset();
+  if (o == topo::object::slot) {
+    mapping.ranking = rank_by::slot;
+  } else if (o == topo::object::node) {
+    mapping.ranking = rank_by::node;
+  } else {
+    mapping.host.rank_by = o;
+  }
+}
+
 }  // namespace pm
