@@ -148,7 +148,10 @@ std::vector<message> samples() {
       // Version 9: topologies and bindings.
       with_topology, spawn_request{{bound, a}},
       host_shape{"pmtopo1;p=1;l3=1;numa=0;c=0,0,0,1x2;pu=0-1;g=;n=", ""},
-      host_shape{"", "cannot load libpm-topology.so: not found"}};
+      host_shape{"", "cannot load libpm-topology.so: not found"},
+      // Version 11: restarts in place.
+      restart_request{1, std::nullopt}, restart_request{3, with_pmix.pmix}, restarted{1, 40123},
+      restarted{1u << 31, 0}};
 }
 
 // FNV-1a over encoded bodies: pins the wire format to the bytes version 7's encoder wrote before
@@ -162,12 +165,13 @@ constexpr std::uint64_t fnv_basis = 0xcbf29ce484222325ull;
 // Version 8 changed no message body but the hello's version (child_data left MessagePack for a
 // relay frame; its body form below is still read). Version 9 changed the hello's version and added
 // optional fields (absent unless used: older samples' bodies are unchanged) and `topology`.
-TEST(LinkMessages, WireBytesAreThoseOfVersion10) {
+// Version 11 added `restart` and `restarted` (older samples' bodies unchanged but the hello's).
+TEST(LinkMessages, WireBytesAreThoseOfVersion11) {
   std::uint64_t h = fnv_basis;
   for (const auto& m : samples()) {
     h = fnv1a(h, encode(m, std::holds_alternative<spawn_request>(m) ? 1 : 0));
   }
-  EXPECT_EQ(h, 0x8b03b9033ef2b99eull) << std::hex << h;
+  EXPECT_EQ(h, 0xab31da583d8097a3ull) << std::hex << h;
   // {"ranks": [{"pid": 123456, "rank": 3}], "type": "started"}: keys sorted (in each map), the
   // shortest integers.
   EXPECT_EQ(encode(started{{{3, 123456}}}),
@@ -708,7 +712,9 @@ TEST(LinkMessages, EveryMessageTakesItsNameAndSenderFromItsWireForm) {
       {"pmix_publish", agent},
       {"pmix_lookup", agent},
       {"pmix_unpublish", agent},
-      {"topology", agent}};
+      {"topology", agent},
+      {"restart", launcher},
+      {"restarted", agent}};
   ASSERT_EQ(std::variant_size_v<message>, version_7.size());
   std::vector<bool> sampled(std::variant_size_v<message>, false);
   for (const auto& m : samples()) {
@@ -855,7 +861,7 @@ TEST(LinkMessages, RandomMessagesRoundTrip) {
       ASSERT_EQ(decode(b).msg, m) << type_name(m);
     }
   }
-  EXPECT_EQ(wire, 0xa9b35caa70717658ull) << std::hex << wire;  // version 9: the hello's version
+  EXPECT_EQ(wire, 0xd567e7b0260ed96cull) << std::hex << wire;  // version 11: the hello's version
 }
 
 // ---- over a real socket, with descriptors ----

@@ -118,6 +118,23 @@ struct shutdown_request {
   static constexpr auto wire() { return wire_message("shutdown", sender::launcher); }
 };
 
+/// Version 11: the job restarts in place (docs/resilience.md). End every rank this agent started
+/// and everything they left (SIGKILL to each rank's group, then reap them and the orphans that
+/// came back to the agent; the tree's child agents stay), forget them, and get ready for the ranks
+/// of `incarnation`; with PMIx the host's server drops every namespace it served and registers
+/// `pmix`, the new incarnation's. Answered with `restarted` once nothing of the ranks before is
+/// left on this host. The job's setup (apps, environment, stop sequence) stays.
+struct restart_request {
+  std::uint32_t incarnation = 0;  ///< the one about to start: 1, 2, ... (the first job is 0)
+  std::optional<pmix_job> pmix;   ///< the new incarnation's facts for this host (absent: no PMIx)
+  friend bool operator==(const restart_request&, const restart_request&) = default;
+  static constexpr auto wire() {
+    return wire_message("restart", sender::launcher,
+                        field("incarnation", &restart_request::incarnation),
+                        field("pmix", &restart_request::pmix));
+  }
+};
+
 // ---- agent -> launcher ----
 // What happens to ranks (started, exited, and stream_closed in io.hpp) travels in lists: an
 // agent says in one message what happened to its ranks in one turn of its loop (version 10), so
@@ -181,6 +198,18 @@ struct host_shape {
   static constexpr auto wire() {
     return wire_message("topology", sender::agent, field("text", &host_shape::text),
                         field("error", &host_shape::error));
+  }
+};
+/// The answer to `restart`: no process of an earlier incarnation is left on this host, and the
+/// agent takes spawns for `incarnation`. `port`: a TCP port free on this host now (the next
+/// MASTER_PORT when rank 0 runs here, as hello's; 0: none).
+struct restarted {
+  std::uint32_t incarnation = 0;
+  std::uint16_t port = 0;
+  friend bool operator==(const restarted&, const restarted&) = default;
+  static constexpr auto wire() {
+    return wire_message("restarted", sender::agent, field("incarnation", &restarted::incarnation),
+                        field("port", &restarted::port, 0, 65535));
   }
 };
 /// Everything is cleared; the agent exits right after.

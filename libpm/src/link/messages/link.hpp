@@ -19,8 +19,9 @@ namespace pm::link {
 // pmix_unpublish, pmix_data_reply); 8: child_data travels as a relay frame (frame.hpp), no
 // longer as a MessagePack message; 9: hosts' topologies and bindings (job.topology, the agent's
 // `topology` answer, rank_spec.binding); 10: started, exited and stream_closed
-// name lists of ranks, what happened in one turn of the agent's loop
-inline constexpr std::uint32_t protocol_version = 10;
+// name lists of ranks, what happened in one turn of the agent's loop; 11: restarts in place
+// (restart, restarted)
+inline constexpr std::uint32_t protocol_version = 11;
 
 /// First message each way, right after the magic. The nonce is the job's: the launcher hands it
 /// to the agent when it starts it (its command line), and each side refuses a hello with another
