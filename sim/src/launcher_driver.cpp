@@ -169,6 +169,7 @@ void world::carry_out(launch::launch_action& a) {
           },
           [&](launch::pump_stdin&) {},
           [&](launch::input_ready&) {},
+          [&](launch::restarting& x) { result_.restarts.push_back(std::move(x.ended)); },
           [&](launch::finished& x) { on_finished(std::move(x.report)); },
       },
       a);

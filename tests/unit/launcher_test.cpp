@@ -85,6 +85,13 @@ struct world {
   std::map<std::uint32_t, std::string> shapes;  // per host: its topology's text
   std::map<std::uint32_t, std::deque<int>> child_ssh_fails;  // relayed: ssh's exit codes
   std::set<std::uint32_t> slow_children;  // relayed hosts that come up only when told
+  // Restarts in place: each agent's incarnation, and a rank's code per incarnation (else
+  // exit_code's).
+  std::map<std::uint32_t, std::uint32_t> incarnation_of;           // by host
+  std::map<std::pair<std::uint32_t, std::uint32_t>, int> code_in;  // (incarnation, rank)
+  std::set<std::uint32_t> silent_restart;  // agents that never answer a restart
+  std::map<std::uint32_t, std::set<std::uint32_t>> keep_running_in;  // by incarnation
+  std::vector<pm::incarnation_report> restarts;
 
   template <class F>
   void feed(F&& f) {
@@ -108,7 +115,7 @@ struct world {
       std::optional<link_time> next;
       for (const auto& [id, at] : timers) next = next ? std::min(*next, at) : at;
       for (const auto& [h, at] : deadlines) next = next ? std::min(*next, at) : at;
-      if (!next) break;
+      if (!next || *next > limit) break;
       t = std::max(t, *next);
       for (auto it = timers.begin(); it != timers.end();) {
         if (it->second > t) {
@@ -241,14 +248,26 @@ struct world {
             c.data = "d" + std::to_string(r.rank);
             ag.ep->send(c);
           }
-          if (!keep_running.contains(r.rank)) {
-            end_rank(h, r.rank, pm::exit_status::exited(exit_code[r.rank]));
+          const auto inc = incarnation_of[h];
+          if (!keep_running.contains(r.rank) && !keep_running_in[inc].contains(r.rank)) {
+            const auto it = code_in.find({inc, r.rank});
+            end_rank(h, r.rank,
+                     pm::exit_status::exited(it != code_in.end() ? it->second : exit_code[r.rank]));
           }
         }
       } else if (auto* sig = std::get_if<link::signal_request>(&in->msg)) {
         if (deaf.contains(h)) continue;
         for (const auto r : sig->ranks) {
           if (ag.running.contains(r)) end_rank(h, r, pm::exit_status::signaled(sig->signo));
+        }
+      } else if (auto* re = std::get_if<link::restart_request>(&in->msg)) {
+        // As pmd: what still runs is killed, reported, then the answer.
+        const auto running = ag.running;
+        for (const auto r : running) end_rank(h, r, pm::exit_status::signaled(SIGKILL));
+        incarnation_of[h] = re->incarnation;
+        if (!silent_restart.contains(h)) {
+          ag.ep->send(link::restarted{re->incarnation,
+                                      static_cast<std::uint16_t>(29500 + re->incarnation)});
         }
       } else if (std::holds_alternative<link::shutdown_request>(in->msg)) {
         ag.ep->send(link::shutdown_done{});
@@ -374,6 +393,7 @@ struct world {
   }
   void carry_out(launch::pump_stdin&) { ADD_FAILURE() << "no stdin here"; }
   void carry_out(launch::input_ready&) {}
+  void carry_out(launch::restarting& x) { restarts.push_back(x.ended); }
   void carry_out(launch::finished& x) {
     EXPECT_FALSE(report) << "finished twice";
     report = x.report;
@@ -674,6 +694,191 @@ TEST(Launcher, NothingComesOutAfterFinished) {
   w.m.stream_broken(w.t, 0, "", a);
   EXPECT_TRUE(a.empty());
   EXPECT_TRUE(w.m.done());
+}
+
+// ---- restarts in place (docs/resilience.md) ----
+
+std::string env_of(const link::rank_spec& r, const std::string& name) {
+  for (const auto& v : r.env) {
+    if (v.starts_with(name + "=")) return v.substr(name.size() + 1);
+  }
+  return "<unset>";
+}
+
+TEST(Launcher, AFailedIncarnationRestartsOnTheSameAgentsWithFreshFacts) {
+  auto c = remote_job(2, 2);
+  c.request.restarts.max_restarts = 3;
+  world w(std::move(c));
+  w.code_in[{0, 3}] = 7;  // fails once, then succeeds
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  EXPECT_EQ(w.report->cause, pm::cause_kind::none);
+  // No new ssh: the agents that ran incarnation 0 ran incarnation 1.
+  EXPECT_EQ(w.opens[0], 1);
+  EXPECT_EQ(w.opens[1], 1);
+  ASSERT_EQ(w.report->incarnations.size(), 2u);
+  EXPECT_EQ(w.report->incarnations[0].number, 0u);
+  EXPECT_EQ(w.report->incarnations[0].exit_code, 7);
+  EXPECT_EQ(w.report->incarnations[0].cause, pm::cause_kind::rank_failed);
+  EXPECT_EQ(w.report->incarnations[0].failed_rank, 3u);
+  EXPECT_EQ(w.report->incarnations[1].number, 1u);
+  EXPECT_EQ(w.report->incarnations[1].exit_code, 0);
+  ASSERT_EQ(w.restarts.size(), 1u);
+  EXPECT_EQ(w.restarts[0], w.report->incarnations[0]);
+  EXPECT_TRUE(w.said("restarting the job (1 of 3): rank 3 on h1 exited with code 7")) << w.lines[0];
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    // One restart request, between the incarnations' spawns; the shutdown after the last.
+    const auto restarts = w.received<link::restart_request>(h);
+    ASSERT_EQ(restarts.size(), 1u);
+    EXPECT_EQ(restarts[0].incarnation, 1u);
+    EXPECT_FALSE(restarts[0].pmix);  // --no-pmix here
+    const auto spawns = w.received<link::spawn_request>(h);
+    ASSERT_EQ(spawns.size(), 2u);
+    for (std::uint32_t i = 0; i < 2; ++i) {
+      for (const auto& r : spawns[i].ranks) {
+        EXPECT_EQ(env_of(r, "TORCHELASTIC_RESTART_COUNT"), std::to_string(i));
+        EXPECT_EQ(env_of(r, "TORCHELASTIC_MAX_RESTARTS"), "3");
+        EXPECT_EQ(env_of(r, "TORCHELASTIC_RUN_ID"), "pmrun.test");
+        // A fresh MASTER_PORT: rank 0's agent's answer to the restart.
+        EXPECT_EQ(env_of(r, "MASTER_PORT"), i == 0 ? "29500" : "29501");
+      }
+    }
+    EXPECT_TRUE(std::holds_alternative<link::shutdown_request>(w.agents[h].got.back()));
+  }
+}
+
+TEST(Launcher, TheBudgetIsTheLaunchsAndTheLastFailureDecides) {
+  auto c = remote_job(2, 1);
+  c.request.restarts.max_restarts = 2;
+  world w(std::move(c));
+  w.code_in[{0, 1}] = 7;
+  w.code_in[{1, 1}] = 8;
+  w.code_in[{2, 1}] = 9;
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 9);
+  EXPECT_EQ(w.report->failed_rank, 1u);
+  ASSERT_EQ(w.report->incarnations.size(), 3u);
+  EXPECT_EQ(w.report->incarnations[1].exit_code, 8);
+  EXPECT_EQ(w.restarts.size(), 2u);
+  EXPECT_TRUE(w.said("restarting the job (2 of 2): rank 1 on h1 exited with code 8"));
+  EXPECT_FALSE(w.said("(3 of 2)"));
+  // The first restart at once, the second after 50 ms.
+  EXPECT_NE(std::find(w.timer_lengths.begin(), w.timer_lengths.end(), 50ms), w.timer_lengths.end());
+  EXPECT_EQ(w.received<link::restart_request>(1).size(), 2u);
+  // Without restarts a report has no incarnations (its JSON keeps its schema).
+  world plain(remote_job(1, 1));
+  plain.start();
+  plain.run();
+  ASSERT_TRUE(plain.report);
+  EXPECT_TRUE(plain.report->incarnations.empty());
+  EXPECT_EQ(pm::to_json(*plain.report).find("incarnations"), std::string::npos);
+  EXPECT_NE(pm::to_json(*w.report).find("\"restarts\": 2"), std::string::npos);
+}
+
+TEST(Launcher, ASignalOrATimeoutIsNeverRestarted) {
+  auto c = remote_job(2, 1);
+  c.request.restarts.max_restarts = 3;
+  world w(std::move(c));
+  w.keep_running = {0, 1};
+  w.start();
+  w.run(1s);
+  w.feed([&](auto& a) { w.m.signal(w.t, SIGTERM, a); });
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->cause, pm::cause_kind::signal);
+  EXPECT_TRUE(w.restarts.empty());
+  EXPECT_TRUE(w.received<link::restart_request>(0).empty());
+
+  auto t = remote_job(2, 1);
+  t.request.restarts.max_restarts = 3;
+  t.request.control.timeout = 2000ms;
+  world timed(std::move(t));
+  timed.keep_running = {0, 1};
+  timed.start();
+  timed.run();
+  ASSERT_TRUE(timed.report);
+  EXPECT_EQ(timed.report->cause, pm::cause_kind::timeout);
+  EXPECT_TRUE(timed.restarts.empty());
+}
+
+TEST(Launcher, TheTimeoutBoundsEveryIncarnationTogether) {
+  auto c = remote_job(1, 1);
+  c.request.restarts.max_restarts = 5;
+  c.request.control.timeout = 3000ms;
+  world w(std::move(c));
+  w.code_in[{0, 0}] = 7;
+  w.keep_running_in[1] = {0};  // incarnation 0 fails at once, incarnation 1 runs for ever
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->cause, pm::cause_kind::timeout);
+  EXPECT_LE(w.t, 3500ms);
+}
+
+TEST(Launcher, AHostLostWhileRestartingEndsTheLaunchWithTheFailure) {
+  auto c = remote_job(2, 1);
+  c.request.restarts.max_restarts = 3;
+  world w(std::move(c));
+  w.code_in[{0, 1}] = 7;
+  w.silent_restart.insert(1);
+  w.start();
+  w.settle();
+  // Host 1 falls silent after its failure: its restart answer never comes, then it is lost.
+  w.agents[1].gone = true;
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 7);
+  EXPECT_EQ(w.report->cause, pm::cause_kind::rank_failed);
+  EXPECT_TRUE(w.said("cannot restart the job: host h1 was lost"));
+  ASSERT_EQ(w.report->incarnations.size(), 1u);
+  EXPECT_EQ(w.received<link::spawn_request>(0).size(), 1u);  // no second incarnation anywhere
+}
+
+TEST(Launcher, AnInterruptBetweenIncarnationsEndsTheLaunchByIt) {
+  auto c = remote_job(2, 1);
+  c.request.restarts.max_restarts = 3;
+  c.request.restarts.backoff_base = 1000ms;
+  world w(std::move(c));
+  w.code_in[{0, 1}] = 7;
+  w.code_in[{1, 1}] = 7;
+  w.start();
+  w.run(700ms);  // incarnation 1 failed too; the second restart waits its 1 s
+  ASSERT_EQ(w.restarts.size(), 2u);
+  w.feed([&](auto& a) { w.m.signal(w.t, SIGINT, a); });
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->cause, pm::cause_kind::signal);
+  EXPECT_EQ(w.report->exit_code, 128 + SIGINT);
+  EXPECT_TRUE(w.said("interrupted by SIGINT while restarting"));
+  ASSERT_EQ(w.report->incarnations.size(), 2u);
+  EXPECT_EQ(w.received<link::spawn_request>(1).size(), 2u);  // incarnation 2 never started
+}
+
+TEST(Launcher, WithPmixEachIncarnationHasItsOwnNamespace) {
+  auto c = remote_job(2, 1);
+  c.request.pmix = true;
+  c.request.restarts.max_restarts = 1;
+  world w(std::move(c));
+  w.code_in[{0, 0}] = 3;
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    const auto setups = w.received<link::job_setup>(h);
+    ASSERT_EQ(setups.size(), 1u);
+    ASSERT_TRUE(setups[0].pmix);
+    EXPECT_EQ(setups[0].pmix->nspace, "pmrun.test");
+    const auto restarts = w.received<link::restart_request>(h);
+    ASSERT_EQ(restarts.size(), 1u);
+    ASSERT_TRUE(restarts[0].pmix);
+    EXPECT_EQ(restarts[0].pmix->nspace, "pmrun.test.r1");
+    EXPECT_EQ(restarts[0].pmix->node, h);
+  }
 }
 
 }  // namespace

@@ -469,6 +469,37 @@ TEST(OutputForwarder, APushedStreamWithAPerRankFileKeepsItAfterTheTerminalFailed
   EXPECT_TRUE(slurp(dir.file("od/1/rank.0/stdout")) == data);
 }
 
+// A restarted rank (docs/resilience.md) opens its streams again once the earlier ones ended: its
+// lines go on, and its per-rank file keeps the earlier incarnation's output before the new one's.
+TEST(OutputForwarder, ARestartedRanksStreamsOpenAgainAndItsFileGoesOn) {
+  temp_dir dir;
+  pm::output_options opt;
+  std::vector<std::string> lines;
+  opt.sink = [&](std::uint32_t, output_stream, std::string_view line, pm::line_flags) {
+    lines.emplace_back(line);
+  };
+  opt.output_dir = dir.file("od");
+  boost::asio::io_context io;
+  pm::io::output_forwarder fwd(io, opt, 1);
+  int ends = 0;
+  fwd.open_stream(0, output_stream::out, [&](std::uint64_t) { ++ends; });
+  fwd.push(0, output_stream::out, std::string_view("first\n"));
+  fwd.close_stream(0, output_stream::out);
+  // From a pipe this time (a local rank), after the pushed one ended.
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  fwd.attach(0, output_stream::out, p[0], [&](std::uint64_t) { ++ends; });
+  ASSERT_EQ(::write(p[1], "second\n", 7), 7);
+  ::close(p[1]);
+  bool drained = false;
+  fwd.async_drain([&] { drained = true; });
+  io.run_for(std::chrono::seconds(10));
+  EXPECT_TRUE(drained);
+  EXPECT_EQ(ends, 2);
+  EXPECT_EQ(lines, (std::vector<std::string>{"first", "second"}));
+  EXPECT_EQ(slurp(dir.file("od/1/rank.0/stdout")), "first\nsecond\n");
+}
+
 TEST(OutputForwarder, OnEofOfAPushedStreamIsPostedAndMisuseIsAnInternalError) {
   boost::asio::io_context io;
   pm::output_options opt;

@@ -103,6 +103,8 @@ struct run_options {
   bool pmix = true;
   std::chrono::milliseconds timeout{0};
   std::chrono::milliseconds kill_grace{3000};
+  /// --max-restarts N: the job restarts in place up to N times (docs/resilience.md).
+  std::uint32_t max_restarts = 0;
   std::string report_file;  ///< --report FILE: the JSON report
   // Map display.
   bool display_map = false;

@@ -58,6 +58,12 @@ struct launch_facts {
   std::string master_addr = "127.0.0.1";  ///< an address of rank 0's host that every host reaches
   std::uint16_t master_port = 0;          ///< a port free there
   std::vector<std::string> node_addrs;    ///< per node: an address other hosts reach (TF_CONFIG)
+  /// A launch that may restart (restart_policy): the torch profile adds torchrun's
+  /// TORCHELASTIC_RESTART_COUNT (`restart_count`), TORCHELASTIC_MAX_RESTARTS and
+  /// TORCHELASTIC_RUN_ID. max_restarts 0: none of them.
+  std::uint32_t restart_count = 0;
+  std::uint32_t max_restarts = 0;
+  std::string run_id = {};
 };
 
 /// The variables that the enabled profiles give one rank, in a fixed order.

@@ -113,6 +113,21 @@ class PM_API early_agent {
   friend struct early_agent_access;
 };
 
+/// Restarts in place (docs/resilience.md): when an incarnation of the job fails, every rank stops
+/// (as without restarts), then the whole job starts again on the agents that are still up (no new
+/// ssh, no new agent), with a fresh PMIx namespace and MASTER_PORT, as torchrun's --max-restarts.
+/// One budget for the whole launch, never per host.
+struct restart_policy {
+  /// --max-restarts: how many times the launch may restart (0: never; the first failure ends it).
+  std::uint32_t max_restarts = 0;
+  /// Before restart k (1, 2, ...): min(backoff_max, backoff_base x (2^(k-1) - 1)): the first
+  /// restart at once, then 50 ms, 150 ms, 350 ms, ... (a crash loop does not spin).
+  std::chrono::milliseconds backoff_base{50};
+  std::chrono::milliseconds backoff_max{1000};
+  /// TORCHELASTIC_RUN_ID; empty: the launch's own id (its PMIx namespace's stem).
+  std::string run_id;
+};
+
 /// Everything a job needs, decided before any rank starts.
 struct job_request {
   rank_map map;                   ///< from pm::map_job
@@ -145,6 +160,8 @@ struct job_request {
   /// An agent for this machine started beforehand (early_agent::start); null: the job starts
   /// its own when it needs one.
   std::shared_ptr<early_agent> prestarted;
+  /// Restarts in place (none by default).
+  restart_policy restarts = {};
 };
 
 struct job_callbacks {
@@ -170,6 +187,10 @@ struct job_callbacks {
   /// --display-map then). Not called for a job that plans nothing, or one refused. It must not
   /// call into the runner.
   std::function<void(const job_plan& plan)> on_planned = {};
+  /// The launch restarts in place (restart_policy): `ended` is the incarnation that failed (its
+  /// number, cause and line); the next one, ended.number + 1, starts once every agent cleared it.
+  /// Called before the restart's line reaches on_message. It must not call into the runner.
+  std::function<void(const incarnation_report& ended)> on_restart = {};
 };
 
 /// One host's agent as the launcher knows it (what `pmrun --ps` shows; docs/pmix.md, "Tools").

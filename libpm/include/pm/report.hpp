@@ -68,6 +68,21 @@ struct rank_resources {
   friend bool operator==(const rank_resources&, const rank_resources&) = default;
 };
 
+/// How one incarnation of a launch that may restart ended (docs/resilience.md): the first run is
+/// incarnation 0, each restart in place starts the next.
+struct incarnation_report {
+  std::uint32_t number = 0;
+  int exit_code = 0;
+  cause_kind cause = cause_kind::none;
+  std::optional<std::uint32_t> failed_rank;  ///< as job_report::failed_rank
+  std::optional<std::uint32_t> failed_host;  ///< its host (allocation index)
+  std::string summary;                       ///< its failure's line ("" for a success)
+  std::uint32_t ranks_failed = 0;
+  std::uint32_t ranks_killed = 0;
+  std::optional<std::chrono::nanoseconds> started_at, ended_at;  ///< driver time stamps
+  friend bool operator==(const incarnation_report&, const incarnation_report&) = default;
+};
+
 struct job_report {
   int exit_code = 0;
   cause_kind cause = cause_kind::none;
@@ -84,6 +99,9 @@ struct job_report {
   std::vector<rank_report> ranks;
   /// By rank of the first job; empty when the job did not plan its hosts (nothing bound, no GPUs).
   std::vector<rank_resources> resources = {};
+  /// A launch that may restart (job_request::restarts.max_restarts > 0): every incarnation in
+  /// order, the last one included (the rest of this report is the last one's). Empty otherwise.
+  std::vector<incarnation_report> incarnations = {};
 };
 
 /// The report as JSON (a stable schema documented in docs/failure-semantics.md).

@@ -577,6 +577,13 @@ const std::vector<option_spec>& option_table() {
          st.opts.timeout = parse_seconds(n, v[0]);
          if (st.opts.timeout.count() == 0) throw error(errc::usage, cli::bad_seconds(n, v[0]));
        }},
+      {{"--max-restarts", "--max_restarts"},
+       "N",
+       1,
+       "on a failure, restart the whole job in place, up to N times (docs/resilience.md)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         st.opts.max_restarts = parse_number<std::uint32_t>(n, v[0], 0, 1'000'000);
+       }},
       {{"--kill-grace"},
        "SECONDS",
        1,

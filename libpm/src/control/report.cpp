@@ -126,6 +126,31 @@ std::string to_json(const job_report& report) {
     w.end_object();
   }
   w.end_array();
+  // Only for a launch that may restart, so that a plain report keeps its schema.
+  if (!report.incarnations.empty()) {
+    w.member("restarts", static_cast<std::uint32_t>(report.incarnations.size() - 1));
+    w.key("incarnations").begin_array();
+    for (const auto& i : report.incarnations) {
+      w.begin_object();
+      w.member("incarnation", i.number);
+      w.member("exit_code", i.exit_code);
+      w.member("cause", to_string(i.cause));
+      w.member("summary", text_or_null(i.summary));
+      w.member("failed_rank", i.failed_rank);
+      w.member("failed_host",
+               i.failed_host ? std::optional(host_name(report, *i.failed_host)) : std::nullopt);
+      w.member("ranks_failed", i.ranks_failed);
+      w.member("ranks_killed", i.ranks_killed);
+      w.member(
+          "duration_ms",
+          i.started_at && i.ended_at
+              ? std::optional(
+                    std::chrono::duration<double, std::milli>(*i.ended_at - *i.started_at).count())
+              : std::nullopt);
+      w.end_object();
+    }
+    w.end_array();
+  }
   w.end_object();
   return w.take();
 }

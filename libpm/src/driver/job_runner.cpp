@@ -337,6 +337,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       }
     }
   }
+  void carry_out(launch::restarting& x) {
+    if (cb.on_restart) cb.on_restart(x.ended);
+  }
   void carry_out(launch::finished& x) {
     done = true;
     final_report = std::move(x.report);

@@ -5,10 +5,10 @@
 #include <charconv>
 #include <string>
 
-#include "text/json_writer.hpp"
 #include "model/printable.hpp"
 #include "pm/env.hpp"
 #include "pm/error.hpp"
+#include "text/json_writer.hpp"
 
 namespace pm {
 
@@ -89,7 +89,7 @@ std::vector<env_var> profile_env(const rank_map& map, std::uint32_t rank, env_pr
   const auto node = number(p.node);
   const auto port = number(facts.master_port);
   std::vector<env_var> vars;
-  vars.reserve(27);
+  vars.reserve(30);
   if (has(profiles, env_profile::ompi)) {
     vars.push_back({"OMPI_COMM_WORLD_SIZE", size});
     vars.push_back({"OMPI_COMM_WORLD_RANK", r});
@@ -110,6 +110,11 @@ std::vector<env_var> profile_env(const rank_map& map, std::uint32_t rank, env_pr
     vars.push_back({"GROUP_RANK", node});
     vars.push_back({"MASTER_ADDR", facts.master_addr});
     vars.push_back({"MASTER_PORT", port});
+    if (facts.max_restarts > 0) {
+      vars.push_back({"TORCHELASTIC_RESTART_COUNT", number(facts.restart_count)});
+      vars.push_back({"TORCHELASTIC_MAX_RESTARTS", number(facts.max_restarts)});
+      vars.push_back({"TORCHELASTIC_RUN_ID", facts.run_id});
+    }
   }
   if (has(profiles, env_profile::slurm)) {
     vars.push_back({"SLURM_PROCID", r});

@@ -257,8 +257,15 @@ output_forwarder::impl::label output_forwarder::impl::label_of(std::uint32_t ran
 stream_state& output_forwarder::impl::add_stream(std::uint32_t rank, output_stream which,
                                                  std::function<void(std::uint64_t)> on_eof) {
   const std::uint64_t key = key_of(rank, which);
-  if (by_key.contains(key)) {
-    throw error(errc::internal, "output forwarder: " + name_of(rank, which) + " opened twice");
+  bool again = false;
+  if (const auto it = by_key.find(key); it != by_key.end()) {
+    // A restarted rank (docs/resilience.md) opens its streams again once the earlier ones ended;
+    // the ended one stays in `streams` (posted reads may still name it).
+    if (!it->second->eof) {
+      throw error(errc::internal, "output forwarder: " + name_of(rank, which) + " opened twice");
+    }
+    by_key.erase(it);
+    again = true;
   }
   auto s = std::make_unique<stream_state>(max_line);
   s->rank = rank;
@@ -269,7 +276,7 @@ stream_state& output_forwarder::impl::add_stream(std::uint32_t rank, output_stre
   append_line_prefix(s->tag_line, opt.tag, false, {}, l.rank, which, line_flags{}, l.job);
   append_line_prefix(s->tag_piece, opt.tag, false, {}, l.rank, which, line_flags{false, true},
                      l.job);
-  if (!opt.output_dir.empty()) s->file = open_rank_file(rank, which);
+  if (!opt.output_dir.empty()) s->file = open_rank_file(rank, which, again);
   ++st.streams_open;
   by_key.emplace(key, s.get());
   streams.push_back(std::move(s));
@@ -278,7 +285,9 @@ stream_state& output_forwarder::impl::add_stream(std::uint32_t rank, output_stre
 
 void output_forwarder::impl::attach(std::uint32_t rank, output_stream which, int fd,
                                     std::function<void(std::uint64_t)> on_eof) {
-  if (by_key.contains(key_of(rank, which))) ::close(fd);  // owned even when refused
+  if (const auto it = by_key.find(key_of(rank, which)); it != by_key.end() && !it->second->eof) {
+    ::close(fd);  // owned even when refused
+  }
   stream_state& s = add_stream(rank, which, std::move(on_eof));
   ::fcntl(fd, F_SETPIPE_SZ, static_cast<int>(pipe_size()));  // best effort
   const int flags = ::fcntl(fd, F_GETFL);
@@ -344,7 +353,8 @@ bool output_forwarder::impl::congested(std::uint32_t rank, output_stream which) 
 }
 
 std::unique_ptr<destination> output_forwarder::impl::open_rank_file(std::uint32_t rank,
-                                                                    output_stream which) {
+                                                                    output_stream which,
+                                                                    bool append) {
   auto d = std::make_unique<destination>();
   const auto l = label_of(rank);
   const std::string dir =
@@ -369,7 +379,7 @@ std::unique_ptr<destination> output_forwarder::impl::open_rank_file(std::uint32_
   int fd = -1;
   if (*job_dir) {
     const safe_dir rank_dir = open_below(*job_dir, rank_name(l.rank, l.size), true, p);
-    if (rank_dir) fd = open_file_in(rank_dir, to_string(which), 0644, p);
+    if (rank_dir) fd = open_file_in(rank_dir, to_string(which), 0644, p, append);
   }
   if (fd < 0) {
     fail_with(*d, "--output-filename: " + p.message("open") + "; rank " + std::to_string(rank) +

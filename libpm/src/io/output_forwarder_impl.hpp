@@ -189,7 +189,8 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   void push(std::uint32_t rank, output_stream which, std::span<const char> bytes);
   void close_stream(std::uint32_t rank, output_stream which);
   bool congested(std::uint32_t rank, output_stream which) const;
-  std::unique_ptr<destination> open_rank_file(std::uint32_t rank, output_stream which);
+  std::unique_ptr<destination> open_rank_file(std::uint32_t rank, output_stream which,
+                                              bool append = false);
 
   // output_forwarder_lines.cpp: a stream's lines formatted for their destinations, prompts.
   std::chrono::system_clock::time_point now();

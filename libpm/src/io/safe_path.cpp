@@ -406,7 +406,8 @@ safe_dir open_below(const safe_dir& base, std::string_view relative, bool create
   return safe_dir(cur.release(), shown, created);
 }
 
-int open_file_in(const safe_dir& dir, std::string_view name, mode_t mode, path_problem& problem) {
+int open_file_in(const safe_dir& dir, std::string_view name, mode_t mode, path_problem& problem,
+                 bool keep) {
   problem = {};
   const std::string file(name);
   problem.target = join(dir.path(), name);
@@ -454,7 +455,12 @@ int open_file_in(const safe_dir& dir, std::string_view name, mode_t mode, path_p
       set_refusal(problem, problem.target, std::move(why));
       return -1;
     }
-    if (::ftruncate(existing.get(), 0) != 0) {
+    if (keep) {
+      if (::lseek(existing.get(), 0, SEEK_END) < 0) {
+        set_error(problem, problem.target, errno);
+        return -1;
+      }
+    } else if (::ftruncate(existing.get(), 0) != 0) {
       set_error(problem, problem.target, errno);
       return -1;
     }

@@ -88,7 +88,10 @@ safe_dir open_below(const safe_dir& base, std::string_view relative, bool create
 /// Creates file `name` (one component) in `dir` for writing, mode `mode` (less the umask), or
 /// truncates it when it exists and may be reused (a regular file of the job's user, one link).
 /// Returns the descriptor (O_WRONLY, O_CLOEXEC, blocking), or -1 with `problem` set.
-int open_file_in(const safe_dir& dir, std::string_view name, mode_t mode, path_problem& problem);
+/// `keep`: an existing file of ours is opened for appending instead of truncated (a restarted
+/// rank's output follows its earlier incarnation's).
+int open_file_in(const safe_dir& dir, std::string_view name, mode_t mode, path_problem& problem,
+                 bool keep = false);
 
 /// The file `path` as the user named it: its directory walked as open_directory (never created),
 /// then open_file_in. -1 with `problem` set ("cannot write 'x/r.json': No such file or directory

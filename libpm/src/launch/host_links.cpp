@@ -217,6 +217,8 @@ void launcher::impl::on_message(std::uint32_t h, link::message& m, std::uint32_t
           for (const auto& r : x.ranks) queue.push_back(rank_exited{r.rank, r.status});
         } else if constexpr (std::is_same_v<T, link::stream_closed>) {
           for (const auto& c : x.streams) close_pushed(h, c.rank, c.stream);
+        } else if constexpr (std::is_same_v<T, link::restarted>) {
+          on_restarted(h, x);
         } else if constexpr (std::is_same_v<T, link::shutdown_done>) {
           // The agent exits next; its end-of-file closes the link.
           hosts[h].shutdown_confirmed = true;
@@ -370,6 +372,14 @@ void launcher::impl::lose(std::uint32_t h, const std::string& reason, bool befor
   if (hs.lost_told) return;
   hs.lost_told = true;
   decided(h, before_hello ? "lost before its hello" : "lost");
+  if (inc.between) {
+    // No controller runs to be told: the restart that waited for this host cannot happen.
+    hs.restart_waited = false;
+    relay_parent_down(h);
+    end_pushed_streams(h);
+    restart_host_lost(h, reason);
+    return;
+  }
   relay_parent_down(h);  // a host that never came up started none of its children
   end_pushed_streams(h);
   // Its subtree is lost with it: one line names them all, and each is lost right after it.

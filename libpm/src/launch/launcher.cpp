@@ -39,6 +39,11 @@ launcher::impl::impl(launch_config c)
   for (const auto& v : req.env.base) {
     if (v.name.starts_with("OMPI_MCA_")) mca_exports.push_back(joined(v));
   }
+  if (req.restarts.max_restarts > 0) {
+    req.env.facts.max_restarts = req.restarts.max_restarts;
+    req.env.facts.restart_count = 0;
+    req.env.facts.run_id = req.restarts.run_id.empty() ? cfg.pmix_namespace : req.restarts.run_id;
+  }
 }
 
 bool launcher::impl::all_local() const {
@@ -176,9 +181,9 @@ void launcher::impl::execute(action& a) {
             send_to(x.host, link::signal_request{std::move(x.ranks), x.signo});
           }
         } else if constexpr (std::is_same_v<T, start_timer>) {
-          out->push_back(start_timer_after{x.timer, x.after});
+          out->push_back(start_timer_after{controller_timer_out(x.timer), x.after});
         } else if constexpr (std::is_same_v<T, cancel_timer>) {
-          out->push_back(cancel_timer_id{x.timer});
+          out->push_back(cancel_timer_id{controller_timer_out(x.timer)});
         } else if constexpr (std::is_same_v<T, notify_ranks>) {
           // Ranks failed, or the job is being ended, where the abort policy is off: the host's
           // agent tells its ranks with a PMIx event (docs/pmix.md, "Events"). The link keeps the
@@ -193,10 +198,19 @@ void launcher::impl::execute(action& a) {
         } else if constexpr (std::is_same_v<T, emit>) {
           out->push_back(say{std::move(x.line)});
         } else if constexpr (std::is_same_v<T, clear_leftovers>) {
-          // The ranks are gone but something they left holds their output open.
-          shutdown_agents();
+          // The ranks are gone but something they left holds their output open: the agents
+          // end it, by their shutdown, or by the restart that follows anyway.
+          if (restartable(ctl.report())) {
+            request_restart();
+          } else {
+            shutdown_agents();
+          }
         } else if constexpr (std::is_same_v<T, finish>) {
-          finish_job(std::move(x.report));
+          if (restartable(x.report)) {
+            begin_restart(std::move(x.report));
+          } else {
+            finish_job(std::move(x.report));
+          }
         }
       },
       a);
@@ -206,6 +220,11 @@ void launcher::impl::execute(action& a) {
 // the agents clear what the ranks left behind, then `finished`.
 void launcher::impl::finish_job(job_report report) {
   fill_resources(report);
+  if (req.restarts.max_restarts > 0) {
+    report.incarnations = std::move(inc.ended);
+    // Ended between two incarnations: the last one is listed already, as it failed.
+    if (!inc.between_ended) report.incarnations.push_back(summary_of(report));
+  }
   final_report = std::move(report);
   finishing = true;
   for (auto& [id, t] : timers) {
@@ -276,6 +295,11 @@ void launcher::impl::own_timer_fired(const own_timer& t) {
       tree_child[t.host].close_timer = 0;
       relay_end(t.host, {});
       return;
+    case timer_kind::restart:
+      inc.backoff_timer = 0;
+      inc.backoff_over = true;
+      maybe_start_incarnation();
+      return;
   }
 }
 
@@ -294,6 +318,7 @@ void launcher::start(link_time now, actions& out) {
     m.wants_shapes = needs_topology(m.req.mapping);
     // Spawns wait for the launch facts, and for every host's plan when hosts are planned.
     m.facts_ready = !m.wants_shapes && m.req.map.num_nodes() <= 1 && m.all_local();
+    m.inc.launch_started = m.inc.started_at = m.now;
     m.queue.push_back(job_start{});
   });
 }
@@ -360,7 +385,8 @@ void launcher::timer_fired(link_time now, std::uint64_t timer, actions& out) {
   impl_->step(now, out, [&] {
     auto& m = *impl_;
     if (timer < launcher_timers) {
-      if (!m.finishing) m.queue.push_back(pm::timer_fired{timer});
+      const auto id = m.controller_timer_in(timer);
+      if (!m.finishing && id) m.queue.push_back(pm::timer_fired{*id});
       return;
     }
     auto it = m.timers.find(timer);
@@ -415,6 +441,18 @@ void launcher::stdin_ended(link_time now, std::uint32_t host, std::uint32_t rank
 void launcher::signal(link_time now, int signo, actions& out) {
   impl_->step(now, out, [&] {
     auto& m = *impl_;
+    if (m.inc.between && (signo == SIGINT || signo == SIGTERM || signo == SIGHUP)) {
+      // No rank runs: the launch ends here, by the signal, with what the agents cleared.
+      ++m.interrupts;
+      auto r = std::move(*m.inc.failed);
+      r.cause = cause_kind::signal;
+      r.signal = signo;
+      r.exit_code = 128 + signo;
+      r.summary = "interrupted by " + signal_name(signo) + " while restarting";
+      const auto line = r.summary;
+      m.end_restarts(std::move(r), line);
+      return;
+    }
     if (signo == SIGINT || signo == SIGTERM || signo == SIGHUP) {
       // The second one escalates (the controller's SIGKILL to every rank) and waits for no agent.
       if (++m.interrupts >= 2) {
@@ -437,7 +475,20 @@ void launcher::signal(link_time now, int signo, actions& out) {
 
 void launcher::cancel(link_time now, actions& out) {
   impl_->step(now, out, [&] {
-    impl_->queue.push_back(abort_requested{std::nullopt, 1, "cancelled"});
+    auto& m = *impl_;
+    if (m.inc.between) {
+      ++m.interrupts;
+      auto r = std::move(*m.inc.failed);
+      r.cause = cause_kind::abort_requested;
+      r.signal = 0;
+      r.exit_code = 1;
+      r.failed_rank.reset();
+      r.summary = "cancelled while restarting";
+      const auto line = r.summary;
+      m.end_restarts(std::move(r), line);
+      return;
+    }
+    m.queue.push_back(abort_requested{std::nullopt, 1, "cancelled"});
   });
 }
 

@@ -180,6 +180,11 @@ struct pump_stdin {
 struct input_ready {
   std::uint32_t host;
 };
+/// The launch restarts in place (restart_policy): `ended` is the incarnation that failed
+/// (job_callbacks::on_restart). Its line follows as a `say`.
+struct restarting {
+  incarnation_report ended;
+};
 /// The job is over; every link is closed. Last action.
 struct finished {
   job_report report;
@@ -189,7 +194,7 @@ using launch_action =
     std::variant<open_host, host_established, write_host, pass_stdin, close_host, link_deadline,
                  start_timer_after, cancel_timer_id, say, rank_changed, take_pipes, output_open,
                  output_bytes, output_close, output_add_job, output_drain, pump_stdin, input_ready,
-                 finished>;
+                 restarting, finished>;
 using actions = std::vector<launch_action>;
 
 class launcher {

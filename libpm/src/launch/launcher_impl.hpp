@@ -5,6 +5,7 @@
 //   spawn_requests.cpp  launch facts, spawn requests, stdin routing, output pushed over links
 //   pmix_routing.cpp    PMIx on the launcher's side: fences, modex, spawned jobs, data store
 //   host_plans.cpp      hosts' topologies, their plans (cores, GPUs, NICs), refusals
+//   restarts.cpp        incarnations: a failed one cleared on every agent, the next started
 // Internal to libpm.
 #pragma once
 
@@ -65,6 +66,7 @@ struct launcher::impl {
     bool lost_with_parent = false;    // tree: relayed by a host that was lost
     bool abandoned = false;           // the job ended before its agent answered
     bool touched = false;             // in `touched`: its output and deadline are looked at
+    bool restart_waited = false;      // a restart request went out; its `restarted` has not come
   };
   std::vector<host_state> hosts;  // by allocation index
   std::vector<std::uint32_t> touched;
@@ -97,7 +99,7 @@ struct launcher::impl {
   std::deque<std::function<void()>> later;
 
   // The launcher's own timers.
-  enum class timer_kind : std::uint8_t { retry, loss, hurry, lookup, relay_close };
+  enum class timer_kind : std::uint8_t { retry, loss, hurry, lookup, relay_close, restart };
   struct own_timer {
     timer_kind kind;
     std::uint32_t host = 0;
@@ -185,6 +187,22 @@ struct launcher::impl {
   // Each distinct summary text read once: 100,000 identical hosts parse one (docs/gpus.md, "Cost").
   std::unordered_map<std::string_view, std::shared_ptr<const shaped>> shape_by_text;
   std::vector<std::shared_ptr<const planned>> plans;  // by host
+
+  // Restarts in place (restarts.cpp): the running incarnation and the ones that ended.
+  struct incarnations {
+    std::uint32_t number = 0;    // the running one (0: the first)
+    bool between = false;        // one failed and the next has not started
+    bool requested = false;      // this incarnation's restart requests went out
+    bool backoff_over = false;   // the wait before the next one is over
+    bool between_ended = false;  // the launch ended between two (its last one listed already)
+    std::uint32_t waiting = 0;   // agents whose `restarted` has not come
+    std::uint64_t backoff_timer = 0;
+    std::uint16_t next_port = 0;       // rank 0's host's answer: the next MASTER_PORT
+    link_time started_at{};            // the running incarnation's start
+    link_time launch_started{};        // --timeout counts from here, over every incarnation
+    std::optional<job_report> failed;  // the one that failed, until the next starts
+    std::vector<incarnation_report> ended;
+  } inc;
 
   // ---- launcher.cpp ----
   template <class F>
@@ -274,6 +292,20 @@ struct launcher::impl {
   void refuse(const std::string& line);
   void add_binding(std::uint32_t rank, link::rank_spec& s) const;
   void fill_resources(job_report& report) const;
+
+  // ---- restarts.cpp ----
+  bool restartable(const job_report& r) const;
+  void request_restart();
+  void begin_restart(job_report r);
+  void on_restarted(std::uint32_t h, const link::restarted& r);
+  void restart_host_lost(std::uint32_t h, const std::string& reason);
+  void end_restarts(job_report r, const std::string& line);
+  void maybe_start_incarnation();
+  void start_incarnation();
+  incarnation_report summary_of(const job_report& r) const;
+  std::string namespace_of(std::uint32_t incarnation) const;
+  std::uint64_t controller_timer_out(std::uint64_t id) const;
+  std::optional<std::uint64_t> controller_timer_in(std::uint64_t id) const;
 
   // ---- pmix_routing.cpp ----
   void start_pmix();

@@ -10,7 +10,8 @@
 namespace pm::launch {
 
 void launcher::impl::start_pmix() {
-  pmix_facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(req.map, cfg.pmix_namespace, 0));
+  pmix_facts =
+      agent::pmix::pmix_job_of(agent::pmix::make_job_info(req.map, namespace_of(inc.number), 0));
   fences.emplace(req.map, [this](std::uint32_t process) -> std::optional<std::uint32_t> {
     if (process < ctl.size()) return ctl.host_of(process);
     return std::nullopt;

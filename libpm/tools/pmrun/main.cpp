@@ -238,6 +238,7 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   request.pmix = options.pmix;
   request.control.timeout = options.timeout;
   request.control.kill_grace = options.kill_grace;
+  request.restarts.max_restarts = options.max_restarts;
   request.output.tag = options.tag_output;
   request.output.timestamp = options.timestamp_output;
   request.output.merge_stderr = options.merge_stderr;

@@ -129,7 +129,9 @@ struct run_result {
   run_stats stats;
   std::vector<host_loss> hosts_lost;    ///< in the order the launcher noticed them
   std::vector<agent_loss> agents_lost;  ///< in the order the agents noticed
-  std::string replay;                   ///< the command that replays this run
+  /// The incarnations the launcher restarted (scenario::restarts), in order (restarting actions).
+  std::vector<incarnation_report> restarts;
+  std::string replay;  ///< the command that replays this run
 
   /// Seed, verdict, problems and the replay command, as a message for a failed test.
   std::string explain() const;
