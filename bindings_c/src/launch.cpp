@@ -117,6 +117,13 @@ pm::job_callbacks callbacks(pm_run& run) {
   };
   if (run.options.on_rank_state != nullptr)
     cb.on_rank_state = [&run](const pm::rank_report& rank) { report_state_change(run, rank); };
+  if (run.options.on_restart != nullptr) {
+    cb.on_restart = [&run](const pm::incarnation_report& ended) {
+      run.line.assign(ended.summary);
+      run.options.on_restart(ended.number, ended.exit_code, run.line.c_str(),
+                             run.options.user_data);
+    };
+  }
   cb.on_finish = [&run](const pm::job_report& report) {
     run.final_report = std::make_unique<pm_report>(pm_report{report});
     // Every change was reported as it happened; this only catches what the runner does not
@@ -200,7 +207,10 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
     check_local(*map);
 
     auto run = std::make_unique<pm_run>();
-    run->options = *options;
+    // A version 1 caller's struct ends before the restart fields: copy only what it has.
+    std::memcpy(&run->options, options,
+                options->version >= 2 ? sizeof(pm_run_options)
+                                      : offsetof(pm_run_options, max_restarts));
     run->size = map->map.size();
     run->seen.assign(run->size, pm::rank_state::pending);
 
@@ -219,6 +229,7 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
     request.output.stderr_fd = options->stderr_fd;
     if (options->on_output != nullptr) request.output.sink = sink(*run);
     if (options->agent_path != nullptr) request.agent_path = options->agent_path;
+    request.restarts.max_restarts = run->options.max_restarts;
 
     run->requests.fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (run->requests.fd < 0)

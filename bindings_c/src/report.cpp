@@ -37,6 +37,16 @@ void pm_report_destroy(pm_report* report) {
   delete report;
 }
 
+int pm_report_restarts(const pm_report* report, uint32_t* out) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "report", report);
+    require(fn, "out", out);
+    const auto& i = report->value.incarnations;
+    *out = i.empty() ? 0 : static_cast<uint32_t>(i.size() - 1);
+    return PM_OK;
+  });
+}
+
 int pm_report_read(const pm_report* report, pm_report_info* out) {
   return guard(__func__, [&](const char* fn) {
     require(fn, "report", report);

@@ -665,6 +665,61 @@ static void no_stale_error_after_reentrant_failure(void) {
   pm_map_destroy(map);
 }
 
+/* Restarts in place (pm_run_options version 2): rank 1 fails in incarnation 0 only; the job
+ * restarts once and succeeds; on_restart names the failed incarnation; the report counts it. */
+typedef struct restarts_seen {
+  int calls;
+  uint32_t ended;
+  int exit_code;
+  char summary[256];
+} restarts_seen;
+
+static void on_restart(uint32_t ended, int exit_code, const char* summary, void* user_data) {
+  restarts_seen* r = user_data;
+  ++r->calls;
+  r->ended = ended;
+  r->exit_code = exit_code;
+  snprintf(r->summary, sizeof r->summary, "%s", summary);
+}
+
+static void restart_in_place(void) {
+  const char* argv[] = {"/bin/sh", "-c",
+                        "[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ] && exit 7; "
+                        "[ \"$TORCHELASTIC_MAX_RESTARTS\" = 2 ] || exit 9; exit 0",
+                        NULL};
+  pm_map* map = local_map(3, argv, NULL);
+  restarts_seen seen;
+  memset(&seen, 0, sizeof seen);
+  pm_run_options o = PM_RUN_OPTIONS_INIT;
+  o.max_restarts = 2;
+  o.on_restart = on_restart;
+  o.user_data = &seen;
+  pm_report* report = NULL;
+  CHECK_OK(pm_launch(&report, map, &o));
+  pm_report_info info = PM_REPORT_INFO_INIT;
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.exit_code == 0);
+  uint32_t restarts = 99;
+  CHECK_OK(pm_report_restarts(report, &restarts));
+  CHECK(restarts == 1);
+  CHECK(seen.calls == 1 && seen.ended == 0 && seen.exit_code == 7);
+  CHECK_CONTAINS(seen.summary, "rank 1 on ");
+  CHECK_CONTAINS(seen.summary, "exited with code 7");
+  pm_report_destroy(report);
+
+  /* A version 1 caller (before restarts) still runs, and never restarts; without restarts the
+   * ranks get no TORCHELASTIC_* variables (so every rank exits 9 here). */
+  pm_run_options v1 = PM_RUN_OPTIONS_INIT;
+  v1.version = 1;
+  CHECK_OK(pm_launch(&report, map, &v1));
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.exit_code == 9);
+  CHECK_OK(pm_report_restarts(report, &restarts));
+  CHECK(restarts == 0);
+  pm_report_destroy(report);
+  pm_map_destroy(map);
+}
+
 int main(int argc, char** argv) {
   CHECK(argc == 2);
   payload = argv[1];
@@ -676,6 +731,7 @@ int main(int argc, char** argv) {
   output_to_descriptors();
   launched_environment();
   no_stale_error_after_reentrant_failure();
+  restart_in_place();
   printf("c_launch_test: ok\n");
   return 0;
 }

@@ -369,6 +369,8 @@ PM_C_API int pm_report_read(const pm_report* report, pm_report_info* out);
 PM_C_API int pm_report_rank(const pm_report* report, uint32_t rank, pm_rank_info* out);
 /* Rank `rank`'s cores, GPUs and NIC; the strings and the array live as long as the report. */
 PM_C_API int pm_report_resources(const pm_report* report, uint32_t rank, pm_rank_resources* out);
+/* How many times the run restarted in place (pm_run_options.max_restarts; 0 without restarts). */
+PM_C_API int pm_report_restarts(const pm_report* report, uint32_t* out);
 /* The JSON report (schema in docs/failure-semantics.md); free with pm_free. */
 PM_C_API int pm_report_json(char** out, const pm_report* report);
 /* "rank_failed", "exited", ...: the names the JSON report uses ("unknown" for other values). */
@@ -397,6 +399,11 @@ typedef void (*pm_message_fn)(const char* line, void* user_data);
 typedef void (*pm_rank_state_fn)(const pm_rank_info* rank, void* user_data);
 /* The job ended; `report` is final and valid only during the call (pm_run_report copies it). */
 typedef void (*pm_finish_fn)(const pm_report* report, void* user_data);
+/* The job restarts in place (pm_run_options.max_restarts): incarnation `ended` (0, 1, ...) failed
+ * with `exit_code` and `summary` (its failure's line, valid only during the call); incarnation
+ * ended + 1 starts once every rank of it is gone (docs/resilience.md). */
+typedef void (*pm_restart_fn)(uint32_t ended, int exit_code, const char* summary,
+                              void* user_data);
 
 typedef struct pm_run_options {
   unsigned version;
@@ -414,10 +421,15 @@ typedef struct pm_run_options {
   pm_finish_fn on_finish;
   void* user_data;        /* passed to every callback */
   const char* agent_path; /* pmd; NULL: $PM_AGENT, next to the program or libpm-c, or $PATH */
+  /* Version 2: restarts in place (pmrun --max-restarts, docs/resilience.md). On a failure every
+   * rank stops, then the whole job starts again on the same agents, up to max_restarts times for
+   * the run (0: never); the report's exit code is the last incarnation's. */
+  uint32_t max_restarts;
+  pm_restart_fn on_restart; /* NULL: not told (on_message still gets the restart's line) */
 } pm_run_options;
-#define PM_RUN_OPTIONS_VERSION 1
+#define PM_RUN_OPTIONS_VERSION 2
 #define PM_RUN_OPTIONS_INIT \
-  { PM_RUN_OPTIONS_VERSION, 0, 0, 0, 0, 0, 1, 2, NULL, NULL, NULL, NULL, NULL, NULL }
+  { PM_RUN_OPTIONS_VERSION, 0, 0, 0, 0, 0, 1, 2, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL }
 
 /* Checks and starts the job: every app's program is resolved first (PM_E_NOT_FOUND,
  * PM_E_NOT_EXECUTABLE: nothing starts). The local transport runs jobs whose ranks are all on the
