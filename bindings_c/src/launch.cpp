@@ -208,9 +208,9 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
 
     auto run = std::make_unique<pm_run>();
     // A version 1 caller's struct ends before the restart fields: copy only what it has.
-    std::memcpy(&run->options, options,
-                options->version >= 2 ? sizeof(pm_run_options)
-                                      : offsetof(pm_run_options, max_restarts));
+    std::memcpy(
+        &run->options, options,
+        options->version >= 2 ? sizeof(pm_run_options) : offsetof(pm_run_options, max_restarts));
     run->size = map->map.size();
     run->seen.assign(run->size, pm::rank_state::pending);
 

@@ -18,6 +18,10 @@
  *   stop                   send itself SIGSTOP
  *   stamp FILE             write CLOCK_MONOTONIC in nanoseconds to FILE (benchmarks)
  *   if-rank R              skip the next step unless this is rank R
+ *   if-restart K           skip the next step unless TORCHELASTIC_RESTART_COUNT is K (a job
+ *                          restarted in place, docs/resilience.md; unset counts as 0)
+ * A skipped step that is itself an if-... skips the step it guards too: "if-restart 0 if-rank 2
+ * exit 7" exits only in rank 2 of the first incarnation.
  * The rank is read from OMPI_COMM_WORLD_RANK (for flood lines and messages).
  */
 #define _GNU_SOURCE
@@ -30,6 +34,21 @@
 #include <unistd.h>
 
 extern char** environ;
+
+/* The index of the last word of the step at argv[i] (its arguments; a condition's guarded step). */
+static int step_end(int argc, char** argv, int i) {
+  if (i >= argc) return argc - 1;
+  const char* step = argv[i];
+  if (strcmp(step, "if-rank") == 0 || strcmp(step, "if-restart") == 0) {
+    return step_end(argc, argv, i + 2);
+  }
+  int args = strcmp(step, "flood") == 0 ? 2
+             : (strcmp(step, "ignore-term") == 0 || strcmp(step, "env-all") == 0 ||
+                strcmp(step, "cat") == 0 || strcmp(step, "pid") == 0 || strcmp(step, "stop") == 0)
+                 ? 0
+                 : 1;
+  return i + args < argc ? i + args : argc - 1;
+}
 
 static void write_all(int fd, const char* buf, size_t len) {
   while (len > 0) {
@@ -145,18 +164,10 @@ int main(int argc, char** argv) {
       if (f == NULL) return 98;
       fprintf(f, "%lld\n", (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
       fclose(f);
-    } else if (strcmp(step, "if-rank") == 0 && arg) {
-      if (strcmp(rank, argv[++i]) != 0) {
-        /* skip the next step and its arguments */
-        const char* next = i + 1 < argc ? argv[i + 1] : "";
-        int args = strcmp(next, "flood") == 0 ? 2
-                   : (strcmp(next, "ignore-term") == 0 || strcmp(next, "env-all") == 0 ||
-                      strcmp(next, "cat") == 0 || strcmp(next, "pid") == 0 ||
-                      strcmp(next, "stop") == 0)
-                       ? 0
-                       : 1;
-        i += 1 + args;
-      }
+    } else if ((strcmp(step, "if-rank") == 0 || strcmp(step, "if-restart") == 0) && arg) {
+      const char* restart = getenv("TORCHELASTIC_RESTART_COUNT");
+      const char* have = strcmp(step, "if-rank") == 0 ? rank : (restart ? restart : "0");
+      if (strcmp(have, argv[++i]) != 0) i = step_end(argc, argv, i + 1); /* skip the next step */
     } else if (strcmp(step, "stop") == 0) {
       raise(SIGSTOP);
     } else {

@@ -402,8 +402,7 @@ typedef void (*pm_finish_fn)(const pm_report* report, void* user_data);
 /* The job restarts in place (pm_run_options.max_restarts): incarnation `ended` (0, 1, ...) failed
  * with `exit_code` and `summary` (its failure's line, valid only during the call); incarnation
  * ended + 1 starts once every rank of it is gone (docs/resilience.md). */
-typedef void (*pm_restart_fn)(uint32_t ended, int exit_code, const char* summary,
-                              void* user_data);
+typedef void (*pm_restart_fn)(uint32_t ended, int exit_code, const char* summary, void* user_data);
 
 typedef struct pm_run_options {
   unsigned version;

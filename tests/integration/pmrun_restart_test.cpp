@@ -1,0 +1,155 @@
+// pmrun --max-restarts with real processes (docs/resilience.md): a failed incarnation is cleared
+// on the agent (its ranks and what they left), the next one runs on the same agent with fresh
+// variables, the budget is the launch's, and what is never restarted is not.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "support/command.hpp"
+#include "support/processes.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using pm::test::run_command;
+
+std::vector<std::string> job(std::vector<std::string> args, const std::vector<std::string>& steps) {
+  args.insert(args.begin(), {pm::test::pmrun_path(), "--allow-run-as-root"});
+  args.push_back(pm::test::payload_path());
+  args.insert(args.end(), steps.begin(), steps.end());
+  return args;
+}
+
+std::size_t count(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+struct scratch {
+  std::filesystem::path dir;
+  scratch() {
+    char t[] = "/tmp/pm-restart-XXXXXX";
+    dir = ::mkdtemp(t);
+  }
+  ~scratch() { std::filesystem::remove_all(dir); }
+  std::string file(const std::string& name) const { return (dir / name).string(); }
+};
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// Incarnation 0: rank 2 exits 7, and every rank leaves a grandchild that holds its output open
+// and a daemon (setsid) behind. Incarnation 1: rank 0 exits 5. Incarnation 2 succeeds. Nothing of
+// an earlier incarnation outlives it: the run ends at once (the grandchildren held the output), and
+// every pid any incarnation printed is gone.
+TEST(PmrunRestart, TheJobRestartsInPlaceUntilAnIncarnationSucceeds) {
+  scratch s;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command(job({"-np", "4", "--max-restarts", "3", "--report", s.file("r.json")},
+                           {"pid",        "env",        "TORCHELASTIC_RESTART_COUNT",
+                            "if-restart", "0",          "grandchild",
+                            "30",         "if-restart", "0",
+                            "daemon",     "30",         "if-restart",
+                            "0",          "if-rank",    "2",
+                            "exit",       "7",          "if-restart",
+                            "1",          "if-rank",    "0",
+                            "exit",       "5",          "if-restart",
+                            "0",          "sleep",      "30",
+                            "echo",       "done"}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("pmrun: restarting the job \\(1 of 3\\): rank 2 on \\S+ exited with "
+                        "code 7\n")))
+      << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("pmrun: restarting the job \\(2 of 3\\): rank 0 on \\S+ exited with "
+                        "code 5\n")))
+      << r.err;
+  EXPECT_EQ(count(r.err, "restarting the job"), 2u) << r.err;
+  EXPECT_EQ(count(r.out, "done\n"), 4u) << r.out;  // the last incarnation, every rank
+  for (const auto* inc : {"=0\n", "=1\n", "=2\n"}) {
+    EXPECT_GE(count(r.out, std::string("TORCHELASTIC_RESTART_COUNT") + inc), 1u) << r.out;
+  }
+  auto pids = pm::test::printed_pids(r.out, "pid");
+  const auto left = pm::test::printed_pids(r.out, "grandchild");
+  const auto daemons = pm::test::printed_pids(r.out, "daemon");
+  EXPECT_EQ(left.size(), 4u) << r.out;
+  EXPECT_EQ(daemons.size(), 4u) << r.out;
+  EXPECT_GE(pids.size(), 12u - 3u);  // ranks killed early may not have printed
+  EXPECT_EQ(std::set<pid_t>(pids.begin(), pids.end()).size(), pids.size());  // new processes
+  pids.insert(pids.end(), left.begin(), left.end());
+  pids.insert(pids.end(), daemons.begin(), daemons.end());
+  EXPECT_TRUE(pm::test::all_gone(pids, 2s));
+
+  const auto report = read_json(s.file("r.json"));
+  EXPECT_EQ(report["exit_code"], 0);
+  EXPECT_EQ(report["restarts"], 2);
+  ASSERT_EQ(report["incarnations"].size(), 3u);
+  EXPECT_EQ(report["incarnations"][0]["exit_code"], 7);
+  EXPECT_EQ(report["incarnations"][0]["cause"], "rank_failed");
+  EXPECT_EQ(report["incarnations"][0]["failed_rank"], 2);
+  EXPECT_EQ(report["incarnations"][1]["exit_code"], 5);
+  EXPECT_EQ(report["incarnations"][1]["failed_rank"], 0);
+  EXPECT_EQ(report["incarnations"][2]["cause"], "none");
+}
+
+TEST(PmrunRestart, TheBudgetIsTheLaunchsAndTheLastFailureDecides) {
+  scratch s;
+  auto r = run_command(job({"-np", "2", "--max-restarts", "2", "--report", s.file("r.json")},
+                           {"if-rank", "1", "exit", "7", "sleep", "30"}));
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_EQ(count(r.err, "restarting the job"), 2u) << r.err;
+  EXPECT_NE(r.err.find("(2 of 2)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("(3 of 2)"), std::string::npos) << r.err;
+  const auto report = read_json(s.file("r.json"));
+  EXPECT_EQ(report["restarts"], 2);
+  EXPECT_EQ(report["incarnations"].size(), 3u);
+  EXPECT_EQ(report["cause"], "rank_failed");
+}
+
+TEST(PmrunRestart, AProgramThatCannotStartOrAnInterruptIsNotRestarted) {
+  auto missing = run_command({pm::test::pmrun_path(), "--allow-run-as-root", "-np", "2",
+                              "--max-restarts", "3", "/no/such/program"});
+  EXPECT_EQ(missing.exit_code, 127);
+  EXPECT_EQ(missing.err.find("restarting"), std::string::npos) << missing.err;
+
+  scratch s;
+  pm::test::background b(job({"-np", "2", "--max-restarts", "3", "--report", s.file("r.json")},
+                             {"pid", "sleep", "30"}));
+  b.wait_lines(2);
+  const auto pids = pm::test::printed_pids(b.text, "pid");
+  ASSERT_EQ(pids.size(), 2u) << b.text;
+  ::kill(b.pid, SIGINT);
+  const int status = b.wait_status();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+  EXPECT_TRUE(pm::test::all_gone(pids, 2s));
+  const auto report = read_json(s.file("r.json"));
+  EXPECT_EQ(report["cause"], "signal");
+  EXPECT_EQ(report["restarts"], 0);
+}
+
+TEST(PmrunRestart, PerRankFilesKeepEveryIncarnationsOutput) {
+  scratch s;
+  auto r = run_command(
+      job({"-np", "2", "--max-restarts", "1", "--output-filename", s.file("out")},
+          {"env", "TORCHELASTIC_RESTART_COUNT", "if-restart", "0", "if-rank", "1", "exit", "3"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(s.file("out/1/rank.1/stdout"));
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "TORCHELASTIC_RESTART_COUNT=0\nTORCHELASTIC_RESTART_COUNT=1\n");
+}
+
+}  // namespace
