@@ -3,7 +3,7 @@
 
 Every round runs each contender once, in a shuffled order; figures are medians of the ratios taken
 within a round (the machines are shared and noisy: absolute times drift, ratios hold).
-Usage: peers_bench.py BUILD_DIR [--rounds R] [--only launch,abort,output,memory]
+Usage: peers_bench.py BUILD_DIR [--rounds R] [--only launch,abort,output,memory,restart]
 """
 import argparse
 import os
@@ -250,11 +250,54 @@ def bench_memory(build, rounds):
         print(f"| {name} | {statistics.median(peaks[name]):.1f} |")
 
 
+def bench_restart(build, rounds):
+    """Restarts in place (docs/resilience.md) against a fresh launch, in the same rounds: a fresh
+    `pmrun -np N` whose ranks exit 0, from its start to its exit; and a job whose rank 0 fails at
+    once in incarnation 0 (`--max-restarts 1`), from rank 0's stamp just before its exit 7 to
+    pmrun's exit (the abort, every agent clearing the incarnation, incarnation 1 started and
+    ended). Both include the ranks' run and the teardown; the restart has no agent start."""
+    print("\n## Restart in place: -np N, rank 0 fails once (failure -> pmrun exit) vs a fresh "
+          "launch (start -> exit)")
+    payload = find(build, "tests/pm_payload")
+    pmrun = find(build, "bin/pmrun")
+    print("| N | fresh ms | restart ms | restart / fresh |")
+    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        stamp = os.path.join(tmp, "stamp")
+        for n in (8, 128):
+            fresh_argv = [pmrun, "--allow-run-as-root", "-np", str(n), payload, "exit", "0"]
+            restart_argv = [pmrun, "--allow-run-as-root", "-np", str(n), "--max-restarts", "1",
+                            payload, "if-restart", "0", "if-rank", "0", "stamp", stamp,
+                            "if-restart", "0", "if-rank", "0", "exit", "7"]
+            fresh, restart, ratios = [], [], []
+            for _ in range(rounds):
+                f, rc = timed(fresh_argv)
+                if f is None or rc != 0:
+                    continue
+                if os.path.exists(stamp):
+                    os.unlink(stamp)
+                proc = subprocess.Popen(restart_argv, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                if not wait_exact(proc, HANG_S) or proc.returncode != 0:
+                    continue
+                end = time.monotonic_ns()
+                with open(stamp) as fh:
+                    r = (end - int(fh.read())) / 1e9
+                fresh.append(f)
+                restart.append(r)
+                ratios.append(r / f)
+            if ratios:
+                print(f"| {n} | {statistics.median(fresh) * 1000:.1f} | "
+                      f"{statistics.median(restart) * 1000:.1f} | {statistics.median(ratios):.2f}x |")
+            else:
+                print(f"| {n} | - | - | no round completed |")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("build")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--only", default="launch,abort,output,memory")
+    parser.add_argument("--only", default="launch,abort,output,memory,restart")
     parser.add_argument("--output-mib", type=int, default=64)
     args = parser.parse_args()
     random.seed(1)
@@ -268,6 +311,8 @@ def main():
         bench_output(args.build, max(3, args.rounds // 2), args.output_mib)
     if "memory" in only:
         bench_memory(args.build, max(3, args.rounds // 2))
+    if "restart" in only:
+        bench_restart(args.build, args.rounds)
 
 
 if __name__ == "__main__":
