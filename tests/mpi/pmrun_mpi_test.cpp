@@ -76,6 +76,41 @@ TEST_F(PmrunMpi, MpmdAppsKnowTheirAppNumber) {
   expect_nothing_left();
 }
 
+// Restarts in place (docs/resilience.md): Open MPI's MPI_Abort in incarnation 0, then the same
+// ranks allreduce as one new job (a fresh namespace); mpi4py likewise after a rank that left
+// without MPI_Finalize.
+TEST_F(PmrunMpi, AJobRestartedInPlaceRunsAsOneNewJob) {
+  auto r = pmrun({"-np", "4", "--max-restarts", "1", "/bin/sh", "-c",
+                  "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then exec " + mpi_dir +
+                      "/mpi_abort 1; else exec " + mpi_dir + "/mpi_allreduce; fi"},
+                 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("restarting the job (1 of 1): rank 1 on "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("MPI_Abort"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 5) << r.out;  // the abort line + 4
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(r.out.find("allreduce rank " + std::to_string(rank) + " size 4 sum 10"),
+              std::string::npos)
+        << r.out;
+  }
+  expect_nothing_left();
+
+  r = pmrun({"-np", "3", "--max-restarts", "2", python, PM_MPI_SOURCE_DIR "/mpi_restart.py"}, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("restarting the job (1 of 2): rank 1 on "), std::string::npos) << r.err;
+  std::set<std::string> nspaces;
+  std::smatch m;
+  const std::regex line("incarnation 1 rank (\\d) size 3 sum 6 nspace (\\S+)");
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    nspaces.insert((*it)[2]);
+  }
+  ASSERT_EQ(nspaces.size(), 1u) << r.out;  // one job: every rank in one namespace
+  EXPECT_TRUE(nspaces.begin()->ends_with(".r1")) << *nspaces.begin();
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3) << r.out;
+  expect_nothing_left();
+}
+
 TEST_F(PmrunMpi, MpiAbortEndsTheJobWithItsStatusAndNamesTheRank) {
   // Rank 1 aborts; the others wait in a barrier it never joins: only the launcher ends them.
   const auto r = pmrun({"-np", "4", mpi_dir + "/mpi_abort", "1"}, 60s);
