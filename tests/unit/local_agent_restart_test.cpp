@@ -23,6 +23,7 @@ namespace pm {
 namespace {
 
 using namespace local_agent_support;
+using namespace std::chrono_literals;
 
 // Gone for good: not even a zombie (the agent reaped it, or its reaper did).
 bool reaped(pid_t pid) {
@@ -163,6 +164,45 @@ TEST(LocalAgent, ARestartGivesTheRanksTheNewPmixNamespace) {
   ASSERT_TRUE(s.run_until([&] { return done(2); }));
   EXPECT_EQ(s.got.output[std::make_pair(0u, output_stream::out)],
             "PMIX_NAMESPACE=pmrun.9.a\nPMIX_NAMESPACE=pmrun.9.b\n");
+  EXPECT_EQ(s.shutdown(), "");
+}
+
+// With a running PMIx server: the rank of each incarnation connects (PMIx_Init) under its own
+// namespace, so the server dropped the one before and registered the next (pmix_touch, built
+// with the MPI tests, is a bare PMIx client).
+TEST(LocalAgent, EachIncarnationsRankReachesThePmixServerUnderItsNamespace) {
+  const std::string touch = std::string(PM_BINARY_DIR) + "/tests/mpi/pmix_touch";
+  if (!std::filesystem::exists(touch)) GTEST_SKIP() << "no " << touch << " (no PMIx)";
+  session_options o;
+  o.pipes = true;
+  agent_session s(o);
+  link::app_spec app;
+  app.argv = {"/bin/sh", "-c", "echo ns $PMIX_NAMESPACE; exec " + touch};
+  auto setup = job({app}, true);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  setup.pmix = link::pmix_job{"pmrun.9.a", 1, 0, {host}, {0}, {0}, {0}, "", 0};
+  s.connect(setup);
+  const auto done = [&](std::size_t n) {
+    return s.got.count<link::ended_rank>() == n && s.got.count<link::closed_stream>() == 2 * n;
+  };
+  std::string expected;
+  for (std::uint32_t incarnation = 0; incarnation < 3; ++incarnation) {
+    const std::string nspace = std::string("pmrun.9.") + static_cast<char>('a' + incarnation);
+    if (incarnation > 0) {
+      auto next = *setup.pmix;
+      next.nspace = nspace;
+      s.send(link::restart_request{incarnation, next});
+      ASSERT_TRUE(s.run_until([&] { return s.got.count<link::restarted>() == incarnation; }));
+    }
+    s.send(spawn_of({rank_of(0)}));
+    ASSERT_TRUE(s.run_until([&] { return done(incarnation + 1); }, 10s))
+        << s.got.output[std::make_pair(0u, output_stream::err)];
+    EXPECT_EQ(s.got.all<link::ended_rank>().back().status, exit_status::exited(0))
+        << s.got.output[std::make_pair(0u, output_stream::err)];
+    expected += "ns " + nspace + "\ntouch rank 0 size 1\n";
+    EXPECT_EQ(s.got.output[std::make_pair(0u, output_stream::out)], expected);
+  }
   EXPECT_EQ(s.shutdown(), "");
 }
 
