@@ -252,6 +252,9 @@ void world::sweep_ranks(std::uint32_t host) {
 }
 
 // A restart is complete: the host's ranks can be started again (a spawned job's are gone).
+// Not yet handled (for whoever drives restarts from the launcher's side): an event an old
+// process still has queued (its script's end or next step) names its rank only, so it would
+// reach the new process of that rank; processes need an incarnation in their events first.
 void world::forget_ranks(std::uint32_t host) {
   for (auto rank : map_.ranks_on_host(host)) {
     auto& p = procs_[rank];
