@@ -48,7 +48,7 @@ build() {
 ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_test
   link_endpoint_test link_messages_test command_line_test hostfile_test host_list_test slurm_test
   pbs_test output_forwarder_test output_forwarder_pushed_test output_forwarder_prompt_test
-  line_assembler_test job_runner_test local_agent_test local_agent_link_test
+  line_assembler_test job_runner_test local_agent_test local_agent_link_test local_agent_restart_test
   srun_transport_test fuzz_regressions_test pmd pm_payload
   pmrun pmrun_compat_test pmrun_failure_test pmrun_map_test pmrun_output_test
   pmrun_output_modes_test pmrun_status_test

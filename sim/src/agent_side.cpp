@@ -162,6 +162,9 @@ void world::carry_out_agent(std::uint32_t host, agent::action& a) {
                  // event (after this step, never nested).
                  [&](agent::sweep&) { sweeps_due_.push_back(host); },
                  [&](agent::exit_agent& x) { agent_exits(host, x.code); },
+                 // A restart's: after this step too (pmd's turn), and what it forgets, at once.
+                 [&](agent::sweep_ranks&) { rank_sweeps_due_.push_back(host); },
+                 [&](agent::forget_ranks&) { forget_ranks(host); },
              },
              a);
 }

@@ -220,6 +220,9 @@ void world::carry_out_pmix(std::uint32_t host, agent::pmix_action& a) {
           [&](agent::pmix_register_job&) {},
           [&](agent::pmix_host_named&) {},
           [&](agent::pmix_notify_ranks&) {},
+          // A restart: the server's namespaces change (its ranks are gone, their requests failed
+          // just before); it keeps running.
+          [&](agent::pmix_restart&) { servers_[host].fencing.clear(); },
       },
       a);
 }

@@ -202,6 +202,11 @@ void world::deliver_signal(std::uint32_t rank, int signo) {
 // An agent's sweep: SIGKILL to everything of the job left on its host (leftovers too), then
 // swept{0} — as pmd's sweep, which kills and reaps every child, in one turn.
 void world::run_sweeps() {
+  while (!rank_sweeps_due_.empty()) {
+    std::vector<std::uint32_t> due;
+    due.swap(rank_sweeps_due_);
+    for (const auto host : due) sweep_ranks(host);
+  }
   for (std::size_t i = 0; i < sweeps_due_.size(); ++i) {
     const auto host = sweeps_due_[i];
     auto& h = hosts_[host];
@@ -221,6 +226,43 @@ void world::run_sweeps() {
     feed_agent(host, agent::swept{h.children.size()});  // may ask again: appended, run below
   }
   sweeps_due_.clear();
+}
+
+// A restart's sweep (pm::agent::sweep_ranks): SIGKILL to everything of the ranks left on the host
+// (leftovers too; the child agents' carriers stay), every leader's end said (a missed one too, as
+// pmd's sweep looks at each leader before it reaps it), then ranks_swept{0, a port}.
+void world::sweep_ranks(std::uint32_t host) {
+  auto& h = hosts_[host];
+  if (h.crashed || !h.agent || h.agent_done) return;
+  for_ranks_on_host(host, [&](std::uint32_t rank) {
+    auto& p = procs_[rank];
+    die(rank, exit_status::signaled(SIGKILL));
+    if (p.state == pstate::dead && (p.flags & f_lost_exit) != 0) {  // a duplicate is ignored
+      feed_agent(host, agent::rank_exited{rank, exit_status::signaled(SIGKILL)});
+    }
+    if ((p.flags & leftover_alive) != 0) {
+      p.flags = static_cast<std::uint8_t>(p.flags & ~leftover_alive);
+      --leftovers_alive_;
+      close_streams(rank);
+    }
+  });
+  // A deterministic port per restart, as a free one would be.
+  const auto port = static_cast<std::uint16_t>(42000 + restart_ports_++ % 20000);
+  feed_agent(host, agent::ranks_swept{0, port});
+}
+
+// A restart is complete: the host's ranks can be started again (a spawned job's are gone).
+// Not yet handled (for whoever drives restarts from the launcher's side): an event an old
+// process still has queued (its script's end or next step) names its rank only, so it would
+// reach the new process of that rank; processes need an incarnation in their events first.
+void world::forget_ranks(std::uint32_t host) {
+  for (auto rank : map_.ranks_on_host(host)) {
+    auto& p = procs_[rank];
+    if (p.state == pstate::none || p.state == pstate::spawning) continue;
+    p.state = pstate::none;
+    p.streams = 0;
+  }
+  spawned_on_.erase(host);
 }
 
 // A script's step: its streams close early (0), it calls abort (1), or it makes its next PMIx

@@ -313,6 +313,8 @@ class world {
   void die(std::uint32_t rank, exit_status status);
   void deliver_signal(std::uint32_t rank, int signo);
   void run_sweeps();
+  void sweep_ranks(std::uint32_t host);
+  void forget_ranks(std::uint32_t host);
 
   // ---- faults.cpp ----
   void plan(const fault& f);
@@ -363,9 +365,11 @@ class world {
   std::vector<link::link_event> link_events_;
   batch_pool<batch_entry> batch_pool_;                              // spawns and reactions
   std::vector<batch_entry> spawn_batch_, kill_batch_, term_batch_;  // of one agent step
-  std::vector<std::uint32_t> sweeps_due_;  // hosts whose agent asked for a sweep in this event
-  std::vector<std::uint32_t> touched_;     // hosts whose link ends were used in this event
-  std::vector<std::uint32_t> chain_;       // pull(): a host's starters, nearest first
+  std::vector<std::uint32_t> sweeps_due_;       // hosts whose agent asked for a sweep in this event
+  std::vector<std::uint32_t> rank_sweeps_due_;  // likewise, a restart's sweep (sweep_ranks)
+  std::uint32_t restart_ports_ = 0;             // ports handed out by restarts' sweeps
+  std::vector<std::uint32_t> touched_;          // hosts whose link ends were used in this event
+  std::vector<std::uint32_t> chain_;            // pull(): a host's starters, nearest first
   // Agent events that actions produced, fed after the batch that produced them (pmd's pending_).
   std::vector<std::pair<std::uint32_t, agent::host_event>> agent_backlog_;
   bool in_agent_step_ = false;

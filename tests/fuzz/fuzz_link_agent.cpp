@@ -85,6 +85,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         latest_timer = t->timer;
       } else if (std::holds_alternative<agent::sweep>(a)) {
         feed(now, agent::swept{0});
+      } else if (std::holds_alternative<agent::sweep_ranks>(a)) {
+        feed(now, agent::ranks_swept{0, 1});  // a restart: nothing left, a port
       } else if (auto* sig = std::get_if<agent::signal_group>(&a)) {
         check(sig->pgid > 0, "the agent signals a process group it never started");
         if (sig->signo == SIGKILL || sig->signo == SIGTERM) {

@@ -33,8 +33,8 @@ struct harness {
     return j;
   }
   // setup + spawn of `n` ranks with pids 100+rank; returns nothing.
-  void start(std::uint32_t n) {
-    msg(setup());
+  void start(std::uint32_t n, ch::job_setup j = setup()) {
+    msg(std::move(j));
     ch::spawn_request s;
     for (std::uint32_t r = 0; r < n; ++r) s.ranks.push_back(spec(r));
     msg(s);
@@ -355,6 +355,205 @@ TEST(Agent, AJobAddedOutOfOrderIsAProtocolError) {
   const auto a = h.msg(ch::job_add{2, 1, 1, {ch::app_spec{{"child"}, "", {}}}, std::nullopt});
   EXPECT_EQ(sent(a),
             (std::vector<ch::message>{ch::agent_error{"'job_add' of job 2 out of order"}}));
+}
+
+// ---- restarts in place (docs/agent.md, "Restarts") ----
+
+// A job whose output is forwarded (2 streams per rank): the restart waits for those too.
+ch::job_setup forwarded_setup() {
+  auto j = harness::setup();
+  j.forward_output = true;
+  j.streams = 2;
+  return j;
+}
+// A job whose output pipes go to a local launcher: no stream to wait for.
+ch::job_setup local_setup() {
+  auto j = harness::setup();
+  j.forward_output = false;
+  return j;
+}
+
+TEST(Agent, RestartKillsEveryGroupThenSweepsRanksOnly) {
+  harness h;
+  h.start(3);
+  h.feed(rank_exited{1, exit_status::exited(3)});  // its leftovers may live on
+  const auto a = h.msg(ch::restart_request{1, std::nullopt});
+  // SIGKILL to every group, the ended rank's too (its leader is an unreaped zombie), then the
+  // ranks-only sweep: never the full sweep, no exit.
+  EXPECT_EQ(signals(a), (std::vector<std::pair<std::int64_t, int>>{
+                            {100, SIGKILL}, {101, SIGKILL}, {102, SIGKILL}}));
+  ASSERT_EQ(all<sweep_ranks>(a).size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<sweep_ranks>(a.back()));
+  EXPECT_TRUE(all<sweep>(a).empty());
+  EXPECT_TRUE(sent(a).empty());
+  // Children left: again on a timer and on SIGCHLD (which never reaps orphans alone now).
+  const auto b = h.feed(ranks_swept{2, 0});
+  ASSERT_EQ(all<start_timer>(b).size(), 1u);
+  EXPECT_EQ(all<start_timer>(b)[0].after, 20ms);
+  EXPECT_EQ(all<sweep_ranks>(h.feed(timer_fired{all<start_timer>(b)[0].timer})).size(), 1u);
+  const auto c = h.feed(child_changed{});
+  EXPECT_EQ(all<sweep_ranks>(c).size(), 1u);
+  EXPECT_TRUE(all<reap_orphans>(c).empty());
+  EXPECT_FALSE(h.a.done());
+}
+
+TEST(Agent, RestartedComesOnlyOnceNothingOfTheRanksIsLeft) {
+  harness h;
+  h.start(2, local_setup());
+  h.msg(ch::restart_request{1, std::nullopt});
+  // The sweep found nothing but the ranks' exits are not known yet: no answer.
+  EXPECT_TRUE(sent(h.feed(ranks_swept{0, 4242})).empty());
+  EXPECT_EQ(sent(h.feed(rank_exited{0, exit_status::signaled(SIGKILL)})),
+            (std::vector<ch::message>{ch::exited{{{0, exit_status::signaled(SIGKILL)}}}}));
+  const auto a = h.feed(rank_exited{1, exit_status::signaled(SIGKILL)});
+  // The last exit is said first, then `restarted` with the port the clean sweep gave, then the
+  // driver forgets the ranks.
+  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::exited{{{1, exit_status::signaled(SIGKILL)}}},
+                                               ch::restarted{1, 4242}}));
+  ASSERT_EQ(all<forget_ranks>(a).size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<forget_ranks>(a.back()));
+}
+
+TEST(Agent, RestartedWaitsForACleanSweepAfterTheExits) {
+  harness h;
+  h.start(1, local_setup());
+  h.msg(ch::restart_request{1, std::nullopt});
+  h.feed(rank_exited{0, exit_status::signaled(SIGKILL)});
+  // A leftover is still there.
+  EXPECT_TRUE(sent(h.feed(ranks_swept{1, 0})).empty());
+  EXPECT_EQ(sent(h.feed(ranks_swept{0, 7})), (std::vector<ch::message>{ch::restarted{1, 7}}));
+}
+
+TEST(Agent, RestartedWaitsForEveryForwardedStreamOfTheRanks) {
+  harness h;
+  h.msg(forwarded_setup());
+  h.msg(ch::spawn_request{{harness::spec(0)}});
+  h.feed(rank_spawned{0, 100});
+  h.feed(output_ended{0, output_stream::err, 0});  // one ended before the restart
+  h.msg(ch::restart_request{1, std::nullopt});
+  h.feed(rank_exited{0, exit_status::signaled(SIGKILL)});
+  EXPECT_TRUE(sent(h.feed(ranks_swept{0, 9})).empty());  // stdout has not ended
+  const auto a = h.feed(output_ended{0, output_stream::out, 12});
+  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::stream_closed{{{0, output_stream::out, 12}}},
+                                               ch::restarted{1, 9}}));
+}
+
+TEST(Agent, RestartForgetsTheRanksSoTheSameNumbersSpawnAgain) {
+  harness h;
+  h.msg(forwarded_setup());
+  h.msg(ch::spawn_request{{harness::spec(0), harness::spec(1)}});
+  h.feed(rank_spawned{0, 100});
+  h.feed(rank_spawned{1, 101});
+  // A spawned job's apps are forgotten too: the next job_add is job 1 again.
+  h.msg(ch::job_add{1, 2, 1, {ch::app_spec{{"child"}, "", {}}}, std::nullopt});
+  h.msg(ch::restart_request{1, std::nullopt});
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    h.feed(rank_exited{r, exit_status::signaled(SIGKILL)});
+    h.feed(output_ended{r, output_stream::out, 0});
+    h.feed(output_ended{r, output_stream::err, 0});
+  }
+  EXPECT_EQ(sent(h.feed(ranks_swept{0, 5})), (std::vector<ch::message>{ch::restarted{1, 5}}));
+  // The same rank numbers, with new pids; signals reach the new groups only.
+  const auto a = h.msg(ch::spawn_request{{harness::spec(0), harness::spec(1)}});
+  ASSERT_EQ(all<spawn_rank>(a).size(), 2u);
+  EXPECT_TRUE(sent(a).empty());
+  h.feed(rank_spawned{0, 200});
+  EXPECT_EQ(signals(h.msg(ch::signal_request{{0, 1}, SIGTERM})),
+            (std::vector<std::pair<std::int64_t, int>>{{200, SIGTERM}}));
+  EXPECT_TRUE(
+      sent(h.msg(ch::job_add{1, 2, 1, {ch::app_spec{{"child"}, "", {}}}, std::nullopt})).empty());
+  // A second restart, after the first.
+  h.feed(rank_spawned{1, 201});
+  const auto b = h.msg(ch::restart_request{2, std::nullopt});
+  EXPECT_EQ(signals(b),
+            (std::vector<std::pair<std::int64_t, int>>{{200, SIGKILL}, {201, SIGKILL}}));
+}
+
+TEST(Agent, AStaleIncarnationIsAProtocolError) {
+  harness h;
+  h.start(1);
+  const auto a = h.msg(ch::restart_request{0, std::nullopt});
+  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::agent_error{
+                         "'restart' to incarnation 0, which is not after incarnation 0"}}));
+  EXPECT_EQ(signals(a), (std::vector<std::pair<std::int64_t, int>>{{100, SIGTERM}}));
+  EXPECT_TRUE(all<sweep_ranks>(a).empty());
+}
+
+TEST(Agent, ARestartBeforeTheLastWasAnsweredIsAProtocolError) {
+  harness h;
+  h.start(1);
+  h.msg(ch::restart_request{2, std::nullopt});
+  const auto a = h.msg(ch::restart_request{3, std::nullopt});
+  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::agent_error{
+                         "'restart' to incarnation 3 before incarnation 2 was ready"}}));
+  // The ranks had their SIGKILL: straight to the end.
+  EXPECT_EQ(all<sweep>(a).size(), 1u);
+}
+
+TEST(Agent, ARestartWhileEndingIsIgnored) {
+  harness h;
+  h.start(1);
+  h.feed(channel_lost{"closed"});  // terminating
+  EXPECT_TRUE(h.msg(ch::restart_request{1, std::nullopt}).empty());
+  harness g;
+  g.start(1);
+  g.msg(ch::shutdown_request{});  // clearing
+  EXPECT_TRUE(g.msg(ch::restart_request{1, std::nullopt}).empty());
+}
+
+TEST(Agent, SpawnsWhileRestartingAreAProtocolErrorAndSignalsAreIgnored) {
+  harness h;
+  h.start(1);
+  h.msg(ch::restart_request{1, std::nullopt});
+  EXPECT_TRUE(h.msg(ch::signal_request{{0}, SIGTERM}).empty());
+  const auto a = h.msg(ch::spawn_request{{harness::spec(0)}});
+  EXPECT_EQ(sent(a),
+            (std::vector<ch::message>{ch::agent_error{"'spawn' before incarnation 1 was ready"}}));
+  EXPECT_TRUE(all<spawn_rank>(a).empty());
+  EXPECT_EQ(all<sweep>(a).size(), 1u);  // the end: everything is killed and swept
+}
+
+TEST(Agent, ARankStillSpawningDuringARestartIsKilledWhenItsPidComes) {
+  harness h;
+  h.msg(local_setup());
+  h.msg(ch::spawn_request{{harness::spec(0), harness::spec(1)}});
+  h.feed(rank_spawned{0, 100});
+  const auto a = h.msg(ch::restart_request{1, std::nullopt});
+  EXPECT_EQ(signals(a), (std::vector<std::pair<std::int64_t, int>>{{100, SIGKILL}}));
+  h.feed(rank_exited{0, exit_status::signaled(SIGKILL)});
+  // A clean sweep before rank 1 came: no answer, rank 1 is not accounted for.
+  EXPECT_TRUE(sent(h.feed(ranks_swept{0, 1})).empty());
+  const auto b = h.feed(rank_spawned{1, 101});
+  EXPECT_EQ(sent(b), (std::vector<ch::message>{ch::started{{{1, 101}}}}));
+  EXPECT_EQ(signals(b), (std::vector<std::pair<std::int64_t, int>>{{101, SIGKILL}}));
+  EXPECT_EQ(all<sweep_ranks>(b).size(), 1u);
+  // Its exit alone is not enough: the sweep after it must find nothing.
+  EXPECT_TRUE(sent(h.feed(rank_exited{1, exit_status::signaled(SIGKILL)})).size() == 1u);
+  EXPECT_EQ(sent(h.feed(ranks_swept{0, 3})), (std::vector<ch::message>{ch::restarted{1, 3}}));
+}
+
+TEST(Agent, ARankThatFailsToSpawnDuringARestartIsReportedAndNotWaitedFor) {
+  harness h;
+  h.msg(harness::setup());
+  h.msg(ch::spawn_request{{harness::spec(0)}});
+  h.msg(ch::restart_request{1, std::nullopt});
+  EXPECT_TRUE(sent(h.feed(ranks_swept{0, 8})).empty());
+  EXPECT_EQ(sent(h.feed(rank_spawn_failed{0, 127, "gone"})),
+            (std::vector<ch::message>{ch::spawn_failed{0, 127, "gone"}, ch::restarted{1, 8}}));
+}
+
+TEST(Agent, TheLauncherLostDuringARestartEndsTheAgent) {
+  harness h;
+  h.start(1);
+  h.msg(ch::restart_request{1, std::nullopt});
+  const auto a = h.feed(channel_lost{"closed"});
+  EXPECT_EQ(signals(a), (std::vector<std::pair<std::int64_t, int>>{{100, SIGKILL}}));
+  EXPECT_EQ(all<sweep>(a).size(), 1u);
+  EXPECT_TRUE(h.feed(ranks_swept{0, 1}).empty());  // the restart's answer is void now
+  h.feed(rank_exited{0, exit_status::signaled(SIGKILL)});
+  const auto b = h.feed(swept{0});
+  ASSERT_EQ(all<exit_agent>(b).size(), 1u);
+  EXPECT_EQ(all<exit_agent>(b)[0].code, exit_after_launcher_lost);
 }
 
 }  // namespace

@@ -303,5 +303,68 @@ TEST(HostMachine, TheAgentsExitSendsWhatItHolds) {
   EXPECT_EQ(all<exit_agent>(h.out).size(), 1u);
 }
 
+// A restart in place: a rank blocked in PMIx_Abort returns before the kill, every request of the
+// jobs before fails, what the turn said about the old ranks goes before `restarted`, and the
+// ranks of the new incarnation are told its namespace.
+TEST(HostMachine, ARestartGivesTheNextRanksTheNewNamespaceAfterEverythingAboutTheOldOnes) {
+  harness h;
+  h.start(true);
+  h.feed(pmix_abort_called{7, pm::agent::pmix::proc{"pmrun.1.ab", 0}, 3, "oops"});
+  h.feed(pmix_fence_called{
+      8, {pm::agent::pmix::proc{"pmrun.1.ab", pm::agent::pmix::wildcard_rank}}, false, {}});
+  auto next = *harness::setup(true).pmix;
+  next.nspace = "pmrun.1.cd";
+  const auto a = h.msg(ln::restart_request{1, next});
+  // The abort's caller first, then SIGKILL to the group, then the ranks sweep.
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(std::get<pmix_complete>(std::get<pmix_action>(a[0])).id, 7u);
+  EXPECT_EQ(std::get<signal_group>(std::get<action>(a[1])).signo, SIGKILL);
+  EXPECT_TRUE(std::holds_alternative<sweep_ranks>(std::get<action>(a[2])));
+
+  // The rank's exit, its streams' ends and the clean sweep in one turn: what is held goes
+  // before `restarted`.
+  const auto b =
+      h.turn({event{rank_exited{0, exit_status::signaled(SIGKILL)}},
+              event{output_ended{0, output_stream::out, 5}},
+              event{output_ended{0, output_stream::err, 0}}, event{ranks_swept{0, 5555}}});
+  EXPECT_EQ(sent(b),
+            (std::vector<ln::message>{
+                ln::stream_closed{{{0, output_stream::out, 5}, {0, output_stream::err, 0}}},
+                ln::exited{{{0, exit_status::signaled(SIGKILL)}}}, ln::restarted{1, 5555}}));
+  // The fence still pending fails; the driver drops the old namespace and takes the new one.
+  const auto completes = all<pmix_complete>(b);
+  ASSERT_EQ(completes.size(), 1u);
+  EXPECT_EQ(completes[0].id, 8u);
+  EXPECT_EQ(completes[0].status, pm::agent::pmix::status::error);
+  const auto restarts = all<pmix_restart>(b);
+  ASSERT_EQ(restarts.size(), 1u);
+  EXPECT_EQ(restarts[0].dropped, (std::vector<std::string>{"pmrun.1.ab"}));
+  EXPECT_EQ(restarts[0].job.nspace, "pmrun.1.cd");
+  EXPECT_EQ(all<forget_ranks>(b).size(), 1u);
+  ASSERT_NE(h.m.pmix(), nullptr);
+  EXPECT_EQ(h.m.pmix()->job().nspace, "pmrun.1.cd");
+
+  // Rank 0 again, with the new namespace's variables.
+  const auto c = h.msg(ln::spawn_request{{ln::rank_spec{0, 0, {}, false}}});
+  ASSERT_EQ(all<spawn_rank>(c).size(), 1u);
+  const auto spec = all<spawn_rank>(c)[0].spec;
+  EXPECT_EQ(spec.variable("PMIX_NAMESPACE"), "pmrun.1.cd");
+  EXPECT_EQ(spec.variable("PMIX_RANK"), "0");
+  // A late answer to the old fence completes nothing.
+  EXPECT_TRUE(all<pmix_complete>(h.msg(ln::fence_result{})).empty());
+}
+
+TEST(HostMachine, ARestartWithoutPmixFactsKeepsTheNamespace) {
+  harness h;
+  h.start(true);
+  h.msg(ln::restart_request{1, std::nullopt});
+  const auto b = h.turn({event{rank_exited{0, exit_status::signaled(SIGKILL)}},
+                         event{output_ended{0, output_stream::out, 0}},
+                         event{output_ended{0, output_stream::err, 0}}, event{ranks_swept{0, 1}}});
+  EXPECT_EQ(all<forget_ranks>(b).size(), 1u);
+  EXPECT_TRUE(all<pmix_restart>(b).empty());
+  EXPECT_EQ(h.m.pmix()->job().nspace, "pmrun.1.ab");
+}
+
 }  // namespace
 }  // namespace pm::agent

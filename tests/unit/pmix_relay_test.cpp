@@ -338,5 +338,51 @@ TEST(PmixRelay, GpuHostsAreToldByPciVendorAndClassAsTheReaderTellsThem) {
   EXPECT_FALSE(gpu_by_pci_class(0x15b3, 0x0207));  // a Mellanox InfiniBand NIC
 }
 
+// A restart in place: every pending request fails, the jobs served are dropped (the spawned
+// one too), and the new incarnation's namespace is the first job's from now on.
+TEST(PmixRelay, ARestartDropsEveryJobAndTakesTheNewNamespace) {
+  harness h;
+  h.feed(pmix_server_up{});
+  ln::job_add add;
+  add.job = 1;
+  add.first = 4;
+  add.pmix = ln::pmix_job{"pmrun.1.ab.1", 4, 0, {"a"}, {0, 0}, {0, 0}, {0, 1}, "pmrun.1.ab", 1};
+  h.out.clear();
+  h.relay.add_job(add, h.out);
+  h.feed(pmix_client_connected{proc{"pmrun.1.ab", 0}});
+  h.feed(pmix_fence_called{11, {proc{"pmrun.1.ab", pmix::wildcard_rank}}, false, {}});
+  h.feed(pmix_modex_called{12, proc{"pmrun.1.ab", 2}});
+  auto next = two_hosts();
+  next.nspace = "pmrun.1.cd";
+  next.rank_node = {0, 1, 1, 1};  // this host runs rank 0 alone now
+  h.out.clear();
+  h.relay.restart(next, h.out);
+  const auto failed = all<pmix_complete>(h.out);
+  ASSERT_EQ(failed.size(), 2u);
+  for (const auto& c : failed) EXPECT_EQ(c.status, pmix::status::error);
+  EXPECT_EQ(failed[0].id + failed[1].id, 23u);
+  const auto r = all<pmix_restart>(h.out);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].dropped, (std::vector<std::string>{"pmrun.1.ab", "pmrun.1.ab.1"}));
+  EXPECT_EQ(r[0].job.nspace, "pmrun.1.cd");
+  // The old names are no job's now; the new one's ranks are.
+  EXPECT_EQ(h.relay.process_of(proc{"pmrun.1.ab", 0}), std::nullopt);
+  EXPECT_EQ(h.relay.proc_of(5), std::nullopt);
+  EXPECT_EQ(h.relay.proc_of(0), (proc{"pmrun.1.cd", 0}));
+  EXPECT_EQ(h.relay.local_ranks(), (std::vector<std::uint32_t>{0}));
+  EXPECT_FALSE(h.relay.unfinalized(0));
+  const auto vars = h.relay.rank_variables(0, [](std::string_view) { return false; });
+  EXPECT_NE(std::find(vars.begin(), vars.end(), "PMIX_NAMESPACE=pmrun.1.cd"), vars.end());
+  // Late answers to the dropped requests complete nothing; fences count from 0 again.
+  h.out.clear();
+  EXPECT_TRUE(h.relay.on_message(ln::modex_reply{0, true, "x"}, h.out));
+  EXPECT_TRUE(h.out.empty());
+  const auto f =
+      h.feed(pmix_fence_called{13, {proc{"pmrun.1.cd", pmix::wildcard_rank}}, false, {}});
+  const auto c = sent(f);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(std::get<ln::fence_contribution>(c[0]).seq, 0u);
+}
+
 }  // namespace
 }  // namespace pm::agent

@@ -33,6 +33,7 @@ env_layers layers_of(const process_spec& p) {
 
 enum class phase {
   running,      // serving the launcher
+  restarting,   // a restart: the ranks got SIGKILL; sweeping until none is left (docs/agent.md)
   terminating,  // launcher lost: SIGTERM sent, waiting for the grace or the last rank
   clearing,     // SIGKILL sent to every group; sweeping until no child is left
   done,
@@ -110,6 +111,14 @@ struct agent::state {
   std::uint32_t jobs = 1;
   std::vector<std::string> base_env;  // the job's shared environment on this host
   rank_table ranks;
+  // Restarts in place: the incarnation whose ranks run (0: the first), the one a restart is
+  // getting ready for, whether the latest ranks sweep found nothing left (and its port), and
+  // how many forwarded output streams of the ranks have not ended yet.
+  std::uint32_t incarnation = 0;
+  std::uint32_t next_incarnation = 0;
+  bool swept_clean = false;
+  std::uint16_t restart_port = 0;
+  std::size_t streams_open = 0;
   std::vector<action>* out = nullptr;
 
   void send_msg(link::message m) {
@@ -122,8 +131,13 @@ struct agent::state {
 
   bool all_exited() const { return ranks.all_exited(); }
 
-  // The launcher is gone or misbehaved: SIGTERM to every group, SIGKILL after the grace.
+  // The launcher is gone or misbehaved: SIGTERM to every group, SIGKILL after the grace (a
+  // restart already sent SIGKILL: straight to the end).
   void lose_launcher() {
+    if (ph == phase::restarting) {
+      clear();
+      return;
+    }
     if (ph != phase::running) return;
     ph = phase::terminating;
     for (const auto& r : ranks) {
@@ -145,6 +159,45 @@ struct agent::state {
       if (r.pid > 0) out->push_back(signal_group{r.pid, SIGKILL});
     }
     out->push_back(sweep{});
+  }
+
+  // link::restart_request: end every rank (SIGKILL to its group; a rank still spawning gets it
+  // when its pid comes) and sweep until nothing of them is left (finish_restart).
+  void restart(const link::restart_request& r) {
+    if (ph == phase::restarting) {
+      protocol_error("'restart' to incarnation " + std::to_string(r.incarnation) +
+                     " before incarnation " + std::to_string(next_incarnation) + " was ready");
+      return;
+    }
+    if (ph != phase::running) return;  // ending anyway
+    if (r.incarnation <= incarnation) {
+      protocol_error("'restart' to incarnation " + std::to_string(r.incarnation) +
+                     ", which is not after incarnation " + std::to_string(incarnation));
+      return;
+    }
+    ph = phase::restarting;
+    next_incarnation = r.incarnation;
+    swept_clean = false;
+    restart_port = 0;
+    // Every leader is alive or an unreaped zombie here, so each pid is still its own group's id.
+    for (const auto& x : ranks) {
+      if (x.pid > 0) out->push_back(signal_group{x.pid, SIGKILL});
+    }
+    out->push_back(sweep_ranks{});
+  }
+
+  // Nothing of the ranks is left and everything about them was said: `restarted`, then the
+  // ranks are forgotten (the job's setup stays).
+  void finish_restart() {
+    if (ph != phase::restarting || !swept_clean || !all_exited() || streams_open > 0) return;
+    send_msg(link::restarted{next_incarnation, restart_port});
+    out->push_back(forget_ranks{});
+    ranks = rank_table{};
+    spawned_apps.clear();
+    jobs = 1;
+    incarnation = next_incarnation;
+    ++timer;  // a pending sweep timer is void now
+    ph = phase::running;
   }
 
   void protocol_error(const std::string& text) {
@@ -220,6 +273,11 @@ struct agent::state {
               setup = std::move(j);
             },
             [&](link::spawn_request& s) {
+              if (ph == phase::restarting) {
+                protocol_error("'spawn' before incarnation " + std::to_string(next_incarnation) +
+                               " was ready");
+                return;
+              }
               for (auto& spec : s.ranks) {
                 if (ph != phase::running) {
                   send_msg(link::spawn_failed{spec.rank, 127, "the agent is shutting down"});
@@ -241,6 +299,7 @@ struct agent::state {
                 }
               }
             },
+            [&](const link::restart_request& r) { restart(r); },
             [&](const link::shutdown_request&) {
               shutdown_asked = true;
               exit_code = exit_after_shutdown;
@@ -281,18 +340,27 @@ struct agent::state {
                      auto* r = ranks.find(s.rank);
                      if (r == nullptr) return;  // not asked for: the driver's mistake
                      r->pid = s.pid;
+                     if (setup && setup->forward_output) streams_open += setup->streams;
                      send_msg(link::started{{{s.rank, s.pid}}});
                      // Spawned while the end had begun: it gets what the others got.
                      if (ph == phase::terminating) out->push_back(signal_group{s.pid, SIGTERM});
                      if (ph == phase::clearing) out->push_back(signal_group{s.pid, SIGKILL});
+                     if (ph == phase::restarting) {
+                       out->push_back(signal_group{s.pid, SIGKILL});
+                       swept_clean = false;
+                       out->push_back(sweep_ranks{});
+                     }
                    },
                    [&](const rank_spawn_failed& f) {
                      ranks.erase(f.rank);
                      send_msg(link::spawn_failed{f.rank, f.code, f.reason});
                      if (ph == phase::terminating && all_exited()) clear();
+                     finish_restart();
                    },
                    [&](const output_ended& x) {
+                     if (streams_open > 0) --streams_open;
                      send_msg(link::stream_closed{{{x.rank, x.stream, x.bytes}}});
+                     finish_restart();
                    },
                    [&](const rank_exited& x) {
                      auto* r = ranks.find(x.rank);
@@ -300,6 +368,7 @@ struct agent::state {
                      ranks.mark_exited(*r);
                      send_msg(link::exited{{{x.rank, x.status}}});
                      if (ph == phase::terminating && all_exited()) clear();
+                     finish_restart();
                    },
                    [&](const channel_lost&) {
                      channel_open = false;
@@ -316,11 +385,15 @@ struct agent::state {
                        clear();
                      } else if (ph == phase::clearing) {
                        out->push_back(sweep{});
+                     } else if (ph == phase::restarting) {
+                       out->push_back(sweep_ranks{});
                      }
                    },
                    [&](const child_changed&) {
                      if (ph == phase::clearing) {
                        out->push_back(sweep{});
+                     } else if (ph == phase::restarting) {
+                       out->push_back(sweep_ranks{});  // it reaps what ended too
                      } else if (ph != phase::done) {
                        out->push_back(reap_orphans{});
                      }
@@ -334,6 +407,16 @@ struct agent::state {
                      ph = phase::done;
                      if (shutdown_asked) send_msg(link::shutdown_done{});
                      out->push_back(exit_agent{exit_code});
+                   },
+                   [&](const ranks_swept& s) {
+                     if (ph != phase::restarting) return;
+                     swept_clean = s.children_left == 0;
+                     if (!swept_clean) {
+                       arm(opts.sweep_interval);
+                       return;
+                     }
+                     restart_port = s.port;
+                     finish_restart();
                    },
                },
                e);

@@ -11,6 +11,14 @@
 // only then does the driver sweep: kill and reap every child of the agent, including descendants
 // that were orphaned and reparented to it (pmd is a child subreaper), until none is left.
 //
+// A restart in place (link::restart_request, docs/agent.md "Restarts") ends the ranks the same
+// way without ending the agent: SIGKILL to every rank's group, then sweep_ranks (the tree
+// launch's child agents stay) until no process of the ranks is left; `restarted` goes out only
+// then, and only once every forwarded output stream of those ranks has ended, after everything
+// that was said about them. Signals are ignored meanwhile: the sweep reaps the leaders, so their
+// pids may name other processes soon. Then the ranks are forgotten and the same rank numbers may
+// be spawned again.
+//
 // Rules for drivers:
 //   - stamp every event with a monotonic time;
 //   - an action that fails comes back as a later event (rank_spawn_failed), never nested;
@@ -140,10 +148,17 @@ struct child_changed {};
 struct swept {
   std::size_t children_left;
 };
+/// Result of a sweep_ranks action (a restart): how many children the agent still has besides the
+/// child agents' carriers; with none left, `port`: a TCP port free on this host now (pmd picks it
+/// as it picks hello's; 0: none), which the agent's `restarted` carries.
+struct ranks_swept {
+  std::size_t children_left = 0;
+  std::uint16_t port = 0;
+};
 
 using event =
     std::variant<received, rank_spawned, rank_spawn_failed, rank_exited, output_ended, channel_lost,
-                 bad_message, terminate_requested, timer_fired, child_changed, swept>;
+                 bad_message, terminate_requested, timer_fired, child_changed, swept, ranks_swept>;
 
 // ---- actions ----
 /// Start a rank in its own process group (output pipes per spec.streams); report rank_spawned
@@ -174,9 +189,20 @@ struct sweep {};
 struct exit_agent {
   int code;
 };
+/// A restart: SIGKILL every child of the agent but the tree launch's child-agent carriers, and
+/// the group each leads (a rank's leftovers, a descendant that called setsid and came back to
+/// the subreaper); report the end of every rank leader whose exit was not reported yet as
+/// rank_exited (seen without reaping it, as always); reap every child that ended but a rank
+/// leader whose exit is still unknown (it is reaped by a later sweep, after its exit was said);
+/// then report ranks_swept. The rank groups got SIGKILL before this action.
+struct sweep_ranks {};
+/// A restart is complete (`restarted` was sent just before): the driver forgets the ranks it
+/// started (their pidfds, output and input pipes, pipes not passed yet): every one of them is
+/// reaped, every forwarded stream has ended, and the same rank numbers come again.
+struct forget_ranks {};
 
-using action =
-    std::variant<spawn_rank, signal_group, send, start_timer, reap_orphans, sweep, exit_agent>;
+using action = std::variant<spawn_rank, signal_group, send, start_timer, reap_orphans, sweep,
+                            exit_agent, sweep_ranks, forget_ranks>;
 
 /// Exit codes of pmd.
 inline constexpr int exit_after_shutdown = 0;

@@ -56,6 +56,9 @@ struct host_machine::state {
   // The summary this agent sent has GPUs (the ones the launcher hands out): the PMIx relay's
   // facts say so even where the driver's cheap look finds no device (a fake HWLOC_XMLFILE host).
   bool shape_has_gpus = false;
+  // The PMIx facts of the incarnation a restart gets ready for, until the agent forgets the
+  // ranks before it (forget_ranks): the relay then serves that namespace alone.
+  std::optional<link::pmix_job> restart_pmix;
 
   bool holds() const noexcept {
     return !started_held.ranks.empty() || !closed_held.streams.empty() ||
@@ -136,6 +139,7 @@ struct host_machine::state {
           return spec.variable(name).has_value();  // set, even empty: the user's choice
         });
       }
+      if (std::holds_alternative<forget_ranks>(a)) restart_pmix_jobs();
       if (std::holds_alternative<sweep>(a)) {
         // Child agents' carriers end by themselves once their stdin is closed (their agents
         // clear their own ranks first); the sweep comes back until they have.
@@ -145,6 +149,19 @@ struct host_machine::state {
       emit(std::move(a));
     }
     buf->agent_out.clear();
+  }
+
+  // A restart is complete: the jobs the relay served go (every request of theirs fails, the
+  // driver deregisters their namespaces) and the new incarnation's namespace comes.
+  void restart_pmix_jobs() {
+    if (!restart_pmix) return;
+    if (pmix) {
+      pmix->restart(std::move(*restart_pmix), buf->pmix_out);
+      take_pmix();
+    } else if (pmix_asked) {  // the driver has not said where the server is yet
+      pmix_asked->job = std::move(*restart_pmix);
+    }
+    restart_pmix.reset();
   }
 
   void on_message(link::message m) {
@@ -191,6 +208,14 @@ struct host_machine::state {
                 pmix->release_aborts(buf->pmix_out);
                 take_pmix();
               }
+            },
+            // The ranks are about to be killed: one blocked in PMIx_Abort may return first.
+            [&](const link::restart_request& r) {
+              if (pmix) {
+                pmix->release_aborts(buf->pmix_out);
+                take_pmix();
+              }
+              restart_pmix = r.pmix;
             },
             [&](const link::input_closed& c) { out->push_back(close_input{c.rank}); },
             [&](const auto&) {},

@@ -130,6 +130,44 @@ void pmix_relay::register_spawned(std::size_t index, std::vector<pmix_action>& o
   out.push_back(pmix_register_job{std::move(info), j.local});
 }
 
+void pmix_relay::restart(link::pmix_job job, std::vector<pmix_action>& out) {
+  const auto fail = [&](pmix_request_id id) {
+    out.push_back(pmix_complete{id, pmix::status::error, {}});
+  };
+  for (const auto& [rank, id] : aborts_) fail(id);
+  for (const auto& [key, id] : fences_) fail(id);
+  for (const auto& [link_id, id] : spawns_) fail(id);
+  for (const auto& [link_id, id] : data_ops_) fail(id);
+  for (const auto& [link_id, id] : lookups_) fail(id);
+  for (const auto& [link_id, id] : modex_) fail(id);
+  for (const auto& [link_id, q] : tables_) fail(q.id);
+  aborts_.clear();
+  fences_.clear();
+  fence_seq_.clear();  // every host counts the new incarnation's fences from 0
+  spawns_.clear();
+  data_ops_.clear();
+  lookups_.clear();
+  modex_.clear();
+  tables_.clear();
+  early_notices_.clear();
+  local_state_.clear();
+  pmix_restart r;
+  r.dropped.push_back(job_.nspace);
+  for (const auto& j : spawned_) {
+    if (j.add.pmix) r.dropped.push_back(j.add.pmix->nspace);
+  }
+  spawned_.clear();
+  job_ = std::move(job);
+  local_ranks_ = ranks_on_node(job_);
+  oversubscribed_ = facts_.cores > 0 && local_ranks_.size() > facts_.cores;
+  client_state_.assign(job_.rank_node.size(), 0);
+  if (facts_.place.hostname.empty() && job_.node < job_.nodes.size()) {
+    facts_.place.hostname = job_.nodes[job_.node];
+  }
+  r.job = job_;
+  out.push_back(std::move(r));
+}
+
 void pmix_relay::rank_started(std::uint32_t rank, std::int64_t pid) {
   local_state_[rank].pid = pid;
 }

@@ -154,8 +154,18 @@ struct pmix_notify_ranks {
   pmix::event_notice notice;
 };
 
+/// A restart in place is complete (docs/pmix.md, "Restarts"): deregister `dropped` (the
+/// namespaces the relay served: the first job's and the spawned jobs', with their clients) from
+/// the server where it runs, and take `job` as the first job from now on: registered with its
+/// local ranks as the first job is (when the server starts, or with a running server before the
+/// next client is let in). Every request of the jobs before was completed (failed) just before.
+struct pmix_restart {
+  std::vector<std::string> dropped;
+  link::pmix_job job;
+};
+
 using pmix_action = std::variant<send, pmix_complete, pmix_serve_modex, pmix_register_job,
-                                 pmix_host_named, pmix_notify_ranks>;
+                                 pmix_host_named, pmix_notify_ranks, pmix_restart>;
 
 class pmix_relay {
  public:
@@ -168,6 +178,11 @@ class pmix_relay {
   bool on_message(const link::message& m, std::vector<pmix_action>& out);
   /// A job a rank spawned: its namespace is registered with the server (now, or when it starts).
   void add_job(const link::job_add& job, std::vector<pmix_action>& out);
+  /// A restart in place is complete (no rank of the jobs before is left): every request still
+  /// pending fails, everything about those jobs is dropped, and `job` (the new incarnation's
+  /// facts for this host) is the first job from now on (pmix_restart). The link's request ids go
+  /// on counting: a late answer to a dropped request completes nothing.
+  void restart(link::pmix_job job, std::vector<pmix_action>& out);
 
   /// Where a tool on this host reaches the server, sent once when the relay starts.
   link::pmix_server server_info() const;

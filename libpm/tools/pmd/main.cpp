@@ -122,6 +122,7 @@ class driver {
   std::deque<ag::host_event> pending_;  // what actions produced, fed after the current batch
   std::vector<ag::host_action> actions_;
   std::optional<int> exit_code_;
+  std::vector<std::string> addrs_;  // this host's addresses, as hello named them
   std::optional<rlimit> nofile_;
   pmd::rank_streams streams_;                    // ranks' streams as frames (remote agents)
   std::unique_ptr<pmd::pmix_gateway> pmix_;      // when the job's ranks get PMIx
@@ -224,6 +225,20 @@ void driver::execute(ag::action& a) {
     // Rank groups got SIGKILL before this action, so reaping their leaders is safe now; the
     // child agents' stdin was closed before it (their ssh are waited for, not killed).
     pending_.push_back(ag::swept{ranks_.sweep(kept_elsewhere())});
+  } else if (std::holds_alternative<ag::sweep_ranks>(a)) {
+    // A restart: the rank groups got SIGKILL before this action; the child agents' ssh stay.
+    std::vector<std::pair<std::uint32_t, pm::exit_status>> exits;
+    const auto left = ranks_.sweep_ranks(kept_elsewhere(), exits);
+    // Upcalls queued before the exits (a PMIx_Finalize) count: run them first (on_pidfd).
+    if (pmix_ && !exits.empty()) pmix_->on_ready();
+    for (auto& [rank, status] : exits) pending_.push_back(ag::event{ag::rank_exited{rank, status}});
+    // With nothing left: the next incarnation's port, picked as hello's.
+    const std::uint16_t port = left == 0 ? ag::free_port(addrs_) : 0;
+    pending_.push_back(ag::event{ag::ranks_swept{left, port}});
+  } else if (std::holds_alternative<ag::forget_ranks>(a)) {
+    ranks_.forget();
+    streams_.forget_ranks();
+    pipes_to_pass_.clear();
   } else if (auto* x = std::get_if<ag::exit_agent>(&a)) {
     exit_code_ = x->code;
   }
@@ -414,6 +429,7 @@ int driver::run() {
   mine.hostname = ag::host_name();
   mine.addrs = ag::reachable_addresses();
   mine.port = ag::free_port(mine.addrs);
+  addrs_ = mine.addrs;
   link_.endpoint().start(now(), mine);
   flush();
 

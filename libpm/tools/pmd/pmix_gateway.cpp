@@ -195,7 +195,7 @@ pm::agent::pmix_host_facts pmix_gateway::facts() const {
 
 void pmix_gateway::rank_bound(std::uint32_t rank, std::string cpus) {
   if (rank >= job_.rank_node.size()) return;  // a spawned job's: not bound
-  if (server_) {
+  if (server_ && first_registered_) {
     // Registered already without it (a spawn request that came after a rank's PMIx_Init).
     if (!told_late_binding_)
       say("PMIx: rank " + std::to_string(rank) +
@@ -254,6 +254,8 @@ void pmix_gateway::execute(pm::agent::pmix_action& a) {
     } catch (const std::exception& e) {
       say(std::string("PMIx: ") + e.what());
     }
+  } else if (auto* x = std::get_if<ag::pmix_restart>(&a)) {
+    restart(*x);
   } else if (auto* h = std::get_if<ag::pmix_host_named>(&a)) {
     if (place_.hostname.empty()) place_.hostname = h->hostname;
   } else if (auto* n = std::get_if<ag::pmix_notify_ranks>(&a)) {
@@ -347,8 +349,54 @@ void pmix_gateway::accept_all() {
   }
 }
 
+// The namespaces served so far go (their clients with them: the ranks are gone); the new
+// incarnation's first job is registered before the next client is let in, as the first one was.
+void pmix_gateway::restart(pm::agent::pmix_restart& r) {
+  // Anything the relay did not complete (it failed every request it knew) fails now.
+  pending_.clear();
+  if (server_) {
+    for (const auto& nspace : r.dropped) {
+      const std::string problem = server_->deregister_job(nspace);
+      if (!problem.empty()) say("PMIx: " + problem);
+    }
+  }
+  job_ = std::move(r.job);
+  local_ranks_.clear();
+  for (std::uint32_t rank = 0; rank < job_.rank_node.size(); ++rank) {
+    if (job_.rank_node[rank] == job_.node) local_ranks_.push_back(rank);
+  }
+  if (place_.hostname.empty() && job_.node < job_.nodes.size()) {
+    place_.hostname = job_.nodes[job_.node];
+  }
+  bound_.clear();
+  told_late_binding_ = false;
+  first_registered_ = false;
+}
+
+// A restarted job's namespace, in the private directories made when the server started.
+void pmix_gateway::register_restarted() {
+  if (::mkdirat(dir_fd_.get(), job_.nspace.c_str(), 0700) != 0 && errno != EEXIST) {
+    fail("cannot create " + pmix::job_dir(place_, job_.nspace));
+  }
+  if (shm_fd_ && ::mkdirat(shm_fd_.get(), job_.nspace.c_str(), 0700) != 0 && errno != EEXIST) {
+    fail("cannot create " + pmix::job_shm_dir(place_, job_.nspace));
+  }
+  register_first_job();
+}
+
 bool pmix_gateway::ensure_server() {
-  if (server_) return true;
+  if (server_) {
+    if (first_registered_) return true;
+    if (start_failure_) return false;
+    try {
+      register_restarted();
+    } catch (const std::exception& e) {
+      start_failure_ = e.what();
+      say(std::string("PMIx server: ") + e.what());
+      return false;
+    }
+    return true;
+  }
   if (start_failure_) return false;
   try {
     start_server();
@@ -447,6 +495,16 @@ void pmix_gateway::start_server() {
   std::string error;
   server_.reset(start(opts, error));
   if (!server_) throw pm::error(pm::errc::system, error);
+  register_first_job();
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = tag_server;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, server_->event_fd(), &ev);
+}
+
+// The first job (or a restarted job's incarnation) and every local rank, with the running server.
+void pmix_gateway::register_first_job() {
+  std::string error;
   // Each local rank's binding, as pmd applied it: PMIx then gives it its cpuset and locality.
   pmix::job_info info = pmix::job_info_of(job_);
   for (auto& [rank, cpus] : bound_) info.ranks.at(rank).cpus = std::move(cpus);
@@ -473,10 +531,7 @@ void pmix_gateway::start_server() {
       }
     }
   }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = tag_server;
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, server_->event_fd(), &ev);
+  first_registered_ = true;
 }
 
 }  // namespace pmd

@@ -8,7 +8,9 @@
 // loads libpm-pmix.so (pmd does not link libpmix), makes the directories, starts the server
 // (about 20 ms) on a Unix socket in the private directory instead of libpmix's TCP port,
 // registers the job and every local rank; every connection is relayed there (tcp_relay.hpp: the
-// owner check, the handshake buffering).
+// owner check, the handshake buffering). A restart in place (pm::agent::pmix_restart)
+// deregisters the namespaces served so far and registers the new incarnation's like the first
+// job's, when the next connection comes (its ranks' bindings known by then).
 //
 // Each request the server hands over (an upcall) is kept here under an id and reported as a
 // pm::agent::pmix_event; the relay's actions (complete a request, serve a modex, register a
@@ -79,6 +81,9 @@ class pmix_gateway {
   void take_server_notices();
   void make_dirs();
   void register_spawned(const pm::agent::pmix_register_job& r);
+  void register_first_job();
+  void register_restarted();
+  void restart(pm::agent::pmix_restart& r);
   void complete(pm::agent::pmix_complete& c);
   void say(const std::string& text);
   /// Keeps a request's completion and reports the request under its id.
@@ -91,6 +96,9 @@ class pmix_gateway {
   std::vector<std::uint32_t> local_ranks_;
   std::map<std::uint32_t, std::string> bound_;  // local ranks' applied cpus, until registered
   bool told_late_binding_ = false;
+  // job_ is registered with the running server (false after a restart until the next
+  // connection or modex lets the server in again).
+  bool first_registered_ = false;
   pm::link::owned_fd epoll_;
   pm::link::owned_fd listener_;
   pm::link::owned_fd timer_;   // the relay's deadlines (a timerfd in epoll_)

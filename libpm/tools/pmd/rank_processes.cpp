@@ -65,4 +65,45 @@ std::size_t rank_processes::sweep(const kept& kept_elsewhere) {
   return pm::agent::list_children().size();
 }
 
+std::size_t rank_processes::sweep_ranks(
+    const kept& kept_elsewhere, std::vector<std::pair<std::uint32_t, pm::exit_status>>& exits) {
+  const auto others = [&] {
+    std::vector<pid_t> pids = pm::agent::list_children();
+    if (kept_elsewhere) std::erase_if(pids, [&](pid_t pid) { return kept_elsewhere(pid); });
+    return pids;
+  };
+  std::vector<pid_t> children = others();
+  for (const pid_t pid : children) {
+    ::kill(-pid, SIGKILL);
+    ::kill(pid, SIGKILL);
+  }
+  // A leader is reaped only once its end was said (the launcher hears every rank's end).
+  const std::size_t first = exits.size();
+  for (auto& [rank, r] : ranks_) {
+    if (!r.pidfd) continue;
+    const auto end = pm::sys::check_exit(r.pidfd.get(), pm::sys::reap_mode::keep_zombie);
+    if (!end.ended) continue;
+    events_.unwatch(r.pidfd.get());
+    r.pidfd.reset();
+    if (end.status) exits.emplace_back(rank, *end.status);
+  }
+  std::sort(exits.begin() + static_cast<std::ptrdiff_t>(first), exits.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::erase_if(children, [&](pid_t pid) {
+    for (const auto& [rank, r] : ranks_) {
+      if (r.pid == pid) return static_cast<bool>(r.pidfd);
+    }
+    return false;
+  });
+  pm::agent::reap_ended(children);
+  return others().size();
+}
+
+void rank_processes::forget() {
+  for (auto& [rank, r] : ranks_) {
+    if (r.pidfd) events_.unwatch(r.pidfd.get());
+  }
+  ranks_.clear();
+}
+
 }  // namespace pmd

@@ -10,6 +10,8 @@
 #include <functional>
 #include <optional>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "event_set.hpp"
 #include "link/socket.hpp"
@@ -36,6 +38,14 @@ class rank_processes {
   /// SIGKILL to every child but `kept_elsewhere` and the group each leads, reaps what ended
   /// (rank leaders too: their groups got SIGKILL before); returns how many children are left.
   std::size_t sweep(const kept& kept_elsewhere);
+  /// A restart's sweep (pm::agent::sweep_ranks): SIGKILL to every child but `kept_elsewhere` and
+  /// the group each leads; the exits of rank leaders not reported yet are added to `exits` (by
+  /// rank), seen without reaping; then reaps every child that ended but a leader whose exit is
+  /// still unknown. Returns how many children are left besides `kept_elsewhere`.
+  std::size_t sweep_ranks(const kept& kept_elsewhere,
+                          std::vector<std::pair<std::uint32_t, pm::exit_status>>& exits);
+  /// A restart is complete: every leader was reaped; the same rank numbers come again.
+  void forget();
 
  private:
   struct leader {

@@ -146,4 +146,17 @@ void rank_streams::stop_reading() {
   paused_.clear();
 }
 
+void rank_streams::forget_ranks() {
+  for (auto& [k, p] : forwarded_) {
+    if (p.watched && p.fd) events_.unwatch(p.fd.get());
+  }
+  forwarded_.clear();
+  paused_.clear();
+  for (auto& [rank, in] : inputs_) {
+    if (!in.pending.empty()) link_.endpoint().acknowledge(in.pending.size());
+    if (in.watched && in.fd) events_.unwatch(in.fd.get());
+  }
+  inputs_.clear();
+}
+
 }  // namespace pmd

@@ -52,6 +52,9 @@ class rank_streams {
   void resume();
   /// The link is gone: stop reading output (the ranks block in write() until they are ended).
   void stop_reading();
+  /// A restart is complete (pm::agent::forget_ranks): every pipe of the ranks before goes (their
+  /// output ended already; input they did not take is acknowledged and dropped).
+  void forget_ranks();
 
  private:
   // A rank's stdin fed from the launcher's input frames: the write end of its pipe.

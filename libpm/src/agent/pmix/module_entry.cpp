@@ -63,6 +63,14 @@ class module_server final : public hosted_server {
       return {};
     }
   }
+  std::string deregister_job(const std::string& nspace) noexcept override {
+    try {
+      s_->deregister_job(nspace);
+      return {};
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }
 
  private:
   std::unique_ptr<server> s_;
@@ -70,7 +78,7 @@ class module_server final : public hosted_server {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) hosted_server* pm_pmix_start_v3(
+extern "C" __attribute__((visibility("default"))) hosted_server* pm_pmix_start_v4(
     const options& opts, std::string& error) noexcept {
   try {
     return new module_server(server::start(opts));

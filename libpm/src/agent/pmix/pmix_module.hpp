@@ -34,13 +34,17 @@ class hosted_server {
   virtual std::chrono::nanoseconds init_time() const noexcept = 0;
   /// server::take_notices (empty if that failed).
   virtual std::vector<std::string> take_notices() noexcept = 0;
+  /// server::deregister_job (PMIx_server_deregister_nspace: the namespace and its clients; its
+  /// directories removed); "" or what failed.
+  virtual std::string deregister_job(const std::string& nspace) noexcept = 0;
 };
 
 /// The module's one exported function: starts the server, or returns null and says why.
 using start_function = hosted_server* (*)(const options& opts, std::string& error) noexcept;
 /// v2: options::on grew the spawn, publish/lookup and connect callbacks; v3: options grew
-/// listener_path and tool_address, hosted_server take_notices (an older module is refused).
-inline constexpr const char* start_symbol = "pm_pmix_start_v3";
+/// listener_path and tool_address, hosted_server take_notices; v4: hosted_server deregister_job
+/// (restarts in place). An older module is refused.
+inline constexpr const char* start_symbol = "pm_pmix_start_v4";
 /// The module's file name; pmd looks beside its own lib directory (PM_PMIX_MODULE overrides).
 inline constexpr const char* module_file = "libpm-pmix.so";
 
