@@ -56,17 +56,18 @@ nlohmann::json read_json(const std::string& path) {
 TEST(PmrunRestart, TheJobRestartsInPlaceUntilAnIncarnationSucceeds) {
   scratch s;
   const auto start = std::chrono::steady_clock::now();
+  // clang-format off
   auto r = run_command(job({"-np", "4", "--max-restarts", "3", "--report", s.file("r.json")},
-                           {"pid",        "env",        "TORCHELASTIC_RESTART_COUNT",
-                            "if-restart", "0",          "grandchild",
-                            "30",         "if-restart", "0",
-                            "daemon",     "30",         "if-restart",
-                            "0",          "if-rank",    "2",
-                            "exit",       "7",          "if-restart",
-                            "1",          "if-rank",    "0",
-                            "exit",       "5",          "if-restart",
-                            "0",          "sleep",      "30",
-                            "echo",       "done"}));
+                           {"pid", "env", "TORCHELASTIC_RESTART_COUNT",
+                            "if-restart", "0", "grandchild", "30",
+                            "if-restart", "0", "daemon", "30",
+                            "if-restart", "0", "sleep", "0.3",
+                            "if-restart", "0", "if-rank", "2", "exit", "7",
+                            "if-restart", "1", "if-rank", "0", "exit", "5",
+                            "if-restart", "0", "sleep", "30",
+                            "if-restart", "1", "sleep", "30",
+                            "echo", "done"}));
+  // clang-format on
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(std::regex_search(
