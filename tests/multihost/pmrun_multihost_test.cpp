@@ -9,6 +9,7 @@
 
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -301,6 +302,70 @@ TEST(PmrunMultihost, AMissingRemoteShellIsALaunchErrorBeforeAnythingStarts) {
             std::string::npos)
       << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// Restarts in place across hosts (docs/resilience.md): rank 3 on node2 fails once; the job runs
+// again on the same agents (each host's ranks have the same parent, pmd, in both incarnations: no
+// new ssh), the leftovers of the first incarnation are gone, and nothing is left anywhere.
+TEST(PmrunMultihost, AJobRestartsInPlaceOnTheSameAgents) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  const auto r = run_command(
+      pmrun(f, {"-H",
+                hosts_with_slots(f, 2),
+                "-np",
+                "6",
+                "--max-restarts",
+                "2",
+                "sh",
+                "-c",
+                "echo \"host=$(hostname) agent=$PPID inc=$TORCHELASTIC_RESTART_COUNT\"; "
+                "exec \"$0\" \"$@\"",
+                pm::test::payload_path(),
+                "if-restart",
+                "0",
+                "grandchild",
+                "30",
+                "if-restart",
+                "0",
+                "sleep",
+                "0.3",
+                "if-restart",
+                "0",
+                "if-rank",
+                "3",
+                "exit",
+                "7",
+                "if-restart",
+                "0",
+                "sleep",
+                "30",
+                "echo",
+                "done"}),
+      60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("restarting the job (1 of 2): rank 3 on " + f.hosts()[1].name +
+                       " exited with code 7"),
+            std::string::npos)
+      << r.err;
+  std::map<std::string, std::set<std::string>> agents;  // host -> agent pids seen
+  std::map<std::string, int> second;                    // host -> ranks of incarnation 1
+  const std::regex line("host=(\\S+) agent=(\\d+) inc=(\\d)");
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    agents[(*it)[1]].insert((*it)[2]);
+    if ((*it)[3] == "1") ++second[(*it)[1]];
+  }
+  ASSERT_EQ(agents.size(), 3u) << r.out;
+  for (const auto& h : f.hosts()) {
+    EXPECT_EQ(agents[h.name].size(), 1u) << h.name << ": " << r.out;
+    EXPECT_EQ(second[h.name], 2) << h.name << ": " << r.out;
+  }
+  std::size_t done = 0;
+  for (auto at = r.out.find("done\n"); at != std::string::npos; at = r.out.find("done\n", at + 1))
+    ++done;
+  EXPECT_EQ(done, 6u) << r.out;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 
 }  // namespace
