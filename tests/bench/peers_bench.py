@@ -252,10 +252,11 @@ def bench_memory(build, rounds):
 
 def bench_restart(build, rounds):
     """Restarts in place (docs/resilience.md) against a fresh launch, in the same rounds: a fresh
-    `pmrun -np N` whose ranks exit 0, from its start to its exit; and a job whose rank 0 fails at
-    once in incarnation 0 (`--max-restarts 1`), from rank 0's stamp just before its exit 7 to
-    pmrun's exit (the abort, every agent clearing the incarnation, incarnation 1 started and
-    ended). Both include the ranks' run and the teardown; the restart has no agent start."""
+    `pmrun -np N` whose ranks exit 0, from its start to its exit; and a job whose rank 0 fails
+    once every rank of incarnation 0 runs (`--max-restarts 1`), from rank 0's stamp just before
+    its exit 7 to pmrun's exit (the abort of the others, every agent clearing the incarnation,
+    incarnation 1 started and ended). Both include the ranks' run and the teardown; the restart
+    has no agent start."""
     print("\n## Restart in place: -np N, rank 0 fails once (failure -> pmrun exit) vs a fresh "
           "launch (start -> exit)")
     payload = find(build, "tests/pm_payload")
@@ -266,9 +267,13 @@ def bench_restart(build, rounds):
         stamp = os.path.join(tmp, "stamp")
         for n in (8, 128):
             fresh_argv = [pmrun, "--allow-run-as-root", "-np", str(n), payload, "exit", "0"]
+            # Incarnation 0: every rank is up (0.5 s), then rank 0 fails and the others wait to
+            # be stopped by the abort; incarnation 1: every rank exits 0 at once.
             restart_argv = [pmrun, "--allow-run-as-root", "-np", str(n), "--max-restarts", "1",
-                            payload, "if-restart", "0", "if-rank", "0", "stamp", stamp,
-                            "if-restart", "0", "if-rank", "0", "exit", "7"]
+                            payload, "if-restart", "0", "sleep", "0.5",
+                            "if-restart", "0", "if-rank", "0", "stamp", stamp,
+                            "if-restart", "0", "if-rank", "0", "exit", "7",
+                            "if-restart", "0", "sleep", "30"]
             fresh, restart, ratios = [], [], []
             for _ in range(rounds):
                 f, rc = timed(fresh_argv)
