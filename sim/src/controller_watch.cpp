@@ -22,8 +22,45 @@ void world::note_failure(cause_kind kind, std::uint32_t rank, std::uint32_t host
   first_failure_ = failure_seen{kind, rank, host, code, now_};
 }
 
+// A new controller starts after the last one finished: the launcher restarts the job in place
+// (docs/resilience.md). The incarnation that ended must have been one a restart is for, within
+// the budget; the contract is then checked anew (its own first failure, spawns, signals), and
+// its ranks run the default script unless every incarnation runs theirs.
+void world::next_incarnation() {
+  ++incarnations_;
+  const auto& f = first_failure_;
+  const bool restartable = f.kind == cause_kind::rank_failed ||
+                           (f.kind == cause_kind::abort_requested && f.rank != no_host);
+  if (!restartable)
+    correctness("the launcher restarted the job after " + std::string(pm::to_string(f.kind)) +
+                ", which is never restarted");
+  if (incarnations_ > s_.max_restarts)
+    correctness("restart " + std::to_string(incarnations_) + " of a budget of " +
+                std::to_string(s_.max_restarts));
+  // The jobs the ranks spawned ended with them: the next incarnation's are numbered from the
+  // map's size again (their generations kept, so that nothing queued for the old ones reaches
+  // the new).
+  for (auto i = static_cast<std::size_t>(map_.size()); i < procs_.size(); ++i) {
+    if (procs_[i].state == pstate::running || procs_[i].state == pstate::spawning)
+      correctness("process " + std::to_string(i) + " of a spawned job outlived its incarnation");
+    if (spawned_gens_.size() <= i - map_.size()) spawned_gens_.resize(i - map_.size() + 1, 0);
+    spawned_gens_[i - map_.size()] = procs_[i].gen;
+  }
+  procs_.resize(map_.size());
+  for (auto& p : procs_) {
+    p.flags = static_cast<std::uint8_t>(p.flags & ~(spawn_seen | end_known | signalled));
+    if (!s_.scripts_every_incarnation && p.script != spawned_script_) p.script = 0;
+  }
+  first_failure_ = {};
+  ctl_finished_ = false;
+  saw_abort_ = false;
+  forced_abort_at_ = -1;
+  grace_started_at_ = -1;
+}
+
 void world::watch_controller(const event& in, std::vector<action>& actions) {
   ++result_.stats.controller_events;
+  if (ctl_finished_ && std::holds_alternative<job_start>(in)) next_incarnation();
   trace_event(in);
   const bool was_finished = ctl_finished_;
   note_event(in);

@@ -28,6 +28,7 @@ launch::launch_config world::launch_config_for() {
   r.mapping = s_.mapping;
   if (o_.env) r.env = *o_.env;
   r.control = s_.control;
+  r.restarts.max_restarts = s_.max_restarts;
   r.output.merge_stderr = s_.control.streams_per_rank < 2;
   // PMIx facts for every rank on every host cost O(ranks x hosts): only where a rank's script
   // makes PMIx calls or notices are asked for (only PMIx ranks can be told; world.cpp).
@@ -169,10 +170,21 @@ void world::carry_out(launch::launch_action& a) {
           },
           [&](launch::pump_stdin&) {},
           [&](launch::input_ready&) {},
-          [&](launch::restarting& x) { result_.restarts.push_back(std::move(x.ended)); },
+          [&](launch::restarting& x) { new_incarnation(std::move(x.ended)); },
           [&](launch::finished& x) { on_finished(std::move(x.report)); },
       },
       a);
+}
+
+// The launcher restarts the job in place (docs/resilience.md): the incarnations it reports are
+// numbered in order (what the contract checks of a restart is checked when the next incarnation's
+// controller starts: next_incarnation).
+void world::new_incarnation(incarnation_report ended) {
+  if (ended.number != result_.restarts.size())
+    correctness("incarnation " + std::to_string(ended.number) + " ended, but " +
+                std::to_string(result_.restarts.size()) + " restarts came before it");
+  result_.restarts.push_back(std::move(ended));
+  line("-- restart " + std::to_string(result_.restarts.size()));
 }
 
 void world::on_finished(job_report&& report) {

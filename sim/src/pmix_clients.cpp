@@ -62,7 +62,7 @@ void world::next_call(std::uint32_t rank) {
   const auto& calls = script(rank).calls;
   if (it->second.next >= calls.size()) return;
   at(std::max(now_, it->second.begin + calls[it->second.next].at.count()), ek::script_step, rank,
-     2);
+     tag(rank, 2));
 }
 
 // The rank's script wants to take `step` (1 abort, 2 a call, 3 its natural end with `value`):
@@ -175,9 +175,9 @@ void world::release(std::uint32_t rank) {
     const auto step = c.deferred - 1;
     c.deferred = 0;
     if (step == 3) {
-      at(now_, ek::proc_end, rank, c.deferred_value);
+      at(now_, ek::proc_end, rank, tag(rank, c.deferred_value));
     } else {
-      at(now_, ek::script_step, rank, step);
+      at(now_, ek::script_step, rank, tag(rank, step));
     }
     return;
   }
@@ -241,6 +241,7 @@ void world::add_spawned(const job_spawned& x) {
     proc_rec p;
     p.host = i < x.hosts.size() ? x.hosts[i] : 0;
     p.script = spawned_script_;
+    if (const auto g = rank - map_.size(); g < spawned_gens_.size()) p.gen = spawned_gens_[g];
     procs_.push_back(p);
     spawned_on_[p.host].push_back(rank);
   }

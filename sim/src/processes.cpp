@@ -22,6 +22,7 @@ void world::start_process(std::uint32_t host, const agent::process_spec& spec) {
     return;
   }
   p.state = pstate::spawning;
+  ++p.gen;
   ++live_procs_;
   if (o_.on_spawn) o_.on_spawn(rank, host, spec.environment());
   if ((p.flags & f_spawn_fail) != 0) {
@@ -76,18 +77,18 @@ void world::started(std::uint32_t rank, std::int64_t forked) {
   const std::int64_t begin = forked + sc.slow_start.count();
   const std::int64_t run =
       sc.at ? sc.at->count() : s_.latency.run_time.count() + jitter(s_.latency.run_jitter);
-  if (sc.close_early) at(begin + run / 2, ek::script_step, rank, 0);
+  if (sc.close_early) at(begin + run / 2, ek::script_step, rank, tag(rank, 0));
   if (pmix_on_ && (!sc.calls.empty() || sc.end == process_script::ending::abort))
     client_started(rank, begin);
   switch (sc.end) {
     case process_script::ending::exit:
-      at(begin + run, ek::proc_end, rank, encode(exit_status::exited(sc.value)));
+      at(begin + run, ek::proc_end, rank, tag(rank, encode(exit_status::exited(sc.value))));
       break;
     case process_script::ending::signal:
-      at(begin + run, ek::proc_end, rank, encode(exit_status::signaled(sc.value)));
+      at(begin + run, ek::proc_end, rank, tag(rank, encode(exit_status::signaled(sc.value))));
       break;
     case process_script::ending::abort:
-      at(begin + run, ek::script_step, rank, 1);
+      at(begin + run, ek::script_step, rank, tag(rank, 1));
       break;
     case process_script::ending::hang:
       break;
@@ -110,7 +111,10 @@ void world::on_reacted(std::uint32_t slot) {
   for (std::size_t i = batch.size(); i > 1; --i)
     std::swap(batch[i - 1],
               batch[static_cast<std::size_t>(rng_.between(0, static_cast<std::int64_t>(i - 1)))]);
-  for (const auto& e : batch) die(e.rank, decode(static_cast<std::uint32_t>(e.value)));
+  for (const auto& e : batch) {
+    auto value = static_cast<std::uint32_t>(e.value);
+    if (untag(e.rank, value)) die(e.rank, decode(value));
+  }
   batch.clear();
   batch_pool_[slot].swap(batch);
   batch_pool_.give_back(slot);
@@ -176,7 +180,7 @@ void world::deliver_signal(std::uint32_t rank, int signo) {
     const auto& sc = script(rank);
     switch (signo) {
       case SIGKILL:
-        kill_batch_.push_back(batch_entry{rank, encode(exit_status::signaled(SIGKILL))});
+        kill_batch_.push_back(batch_entry{rank, tag(rank, encode(exit_status::signaled(SIGKILL)))});
         return;
       case SIGTERM:
       case SIGINT:
@@ -185,7 +189,7 @@ void world::deliver_signal(std::uint32_t rank, int signo) {
         [[fallthrough]];
       case SIGUSR1:
       case SIGUSR2:
-        term_batch_.push_back(batch_entry{rank, encode(exit_status::signaled(signo))});
+        term_batch_.push_back(batch_entry{rank, tag(rank, encode(exit_status::signaled(signo)))});
         return;
       default:
         return;  // SIGCONT, SIGTSTP (not modelled: a stop is not an end)
@@ -251,10 +255,9 @@ void world::sweep_ranks(std::uint32_t host) {
   feed_agent(host, agent::ranks_swept{0, port});
 }
 
-// A restart is complete: the host's ranks can be started again (a spawned job's are gone).
-// Not yet handled (for whoever drives restarts from the launcher's side): an event an old
-// process still has queued (its script's end or next step) names its rank only, so it would
-// reach the new process of that rank; processes need an incarnation in their events first.
+// A restart is complete: the host's ranks can be started again (a spawned job's are gone). An
+// event an old process still has queued (its script's end or next step, a signal's reaction)
+// carries its generation and is dropped (world::untag).
 void world::forget_ranks(std::uint32_t host) {
   for (auto rank : map_.ranks_on_host(host)) {
     auto& p = procs_[rank];

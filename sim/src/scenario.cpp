@@ -424,6 +424,8 @@ std::vector<std::string> scenario::to_args() const {
   duration("--timeout", control.timeout, d.control.timeout);
   if (control.streams_per_rank != d.control.streams_per_rank)
     add("--streams", std::to_string(control.streams_per_rank));
+  if (max_restarts != 0) add("--max-restarts", std::to_string(max_restarts));
+  if (scripts_every_incarnation) a.push_back("--scripts-every-incarnation");
   const auto& l = latency;
   const auto& dl = d.latency;
   duration("--link", l.link, dl.link);

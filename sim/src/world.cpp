@@ -238,12 +238,16 @@ void world::dispatch(const sim_event& e) {
     case ek::reacted:
       on_reacted(e.b());
       return;
-    case ek::script_step:
-      on_script_step(e.a, e.b());
+    case ek::script_step: {
+      auto step = e.b();
+      if (untag(e.a, step)) on_script_step(e.a, step);
       return;
-    case ek::proc_end:
-      on_proc_end(e.a, e.b());
+    }
+    case ek::proc_end: {
+      auto status = e.b();
+      if (untag(e.a, status)) on_proc_end(e.a, status);
       return;
+    }
     case ek::launcher_timer:
       on_timer(e.a, e.b());
       return;

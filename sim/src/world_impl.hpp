@@ -75,7 +75,7 @@ struct proc_rec {
   pstate state = pstate::none;
   std::uint8_t streams = 0;  // open stream bits (bit 0 stdout, bit 1 stderr)
   std::uint8_t flags = 0;
-  std::uint8_t pad = 0;
+  std::uint8_t gen = 0;      // how often it was started (a restart starts it again), mod 128
   std::uint32_t script = 0;  // index into world::scripts_
   std::uint32_t host = 0;    // cached from the rank map (rank_map::at touches five arrays)
 };
@@ -225,6 +225,8 @@ class world {
   void carry_out_all();
   void carry_out(launch::launch_action& a);
   void answer_later(launcher_answer a) { answers_.push_back(std::move(a)); }
+  void new_incarnation(incarnation_report ended);
+  void next_incarnation();
   void on_finished(job_report&& report);
 
   // ---- controller_watch.cpp: the controller's steps, as the launcher runs them ----
@@ -302,6 +304,18 @@ class world {
   std::int64_t detection_promise() const;
 
   // ---- processes.cpp ----
+  // A process's events carry its generation above their value (bits 17..23 of an event's b, 32..
+  // of a batch entry's), so that what a restart's sweep ended never reaches the next process of
+  // that rank. `untag` strips it and says whether the event is the current process's.
+  static constexpr unsigned gen_shift = 17;
+  std::uint32_t tag(std::uint32_t rank, std::uint32_t value) const {
+    return value | (static_cast<std::uint32_t>(procs_[rank].gen & 0x7fu) << gen_shift);
+  }
+  bool untag(std::uint32_t rank, std::uint32_t& value) const {
+    const auto g = value >> gen_shift;
+    value &= (1u << gen_shift) - 1;
+    return rank < procs_.size() && g == (procs_[rank].gen & 0x7fu);
+  }
   void start_process(std::uint32_t host, const agent::process_spec& spec);
   void on_spawned(std::uint32_t host, std::uint32_t slot);
   void spawn_failed(std::uint32_t rank);
@@ -423,6 +437,8 @@ class world {
   bool saw_launcher_signal_ = false;       // one that ends or signals ranks
   std::uint32_t terminating_signals_ = 0;  // SIGINT/SIGTERM/SIGHUP fed before the finish
   bool ctl_finished_ = false;              // the controller's finish action went by
+  std::uint32_t incarnations_ = 0;         // controllers started after the first (restarts)
+  std::vector<std::uint8_t> spawned_gens_;  // spawned processes' generations, past incarnations
   bool finish_seen_ = false;               // the launcher's finished action
   // A host lost before its hello made the controller end the job although the abort policy is
   // off (a set-up failure ends a launch whatever the policy): from then on ranks are ended.

@@ -36,7 +36,8 @@ struct flags {
   std::string host_slots, map_by = "slot", kill_grace, timeout, trace_file, default_script;
   std::string link, link_jitter, agent_hop, spawn, spawn_jitter, reaction, heartbeat,
       heartbeat_timeout, hello_timeout, run_time, run_jitter;
-  std::uint32_t hosts = 4, slots = 2, streams = 2;
+  std::uint32_t hosts = 4, slots = 2, streams = 2, max_restarts = 0;
+  bool scripts_every_incarnation = false;
   std::optional<std::uint32_t> fanout, concurrent_starts;
   std::optional<std::uint32_t> np;  // unset: one rank per slot
   std::uint64_t seed = 1;
@@ -124,6 +125,8 @@ pm::sim::scenario build(const flags& f) {
   if (!f.timeout.empty()) s.control.timeout = ms(parse_duration(f.timeout, "--timeout"));
   if (f.streams > 2) throw pm::error(pm::errc::usage, "--streams: 0, 1 or 2");
   s.control.streams_per_rank = static_cast<std::uint8_t>(f.streams);
+  s.max_restarts = f.max_restarts;
+  s.scripts_every_incarnation = f.scripts_every_incarnation;
   auto& l = s.latency;
   const auto set = [](pm::sim::sim_time& field, const std::string& text, const char* what) {
     if (!text.empty()) field = parse_duration(text, what);
@@ -220,6 +223,11 @@ int main(int argc, char** argv) {
   app.add_option("--kill-grace", f.kill_grace, "SIGTERM to SIGKILL (default 3s)");
   app.add_option("--timeout", f.timeout, "end the job after this long");
   app.add_option("--streams", f.streams, "output streams per rank (2, 1 merged, 0 none)");
+  app.add_option("--max-restarts", f.max_restarts,
+                 "restart the job in place up to N times on a failure (docs/resilience.md)");
+  app.add_flag("--scripts-every-incarnation", f.scripts_every_incarnation,
+               "the ranks' scripts (--fail, --rank, apps) run in every incarnation, not the "
+               "first only");
   app.add_option("--fail", f.fails,
                  "R:N[@T]: rank R exits with N (at T, default half the run time)");
   app.add_option("--rank", f.ranks,

@@ -371,6 +371,51 @@ RC_GTEST_PROP(SimProperty, AbortOnFailurePropagates, ()) {
   }
 }
 
+// Restarts in place (docs/resilience.md) under generated scripts and fault plans: the budget is
+// the launch's and never exceeded; only a rank's failure or abort restarts (never a signal, a lost
+// host, a timeout, a program that cannot start: the world checks each restart against the first
+// failure its controller was fed); no rank of incarnation k is started while its process of an
+// earlier one runs (the world refuses a second start of a live rank); the exit code is the last
+// incarnation's, and the report lists every incarnation, numbered in order.
+RC_GTEST_PROP(SimProperty, RestartsKeepTheBudgetAndStartNothingOverAnEarlierIncarnation, ()) {
+  gen_options o;
+  o.fences = true;
+  auto s = gen_scenario(o, true);
+  s.control.timeout = 40s;
+  s.max_restarts = *rc::gen::inRange<std::uint32_t>(1, 4);
+  s.scripts_every_incarnation = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
+  pm::sim::run_options opts;
+  std::vector<std::uint32_t> started(*s.np, 0);
+  opts.on_spawn = [&](std::uint32_t rank, std::uint32_t, const std::vector<std::string>&) {
+    if (rank < started.size()) ++started[rank];
+  };
+  const auto r = run_checked(s, opts);
+  classify(r);
+  RC_CLASSIFY(!r.restarts.empty(), "restarted");
+  RC_CLASSIFY(r.restarts.size() == s.max_restarts, "budget spent");
+  SIM_ASSERT(r, r.finished);
+  SIM_ASSERT(r, r.restarts.size() <= s.max_restarts);
+  // Every incarnation is listed, the restarted ones as they failed, the last one as the report.
+  SIM_ASSERT(r, r.report.incarnations.size() == r.restarts.size() + 1 ||
+                    r.report.incarnations.size() == r.restarts.size());
+  for (std::size_t i = 0; i < r.restarts.size(); ++i) {
+    SIM_ASSERT(r, r.report.incarnations[i] == r.restarts[i]);
+    SIM_ASSERT(r, r.restarts[i].number == i);
+    SIM_ASSERT(r, r.restarts[i].exit_code != 0);
+  }
+  const auto& last = r.report.incarnations.back();
+  if (r.report.incarnations.size() == r.restarts.size() + 1) {
+    SIM_ASSERT(r, last.exit_code == r.report.exit_code);
+    SIM_ASSERT(r, last.number == r.restarts.size());
+  }
+  // A rank starts at most once per incarnation (the map's ranks; a spawned job's are apart).
+  for (const auto n : started) SIM_ASSERT(r, n <= r.restarts.size() + 1);
+  // With every incarnation running the same failing scripts and no fault, the budget is spent.
+  if (s.scripts_every_incarnation && s.faults.empty() &&
+      r.report.cause == pm::cause_kind::rank_failed)
+    SIM_ASSERT(r, r.restarts.size() == s.max_restarts);
+}
+
 // With abort off: ranks that no fault touched run to completion and succeed (checked by the
 // world against each rank's script and the faults that fired).
 RC_GTEST_PROP(SimProperty, WithoutAbortUntouchedRanksSucceed, ()) {

@@ -174,6 +174,12 @@ struct scenario {
   std::string topology;
   /// Hosts whose shape differs from `topology` (an empty text: none), sorted by host, once each.
   std::vector<std::pair<std::uint32_t, std::string>> host_topologies;
+  /// Restarts in place (pmrun --max-restarts, docs/resilience.md): a failed incarnation is
+  /// cleared on every agent and the job runs again, up to this many times.
+  std::uint32_t max_restarts = 0;
+  /// The ranks' scripts (`scripts`, the apps') are incarnation 0's; later incarnations run the
+  /// default script, unless this is set (a failure that comes back every time).
+  bool scripts_every_incarnation = false;
 
   /// The shape host `host` answers with (empty: none).
   const std::string& topology_of(std::uint32_t host) const;
