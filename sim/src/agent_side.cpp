@@ -162,6 +162,8 @@ void world::carry_out_agent(std::uint32_t host, agent::action& a) {
                  // event (after this step, never nested).
                  [&](agent::sweep&) { sweeps_due_.push_back(host); },
                  [&](agent::exit_agent& x) { agent_exits(host, x.code); },
+                 // Answered at once, as pmd reads /proc in the same turn (after this step).
+                 [&](agent::sample_ranks& x) { sample_ranks(host, x); },
              },
              a);
 }

@@ -311,7 +311,8 @@ typedef enum pm_cause {
   PM_CAUSE_ABORT_REQUESTED, /* a rank called abort, or the job was cancelled */
   PM_CAUSE_HOST_LOST,       /* a host was lost */
   PM_CAUSE_SIGNAL,          /* the launcher received SIGINT/SIGTERM/SIGHUP (pm_run_signal) */
-  PM_CAUSE_TIMEOUT          /* the job's timeout expired */
+  PM_CAUSE_TIMEOUT,         /* the job's timeout expired */
+  PM_CAUSE_STALLED          /* no rank progressed for the stall timeout (exit code 214) */
 } pm_cause;
 
 typedef struct pm_report_info {

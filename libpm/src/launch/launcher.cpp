@@ -67,6 +67,10 @@ void launcher::impl::settle() {
       queue.pop_front();
       run_controller(std::move(e));
     }
+    if (stall_due && !done) {
+      check_stall();  // may queue job_stalled
+      continue;
+    }
     if (later.empty() || done) break;
     auto f = std::move(later.front());
     later.pop_front();
@@ -82,6 +86,12 @@ void launcher::impl::run_controller(event e) {
   if (cfg.watch_controller) cfg.watch_controller(e, acts);
   if (std::holds_alternative<job_spawned>(e)) spawn_taken(before);
   tell_state_changes(e);
+  // Ranks that end may leave only quiet hosts with live ranks.
+  if (quiet_hosts > 0 &&
+      (std::holds_alternative<rank_exited>(e) || std::holds_alternative<host_lost>(e) ||
+       std::holds_alternative<rank_spawn_failed>(e))) {
+    stall_due = true;
+  }
   for (auto& a : acts) {
     if (cfg.decisions) record(a);
     execute(a);
@@ -275,6 +285,9 @@ void launcher::impl::own_timer_fired(const own_timer& t) {
     case timer_kind::relay_close:
       tree_child[t.host].close_timer = 0;
       relay_end(t.host, {});
+      return;
+    case timer_kind::stall:
+      stall_timer_fired(t.id);
       return;
   }
 }

@@ -28,6 +28,14 @@
 
 namespace pm::launch {
 
+/// How long the launcher waits for the agents' answers to a stall_query before it names what it
+/// has (an agent that does not answer gets a line saying so).
+inline constexpr std::chrono::milliseconds stall_answer_bound{1000};
+/// One line per stalled host: "stalled on node1: rank 2 (pid 4711, S in futex_wait_queue, cpu
+/// 0.02 s, last output 5.3 s ago); rank 3 (...)" (stall.cpp).
+std::string stall_line(const std::string& host, const link::stall_report& report);
+std::string stall_unanswered_line(const std::string& host, const std::vector<std::uint32_t>& ranks);
+
 struct launcher::impl {
   explicit impl(launch_config c);
 
@@ -65,6 +73,7 @@ struct launcher::impl {
     bool lost_with_parent = false;    // tree: relayed by a host that was lost
     bool abandoned = false;           // the job ended before its agent answered
     bool touched = false;             // in `touched`: its output and deadline are looked at
+    bool quiet = false;               // --stall-timeout: its agent said its ranks are quiet
   };
   std::vector<host_state> hosts;  // by allocation index
   std::vector<std::uint32_t> touched;
@@ -97,11 +106,11 @@ struct launcher::impl {
   std::deque<std::function<void()>> later;
 
   // The launcher's own timers.
-  enum class timer_kind : std::uint8_t { retry, loss, hurry, lookup, relay_close };
+  enum class timer_kind : std::uint8_t { retry, loss, hurry, lookup, relay_close, stall };
   struct own_timer {
     timer_kind kind;
     std::uint32_t host = 0;
-    std::uint64_t id = 0;  // lookup: the request's id
+    std::uint64_t id = 0;  // lookup: the request's id; stall: the round's
   };
   std::map<std::uint64_t, own_timer> timers;  // ordered: cancels go out in one order in every world
   std::uint64_t next_timer = launcher_timers;
@@ -185,6 +194,25 @@ struct launcher::impl {
   // Each distinct summary text read once: 100,000 identical hosts parse one (docs/gpus.md, "Cost").
   std::unordered_map<std::string_view, std::shared_ptr<const shaped>> shape_by_text;
   std::vector<std::shared_ptr<const planned>> plans;  // by host
+
+  // --stall-timeout (stall.cpp).
+  std::uint32_t quiet_hosts = 0;  // hosts whose agent said quiet last
+  bool stall_due = false;         // a host turned quiet or ranks ended: look again (settle)
+  bool stall_told = false;        // the job was found stalled (once per job)
+  std::uint64_t stall_rounds = 0;
+  struct stall_asking {
+    std::uint64_t id = 0;
+    std::uint64_t timer = 0;
+    std::vector<std::uint32_t> hosts;  // asked, ascending
+    std::vector<std::optional<link::stall_report>> answers;
+    std::uint32_t waiting = 0;
+  };
+  std::optional<stall_asking> stall_round;  // agents asked what their ranks are doing
+  void on_quiet(std::uint32_t h, const link::host_quiet& q);
+  void check_stall();
+  void on_stall_report(std::uint32_t h, link::stall_report& r);
+  void stall_timer_fired(std::uint64_t id);
+  void stall_named();
 
   // ---- launcher.cpp ----
   template <class F>
