@@ -5,6 +5,7 @@
 //   spawn_requests.cpp  launch facts, spawn requests, stdin routing, output pushed over links
 //   pmix_routing.cpp    PMIx on the launcher's side: fences, modex, spawned jobs, data store
 //   host_plans.cpp      hosts' topologies, their plans (cores, GPUs, NICs), refusals
+//   stall.cpp           --stall-timeout: quiet hosts, the stall, its lines (docs/resilience.md)
 // Internal to libpm.
 #pragma once
 

@@ -54,7 +54,6 @@ void launcher::impl::on_quiet(std::uint32_t h, const link::host_quiet& q) {
     } else {
       --quiet_hosts;
     }
-    decided(h, q.quiet ? "quiet" : "active");
   }
   if (q.quiet) {
     stall_due = true;
@@ -120,6 +119,7 @@ void launcher::impl::stall_named() {
   auto round = std::move(*stall_round);
   stall_round.reset();
   cancel_own_timer(round.timer);
+  if (ctl.ending() || finishing) return;  // a failure or a signal came first: nothing to name
   stall_told = true;
   for (std::size_t i = 0; i < round.hosts.size(); ++i) {
     const auto h = round.hosts[i];

@@ -27,13 +27,15 @@ std::string slurp(const std::string& path) {
   return text;
 }
 
+// The next blank-separated word from `at` as a number (0 when it is not one: tpgid is -1), and
+// `at` past it.
 std::uint64_t number_at(std::string_view text, std::size_t& at) {
   while (at < text.size() && text[at] == ' ') ++at;
+  const auto begin = at;
+  while (at < text.size() && text[at] != ' ' && text[at] != '\n') ++at;
   std::uint64_t v = 0;
-  const auto* begin = text.data() + at;
-  const auto [ptr, ec] = std::from_chars(begin, text.data() + text.size(), v);
-  if (ec != std::errc()) v = 0;
-  at += static_cast<std::size_t>(ptr - begin);
+  const auto [ptr, ec] = std::from_chars(text.data() + begin, text.data() + at, v);
+  if (ec != std::errc() || ptr != text.data() + at) v = 0;
   return v;
 }
 
