@@ -104,7 +104,7 @@ int pm_report_json(char** out, const pm_report* report) {
 
 const char* pm_cause_name(pm_cause cause) {
   const auto v = raw_value(cause);
-  if (std::cmp_less(v, 0) || std::cmp_greater(v, int{PM_CAUSE_TIMEOUT})) return "unknown";
+  if (std::cmp_less(v, 0) || std::cmp_greater(v, int{PM_CAUSE_STALLED})) return "unknown";
   return pm::to_string(static_cast<pm::cause_kind>(v));
 }
 

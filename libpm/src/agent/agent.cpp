@@ -388,7 +388,7 @@ struct agent::state {
                      if (r == nullptr) return;  // not asked for: the driver's mistake
                      r->pid = s.pid;
                      send_msg(link::started{{{s.rank, s.pid}}});
-                     if (stall && ph == phase::running) {
+                     if (stall && ph == phase::running && stall->find(s.rank) == nullptr) {
                        progress p;
                        p.rank = s.rank;
                        p.pid = s.pid;
