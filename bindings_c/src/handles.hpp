@@ -1,6 +1,7 @@
 // The C handles: each is a struct that holds the C++ value it stands for.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -27,6 +28,7 @@ struct pm_env_settings {
 
 struct pm_job {
   pm::job_spec spec;
+  std::chrono::milliseconds stall_timeout{0};  ///< pm_job_set_stall_timeout; 0: not watched
   /// Per app: its own variables (they become the map's job_env::app_overrides).
   std::vector<std::vector<pm::env_var>> app_env;
   pm_env_settings env;
@@ -39,6 +41,7 @@ struct pm_map {
   /// Its launch facts (MASTER_ADDR/PORT) are decided once, by decided_env(), hence mutable.
   mutable pm::job_env env;
   std::optional<std::uint16_t> master_port;
+  std::chrono::milliseconds stall_timeout{0};  ///< the job's (pm_job_set_stall_timeout)
   mutable std::once_flag facts_once;
 };
 
@@ -57,6 +60,10 @@ std::vector<std::string> rank_env(const pm_map& map, std::uint32_t rank);
 
 /// "NAME=value" entries as an env_map (entries without '=' are skipped, as getenv skips them).
 pm::env_map to_env_map(const char* const* envp);
+
+/// A stall timeout in seconds as the C API takes it (pm_job_set_stall_timeout): 0 turns it off;
+/// negative, not a number, or more than a year is PM_E_USAGE with pmrun's line.
+std::chrono::milliseconds stall_timeout_of(double seconds);
 
 /// This machine, probed once per process.
 const pm::local_host& me();

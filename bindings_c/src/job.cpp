@@ -1,5 +1,6 @@
 // Jobs: app contexts (MPMD), the mapping policy and the env settings.
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
 #include "guard.hpp"
@@ -7,6 +8,17 @@
 #include "pm/host_binding.hpp"
 
 namespace pm::c {
+
+std::chrono::milliseconds stall_timeout_of(double seconds) {
+  if (!(seconds >= 0) || seconds > 366.0 * 24 * 3600) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%g", seconds);
+    throw pm::error(pm::errc::usage, std::string("--stall-timeout '") + text +
+                                         "': expected a positive number of seconds");
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
+}
+
 namespace {
 
 std::vector<pm::env_var> app_variables(const char* function, const char* const* env) {
@@ -181,6 +193,14 @@ int pm_job_set_gpus_per_rank(pm_job* job, const char* value) {
     return set_binding_option(fn, job, value, [](pm::mapping_policy& m, std::string_view v) {
       m.host.gpus = pm::topo::parse_gpus_per_rank(v);
     });
+  });
+}
+
+int pm_job_set_stall_timeout(pm_job* job, double seconds) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "job", job);
+    job->stall_timeout = pm::c::stall_timeout_of(seconds);
+    return PM_OK;
   });
 }
 

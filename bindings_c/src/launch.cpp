@@ -221,6 +221,7 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
     request.env = decided_env(*map);  // with each app's own variables (job_env::app_overrides)
     request.control.abort_on_failure = options->no_abort_on_failure == 0;
     request.control.timeout = std::chrono::milliseconds(options->timeout_ms);
+    request.control.stall_timeout = map->stall_timeout;
     if (options->kill_grace_ms != 0)
       request.control.kill_grace = std::chrono::milliseconds(options->kill_grace_ms);
     request.output.tag = options->tag_output != 0;

@@ -45,6 +45,7 @@ int pm_map_job(pm_map** out, const pm_job* job, const pm_allocation* allocation)
     m->env = pm::make_job_env(s.inherited ? *s.inherited : pm::current_environment(), s.exports,
                               s.profiles, {});
     m->master_port = s.master_port;
+    m->stall_timeout = job->stall_timeout;
     m->env.app_overrides = job->app_env;
     m->mapping = spec.mapping;
     m->apps = std::move(spec.apps);

@@ -25,6 +25,7 @@ static_assert(PM_RANK_NOT_STARTED == static_cast<int>(pm::rank_state::not_starte
 static_assert(PM_RANK_SPAWN_FAILED == static_cast<int>(pm::rank_state::spawn_failed));
 static_assert(PM_RANK_KILLED == static_cast<int>(pm::rank_state::killed));
 static_assert(PM_CAUSE_TIMEOUT == static_cast<int>(pm::cause_kind::timeout));
+static_assert(PM_CAUSE_STALLED == static_cast<int>(pm::cause_kind::stalled));
 static_assert(PM_CAUSE_SIGNAL == static_cast<int>(pm::cause_kind::signal));
 static_assert(PM_CAUSE_HOST_LOST == static_cast<int>(pm::cause_kind::host_lost));
 static_assert(PM_CAUSE_ABORT_REQUESTED == static_cast<int>(pm::cause_kind::abort_requested));
@@ -113,7 +114,7 @@ int pm_report_json(char** out, const pm_report* report) {
 
 const char* pm_cause_name(pm_cause cause) {
   const auto v = raw_value(cause);
-  if (std::cmp_less(v, 0) || std::cmp_greater(v, int{PM_CAUSE_TIMEOUT})) return "unknown";
+  if (std::cmp_less(v, 0) || std::cmp_greater(v, int{PM_CAUSE_STALLED})) return "unknown";
   return pm::to_string(static_cast<pm::cause_kind>(v));
 }
 

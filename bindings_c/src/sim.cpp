@@ -86,6 +86,14 @@ int pm_sim_set_script(pm_sim* sim, uint32_t rank, const char* script) {
   });
 }
 
+int pm_sim_set_stall_timeout(pm_sim* sim, double seconds) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "sim", sim);
+    sim->scenario.control.stall_timeout = pm::c::stall_timeout_of(seconds);
+    return PM_OK;
+  });
+}
+
 int pm_sim_add_fault(pm_sim* sim, const char* fault) {
   return guard(__func__, [&](const char* fn) {
     require(fn, "sim", sim);

@@ -13,7 +13,7 @@ bool world::rank_hit(std::uint32_t rank) const {
   const auto& p = procs_[rank];
   const auto& h = hosts_[procs_[rank].host];
   return (p.flags & (f_spawn_fail | f_lost_exit)) != 0 || !script(rank).succeeds() || h.lost ||
-         struck(procs_[rank].host);
+         struck(procs_[rank].host) || stalls_.contains(rank);
 }
 
 void world::check_report(const job_report& r) {

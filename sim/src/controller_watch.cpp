@@ -29,7 +29,7 @@ void world::note_failure(cause_kind kind, std::uint32_t rank, std::uint32_t host
 void world::next_incarnation() {
   ++incarnations_;
   const auto& f = first_failure_;
-  const bool restartable = f.kind == cause_kind::rank_failed ||
+  const bool restartable = f.kind == cause_kind::rank_failed || f.kind == cause_kind::stalled ||
                            (f.kind == cause_kind::abort_requested && f.rank != no_host);
   if (!restartable)
     correctness("the launcher restarted the job after " + std::string(pm::to_string(f.kind)) +
@@ -137,6 +137,28 @@ void world::note_event(const event& e) {
             const int code = x.status.shell_code();
             note_failure(cause_kind::rank_failed, x.rank, procs_[x.rank].host,
                          code != 0 ? code : 1);
+            if (!ending_before && forced_abort_at_ < 0) forced_abort_at_ = now_;
+          },
+          // --stall-timeout: only when every running rank stalled, and never before the timeout
+          // after the last stall began; the job ends whatever the abort policy.
+          [&](const job_stalled&) {
+            if (ctl_finished_) return;
+            const bool ending_before =
+                first_failure_.kind != cause_kind::none &&
+                (s_.control.abort_on_failure || terminating_signals_ > 0 || forced_abort_at_ >= 0);
+            if (s_.control.stall_timeout.count() <= 0)
+              correctness("the job was found stalled without a stall timeout");
+            const auto timeout = std::chrono::duration_cast<sim_time>(s_.control.stall_timeout);
+            for (std::uint32_t rank = 0; rank < procs_.size(); ++rank) {
+              if (procs_[rank].state != pstate::running) continue;
+              const auto it = stalls_.find(rank);
+              if (it == stalls_.end() || now_ < it->second.first + timeout.count()) {
+                correctness("the job was found stalled at " + format_duration(sim_time(now_)) +
+                            " while rank " + std::to_string(rank) + " progressed");
+                break;
+              }
+            }
+            note_failure(cause_kind::stalled, no_host, no_host, exit_codes::stalled);
             if (!ending_before && forced_abort_at_ < 0) forced_abort_at_ = now_;
           },
           // A spawned job the controller took: its ranks join the world's processes.

@@ -59,7 +59,53 @@ void world::plan(const fault& f) {
     case fault_kind::ssh_failure:
       if (hosts_[f.target].ssh_failures < 255) ++hosts_[f.target].ssh_failures;
       break;
+    case fault_kind::stall: {
+      auto [it, fresh] = stalls_.try_emplace(f.target, f.at.count(), false);
+      if (!fresh) it->second.first = std::min(it->second.first, f.at.count());
+      break;
+    }
   }
+}
+
+bool world::stalled_now(std::uint32_t rank) const {
+  if (stalls_.empty()) return false;
+  const auto it = stalls_.find(rank);
+  return it != stalls_.end() && now_ >= it->second.first;
+}
+
+// pmd reads /proc; here a rank progresses (its CPU time and written bytes grow with the clock)
+// until its stall fault, then stands still in the state a blocked process shows.
+void world::sample_ranks(std::uint32_t host, const agent::sample_ranks& x) {
+  agent::ranks_sampled r;
+  r.ranks.reserve(x.ranks.size());
+  for (const auto& [rank, pid] : x.ranks) {
+    agent::rank_sample s;
+    s.rank = rank;
+    if (rank >= procs_.size() || procs_[rank].state != pstate::running ||
+        procs_[rank].host != host) {
+      s.gone = true;
+      r.ranks.push_back(std::move(s));
+      continue;
+    }
+    std::int64_t until = now_;
+    if (stalled_now(rank)) {
+      auto& st = stalls_.find(rank)->second;
+      until = st.first;
+      s.state = 'S';
+      s.wchan = "stalled";
+      if (!st.second) {
+        st.second = true;
+        ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::stall)];
+        line("!! rank " + std::to_string(rank) + " stalls");
+      }
+    } else {
+      s.state = 'R';
+    }
+    s.cpu_ms = static_cast<std::uint64_t>(until / 1'000'000);
+    s.written = s.cpu_ms;
+    r.ranks.push_back(std::move(s));
+  }
+  feed_agent(host, std::move(r));
 }
 
 // A stranger calls the launcher with a wrong token, claiming to be `host`: the gate must refuse

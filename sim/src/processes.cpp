@@ -97,6 +97,7 @@ void world::started(std::uint32_t rank, std::int64_t forked) {
 
 // A natural end (its script's exit or signal) of a rank that may be blocked in a PMIx call.
 void world::on_proc_end(std::uint32_t rank, std::uint32_t status) {
+  if (stalled_now(rank)) return;                // stuck: its end never comes
   if (client_blocked(rank, 3, status)) return;  // it ends once the call returns
   const auto st = decode(status);
   // An exit is MPI_Finalize's, then exit(); a signal (a crash) finalizes nothing.
@@ -272,7 +273,7 @@ void world::forget_ranks(std::uint32_t host) {
 // call (2) (pmix_clients.cpp).
 void world::on_script_step(std::uint32_t rank, std::uint32_t step) {
   auto& p = procs_[rank];
-  if (p.state != pstate::running) return;
+  if (p.state != pstate::running || stalled_now(rank)) return;
   if (step == 0) {
     close_streams(rank);
     return;

@@ -283,6 +283,8 @@ const char* to_string(fault_kind k) noexcept {
       return "silent";
     case fault_kind::ssh_failure:
       return "ssh-fail";
+    case fault_kind::stall:
+      return "stall";
   }
   return "?";
 }
@@ -296,7 +298,7 @@ std::string to_string(const fault& f) {
   }
   std::string out = std::string(to_string(f.kind)) + ":" + std::to_string(f.target);
   if (f.kind == fault_kind::host_crash || f.kind == fault_kind::forged_call ||
-      f.kind == fault_kind::late_call)
+      f.kind == fault_kind::late_call || f.kind == fault_kind::stall)
     out += "@" + format_duration(f.at);
   if (f.kind == fault_kind::partition)
     out += "@" + format_duration(f.at) + "-" + format_duration(f.until);
@@ -332,10 +334,12 @@ fault parse_fault(std::string_view text) {
     f.kind = fault_kind::silent_host;
   } else if (kind == "ssh-fail") {
     f.kind = fault_kind::ssh_failure;
+  } else if (kind == "stall") {
+    f.kind = fault_kind::stall;
   } else {
     usage(what + ": unknown kind " + quoted(kind) +
           " (crash, partition, spawn-fail, agent-fail, lost-exit, launcher-signal, forged-call, "
-          "dup-call, late-call, lost-call, silent, ssh-fail)");
+          "dup-call, late-call, lost-call, silent, ssh-fail, stall)");
   }
   if (target.empty()) usage(what + ": missing target, e.g. " + std::string(kind) + ":3");
   if (f.kind == fault_kind::launcher_signal) {
@@ -346,7 +350,7 @@ fault parse_fault(std::string_view text) {
   }
   f.target = parse_u32(target, what);
   if (f.kind == fault_kind::host_crash || f.kind == fault_kind::forged_call ||
-      f.kind == fault_kind::late_call) {
+      f.kind == fault_kind::late_call || f.kind == fault_kind::stall) {
     if (time.empty())
       usage(what + ": a " + std::string(kind) + " needs a time, e.g. " + std::string(kind) +
             ":3@1s");
@@ -422,6 +426,7 @@ std::vector<std::string> scenario::to_args() const {
   if (control.notify_failures) a.push_back("--notify-failures");
   duration("--kill-grace", control.kill_grace, d.control.kill_grace);
   duration("--timeout", control.timeout, d.control.timeout);
+  duration("--stall-timeout", control.stall_timeout, d.control.stall_timeout);
   if (control.streams_per_rank != d.control.streams_per_rank)
     add("--streams", std::to_string(control.streams_per_rank));
   if (max_restarts != 0) add("--max-restarts", std::to_string(max_restarts));

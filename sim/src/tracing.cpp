@@ -95,6 +95,7 @@ void world::trace_event(const event& e) {
             if (!x.ranks.empty()) hash_.add(x.ranks.front());
             if (tracing()) line("<- spawn_withdrawn ranks=" + rank_list(x.ranks));
           },
+          [&](const job_stalled&) { line("<- job_stalled"); },
       },
       e);
 }

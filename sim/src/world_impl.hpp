@@ -339,6 +339,11 @@ class world {
 
   // ---- checks.cpp ----
   bool rank_hit(std::uint32_t rank) const;
+  // Stalls (fault stall:R@T): when each stalled rank stops progressing, and whether the fault
+  // was counted as fired. Sparse: few ranks stall.
+  std::unordered_map<std::uint32_t, std::pair<std::int64_t, bool>> stalls_;
+  bool stalled_now(std::uint32_t rank) const;
+  void sample_ranks(std::uint32_t host, const agent::sample_ranks& x);
   void check_report(const job_report& r);
   void final_checks();
 

@@ -33,7 +33,8 @@ struct flags {
   std::vector<std::string> host_topologies;
   std::string topology, rank_by, bind_to, cpus_per_rank, gpus_per_rank;
   bool report_bindings = false;
-  std::string host_slots, map_by = "slot", kill_grace, timeout, trace_file, default_script;
+  std::string host_slots, map_by = "slot", kill_grace, timeout, stall_timeout, trace_file,
+                          default_script;
   std::string link, link_jitter, agent_hop, spawn, spawn_jitter, reaction, heartbeat,
       heartbeat_timeout, hello_timeout, run_time, run_jitter;
   std::uint32_t hosts = 4, slots = 2, streams = 2, max_restarts = 0;
@@ -123,6 +124,11 @@ pm::sim::scenario build(const flags& f) {
   if (!f.kill_grace.empty())
     s.control.kill_grace = ms(parse_duration(f.kill_grace, "--kill-grace"));
   if (!f.timeout.empty()) s.control.timeout = ms(parse_duration(f.timeout, "--timeout"));
+  if (!f.stall_timeout.empty()) {
+    s.control.stall_timeout = ms(parse_duration(f.stall_timeout, "--stall-timeout"));
+    if (s.control.stall_timeout.count() <= 0)
+      throw pm::error(pm::errc::usage, "--stall-timeout: expected a positive duration (e.g. 5s)");
+  }
   if (f.streams > 2) throw pm::error(pm::errc::usage, "--streams: 0, 1 or 2");
   s.control.streams_per_rank = static_cast<std::uint8_t>(f.streams);
   s.max_restarts = f.max_restarts;
@@ -222,6 +228,8 @@ int main(int argc, char** argv) {
                "with --no-abort: the agents are told of each failure (pmrun's PMIx events)");
   app.add_option("--kill-grace", f.kill_grace, "SIGTERM to SIGKILL (default 3s)");
   app.add_option("--timeout", f.timeout, "end the job after this long");
+  app.add_option("--stall-timeout", f.stall_timeout,
+                 "end the job when no rank progressed this long (a stall:R@T fault stops one)");
   app.add_option("--streams", f.streams, "output streams per rank (2, 1 merged, 0 none)");
   app.add_option("--max-restarts", f.max_restarts,
                  "restart the job in place up to N times on a failure (docs/resilience.md)");

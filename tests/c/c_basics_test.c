@@ -29,6 +29,7 @@ static void status_names(void) {
   CHECK_STR(pm_status_name(-99), "unknown status");
   CHECK_STR(pm_status_name(5), "unknown status");
   CHECK_STR(pm_cause_name(PM_CAUSE_RANK_FAILED), "rank_failed");
+  CHECK_STR(pm_cause_name(PM_CAUSE_STALLED), "stalled");
   CHECK_STR(pm_cause_name((pm_cause)77), "unknown");
   CHECK_STR(pm_rank_state_name(PM_RANK_SPAWN_FAILED), "spawn_failed");
   CHECK_STR(pm_rank_state_name(PM_RANK_NOT_STARTED), "not_started");

@@ -28,6 +28,7 @@ typedef struct capture {
   int64_t pid[max_ranks];
   int ended_code[max_ranks];
   int messages;
+  char first_message[512];
   char last_message[512];
   int finish_calls;
   int finish_exit_code;
@@ -56,6 +57,7 @@ static void on_output(uint32_t rank, pm_stream stream, const char* line, size_t 
 static void on_message(const char* line, void* user_data) {
   capture* c = user_data;
   c->messages++;
+  if (c->messages == 1) snprintf(c->first_message, sizeof c->first_message, "%s", line);
   snprintf(c->last_message, sizeof c->last_message, "%s", line);
 }
 
@@ -720,6 +722,47 @@ static void restart_in_place(void) {
   pm_map_destroy(map);
 }
 
+/* pm_job_set_stall_timeout: two ranks that sleep use no CPU and write nothing; after 0.5 s the
+ * run names them (one line for this host) and ends the job with 214, PM_CAUSE_STALLED. */
+static void stalled_job(void) {
+  pm_allocation* a = NULL;
+  CHECK_OK(pm_allocation_from_hosts(&a, "localhost:8"));
+  pm_job* job = NULL;
+  CHECK_OK(pm_job_new(&job));
+  const char* argv[] = {payload, "sleep", "30", NULL};
+  pm_app_options app = PM_APP_OPTIONS_INIT;
+  app.argv = argv;
+  app.np = 2;
+  CHECK_OK(pm_job_add_app(job, &app));
+  CHECK_FAILS(pm_job_set_stall_timeout(job, -1), PM_E_USAGE, "--stall-timeout");
+  CHECK_OK(pm_job_set_stall_timeout(job, 0.5));
+  pm_map* map = NULL;
+  CHECK_OK(pm_map_job(&map, job, a));
+  pm_job_destroy(job);
+  pm_allocation_destroy(a);
+  capture c;
+  memset(&c, 0, sizeof c);
+  pm_run_options o = options_for(&c);
+  const double start = now_seconds();
+  pm_report* report = NULL;
+  CHECK_OK(pm_launch(&report, map, &o));
+  CHECK(now_seconds() - start < 10.0);
+  pm_report_info info = PM_REPORT_INFO_INIT;
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.exit_code == 214);
+  CHECK(info.cause == PM_CAUSE_STALLED);
+  CHECK_STR(info.summary, "no rank progressed for 0.5 s (--stall-timeout)");
+  CHECK(info.ranks_killed == 2);
+  CHECK(c.messages == 2);
+  CHECK(strncmp(c.first_message, "stalled on ", 11) == 0);
+  CHECK_CONTAINS(c.first_message, "rank 0 (pid ");
+  CHECK_CONTAINS(c.first_message, "rank 1 (pid ");
+  CHECK_CONTAINS(c.last_message, "no rank progressed for 0.5 s (--stall-timeout); aborting");
+  for (uint32_t r = 0; r < 2; ++r) CHECK(kill((pid_t)c.pid[r], 0) == -1 && errno == ESRCH);
+  pm_report_destroy(report);
+  pm_map_destroy(map);
+}
+
 int main(int argc, char** argv) {
   CHECK(argc == 2);
   payload = argv[1];
@@ -732,6 +775,7 @@ int main(int argc, char** argv) {
   launched_environment();
   no_stale_error_after_reentrant_failure();
   restart_in_place();
+  stalled_job();
   printf("c_launch_test: ok\n");
   return 0;
 }

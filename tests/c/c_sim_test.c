@@ -196,6 +196,47 @@ static void liveness_failure(void) {
   pm_sim_destroy(sim);
 }
 
+/* --stall-timeout in the simulator: rank 5 stops at 1 s; once the others ended, the only host
+ * with a live rank is quiet, the job is named stalled and ends with 214. */
+static void stalled_rank(void) {
+  pm_sim* sim = cluster(4, 2, 3);
+  CHECK_FAILS(pm_sim_set_stall_timeout(sim, -1), PM_E_USAGE, "--stall-timeout '-1'");
+  CHECK_FAILS(pm_sim_set_stall_timeout(NULL, 2), PM_E_INVALID, "'sim' is NULL");
+  CHECK_OK(pm_sim_set_stall_timeout(sim, 2));
+  CHECK_OK(pm_sim_add_fault(sim, "stall:5@1s"));
+  pm_sim_result* result = NULL;
+  CHECK_OK(pm_sim_run(&result, sim, NULL));
+  pm_sim_result_info info = PM_SIM_RESULT_INFO_INIT;
+  CHECK_OK(pm_sim_result_read(result, &info));
+  CHECK(info.verdict == PM_SIM_OK);
+  CHECK_CONTAINS(info.replay, "--stall-timeout 2s");
+  CHECK_CONTAINS(info.replay, "--fault stall:5@1s");
+  int named = 0;
+  for (size_t i = 0; i < info.lines; ++i) {
+    const char* line = NULL;
+    CHECK_OK(pm_sim_result_line(result, i, &line));
+    if (strstr(line, "stalled on node2: rank 5 (pid ") == line) named = 1;
+  }
+  CHECK(named);
+  pm_report* report = NULL;
+  CHECK_OK(pm_sim_result_report(&report, result));
+  pm_report_info r = PM_REPORT_INFO_INIT;
+  CHECK_OK(pm_report_read(report, &r));
+  CHECK(r.exit_code == 214);
+  CHECK(r.cause == PM_CAUSE_STALLED);
+  pm_report_destroy(report);
+  pm_sim_result_destroy(result);
+  pm_sim_destroy(sim);
+
+  pm_job* job = NULL;
+  CHECK_OK(pm_job_new(&job));
+  CHECK_OK(pm_job_set_stall_timeout(job, 0.5));
+  CHECK_OK(pm_job_set_stall_timeout(job, 0)); /* off again */
+  CHECK_FAILS(pm_job_set_stall_timeout(job, -2), PM_E_USAGE, "expected a positive number");
+  CHECK_FAILS(pm_job_set_stall_timeout(NULL, 1), PM_E_INVALID, "'job' is NULL");
+  pm_job_destroy(job);
+}
+
 static void errors(void) {
   pm_sim* sim = NULL;
   pm_sim_options o = PM_SIM_OPTIONS_INIT;
@@ -240,6 +281,7 @@ int main(void) {
   host_crash();
   defaults();
   liveness_failure();
+  stalled_rank();
   errors();
   printf("c_sim_test: ok\n");
   return 0;

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -122,6 +123,41 @@ TEST(PmrunMpiMultihost, MpiAbortOnARemoteHostEndsEveryHost) {
   const auto r = run_command(pmrun(f, {mpi_dir + "/mpi_abort", "3"}), 120s);
   EXPECT_EQ(r.exit_code, 42) << r.err;
   EXPECT_NE(r.err.find("rank 3 on node2 called abort with status 42"), std::string::npos) << r.err;
+  EXPECT_TRUE(hosts_clean(f));
+}
+
+// --stall-timeout across hosts (docs/resilience.md, "Stalls"): rank 3 (node2) blocks in read(),
+// the others wait for it in a PMIx fence that spans the hosts. Every agent finds its host quiet;
+// pmrun names every rank, one line per host, and the job ends with 214, nothing left anywhere.
+TEST(PmrunMpiMultihost, AStuckRankIsNamedWithItsWaitingPeersOnEveryHost) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  const auto began = std::chrono::steady_clock::now();
+  const auto r =
+      run_command(pmrun(f, {"--stall-timeout", "2", mpi_dir + "/pmix_stall", "3"}), 120s);
+  const auto took = std::chrono::steady_clock::now() - began;
+  EXPECT_EQ(r.exit_code, 214) << r.err;
+  std::vector<std::string> lines;
+  std::istringstream in(r.err);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("pmrun: stalled on ")) lines.push_back(line);
+  }
+  ASSERT_EQ(lines.size(), 3u) << r.err;
+  const std::regex rank_re(R"(rank (\d+) \(pid \d+, [SD] in [a-z_0-9]+, cpu )");
+  for (int h = 0; h < 3; ++h) {
+    EXPECT_TRUE(lines[h].starts_with("pmrun: stalled on node" + std::to_string(h + 1) + ": "))
+        << lines[h];
+    std::set<int> ranks;
+    for (std::sregex_iterator it(lines[h].begin(), lines[h].end(), rank_re), end; it != end; ++it)
+      ranks.insert(std::stoi((*it)[1]));
+    EXPECT_EQ(ranks, (std::set<int>{2 * h, 2 * h + 1})) << lines[h];
+  }
+  EXPECT_NE(r.err.find("no rank progressed for 2 s (--stall-timeout); aborting the job "
+                       "(SIGTERM to 6 ranks)"),
+            std::string::npos)
+      << r.err;
+  std::cerr << "[ stall ] 3 hosts, --stall-timeout 2: pmrun ended after "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n";
   EXPECT_TRUE(hosts_clean(f));
 }
 

@@ -69,6 +69,8 @@ std::string describe_event(const pm::event& e) {
           o << "job_spawned " << pm::test::ranks_text(x.hosts);
         else if constexpr (std::is_same_v<T, pm::spawn_withdrawn>)
           o << "spawn_withdrawn " << pm::test::ranks_text(x.ranks);
+        else if constexpr (std::is_same_v<T, pm::job_stalled>)
+          o << "job_stalled";
         else
           o << "abort_requested " << (x.rank ? static_cast<std::int64_t>(*x.rank) : -1) << " "
             << x.status;

@@ -167,6 +167,8 @@ void controller_follows_the_model() {
         return "user interrupt";
       case cause_kind::timeout:
         return "timeout";
+      case cause_kind::stalled:  // not generated here: job_stalled is the launcher's
+        return "stalled";
     }
     return "?";
   }();

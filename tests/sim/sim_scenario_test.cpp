@@ -280,6 +280,46 @@ TEST(SimScenario, ASignalDuringTheSetUpEndsTheLaunchAtOnceAlsoWithASilentHost) {
   EXPECT_TRUE(r.hosts_lost.empty());  // given up, not lost
 }
 
+// --stall-timeout (docs/resilience.md, "Stalls"): rank 5 stops at 1 s. While the others run
+// the job progresses; once they ended, node2 (ranks 4 and 5) holds the only live rank, quiet
+// since 1 s: the launcher names it and the job ends, cause stalled, 214.
+TEST(SimScenario, AStalledRankIsNamedOnceEveryOtherRankEnded) {
+  auto s = cluster(4, 2, 3);
+  s.control.stall_timeout = 2s;
+  s.faults.push_back(parse_fault("stall:5@1s"));
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::stalled);
+  EXPECT_EQ(r.report.exit_code, pm::exit_codes::stalled);
+  EXPECT_EQ(r.report.ranks[5].state, pm::rank_state::killed);
+  EXPECT_EQ(r.stats.faults_fired[static_cast<int>(pm::sim::fault_kind::stall)], 1u);
+  ASSERT_GE(r.lines.size(), 2u);
+  EXPECT_TRUE(r.lines[0].starts_with("stalled on node2: rank 5 (pid ")) << r.lines[0];
+  EXPECT_NE(r.lines[0].find(", S in stalled, cpu 1.00 s, last output "), std::string::npos)
+      << r.lines[0];
+  EXPECT_EQ(r.lines[1],
+            "no rank progressed for 2 s (--stall-timeout); aborting the job (SIGTERM to 1 rank)");
+  // After the last other rank ended (about 10 s: the default run time), within a look or two.
+  std::int64_t last_other = 0;
+  for (const auto& rr : r.report.ranks) {
+    if (rr.rank != 5 && rr.ended_at) last_other = std::max(last_other, rr.ended_at->count());
+  }
+  EXPECT_GE(last_other, std::chrono::nanoseconds(10s).count());
+  EXPECT_LT(r.finish_time.count() - last_other, std::chrono::nanoseconds(1s).count());
+  EXPECT_NE(r.replay.find("--stall-timeout 2s"), std::string::npos) << r.replay;
+  EXPECT_NE(r.replay.find("--fault stall:5@1s"), std::string::npos) << r.replay;
+  // The same seed, the same run.
+  EXPECT_EQ(pm::sim::run(s).trace_hash, r.trace_hash);
+}
+
+// Without a stall timeout nothing can end a stalled job: a loud liveness failure.
+TEST(SimScenario, AStallWithoutATimeoutIsALivenessFailure) {
+  auto s = cluster(2, 2, 5);
+  s.faults.push_back(parse_fault("stall:1@1s"));
+  EXPECT_EQ(pm::sim::run(s).outcome, verdict::liveness);
+}
+
 TEST(SimScenario, LostExitNotificationIsALoudLivenessFailure) {
   auto s = cluster(2, 2, 5);
   s.faults.push_back(parse_fault("lost-exit:1"));
@@ -488,7 +528,9 @@ TEST(SimScenario, BadFaultsAndScriptsAreUsageErrors) {
   EXPECT_EQ(message_of([] { parse_fault("flood:1"); }),
             "fault 'flood:1': unknown kind 'flood' (crash, partition, spawn-fail, agent-fail, "
             "lost-exit, launcher-signal, forged-call, dup-call, late-call, lost-call, silent, "
-            "ssh-fail)");
+            "ssh-fail, stall)");
+  EXPECT_EQ(message_of([] { parse_fault("stall:1"); }),
+            "fault 'stall:1': a stall needs a time, e.g. stall:3@1s");
   EXPECT_EQ(message_of([] { parse_fault("launcher-signal:KILL@1s"); }),
             "fault 'launcher-signal:KILL@1s': 'KILL' is not a signal the launcher handles (INT, "
             "TERM, HUP, USR1, USR2, TSTP, CONT)");
@@ -518,7 +560,7 @@ TEST(SimScenario, ValuesPrintAndParseBack) {
   EXPECT_EQ(to_string(parse_script("spawn:3@2s+fence")), "exit:0+fence@0s+spawn:3@2s");
   for (const char* text :
        {"crash:3@1s", "partition:3@1.5s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12",
-        "launcher-signal:INT@2s", "launcher-signal:USR1@20ms", "silent:2"}) {
+        "launcher-signal:INT@2s", "launcher-signal:USR1@20ms", "silent:2", "stall:5@1.5s"}) {
     EXPECT_EQ(to_string(parse_fault(text)), text);
   }
   EXPECT_EQ(to_string(parse_fault("launcher-signal:SIGTERM@1s")), "launcher-signal:TERM@1s");
@@ -637,6 +679,7 @@ TEST(SimScenario, GeneratedFaultPlansAreValuesThatReplay) {
       EXPECT_NE(r.replay.find("--fault " + to_string(f)), std::string::npos) << r.replay;
   }
   EXPECT_EQ(kinds[static_cast<int>(pm::sim::fault_kind::lost_exit)], 0);
+  EXPECT_EQ(kinds[static_cast<int>(pm::sim::fault_kind::stall)], 0);
   for (auto k : {pm::sim::fault_kind::host_crash, pm::sim::fault_kind::partition,
                  pm::sim::fault_kind::spawn_failure, pm::sim::fault_kind::agent_failure,
                  pm::sim::fault_kind::launcher_signal})

@@ -556,5 +556,158 @@ TEST(Agent, TheLauncherLostDuringARestartEndsTheAgent) {
   EXPECT_EQ(all<exit_agent>(b)[0].code, exit_after_launcher_lost);
 }
 
+// ---- --stall-timeout: the agent's quiet/active decisions (docs/resilience.md, "Stalls") ----
+
+namespace stalls {
+
+// A harness whose clock the test sets: the job watches stalls with a 1 s timeout, a look every
+// 200 ms.
+struct watch {
+  agent a{options{{"PATH=/usr/bin:/bin"}, 5000ms, 20ms}};
+  std::vector<action> out;
+  agent_time now{0};
+
+  std::vector<action> at(std::chrono::milliseconds t, event e) {
+    out.clear();
+    now = t;
+    a.handle(now, std::move(e), out);
+    return out;
+  }
+  void start(std::uint32_t n) {
+    auto j = harness::setup();
+    j.stall = ch::stall_watch{1000, 200};
+    at(0ms, received{j});
+    ch::spawn_request s;
+    for (std::uint32_t r = 0; r < n; ++r) s.ranks.push_back(harness::spec(r));
+    at(0ms, received{s});
+  }
+};
+
+rank_sample sample(std::uint32_t rank, std::uint64_t cpu_ms, std::uint64_t written,
+                   char state = 'S', std::string wchan = "futex_wait_queue") {
+  rank_sample s;
+  s.rank = rank;
+  s.state = state;
+  s.wchan = std::move(wchan);
+  s.cpu_ms = cpu_ms;
+  s.written = written;
+  return s;
+}
+
+std::vector<std::pair<std::uint32_t, std::int64_t>> looked_at(const std::vector<action>& v) {
+  const auto looks = all<sample_ranks>(v);
+  return looks.empty() ? std::vector<std::pair<std::uint32_t, std::int64_t>>{} : looks[0].ranks;
+}
+
+TEST(AgentStall, LooksAtItsLiveRanksEverySamplePeriod) {
+  watch w;
+  w.start(2);
+  // The first rank that runs starts the look timer; the second finds it running.
+  const auto a = w.at(10ms, rank_spawned{0, 100});
+  ASSERT_EQ(all<start_timer>(a).size(), 1u);
+  EXPECT_EQ(all<start_timer>(a)[0].after, 200ms);
+  EXPECT_TRUE(all<start_timer>(w.at(11ms, rank_spawned{1, 101})).empty());
+  const auto b = w.at(210ms, timer_fired{all<start_timer>(a)[0].timer});
+  EXPECT_EQ(looked_at(b),
+            (std::vector<std::pair<std::uint32_t, std::int64_t>>{{0, 100}, {1, 101}}));
+  EXPECT_TRUE(all<start_timer>(b).empty());  // the next look waits for this one's answer
+  // The answer: both progressed (CPU grew from nothing); nothing to say, the next look in 200 ms.
+  const auto c = w.at(210ms, ranks_sampled{{sample(0, 20, 0), sample(1, 30, 5)}});
+  EXPECT_TRUE(sent(c).empty());
+  ASSERT_EQ(all<start_timer>(c).size(), 1u);
+  EXPECT_EQ(all<start_timer>(c)[0].after, 200ms);
+}
+
+TEST(AgentStall, TellsTheLauncherOnceWhenItsRanksTurnQuietAndOnceWhenOneProgresses) {
+  watch w;
+  w.start(2);
+  w.at(0ms, rank_spawned{0, 100});
+  w.at(0ms, rank_spawned{1, 101});
+  // Both progress at 200 ms, then nothing grows.
+  EXPECT_TRUE(sent(w.at(200ms, ranks_sampled{{sample(0, 20, 0), sample(1, 30, 5)}})).empty());
+  EXPECT_TRUE(sent(w.at(1000ms, ranks_sampled{{sample(0, 20, 0), sample(1, 30, 5)}})).empty());
+  // 999 ms after the last progress: not yet.
+  EXPECT_TRUE(sent(w.at(1199ms, ranks_sampled{{sample(0, 20, 0), sample(1, 30, 5)}})).empty());
+  EXPECT_EQ(sent(w.at(1200ms, ranks_sampled{{sample(0, 20, 0), sample(1, 30, 5)}})),
+            (std::vector<ch::message>{ch::host_quiet{true, 2}}));
+  // Still quiet: no second message.
+  EXPECT_TRUE(sent(w.at(1400ms, ranks_sampled{{sample(0, 20, 0), sample(1, 30, 5)}})).empty());
+  // Rank 1 wrote: active again, once.
+  EXPECT_EQ(sent(w.at(1600ms, ranks_sampled{{sample(0, 20, 0), sample(1, 30, 9)}})),
+            (std::vector<ch::message>{ch::host_quiet{false, 2}}));
+  EXPECT_TRUE(sent(w.at(1800ms, ranks_sampled{{sample(0, 20, 0), sample(1, 30, 9)}})).empty());
+}
+
+TEST(AgentStall, ARankThatExitsLeavesTheQuietOnesToDecide) {
+  watch w;
+  w.start(2);
+  w.at(0ms, received{ch::spawn_request{{harness::spec(2)}}});  // starts later
+  w.at(0ms, rank_spawned{0, 100});
+  w.at(0ms, rank_spawned{1, 101});
+  // Rank 0 stands still from the start; rank 1 keeps using CPU.
+  w.at(200ms, ranks_sampled{{sample(0, 0, 0), sample(1, 10, 0)}});
+  EXPECT_TRUE(sent(w.at(1200ms, ranks_sampled{{sample(0, 0, 0), sample(1, 20, 0)}})).empty());
+  // Rank 1 ends: the host's only live rank has been quiet since its start.
+  const auto x = sent(w.at(1300ms, rank_exited{1, exit_status::exited(0)}));
+  EXPECT_EQ(x, (std::vector<ch::message>{ch::exited{{{1, exit_status::exited(0)}}},
+                                         ch::host_quiet{true, 1}}));
+  // A rank that starts is progress: active again.
+  EXPECT_EQ(sent(w.at(1400ms, rank_spawned{2, 102})),
+            (std::vector<ch::message>{ch::started{{{2, 102}}}, ch::host_quiet{false, 2}}));
+  EXPECT_EQ(sent(w.at(1500ms, rank_exited{0, exit_status::exited(0)})),
+            (std::vector<ch::message>{ch::exited{{{0, exit_status::exited(0)}}}}));
+  // The last live rank ending says nothing more: the launcher counts hosts with live ranks only.
+  EXPECT_EQ(sent(w.at(1600ms, rank_exited{2, exit_status::exited(0)})),
+            (std::vector<ch::message>{ch::exited{{{2, exit_status::exited(0)}}}}));
+}
+
+TEST(AgentStall, AnswersAStallQueryWithWhatItLastSaw) {
+  watch w;
+  w.start(3);
+  w.at(0ms, rank_spawned{0, 100});
+  w.at(0ms, rank_spawned{1, 101});
+  w.at(0ms, rank_spawned{2, 102});
+  w.at(200ms, ranks_sampled{{sample(0, 20, 0), sample(1, 30, 7, 'D', "io_schedule"),
+                             sample(2, 40, 0, 'R', "")}});
+  w.at(400ms, ranks_sampled{{sample(0, 20, 0), sample(1, 30, 7, 'D', "io_schedule"),
+                             sample(2, 41, 0, 'R', "")}});
+  w.at(450ms, rank_exited{2, exit_status::exited(0)});
+  const auto a = sent(w.at(1500ms, received{ch::stall_query{7}}));
+  ch::stall_report want{7,
+                        {ch::rank_activity{0, 100, "S", "futex_wait_queue", 20, -1, 1300},
+                         ch::rank_activity{1, 101, "D", "io_schedule", 30, 1300, 1300}}};
+  EXPECT_EQ(a, (std::vector<ch::message>{want}));
+}
+
+TEST(AgentStall, WithoutAWatchNothingIsSampledAndAQueryNamesThePids) {
+  harness h;
+  h.msg(harness::setup());
+  h.msg(ch::spawn_request{{harness::spec(0), harness::spec(1)}});
+  EXPECT_TRUE(all<start_timer>(h.feed(rank_spawned{0, 100})).empty());
+  h.feed(rank_spawned{1, 101});
+  h.feed(rank_exited{1, exit_status::exited(0)});
+  ch::rank_activity only;
+  only.rank = 0;
+  only.pid = 100;
+  only.state = "?";
+  EXPECT_EQ(sent(h.msg(ch::stall_query{3})),
+            (std::vector<ch::message>{ch::stall_report{3, {only}}}));
+}
+
+TEST(AgentStall, LookingEndsWhenTheLauncherIsLost) {
+  watch w;
+  w.start(1);
+  const auto a = w.at(0ms, rank_spawned{0, 100});
+  const auto look = all<start_timer>(a).at(0).timer;
+  const auto lost = w.at(100ms, channel_lost{"agent channel closed"});
+  ASSERT_EQ(all<start_timer>(lost).size(), 1u);
+  EXPECT_EQ(all<start_timer>(lost)[0].after, 1000ms);  // the grace
+  // The look timer is void; an answer in flight changes nothing.
+  EXPECT_TRUE(w.at(200ms, timer_fired{look}).empty());
+  EXPECT_TRUE(w.at(200ms, ranks_sampled{{sample(0, 0, 0)}}).empty());
+}
+
+}  // namespace stalls
+
 }  // namespace
 }  // namespace pm::agent

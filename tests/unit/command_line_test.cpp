@@ -126,6 +126,21 @@ TEST(CommandLine, FailureAndStdinOptions) {
   EXPECT_EQ(parse({"a"}).input, (pm::stdin_target{pm::stdin_target::rank, 0}));
 }
 
+// --stall-timeout (docs/resilience.md, "Stalls"): seconds as --timeout reads them; 0, a negative
+// number or garbage is one line.
+TEST(CommandLine, StallTimeout) {
+  EXPECT_EQ(parse({"a"}).stall_timeout, std::chrono::milliseconds(0));
+  EXPECT_EQ(parse({"--stall-timeout", "5", "a"}).stall_timeout, std::chrono::milliseconds(5000));
+  EXPECT_EQ(parse({"--stall-timeout=0.25", "a"}).stall_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(parse({"-stall-timeout", "2", "a"}).stall_timeout, std::chrono::milliseconds(2000));
+  EXPECT_EQ(usage_error({"--stall-timeout", "0", "a"}),
+            "--stall-timeout '0': expected a positive number of seconds");
+  EXPECT_EQ(usage_error({"--stall-timeout", "-1", "a"}),
+            "--stall-timeout '-1': expected a positive number of seconds");
+  EXPECT_EQ(usage_error({"--stall-timeout", "soon", "a"}),
+            "--stall-timeout 'soon': expected a positive number of seconds");
+}
+
 TEST(CommandLine, HelpAndVersionNeedNoProgram) {
   EXPECT_TRUE(parse({"--help"}).help);
   EXPECT_TRUE(parse({"-V"}).version);

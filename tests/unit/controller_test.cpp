@@ -857,6 +857,66 @@ TEST(Controller, TimeoutOnceEveryRankEndedChangesNothing) {
   EXPECT_EQ(h.finished_report()->exit_code, 0);
 }
 
+// ---- --stall-timeout: the launcher named the ranks; the job ends as a timeout does ----
+
+TEST(Controller, AStalledJobIsAbortedWithCauseStalledAnd214) {
+  pm::controller_options o;
+  o.stall_timeout = 5000ms;
+  harness h(make_map({{"a", 2}, {"b", 1}}), o);
+  h.start_all();
+  h.end(2, ok);
+  EXPECT_EQ(h.feed(pm::job_stalled{}),
+            (strings{"signal 0 [0 1] SIGCONT", "signal 0 [0 1] SIGTERM", "start_timer 1 3000ms",
+                     "emit no rank progressed for 5 s (--stall-timeout); aborting the job "
+                     "(SIGTERM to 2 ranks)"}));
+  h.close_streams(0);
+  h.close_streams(1);
+  h.feed(pm::rank_exited{0, by_term});
+  EXPECT_EQ(h.feed(pm::rank_exited{1, by_term}), (strings{"cancel_timer 1", "finish 214 stalled"}));
+  const auto r = *h.finished_report();
+  EXPECT_EQ(r.exit_code, pm::exit_codes::stalled);
+  EXPECT_EQ(r.cause, pm::cause_kind::stalled);
+  EXPECT_EQ(r.summary, "no rank progressed for 5 s (--stall-timeout)");
+  EXPECT_FALSE(r.failed_rank);
+  EXPECT_EQ(r.ranks_killed, 2u);
+  EXPECT_EQ(r.ranks[2].state, pm::rank_state::exited);
+  EXPECT_NE(pm::to_json(r).find("\"stalled\""), std::string::npos) << pm::to_json(r);
+}
+
+TEST(Controller, AStallEndsTheJobAlsoWithTheAbortPolicyOff) {
+  pm::controller_options o;
+  o.stall_timeout = 1500ms;
+  o.abort_on_failure = false;
+  harness h(make_map({{"a", 1}}), o);
+  h.start_all();
+  EXPECT_EQ(h.feed(pm::job_stalled{}),
+            (strings{"signal 0 [0] SIGCONT", "signal 0 [0] SIGTERM", "start_timer 1 3000ms",
+                     "emit no rank progressed for 1.5 s (--stall-timeout); aborting the job "
+                     "(SIGTERM to 1 rank)"}));
+}
+
+TEST(Controller, AStallDuringAnAbortOrAfterTheLastRankChangesNothing) {
+  pm::controller_options o;
+  o.stall_timeout = 1000ms;
+  {
+    harness h(make_map({{"a", 2}}), o);
+    h.start_all();
+    h.end(0, pm::exit_status::exited(3));
+    EXPECT_TRUE(h.feed(pm::job_stalled{}).empty());
+    h.end(1, by_term);
+    EXPECT_EQ(h.finished_report()->exit_code, 3);
+    EXPECT_EQ(h.finished_report()->cause, pm::cause_kind::rank_failed);
+  }
+  {
+    harness h(make_map({{"a", 1}}), o);
+    h.start_all();
+    EXPECT_EQ(h.feed(pm::rank_exited{0, ok}), (strings{"clear_leftovers"}));
+    EXPECT_TRUE(h.feed(pm::job_stalled{}).empty());
+    h.close_streams(0);
+    EXPECT_EQ(h.finished_report()->exit_code, 0);
+  }
+}
+
 TEST(Controller, TimeoutDuringAFailureAbortKeepsTheFailure) {
   pm::controller_options o;
   o.timeout = 1000ms;

@@ -92,6 +92,7 @@ struct world {
   std::set<std::uint32_t> silent_restart;  // agents that never answer a restart
   std::map<std::uint32_t, std::set<std::uint32_t>> keep_running_in;  // by incarnation
   std::vector<pm::incarnation_report> restarts;
+  std::map<std::uint32_t, link::stall_report> stall_answers;  // per host; none: it stays silent
 
   template <class F>
   void feed(F&& f) {
@@ -254,6 +255,12 @@ struct world {
             end_rank(h, r.rank,
                      pm::exit_status::exited(it != code_in.end() ? it->second : exit_code[r.rank]));
           }
+        }
+      } else if (auto* q = std::get_if<link::stall_query>(&in->msg)) {
+        if (auto it = stall_answers.find(h); it != stall_answers.end()) {
+          auto answer = it->second;
+          answer.id = q->id;
+          ag.ep->send(answer);
         }
       } else if (auto* sig = std::get_if<link::signal_request>(&in->msg)) {
         if (deaf.contains(h)) continue;
@@ -681,6 +688,156 @@ TEST(Launcher, ASecondInterruptDoesNotWaitForAnAgentThatDoesNotAnswer) {
   // The silent host's rank counts as lost with it; the other was killed.
   EXPECT_EQ(w.report->ranks.at(1).state, pm::rank_state::lost);
   EXPECT_EQ(w.report->ranks.at(0).state, pm::rank_state::killed);
+}
+
+// ---- --stall-timeout: the launcher's stall decision (docs/resilience.md, "Stalls") ----
+
+launch::launch_config stall_job(std::uint32_t hosts, std::uint32_t per_host) {
+  auto c = remote_job(hosts, per_host);
+  c.request.control.stall_timeout = 2s;
+  return c;
+}
+
+// What the agent of `h` says of its ranks: one sample each, pids 1000 + rank.
+link::stall_report quiet_ranks(std::vector<std::uint32_t> ranks) {
+  link::stall_report r;
+  for (const auto rank : ranks) {
+    r.ranks.push_back(
+        link::rank_activity{rank, 1000 + rank, "S", "futex_wait_queue", 20, -1, 2100});
+  }
+  return r;
+}
+
+void tell(world& w, std::uint32_t h, link::message m) {
+  w.agents[h].ep->send(m);
+  w.flush_agent(h);
+  w.settle();
+}
+
+std::size_t queries(const world& w, std::uint32_t h) {
+  return w.received<link::stall_query>(h).size();
+}
+
+TEST(LauncherStall, EveryAgentIsToldTheTimeoutAndItsSamplePeriod) {
+  world w(stall_job(2, 1));
+  w.keep_running = {0, 1};
+  w.start();
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    const auto setup = w.received<link::job_setup>(h);
+    ASSERT_EQ(setup.size(), 1u);
+    EXPECT_EQ(setup[0].stall, (link::stall_watch{2000, 200}));
+  }
+  // Without the option the setup has none.
+  world plain(remote_job(1, 1));
+  plain.start();
+  EXPECT_FALSE(plain.received<link::job_setup>(0).at(0).stall);
+}
+
+TEST(LauncherStall, TheJobIsStalledOnlyWhenEveryHostWithLiveRanksIsQuiet) {
+  world w(stall_job(2, 2));
+  w.keep_running = {0, 1, 2, 3};
+  w.stall_answers[0] = quiet_ranks({0, 1});
+  w.stall_answers[1] = quiet_ranks({2, 3});
+  w.stall_answers[1].ranks[1] = link::rank_activity{3, 1003, "D", "", 1500, 2345, 2100};
+  w.start();
+  tell(w, 0, link::host_quiet{true, 2});
+  EXPECT_EQ(queries(w, 0), 0u);  // h1 still progresses
+  tell(w, 1, link::host_quiet{true, 2});
+  EXPECT_EQ(queries(w, 0), 1u);
+  EXPECT_EQ(queries(w, 1), 1u);
+  // One line per host, ranks ascending, then the controller's line; the job is aborted.
+  ASSERT_GE(w.lines.size(), 3u);
+  EXPECT_EQ(w.lines[0],
+            "stalled on h0: rank 0 (pid 1000, S in futex_wait_queue, cpu 0.02 s, no output yet); "
+            "rank 1 (pid 1001, S in futex_wait_queue, cpu 0.02 s, no output yet)");
+  EXPECT_EQ(w.lines[1],
+            "stalled on h1: rank 2 (pid 1002, S in futex_wait_queue, cpu 0.02 s, no output yet); "
+            "rank 3 (pid 1003, D, cpu 1.50 s, last output 2.3 s ago)");
+  EXPECT_EQ(w.lines[2],
+            "no rank progressed for 2 s (--stall-timeout); aborting the job (SIGTERM to 4 ranks)");
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, pm::exit_codes::stalled);
+  EXPECT_EQ(w.report->cause, pm::cause_kind::stalled);
+  EXPECT_EQ(w.report->summary, "no rank progressed for 2 s (--stall-timeout)");
+  EXPECT_EQ(w.report->ranks_killed, 4u);
+  EXPECT_FALSE(w.report->failed_rank);
+}
+
+TEST(LauncherStall, AHostThatTurnsActiveWhileAskedCallsTheStallOff) {
+  world w(stall_job(2, 1));
+  w.keep_running = {0, 1};
+  w.stall_answers[0] = quiet_ranks({0});  // h1 answers only when the test says
+  w.start();
+  tell(w, 0, link::host_quiet{true, 1});
+  tell(w, 1, link::host_quiet{true, 1});
+  ASSERT_EQ(queries(w, 1), 1u);
+  tell(w, 1, link::host_quiet{false, 1});
+  auto late = quiet_ranks({1});
+  late.id = 1;
+  tell(w, 1, late);
+  EXPECT_TRUE(w.lines.empty());
+  // The answer bound's timer is gone with the round: nothing happens later either.
+  w.run(w.t + 5s);
+  EXPECT_TRUE(w.lines.empty());
+  EXPECT_FALSE(w.report);
+  // Quiet again: a new round, with a new id.
+  w.stall_answers[1] = quiet_ranks({1});
+  tell(w, 1, link::host_quiet{true, 1});
+  ASSERT_EQ(queries(w, 1), 2u);
+  EXPECT_EQ(w.received<link::stall_query>(1)[1].id, 2u);
+  EXPECT_EQ(w.lines.size(), 3u);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->cause, pm::cause_kind::stalled);
+}
+
+TEST(LauncherStall, AnAgentThatDoesNotAnswerIsNamedAfterOneSecond) {
+  world w(stall_job(2, 2));
+  w.keep_running = {0, 1, 2, 3};
+  w.stall_answers[0] = quiet_ranks({0, 1});
+  w.start();
+  tell(w, 0, link::host_quiet{true, 2});
+  tell(w, 1, link::host_quiet{true, 2});
+  EXPECT_TRUE(w.lines.empty());
+  // The answers are waited for 1 s.
+  ASSERT_FALSE(w.timer_lengths.empty());
+  EXPECT_EQ(w.timer_lengths.back(), 1s);
+  const auto asked = w.t;
+  w.run(asked + 1s);
+  ASSERT_GE(w.lines.size(), 3u);
+  EXPECT_TRUE(w.lines[0].starts_with("stalled on h0: rank 0 (pid 1000"));
+  EXPECT_EQ(w.lines[1], "stalled on h1: its agent did not answer (ranks 2 3)");
+  EXPECT_TRUE(w.lines[2].starts_with("no rank progressed for 2 s"));
+}
+
+TEST(LauncherStall, RanksThatEndLeaveOnlyTheQuietHostsToDecide) {
+  world w(stall_job(2, 1));
+  w.keep_running = {0, 1};
+  w.stall_answers[0] = quiet_ranks({0});
+  w.start();
+  tell(w, 0, link::host_quiet{true, 1});
+  EXPECT_EQ(queries(w, 0), 0u);
+  // h1's rank ends by itself: h0 is the only host with a live rank, and it is quiet.
+  w.end_rank(1, 1, pm::exit_status::exited(0));
+  w.flush_agent(1);
+  w.settle();
+  EXPECT_EQ(queries(w, 0), 1u);
+  EXPECT_EQ(queries(w, 1), 0u);
+  ASSERT_EQ(w.lines.size(), 2u);
+  EXPECT_TRUE(w.lines[0].starts_with("stalled on h0: "));
+  EXPECT_EQ(w.lines[1],
+            "no rank progressed for 2 s (--stall-timeout); aborting the job (SIGTERM to 1 rank)");
+}
+
+TEST(LauncherStall, NoStallWithoutTheOption) {
+  world w(remote_job(2, 1));
+  w.keep_running = {0, 1};
+  w.start();
+  tell(w, 0, link::host_quiet{true, 1});
+  tell(w, 1, link::host_quiet{true, 1});
+  EXPECT_EQ(queries(w, 0), 0u);
+  EXPECT_TRUE(w.lines.empty());
 }
 
 TEST(Launcher, NothingComesOutAfterFinished) {

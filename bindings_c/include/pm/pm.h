@@ -229,6 +229,13 @@ PM_C_API int pm_job_set_bind_to(pm_job* job, const char* value);
 PM_C_API int pm_job_set_cpus_per_rank(pm_job* job, const char* value);
 PM_C_API int pm_job_set_gpus_per_rank(pm_job* job, const char* value);
 PM_C_API int pm_job_set_report_bindings(pm_job* job, int on);
+/* --stall-timeout (docs/resilience.md, "Stalls"): when no rank of the job used CPU or wrote
+ * anything for `seconds` (fractions allowed), the run names every live rank's state through
+ * on_message (one line per host: pid, state, kernel wait channel, CPU seconds, time since its
+ * last output) and ends the job: exit code 214, cause PM_CAUSE_STALLED. 0 turns it off (the
+ * default); negative, not a number or more than a year is PM_E_USAGE. A launch of the map takes
+ * the value the job had when pm_map_job mapped it. */
+PM_C_API int pm_job_set_stall_timeout(pm_job* job, double seconds);
 
 /* ---- the rank map: where every rank runs ------------------------------------------------------
  */
@@ -311,7 +318,8 @@ typedef enum pm_cause {
   PM_CAUSE_ABORT_REQUESTED, /* a rank called abort, or the job was cancelled */
   PM_CAUSE_HOST_LOST,       /* a host was lost */
   PM_CAUSE_SIGNAL,          /* the launcher received SIGINT/SIGTERM/SIGHUP (pm_run_signal) */
-  PM_CAUSE_TIMEOUT          /* the job's timeout expired */
+  PM_CAUSE_TIMEOUT,         /* the job's timeout expired */
+  PM_CAUSE_STALLED          /* no rank progressed for the stall timeout (exit code 214) */
 } pm_cause;
 
 typedef struct pm_report_info {
@@ -535,6 +543,8 @@ PM_C_API int pm_sim_set_script(pm_sim* sim, uint32_t rank, const char* script);
 /* Adds a fault: "crash:3@1s", "partition:3@1s-5s", "spawn-fail:12", "agent-fail:3",
  * "lost-exit:12" (PM_E_USAGE names a bad one). */
 PM_C_API int pm_sim_add_fault(pm_sim* sim, const char* fault);
+/* pm_job_set_stall_timeout for the simulated job (a "stall:R@T" fault stops rank R at T). */
+PM_C_API int pm_sim_set_stall_timeout(pm_sim* sim, double seconds);
 /* "build/bin/pmsim --hosts 64 ...": the command that runs this scenario (free with pm_free). */
 PM_C_API int pm_sim_replay_command(char** out, const pm_sim* sim);
 /* Runs the scenario. A job that does not fit, or a fault or script naming a missing host or

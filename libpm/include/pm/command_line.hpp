@@ -102,6 +102,7 @@ struct run_options {
   /// --no-pmix: no PMIx server for the ranks (docs/pmix.md).
   bool pmix = true;
   std::chrono::milliseconds timeout{0};
+  std::chrono::milliseconds stall_timeout{0};  ///< --stall-timeout (docs/resilience.md)
   std::chrono::milliseconds kill_grace{3000};
   /// --max-restarts N: the job restarts in place up to N times (docs/resilience.md).
   std::uint32_t max_restarts = 0;

@@ -44,6 +44,10 @@ struct controller_options {
   std::chrono::milliseconds kill_grace{3000};
   /// --timeout: end the job (exit_codes::timeout) after this long; zero: never.
   std::chrono::milliseconds timeout{0};
+  /// --stall-timeout: the job is stalled when no rank of it progressed (used CPU or wrote) for
+  /// this long; its launcher then names every live rank's state and feeds job_stalled, which
+  /// ends the job (exit_codes::stalled). Zero: not watched (docs/resilience.md, "Stalls").
+  std::chrono::milliseconds stall_timeout{0};
   /// Streams each rank has open at start (stdout and stderr: 2; merged: 1; none: 0). The job
   /// finishes only once every stream reached end-of-stream, so that no output is lost.
   std::uint8_t streams_per_rank = 2;
@@ -148,9 +152,16 @@ struct spawn_withdrawn {
   std::vector<std::uint32_t> ranks;
 };
 
+/// The launcher found the job stalled (controller_options::stall_timeout: no live rank of any host
+/// progressed for that long) and has named every live rank's state. A failure of the whole job,
+/// like the timeout: cause `stalled`, exit_codes::stalled, every running rank aborted, also with
+/// abort_on_failure off (nothing would ever end a stalled job). Ignored during an abort and once
+/// every rank ended.
+struct job_stalled {};
+
 using event = std::variant<job_start, rank_started, rank_spawn_failed, stream_closed, rank_exited,
                            host_lost, timer_fired, signal_received, abort_requested,
-                           rank_unfinalized, job_spawned, spawn_withdrawn>;
+                           rank_unfinalized, job_spawned, spawn_withdrawn, job_stalled>;
 
 // ---- actions: what the driver must do -------------------------------------------------------
 

@@ -22,6 +22,7 @@ inline constexpr int launch_failed = 125;
 inline constexpr int not_executable = 126;
 inline constexpr int not_found = 127;
 inline constexpr int host_lost = 213;  ///< a host (its agent) was lost
+inline constexpr int stalled = 214;    ///< --stall-timeout: no rank progressed for that long
 }  // namespace exit_codes
 
 enum class rank_state : std::uint8_t {
@@ -44,6 +45,7 @@ enum class cause_kind : std::uint8_t {
   host_lost,        ///< a host was lost
   signal,           ///< the launcher received SIGINT/SIGTERM/SIGHUP
   timeout,          ///< --timeout
+  stalled,          ///< --stall-timeout: no rank progressed for that long
 };
 PM_API const char* to_string(cause_kind k) noexcept;
 

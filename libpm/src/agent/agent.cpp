@@ -94,6 +94,39 @@ struct overloaded : F... {
 template <class... F>
 overloaded(F...) -> overloaded<F...>;
 
+// --stall-timeout (link::stall_watch): what the agent knows of each live rank's progress.
+struct progress {
+  std::uint32_t rank = 0;
+  std::int64_t pid = 0;
+  std::uint64_t cpu_ms = 0;
+  std::uint64_t written = 0;
+  agent_time progressed{0};         // its last progress, or its start
+  std::optional<agent_time> wrote;  // when its written bytes last grew
+  char state = '?';
+  std::string wchan;
+};
+
+struct stall_watch {
+  std::chrono::milliseconds timeout{0};
+  std::chrono::milliseconds every{0};
+  std::vector<progress> live;  // by rank
+  bool looking = false;        // a look is due (its timer runs) or its answer is awaited
+  bool quiet = false;          // as the launcher was last told
+
+  std::vector<progress>::iterator lower(std::uint32_t rank) {
+    return std::lower_bound(live.begin(), live.end(), rank,
+                            [](const progress& p, std::uint32_t r) { return p.rank < r; });
+  }
+  progress* find(std::uint32_t rank) {
+    const auto it = lower(rank);
+    return it != live.end() && it->rank == rank ? &*it : nullptr;
+  }
+};
+
+std::int64_t ms_since(agent_time now, agent_time then) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now - then).count();
+}
+
 }  // namespace
 
 struct agent::state {
@@ -119,6 +152,7 @@ struct agent::state {
   bool swept_clean = false;
   std::uint16_t restart_port = 0;
   std::size_t streams_open = 0;
+  std::unique_ptr<stall_watch> stall;  // with --stall-timeout only
   std::vector<action>* out = nullptr;
 
   void send_msg(link::message m) {
@@ -130,6 +164,70 @@ struct agent::state {
   }
 
   bool all_exited() const { return ranks.all_exited(); }
+
+  // ---- --stall-timeout ----
+  // The next look at the live ranks, unless one is due or there is nobody to look at. The sample
+  // timer is the running phase's only timer (the grace and the sweep void it).
+  void look_later() {
+    if (!stall || stall->looking || stall->live.empty() || ph != phase::running) return;
+    stall->looking = true;
+    arm(stall->every);
+  }
+  void look_now() {
+    stall->looking = !stall->live.empty();
+    if (!stall->looking) return;
+    sample_ranks s;
+    s.ranks.reserve(stall->live.size());
+    for (const auto& p : stall->live) s.ranks.emplace_back(p.rank, p.pid);
+    out->push_back(std::move(s));
+  }
+  // Quiet: no live rank progressed for the timeout. The launcher hears each change only; with no
+  // live rank left the host stays as it was (the launcher counts only hosts with live ranks).
+  void judge() {
+    if (!stall || stall->live.empty() || ph != phase::running) return;
+    const bool quiet = std::all_of(stall->live.begin(), stall->live.end(), [&](const progress& p) {
+      return now - p.progressed >= stall->timeout;
+    });
+    if (quiet == stall->quiet) return;
+    stall->quiet = quiet;
+    send_msg(link::host_quiet{quiet, static_cast<std::uint32_t>(stall->live.size())});
+  }
+  void sampled(const ranks_sampled& r) {
+    stall->looking = false;
+    for (const auto& x : r.ranks) {
+      auto* p = stall->find(x.rank);
+      if (p == nullptr || x.gone) continue;
+      if (x.cpu_ms != p->cpu_ms || x.written != p->written) p->progressed = now;
+      if (x.written != p->written) p->wrote = now;
+      p->cpu_ms = x.cpu_ms;
+      p->written = x.written;
+      p->state = x.state;
+      p->wchan = x.wchan;
+    }
+    judge();
+    look_later();
+  }
+  // What the live ranks are doing, as last seen (ranks ascending).
+  link::stall_report activity(std::uint64_t id) const {
+    link::stall_report r{id, {}};
+    if (stall) {
+      for (const auto& p : stall->live) {
+        r.ranks.push_back(link::rank_activity{p.rank, p.pid, std::string(1, p.state), p.wchan,
+                                              p.cpu_ms, p.wrote ? ms_since(now, *p.wrote) : -1,
+                                              ms_since(now, p.progressed)});
+      }
+      return r;
+    }
+    for (const auto& e : ranks) {
+      if (e.pid <= 0 || e.exited) continue;
+      link::rank_activity a;
+      a.rank = e.rank;
+      a.pid = e.pid;
+      a.state = "?";
+      r.ranks.push_back(std::move(a));
+    }
+    return r;
+  }
 
   // The launcher is gone or misbehaved: SIGTERM to every group, SIGKILL after the grace (a
   // restart already sent SIGKILL: straight to the end).
@@ -196,8 +294,15 @@ struct agent::state {
     spawned_apps.clear();
     jobs = 1;
     incarnation = next_incarnation;
-    ++timer;  // a pending sweep timer is void now
+    ++timer;  // a pending sweep timer (or sample timer) is void now
     ph = phase::running;
+    // --stall-timeout watches the next incarnation's ranks afresh (the launcher forgets which
+    // hosts were quiet when it starts it).
+    if (stall) {
+      stall->live.clear();
+      stall->looking = false;
+      stall->quiet = false;
+    }
   }
 
   void protocol_error(const std::string& text) {
@@ -270,8 +375,16 @@ struct agent::state {
                 send_msg(opts.read_topology ? opts.read_topology()
                                             : link::host_shape{"", "this agent has no topology"});
               }
+              if (j.stall && j.stall->timeout_ms > 0) {
+                stall = std::make_unique<stall_watch>();
+                stall->timeout = std::chrono::milliseconds(j.stall->timeout_ms);
+                stall->every = j.stall->sample_ms > 0
+                                   ? std::chrono::milliseconds(j.stall->sample_ms)
+                                   : link::stall_sample_period(stall->timeout);
+              }
               setup = std::move(j);
             },
+            [&](const link::stall_query& q) { send_msg(activity(q.id)); },
             [&](link::spawn_request& s) {
               if (ph == phase::restarting) {
                 protocol_error("'spawn' before incarnation " + std::to_string(next_incarnation) +
@@ -342,6 +455,15 @@ struct agent::state {
                      r->pid = s.pid;
                      if (setup && setup->forward_output) streams_open += setup->streams;
                      send_msg(link::started{{{s.rank, s.pid}}});
+                     if (stall && ph == phase::running && stall->find(s.rank) == nullptr) {
+                       progress p;
+                       p.rank = s.rank;
+                       p.pid = s.pid;
+                       p.progressed = now;
+                       stall->live.insert(stall->lower(s.rank), std::move(p));
+                       judge();  // a host that was quiet is not any more
+                       look_later();
+                     }
                      // Spawned while the end had begun: it gets what the others got.
                      if (ph == phase::terminating) out->push_back(signal_group{s.pid, SIGTERM});
                      if (ph == phase::clearing) out->push_back(signal_group{s.pid, SIGKILL});
@@ -367,6 +489,12 @@ struct agent::state {
                      if (r == nullptr || r->exited) return;
                      ranks.mark_exited(*r);
                      send_msg(link::exited{{{x.rank, x.status}}});
+                     if (stall) {
+                       if (stall->find(x.rank) != nullptr) {
+                         stall->live.erase(stall->lower(x.rank));
+                         judge();  // the ranks left may all be quiet
+                       }
+                     }
                      if (ph == phase::terminating && all_exited()) clear();
                      finish_restart();
                    },
@@ -381,7 +509,9 @@ struct agent::state {
                    },
                    [&](const timer_fired& t) {
                      if (t.timer != timer) return;
-                     if (ph == phase::terminating) {
+                     if (ph == phase::running) {
+                       if (stall) look_now();  // the sample timer
+                     } else if (ph == phase::terminating) {
                        clear();
                      } else if (ph == phase::clearing) {
                        out->push_back(sweep{});
@@ -397,6 +527,9 @@ struct agent::state {
                      } else if (ph != phase::done) {
                        out->push_back(reap_orphans{});
                      }
+                   },
+                   [&](const ranks_sampled& r) {
+                     if (stall && ph == phase::running) sampled(r);
                    },
                    [&](const swept& s) {
                      if (ph != phase::clearing) return;

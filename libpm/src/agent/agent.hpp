@@ -34,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -156,9 +157,23 @@ struct ranks_swept {
   std::uint16_t port = 0;
 };
 
-using event =
-    std::variant<received, rank_spawned, rank_spawn_failed, rank_exited, output_ended, channel_lost,
-                 bad_message, terminate_requested, timer_fired, child_changed, swept, ranks_swept>;
+/// What the system says of one live rank (the answer to sample_ranks; pmd reads /proc).
+struct rank_sample {
+  std::uint32_t rank = 0;
+  char state = '?';   ///< the kernel's state letter of the rank's leader ('S', 'D', 'R', ...)
+  std::string wchan;  ///< where the leader waits in the kernel; empty: unknown or running
+  std::uint64_t cpu_ms = 0;   ///< CPU time (user + system) of the rank's processes
+  std::uint64_t written = 0;  ///< bytes its processes wrote (write(2) and the like: wchar)
+  bool gone = false;          ///< nothing could be read (it is ending): no progress, no state
+};
+/// The answer to sample_ranks: one sample per rank it named that the driver could look at.
+struct ranks_sampled {
+  std::vector<rank_sample> ranks;
+};
+
+using event = std::variant<received, rank_spawned, rank_spawn_failed, rank_exited, output_ended,
+                           channel_lost, bad_message, terminate_requested, timer_fired,
+                           child_changed, swept, ranks_swept, ranks_sampled>;
 
 // ---- actions ----
 /// Start a rank in its own process group (output pipes per spec.streams); report rank_spawned
@@ -201,8 +216,14 @@ struct sweep_ranks {};
 /// reaped, every forwarded stream has ended, and the same rank numbers come again.
 struct forget_ranks {};
 
+/// --stall-timeout (link::stall_watch): look at these live ranks (rank, pid: its leader and
+/// process group) and answer ranks_sampled, in a later event.
+struct sample_ranks {
+  std::vector<std::pair<std::uint32_t, std::int64_t>> ranks;
+};
+
 using action = std::variant<spawn_rank, signal_group, send, start_timer, reap_orphans, sweep,
-                            exit_agent, sweep_ranks, forget_ranks>;
+                            exit_agent, sweep_ranks, forget_ranks, sample_ranks>;
 
 /// Exit codes of pmd.
 inline constexpr int exit_after_shutdown = 0;

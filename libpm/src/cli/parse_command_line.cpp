@@ -584,6 +584,16 @@ const std::vector<option_spec>& option_table() {
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          st.opts.max_restarts = parse_number<std::uint32_t>(n, v[0], 0, 1'000'000);
        }},
+      {{"--stall-timeout"},
+       "SECONDS",
+       1,
+       "when no rank used CPU or wrote for SECONDS: name each rank's state, abort (214)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         st.opts.stall_timeout = parse_seconds(n, v[0]);
+         if (st.opts.stall_timeout.count() == 0) {
+           throw error(errc::usage, cli::bad_seconds(n, v[0]));
+         }
+       }},
       {{"--kill-grace"},
        "SECONDS",
        1,
@@ -820,7 +830,7 @@ std::string help_text() {
       "with their hosts, pids and states.\n"
       "\nExit status: the first failing rank's code (128+N for signal N), 124 timeout,\n"
       "125 launcher failure, 126/127 program not executable/not found, 2 bad usage,\n"
-      "213 host lost. docs/exit-codes.md has the full table.\n";
+      "213 host lost, 214 stalled. docs/exit-codes.md has the full table.\n";
   return out;
 }
 

@@ -467,6 +467,17 @@ struct controller::state {
     }
   }
 
+  // --stall-timeout: the launcher named the live ranks; the job ends as a timeout does.
+  void on(job_time, const job_stalled&, std::vector<action>& out) {
+    if (ph != phase::running || not_ended == 0) return;
+    const auto line =
+        "no rank progressed for " + seconds_text(options.stall_timeout) + " s (--stall-timeout)";
+    decide(cause_kind::stalled, exit_codes::stalled, line);
+    notify_survivors(notice_kind::job_ending, {}, exit_code, line, out);
+    const auto n = begin_abort(SIGTERM, out);
+    out.push_back(emit{line + abort_tail(n)});
+  }
+
   void on(job_time, const signal_received& e, std::vector<action>& out) {
     if (is_interrupt(e.signo)) {
       ++interrupts;

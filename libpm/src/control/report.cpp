@@ -42,6 +42,8 @@ const char* to_string(cause_kind k) noexcept {
       return "signal";
     case cause_kind::timeout:
       return "timeout";
+    case cause_kind::stalled:
+      return "stalled";
   }
   return "unknown";
 }

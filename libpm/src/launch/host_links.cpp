@@ -78,6 +78,11 @@ link::job_setup launcher::impl::setup_for(std::uint32_t h) const {
   }
   // Only hosts of the first job are planned; a host only spawned jobs use never pays for hwloc.
   if (wants_shapes && req.map.node_of_host(h)) s.topology = link::topology_request{};
+  if (const auto t = req.control.stall_timeout; t.count() > 0) {
+    s.stall =
+        link::stall_watch{static_cast<std::uint32_t>(std::min<std::int64_t>(t.count(), UINT32_MAX)),
+                          static_cast<std::uint32_t>(link::stall_sample_period(t).count())};
+  }
   return s;
 }
 
@@ -228,6 +233,10 @@ void launcher::impl::on_message(std::uint32_t h, link::message& m, std::uint32_t
           out->push_back(say{host_info(h).name + ": " + x.text});
         } else if constexpr (std::is_same_v<T, link::host_shape>) {
           on_shape(h, x);
+        } else if constexpr (std::is_same_v<T, link::host_quiet>) {
+          on_quiet(h, x);
+        } else if constexpr (std::is_same_v<T, link::stall_report>) {
+          on_stall_report(h, x);
         } else if constexpr (std::is_same_v<T, link::pmix_server>) {
           hosts[h].pmix = x;
         } else if constexpr (std::is_same_v<T, link::pmix_spawn>) {

@@ -72,6 +72,10 @@ void launcher::impl::settle() {
       queue.pop_front();
       run_controller(std::move(e));
     }
+    if (stall_due && !done) {
+      check_stall();  // may queue job_stalled
+      continue;
+    }
     if (later.empty() || done) break;
     auto f = std::move(later.front());
     later.pop_front();
@@ -87,6 +91,12 @@ void launcher::impl::run_controller(event e) {
   if (cfg.watch_controller) cfg.watch_controller(e, acts);
   if (std::holds_alternative<job_spawned>(e)) spawn_taken(before);
   tell_state_changes(e);
+  // Ranks that end may leave only quiet hosts with live ranks.
+  if (quiet_hosts > 0 &&
+      (std::holds_alternative<rank_exited>(e) || std::holds_alternative<host_lost>(e) ||
+       std::holds_alternative<rank_spawn_failed>(e))) {
+    stall_due = true;
+  }
   for (auto& a : acts) {
     if (cfg.decisions) record(a);
     execute(a);
@@ -299,6 +309,9 @@ void launcher::impl::own_timer_fired(const own_timer& t) {
       inc.backoff_timer = 0;
       inc.backoff_over = true;
       maybe_start_incarnation();
+      return;
+    case timer_kind::stall:
+      stall_timer_fired(t.id);
       return;
   }
 }

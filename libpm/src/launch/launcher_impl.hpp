@@ -6,6 +6,7 @@
 //   pmix_routing.cpp    PMIx on the launcher's side: fences, modex, spawned jobs, data store
 //   host_plans.cpp      hosts' topologies, their plans (cores, GPUs, NICs), refusals
 //   restarts.cpp        incarnations: a failed one cleared on every agent, the next started
+//   stall.cpp           --stall-timeout: quiet hosts, the stall, its lines (docs/resilience.md)
 // Internal to libpm.
 #pragma once
 
@@ -28,6 +29,14 @@
 #include "pm/report.hpp"
 
 namespace pm::launch {
+
+/// How long the launcher waits for the agents' answers to a stall_query before it names what it
+/// has (an agent that does not answer gets a line saying so).
+inline constexpr std::chrono::milliseconds stall_answer_bound{1000};
+/// One line per stalled host: "stalled on node1: rank 2 (pid 4711, S in futex_wait_queue, cpu
+/// 0.02 s, last output 5.3 s ago); rank 3 (...)" (stall.cpp).
+std::string stall_line(const std::string& host, const link::stall_report& report);
+std::string stall_unanswered_line(const std::string& host, const std::vector<std::uint32_t>& ranks);
 
 struct launcher::impl {
   explicit impl(launch_config c);
@@ -67,6 +76,7 @@ struct launcher::impl {
     bool abandoned = false;           // the job ended before its agent answered
     bool touched = false;             // in `touched`: its output and deadline are looked at
     bool restart_waited = false;      // a restart request went out; its `restarted` has not come
+    bool quiet = false;               // --stall-timeout: its agent said its ranks are quiet
   };
   std::vector<host_state> hosts;  // by allocation index
   std::vector<std::uint32_t> touched;
@@ -99,11 +109,11 @@ struct launcher::impl {
   std::deque<std::function<void()>> later;
 
   // The launcher's own timers.
-  enum class timer_kind : std::uint8_t { retry, loss, hurry, lookup, relay_close, restart };
+  enum class timer_kind : std::uint8_t { retry, loss, hurry, lookup, relay_close, restart, stall };
   struct own_timer {
     timer_kind kind;
     std::uint32_t host = 0;
-    std::uint64_t id = 0;  // lookup: the request's id
+    std::uint64_t id = 0;  // lookup: the request's id; stall: the round's
   };
   std::map<std::uint64_t, own_timer> timers;  // ordered: cancels go out in one order in every world
   std::uint64_t next_timer = launcher_timers;
@@ -203,6 +213,24 @@ struct launcher::impl {
     std::optional<job_report> failed;  // the one that failed, until the next starts
     std::vector<incarnation_report> ended;
   } inc;
+  // --stall-timeout (stall.cpp).
+  std::uint32_t quiet_hosts = 0;  // hosts whose agent said quiet last
+  bool stall_due = false;         // a host turned quiet or ranks ended: look again (settle)
+  bool stall_told = false;        // the job was found stalled (once per job)
+  std::uint64_t stall_rounds = 0;
+  struct stall_asking {
+    std::uint64_t id = 0;
+    std::uint64_t timer = 0;
+    std::vector<std::uint32_t> hosts;  // asked, ascending
+    std::vector<std::optional<link::stall_report>> answers;
+    std::uint32_t waiting = 0;
+  };
+  std::optional<stall_asking> stall_round;  // agents asked what their ranks are doing
+  void on_quiet(std::uint32_t h, const link::host_quiet& q);
+  void check_stall();
+  void on_stall_report(std::uint32_t h, link::stall_report& r);
+  void stall_timer_fired(std::uint64_t id);
+  void stall_named();
 
   // ---- launcher.cpp ----
   template <class F>

@@ -23,11 +23,11 @@ constexpr std::uint64_t timer_mask = (std::uint64_t{1} << incarnation_shift) - 1
 }  // namespace
 
 // Only failures of the program restart: a rank that failed, aborted (MPI_Abort) or ended
-// without MPI_Finalize. Never a user's signal, a cancel, the timeout, a refusal, a program that
+// without MPI_Finalize, and a job that stalled (--stall-timeout). Never a user's signal, a cancel, the timeout, a refusal, a program that
 // cannot start (it will not start next time either), or a lost host (its ranks have no place).
 bool launcher::impl::restartable(const job_report& r) const {
   if (inc.number >= req.restarts.max_restarts || interrupts > 0 || refused || done) return false;
-  if (r.cause == cause_kind::rank_failed) {
+  if (r.cause == cause_kind::rank_failed || r.cause == cause_kind::stalled) {
     // falls through to the hosts' check
   } else if (r.cause == cause_kind::abort_requested && r.failed_rank) {
     // a rank's MPI_Abort (an embedder's cancel names no rank)
@@ -181,7 +181,17 @@ void launcher::impl::start_incarnation() {
   told.clear();
   pushed.clear();
   setup_given_up = false;
-  for (auto& hs : hosts) hs.pending_spawns.clear();
+  for (auto& hs : hosts) {
+    hs.pending_spawns.clear();
+    hs.quiet = false;  // the agents watch the new ranks afresh (--stall-timeout)
+  }
+  quiet_hosts = 0;
+  stall_due = false;
+  stall_told = false;
+  if (stall_round) {
+    cancel_own_timer(stall_round->timer);
+    stall_round.reset();
+  }
   // Stdin went to the first incarnation; the next ones read /dev/null.
   std::fill(cfg.stdin_of.begin(), cfg.stdin_of.end(), stdin_source::none);
   req.env.facts.restart_count = inc.number;

@@ -5,9 +5,9 @@
 // unknown type, nesting deeper than any message needs, or trailing bytes are a pm::error with one
 // line. Output and stdin bytes do not travel as messages but as data frames (frame.hpp).
 //
-// The messages live by concern in link/messages/ (link, launch, io, pmix, pmix_job, tree), each
-// with its wire form declared once beside its fields (wire_schema.hpp); this header gathers them
-// into `message`. The codec that writes and reads them is link/codec/.
+// The messages live by concern in link/messages/ (link, launch, io, pmix, pmix_job, tree, stall),
+// each with its wire form declared once beside its fields (wire_schema.hpp); this header gathers
+// them into `message`. The codec that writes and reads them is link/codec/.
 //
 // Descriptors: over a link to an agent on this host (a Unix socket), a message may say that `fds`
 // descriptors travel with it (SCM_RIGHTS, socket.hpp). Which message may carry how many is part of
@@ -27,6 +27,7 @@
 #include "link/messages/link.hpp"
 #include "link/messages/pmix.hpp"
 #include "link/messages/pmix_job.hpp"
+#include "link/messages/stall.hpp"
 #include "link/messages/tree.hpp"
 
 namespace pm::link {
@@ -39,7 +40,8 @@ using message =
                  modex_request, modex_reply, pmix_unfinalized, agent_notice, child_open, child_data,
                  child_close, child_closed, pmix_server, proc_table_request, proc_table_reply,
                  pmix_notify, job_add, pmix_spawn_reply, pmix_data_reply, pmix_spawn, pmix_publish,
-                 pmix_lookup, pmix_unpublish, host_shape, restart_request, restarted>;
+                 pmix_lookup, pmix_unpublish, host_shape, restart_request, restarted, stall_query,
+                 host_quiet, stall_report>;
 
 /// Which side may send a message (its wire form's `sender`).
 sender sent_by(const message& m) noexcept;

@@ -52,6 +52,7 @@
 #include "rank_processes.hpp"
 #include "rank_streams.hpp"
 #include "sys/local_files.hpp"
+#include "sys/proc_sample.hpp"
 #include "sys/spawner.hpp"
 #include "timer_queue.hpp"
 
@@ -241,6 +242,24 @@ void driver::execute(ag::action& a) {
     pipes_to_pass_.clear();
   } else if (auto* x = std::get_if<ag::exit_agent>(&a)) {
     exit_code_ = x->code;
+  } else if (auto* look = std::get_if<ag::sample_ranks>(&a)) {
+    // --stall-timeout: what /proc says of each live rank (its group's leader and descendants).
+    ag::ranks_sampled r;
+    r.ranks.reserve(look->ranks.size());
+    for (const auto& [rank, pid] : look->ranks) {
+      ag::rank_sample one;
+      one.rank = rank;
+      if (const auto seen = pm::sys::read_activity(static_cast<pid_t>(pid))) {
+        one.state = seen->state;
+        one.wchan = seen->wchan;
+        one.cpu_ms = seen->cpu_ms;
+        one.written = seen->written;
+      } else {
+        one.gone = true;
+      }
+      r.ranks.push_back(std::move(one));
+    }
+    pending_.push_back(std::move(r));
   }
 }
 

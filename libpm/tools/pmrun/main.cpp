@@ -237,6 +237,7 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   request.control.abort_on_failure = options.abort_on_failure;
   request.pmix = options.pmix;
   request.control.timeout = options.timeout;
+  request.control.stall_timeout = options.stall_timeout;
   request.control.kill_grace = options.kill_grace;
   request.restarts.max_restarts = options.max_restarts;
   request.output.tag = options.tag_output;

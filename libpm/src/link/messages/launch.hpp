@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "link/messages/pmix_job.hpp"
+#include "link/messages/stall.hpp"
 #include "link/wire_schema.hpp"
 #include "pm/exit_status.hpp"
 
@@ -54,6 +55,8 @@ struct job_setup {
   std::vector<app_spec> apps;
   std::optional<pmix_job> pmix;  ///< absent: no PMIx server for the ranks (--no-pmix)
   std::optional<topology_request> topology = std::nullopt;  ///< version 9; absent: none wanted
+  /// --stall-timeout: watch the ranks' progress (stall.hpp); absent: not watched.
+  std::optional<stall_watch> stall = std::nullopt;
   friend bool operator==(const job_setup&, const job_setup&) = default;
   static constexpr auto wire() {
     return wire_message("job", sender::launcher, field("host", &job_setup::host),
@@ -64,7 +67,7 @@ struct job_setup {
                         field("streams", &job_setup::streams, 0, 2), field("cwd", &job_setup::cwd),
                         field("base", &job_setup::base), field("overrides", &job_setup::overrides),
                         field("apps", &job_setup::apps), field("pmix", &job_setup::pmix),
-                        field("topology", &job_setup::topology));
+                        field("topology", &job_setup::topology), field("stall", &job_setup::stall));
   }
   static void check(const job_setup& m, std::string_view type);  ///< apps, consistent PMIx facts
 };

@@ -97,8 +97,12 @@ enum class fault_kind : std::uint8_t {
   /// its key exchange: a failure ssh may retry), once per such fault; the launcher's next
   /// attempt, after its backoff, reaches the host. Not with connect_back (no ssh there).
   ssh_failure,
+  /// Rank `target` stops progressing at `at`: from then on it uses no CPU and writes nothing,
+  /// and its script's end never comes (it hangs until it is signalled). What --stall-timeout
+  /// (controller_options::stall_timeout) is for; without one the job never ends.
+  stall,
 };
-inline constexpr std::size_t fault_kind_count = 12;
+inline constexpr std::size_t fault_kind_count = 13;
 const char* to_string(fault_kind k) noexcept;
 
 struct fault {
@@ -111,7 +115,7 @@ struct fault {
 /// "crash:3@1s", "partition:3@1s-5s", "spawn-fail:12", "agent-fail:3", "lost-exit:12",
 /// "launcher-signal:INT@2s" (INT, TERM, HUP, USR1, USR2, TSTP, CONT or a number),
 /// "forged-call:3@1s", "dup-call:3", "late-call:3@25s", "lost-call:3" (connect-back only),
-/// "silent:3", "ssh-fail:3" (twice in the plan: its first two attempts fail).
+/// "silent:3", "ssh-fail:3" (twice in the plan: its first two attempts fail), "stall:5@1s".
 std::string to_string(const fault& f);
 fault parse_fault(std::string_view text);
 
