@@ -153,4 +153,17 @@ TEST(PmrunRestart, PerRankFilesKeepEveryIncarnationsOutput) {
   EXPECT_EQ(text.str(), "TORCHELASTIC_RESTART_COUNT=0\nTORCHELASTIC_RESTART_COUNT=1\n");
 }
 
+// A stall (--stall-timeout) is a failure a restart is for: the hung incarnation is named, ended
+// and restarted; the next one runs to its end.
+TEST(PmrunRestart, AStalledJobIsRestarted) {
+  auto r = run_command(job({"-np", "2", "--stall-timeout", "1", "--max-restarts", "1"},
+                           {"if-restart", "0", "sleep", "30", "echo", "ok"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "ok\nok\n");
+  EXPECT_NE(r.err.find("pmrun: stalled on "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("pmrun: restarting the job (1 of 1): no rank progressed for 1 s"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace
