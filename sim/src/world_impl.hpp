@@ -348,6 +348,8 @@ class world {
   std::optional<srun::caller_gate> gate_;  // connect-back: the srun transport's
   std::optional<launch::launcher> launcher_;
   std::vector<process_script> scripts_;
+  // The agents' job setups, shared by agents whose setups are equal (agent_options).
+  mutable agent::setup_pool setups_;
   std::vector<proc_rec> procs_;
   std::vector<host_rec> hosts_;
   event_queue queue_;
