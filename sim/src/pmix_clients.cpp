@@ -123,8 +123,8 @@ void world::fence_called(std::uint32_t host, std::uint32_t rank) {
   ++result_.stats.pmix_fences;
   auto& server = servers_[host];
   server.fencing.push_back(rank);
-  if (server.fencing.size() < map_.ranks_on_host(host).size()) return;
-  if (map_.num_nodes() == 1) {
+  if (server.fencing.size() < map_->ranks_on_host(host).size()) return;
+  if (map_->num_nodes() == 1) {
     auto done = std::move(server.fencing);
     server.fencing.clear();
     for (const auto r : done) release(r);

@@ -44,7 +44,7 @@ struct launcher::impl {
     std::vector<std::uint32_t> pending_spawns;  // ranks waiting for the launch facts or the link
     std::optional<link::hello> agent;           // its hello
     std::string agent_error;                    // what the agent said before it closed
-    std::optional<link::pmix_server> pmix;      // where its PMIx server is for tools
+    std::unique_ptr<link::pmix_server> pmix;    // where its PMIx server is for tools (rare)
     std::optional<link_time> deadline_told;     // the last link_deadline given
     std::int64_t carrier_pid = 0;
     std::uint64_t held_ack = 0;
