@@ -40,13 +40,13 @@ void world::next_incarnation() {
   // The jobs the ranks spawned ended with them: the next incarnation's are numbered from the
   // map's size again (their generations kept, so that nothing queued for the old ones reaches
   // the new).
-  for (auto i = static_cast<std::size_t>(map_.size()); i < procs_.size(); ++i) {
+  for (auto i = static_cast<std::size_t>(map_->size()); i < procs_.size(); ++i) {
     if (procs_[i].state == pstate::running || procs_[i].state == pstate::spawning)
       correctness("process " + std::to_string(i) + " of a spawned job outlived its incarnation");
-    if (spawned_gens_.size() <= i - map_.size()) spawned_gens_.resize(i - map_.size() + 1, 0);
-    spawned_gens_[i - map_.size()] = procs_[i].gen;
+    if (spawned_gens_.size() <= i - map_->size()) spawned_gens_.resize(i - map_->size() + 1, 0);
+    spawned_gens_[i - map_->size()] = procs_[i].gen;
   }
-  procs_.resize(map_.size());
+  procs_.resize(map_->size());
   for (auto& p : procs_) {
     p.flags = static_cast<std::uint8_t>(p.flags & ~(spawn_seen | end_known | signalled));
     if (!s_.scripts_every_incarnation && p.script != spawned_script_) p.script = 0;

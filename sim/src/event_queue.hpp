@@ -105,11 +105,18 @@ class batch_pool {
   }
   std::vector<T>& operator[](std::uint32_t slot) { return slots_[slot]; }
   void give_back(std::uint32_t slot) {
-    slots_[slot].clear();
+    // Beyond a working set, a batch gives its storage back: the launch and the abort fill one
+    // batch per host at once (100,000 of them), whose capacity would stay for the whole run.
+    if (free_.size() < kept_with_storage) {
+      slots_[slot].clear();
+    } else {
+      std::vector<T>().swap(slots_[slot]);
+    }
     free_.push_back(slot);
   }
 
  private:
+  static constexpr std::size_t kept_with_storage = 4096;
   std::vector<std::vector<T>> slots_;
   std::vector<std::uint32_t> free_;
 };

@@ -135,7 +135,7 @@ constexpr std::int64_t ms_slack = 2'000'000;
 void world::on_crash(std::uint32_t host) {
   auto& h = hosts_[host];
   if (h.crashed) return;
-  const bool used = map_.node_of_host(host).has_value();
+  const bool used = map_->node_of_host(host).has_value();
   if (used) ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::host_crash)];
   if (h.agent && !h.agent_done) --agents_pending_;
   h.crashed = true;

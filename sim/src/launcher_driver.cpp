@@ -23,7 +23,7 @@ std::chrono::milliseconds whole_ms(sim_time t) {
 launch::launch_config world::launch_config_for() {
   launch::launch_config c;
   auto& r = c.request;
-  r.map = map_;
+  r.map = std::move(own_map_);  // the world reads the launcher's from now on
   r.apps = make_job(s_).apps;
   r.mapping = s_.mapping;
   if (o_.env) r.env = *o_.env;
@@ -52,7 +52,7 @@ launch::launch_config world::launch_config_for() {
   c.seed = s_.seed;
   c.local_agent_path = "pmd";
   c.cwd = "/sim";
-  c.stdin_of.assign(map_.size(), launch::stdin_source::none);
+  c.stdin_of.assign(r.map.size(), launch::stdin_source::none);
   // Without env checks the ranks' variables are never looked at: not built (the old simulator
   // did not build them either). 100,000 mostly idle links keep no buffers.
   c.rank_variables = o_.env.has_value();

@@ -123,8 +123,8 @@ void world::fence_called(std::uint32_t host, std::uint32_t rank) {
   ++result_.stats.pmix_fences;
   auto& server = servers_[host];
   server.fencing.push_back(rank);
-  if (server.fencing.size() < map_.ranks_on_host(host).size()) return;
-  if (map_.num_nodes() == 1) {
+  if (server.fencing.size() < map_->ranks_on_host(host).size()) return;
+  if (map_->num_nodes() == 1) {
     auto done = std::move(server.fencing);
     server.fencing.clear();
     for (const auto r : done) release(r);
@@ -241,7 +241,7 @@ void world::add_spawned(const job_spawned& x) {
     proc_rec p;
     p.host = i < x.hosts.size() ? x.hosts[i] : 0;
     p.script = spawned_script_;
-    if (const auto g = rank - map_.size(); g < spawned_gens_.size()) p.gen = spawned_gens_[g];
+    if (const auto g = rank - map_->size(); g < spawned_gens_.size()) p.gen = spawned_gens_[g];
     procs_.push_back(p);
     spawned_on_[p.host].push_back(rank);
   }

@@ -260,7 +260,7 @@ void world::sweep_ranks(std::uint32_t host) {
 // event an old process still has queued (its script's end or next step, a signal's reaction)
 // carries its generation and is dropped (world::untag).
 void world::forget_ranks(std::uint32_t host) {
-  for (auto rank : map_.ranks_on_host(host)) {
+  for (auto rank : map_->ranks_on_host(host)) {
     auto& p = procs_[rank];
     if (p.state == pstate::none || p.state == pstate::spawning) continue;
     p.state = pstate::none;

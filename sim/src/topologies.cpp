@@ -74,6 +74,7 @@ void append_topology_args(const scenario& s, std::vector<std::string>& a) {
 // answers as a pmd without the topology module does: the launcher refuses the job.
 agent::options world::agent_options(std::uint32_t host) const {
   agent::options o;
+  o.shared_setups = &setups_;
   o.read_topology = [this, host] {
     const auto& text = s_.topology_of(host);
     return text.empty() ? link::host_shape{"", "the simulated host has no topology (--topology)"}

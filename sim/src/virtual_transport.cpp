@@ -31,7 +31,7 @@ void world::open_host(std::uint32_t host) {
     gate_->expect(host, host_name(host));
     h.ssh = carrier::running;
     h.called = false;
-    h.greeting.clear();
+    greetings_.erase(host);
     std::int64_t start = now_ + hop + jitter(sim_time(hop / 4));
     if (h.late_call > start) start = h.late_call;  // the call, and so all it says, comes then
     schedule_agent(host, start);
@@ -118,7 +118,7 @@ void world::on_carrier_end(std::uint32_t host, std::uint32_t start) {
     h.ssh = carrier::none;
     launcher_->carrier_ended(
         link::link_time(now_), host,
-        ssh::ssh_end(map_.allocation().hosts[host], "pmd", -1, SIGTERM, h.established, ""), out);
+        ssh::ssh_end(map_->allocation().hosts[host], "pmd", -1, SIGTERM, h.established, ""), out);
   });
 }
 
@@ -129,7 +129,7 @@ void world::carrier_done(std::uint32_t host, int code, int signo) {
   const std::string_view said = carrier_said(h);
   answer_later(
       {launcher_answer::kind::carrier_ended, host, 0, 0,
-       ssh::ssh_end(map_.allocation().hosts[host], "pmd", code, signo, h.established, said)});
+       ssh::ssh_end(map_->allocation().hosts[host], "pmd", code, signo, h.established, said)});
 }
 
 // Connect-back: what arrives before the host's caller was accepted is the call's greeting, read
@@ -139,9 +139,10 @@ bool world::pass_call(std::uint32_t host, host_rec& h, std::span<const std::uint
   if (h.call_refused) return false;  // a closed caller
   const auto nl = std::find(bytes.begin(), bytes.end(), std::uint8_t{'\n'});
   const auto take = static_cast<std::size_t>(nl - bytes.begin()) + (nl != bytes.end() ? 1 : 0);
-  h.greeting.append(reinterpret_cast<const char*>(bytes.data()), take);
+  auto& greeting = greetings_[host];
+  greeting.append(reinterpret_cast<const char*>(bytes.data()), take);
   bytes = bytes.subspan(take);
-  const auto v = gate_->judge(h.greeting);
+  const auto v = gate_->judge(greeting);
   if (v.kind == srun::caller_gate::verdict::more) return false;
   ++result_.stats.calls;
   if (v.kind == srun::caller_gate::verdict::refuse) {
@@ -155,7 +156,7 @@ bool world::pass_call(std::uint32_t host, host_rec& h, std::span<const std::uint
     // Its second call (a retried connect) comes right behind the first: refused.
     ++result_.stats.faults_fired[static_cast<std::size_t>(fault_kind::duplicate_call)];
     ++result_.stats.calls;
-    const auto again = gate_->judge(h.greeting);
+    const auto again = gate_->judge(greeting);
     if (again.kind == srun::caller_gate::verdict::accept) {
       correctness("a second caller became the stream of " + host_name(host));
     } else {
@@ -163,7 +164,7 @@ bool world::pass_call(std::uint32_t host, host_rec& h, std::span<const std::uint
       line("!! a second call of the agent on " + host_name(host) + ": refused (" + again.why + ")");
     }
   }
-  std::string().swap(h.greeting);
+  greetings_.erase(host);
   // The caller is the host's stream now: the launcher writes what it holds (hello, setup, ...).
   feed_launcher(
       [&](launch::actions& out) { launcher_->stream_opened(link::link_time(now_), host, 0, out); });

@@ -67,14 +67,14 @@ world::world(const scenario& s, const run_options& o)
     : s_(s),
       o_(o),
       rng_(s.seed),
-      map_(map_job(make_job(s), make_allocation(s))),
+      own_map_(map_job(make_job(s), make_allocation(s))),
       nonce_(rng_.next()),
-      procs_(map_.size()),
-      hosts_(map_.allocation().hosts.size()) {
-  const auto n = map_.size();
-  for (std::uint32_t node = 0; node < map_.num_nodes(); ++node) {
-    const auto host = map_.host_of_node(node);
-    for (auto rank : map_.ranks_on_host(host)) procs_[rank].host = host;
+      procs_(map_->size()),
+      hosts_(map_->allocation().hosts.size()) {
+  const auto n = map_->size();
+  for (std::uint32_t node = 0; node < map_->num_nodes(); ++node) {
+    const auto host = map_->host_of_node(node);
+    for (auto rank : map_->ranks_on_host(host)) procs_[rank].host = host;
   }
   scripts_.push_back(s.default_script);
   // MPMD: an app's script for its ranks (a rank's own script, below, still wins).
@@ -86,7 +86,7 @@ world::world(const scenario& s, const run_options& o)
   }
   if (std::any_of(app_script.begin(), app_script.end(), [](auto i) { return i != 0; })) {
     for (std::uint32_t rank = 0; rank < n; ++rank)
-      procs_[rank].script = app_script[map_.at(rank).app];
+      procs_[rank].script = app_script[map_->at(rank).app];
   }
   check_targets(s, static_cast<std::uint32_t>(hosts_.size()), n);
   for (const auto& [rank, script] : s.scripts) {
@@ -103,10 +103,10 @@ world::world(const scenario& s, const run_options& o)
     // The tree over the job's hosts in node order (the launcher machine's plan_tree): a host
     // whose relaying parent was struck is lost with it, even if it was never started.
     const link::launch_plan_options shape{link::launch_shape::tree, s.latency.fanout};
-    for (std::uint32_t node = 0; node < map_.num_nodes(); ++node) {
+    for (std::uint32_t node = 0; node < map_->num_nodes(); ++node) {
       const auto step = link::plan_step(node, shape);
       if (step.parent == link::by_launcher) continue;
-      hosts_[map_.host_of_node(node)].plan_parent = map_.host_of_node(step.parent);
+      hosts_[map_->host_of_node(node)].plan_parent = map_->host_of_node(step.parent);
     }
   }
   // PMIx facts on every host only where a rank calls a fence or a spawn, or notices are asked
@@ -121,6 +121,7 @@ world::world(const scenario& s, const run_options& o)
   for (const auto& f : s.faults) plan(f);
   link::append_message(heartbeat_frame_, link::heartbeat{});
   launcher_.emplace(launch_config_for());
+  map_ = &launcher_->map();
   max_events_ = o.max_events != 0 ? o.max_events : 64ull * n + 1'000'000;
   streams_bits_ = s.control.streams_per_rank >= 2 ? 3 : s.control.streams_per_rank == 1 ? 1 : 0;
 }

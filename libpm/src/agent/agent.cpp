@@ -129,15 +129,33 @@ std::int64_t ms_since(agent_time now, agent_time then) {
 
 }  // namespace
 
+std::shared_ptr<const link::job_setup> setup_pool::share(link::job_setup&& s) {
+  const auto own = s.host;
+  for (const auto& held : latest_) {
+    s.host = held->host;  // the one field that differs between hosts of the same job
+    if (*held == s) return held;
+  }
+  s.host = own;
+  auto made = std::make_shared<const link::job_setup>(std::move(s));
+  if (latest_.size() < kept) {
+    latest_.push_back(made);
+  } else {
+    latest_[next_] = made;
+    next_ = (next_ + 1) % kept;
+  }
+  return made;
+}
+
 struct agent::state {
   options opts;
   phase ph = phase::running;
   bool channel_open = true;
   bool shutdown_asked = false;
   int exit_code = exit_after_launcher_lost;
-  std::uint64_t timer = 0;               // the latest timer started; older ones are ignored
-  agent_time now{0};                     // of the event being handled
-  std::optional<link::job_setup> setup;  // from the launcher's job message
+  std::uint64_t timer = 0;  // the latest timer started; older ones are ignored
+  agent_time now{0};        // of the event being handled
+  // From the launcher's job message; shared with other agents where a setup_pool is given.
+  std::shared_ptr<const link::job_setup> setup;
   // Spawned jobs' apps, numbered on from the first job's. Each on its own (specs point into
   // them); not a std::deque, which allocates 576 bytes before its first element, in every agent.
   std::vector<std::unique_ptr<link::app_spec>> spawned_apps;
@@ -382,7 +400,9 @@ struct agent::state {
                                    ? std::chrono::milliseconds(j.stall->sample_ms)
                                    : link::stall_sample_period(stall->timeout);
               }
-              setup = std::move(j);
+              setup = opts.shared_setups != nullptr
+                          ? opts.shared_setups->share(std::move(j))
+                          : std::make_shared<const link::job_setup>(std::move(j));
             },
             [&](const link::stall_query& q) { send_msg(activity(q.id)); },
             [&](link::spawn_request& s) {

@@ -46,6 +46,22 @@ namespace pm::agent {
 
 using agent_time = std::chrono::nanoseconds;
 
+/// The job setups held by the agents of one process, for a driver of many agents (the
+/// simulator's 100,000): an agent whose job message equals one of the latest few (its `host`
+/// aside, which the agent does not read) shares that one instead of keeping a copy (320 bytes
+/// and the apps' strings). A bounded look: setups that differ per host (PMIx facts name the
+/// host's node) are each kept once, as without the pool. Not thread-safe.
+class setup_pool {
+ public:
+  /// The setup to keep: an equal one already held (its `host` may be another agent's), or `s`.
+  std::shared_ptr<const link::job_setup> share(link::job_setup&& s);
+
+ private:
+  static constexpr std::size_t kept = 4;
+  std::vector<std::shared_ptr<const link::job_setup>> latest_;
+  std::size_t next_ = 0;  // the slot the next new setup replaces, once `kept` are held
+};
+
 struct options {
   /// The agent's own environment ("NAME=value"): what ranks start from (rank_env.hpp).
   std::vector<std::string> environment;
@@ -64,6 +80,9 @@ struct options {
   /// asks for it (job_setup::topology); its answer goes to the launcher as is. Empty: the agent
   /// answers that it has none (a simulated host without a summary).
   std::function<link::host_shape()> read_topology = {};
+  /// Where agents of one process share identical job setups (null: this agent keeps its own, as
+  /// pmd does). Not owned; it must outlive the machine.
+  setup_pool* shared_setups = nullptr;
 };
 
 /// One process to start, with everything decided: the driver starts `program` (argv[0] where

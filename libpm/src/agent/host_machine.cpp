@@ -44,7 +44,11 @@ struct host_machine::state {
   // Behind pointers: most hosts of a big launch have neither (a relay is 880 bytes).
   std::unique_ptr<pmix_relay> pmix;
   std::unique_ptr<start_pmix> pmix_asked;  // until the driver answers
-  child_relay children;
+  // Behind a pointer too: only a tree parent has children (a host in 32 of a tree launch; the
+  // relay is 88 bytes), made at the first child message. Ending the children before there is a
+  // relay is remembered (its first time), so that a relay made later acts as one made earlier.
+  std::unique_ptr<child_relay> children;
+  std::optional<agent_time> children_ended;
   bool finished = false;  // ranks.done(), kept here: a relayed piece need not touch the agent
   agent_time now{0};
   std::vector<host_action>* out = nullptr;
@@ -127,6 +131,27 @@ struct host_machine::state {
   }
   void take_pmix() { take(buf->pmix_out); }
   void take_children() { take(buf->child_out); }
+  child_relay& relay() {
+    if (!children) {
+      children = std::make_unique<child_relay>();
+      // It has no children yet: this only starts its grace where the first end_all did.
+      if (children_ended) children->end_all(*children_ended, buf->child_out);
+    }
+    return *children;
+  }
+  void end_children() {
+    if (children) {
+      children->end_all(now, buf->child_out);
+      take_children();
+    } else if (!children_ended) {
+      children_ended = now;
+    }
+  }
+  static bool child_message(const link::message& m) {
+    return std::holds_alternative<link::child_open>(m) ||
+           std::holds_alternative<link::child_data>(m) ||
+           std::holds_alternative<link::child_close>(m);
+  }
 
   void feed_agent(event e) {
     buf->agent_out.clear();
@@ -143,8 +168,7 @@ struct host_machine::state {
       if (std::holds_alternative<sweep>(a)) {
         // Child agents' carriers end by themselves once their stdin is closed (their agents
         // clear their own ranks first); the sweep comes back until they have.
-        children.end_all(now, buf->child_out);
-        take_children();
+        end_children();
       }
       emit(std::move(a));
     }
@@ -165,7 +189,8 @@ struct host_machine::state {
   }
 
   void on_message(link::message m) {
-    if (children.on_message(m, buf->child_out)) {
+    if (child_message(m)) {
+      relay().on_message(m, buf->child_out);
       take_children();
       return;
     }
@@ -251,8 +276,7 @@ struct host_machine::state {
                        take_pmix();
                      }
                      // Their agents see their launcher gone too.
-                     children.end_all(now, buf->child_out);
-                     take_children();
+                     end_children();
                      feed_agent(std::move(c));
                    },
                    [&](auto& other) { feed_agent(std::move(other)); },
@@ -269,7 +293,7 @@ struct host_machine::state {
                      take_pmix();
                    },
                    [&](child_event& c) {
-                     children.handle(std::move(c), buf->child_out);
+                     relay().handle(std::move(c), buf->child_out);
                      take_children();
                    },
                    [&](pmix_ready& r) {

@@ -238,7 +238,7 @@ void launcher::impl::on_message(std::uint32_t h, link::message& m, std::uint32_t
         } else if constexpr (std::is_same_v<T, link::stall_report>) {
           on_stall_report(h, x);
         } else if constexpr (std::is_same_v<T, link::pmix_server>) {
-          hosts[h].pmix = x;
+          hosts[h].pmix = std::make_unique<link::pmix_server>(x);
         } else if constexpr (std::is_same_v<T, link::pmix_spawn>) {
           on_pmix_spawn(h, x);
         } else if constexpr (std::is_same_v<T, link::pmix_publish>) {

@@ -538,6 +538,9 @@ bool launcher::done() const noexcept {
 const controller& launcher::control() const noexcept {
   return impl_->ctl;
 }
+const rank_map& launcher::map() const noexcept {
+  return impl_->req.map;
+}
 job_report launcher::report() const {
   return impl_->final_report ? *impl_->final_report : impl_->ctl.report();
 }

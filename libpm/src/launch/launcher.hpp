@@ -248,6 +248,8 @@ class launcher {
   // ---- queries ----
   bool done() const noexcept;
   const controller& control() const noexcept;
+  /// The rank map the machine runs (its launch_config's): a driver need not keep a copy.
+  const rank_map& map() const noexcept;
   job_report report() const;
   std::vector<agent_report> agents() const;
 

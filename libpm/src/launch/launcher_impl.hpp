@@ -54,29 +54,30 @@ struct launcher::impl {
     std::vector<std::uint32_t> pending_spawns;  // ranks waiting for the launch facts or the link
     std::optional<link::hello> agent;           // its hello
     std::string agent_error;                    // what the agent said before it closed
-    std::optional<link::pmix_server> pmix;      // where its PMIx server is for tools
-    std::optional<link_time> deadline_told;     // the last link_deadline given
+    std::unique_ptr<link::pmix_server> pmix;    // where its PMIx server is for tools (rare)
     std::int64_t carrier_pid = 0;
     std::uint64_t held_ack = 0;
+    std::uint64_t loss_timer = 0;            // waiting to report a loss (on_down)
+    std::string down_reason;                 // on_down's, for the carrier's end
+    std::optional<link_time> deadline_told;  // the last link_deadline given
     std::uint32_t attempts = 0;
-    std::uint64_t loss_timer = 0;  // waiting to report a loss (on_down)
-    std::string down_reason;       // on_down's, for the carrier's end
-    bool opened = false;           // its stream was opened
-    bool down = false;             // the link is over (the endpoint said so, or it was closed)
-    bool down_greeted = false;     // whether its agent had said hello when it went down
-    bool closed = true;            // the carrier ended (or never started)
-    bool shutdown_sent = false;
-    bool shutdown_waits = false;      // for the links it relays to close first
-    bool shutdown_confirmed = false;  // its agent answered the shutdown (shutdown_done)
-    bool timed_out = false;           // its link went down by our deadline (hello, silence)
-    bool retrying = false;            // waiting to connect again
-    bool lost_told = false;           // host_lost went to the controller
-    bool loss_reported = false;       // the loss of this link was decided (timer or carrier end)
-    bool lost_with_parent = false;    // tree: relayed by a host that was lost
-    bool abandoned = false;           // the job ended before its agent answered
-    bool touched = false;             // in `touched`: its output and deadline are looked at
-    bool restart_waited = false;      // a restart request went out; its `restarted` has not come
-    bool quiet = false;               // --stall-timeout: its agent said its ranks are quiet
+    // Flags as bits (100,000 hosts of a simulation each have one host_state).
+    bool opened : 1 = false;        // its stream was opened
+    bool down : 1 = false;          // the link is over (the endpoint said so, or it was closed)
+    bool down_greeted : 1 = false;  // whether its agent had said hello when it went down
+    bool closed : 1 = true;         // the carrier ended (or never started)
+    bool shutdown_sent : 1 = false;
+    bool shutdown_waits : 1 = false;      // for the links it relays to close first
+    bool shutdown_confirmed : 1 = false;  // its agent answered the shutdown (shutdown_done)
+    bool timed_out : 1 = false;           // its link went down by our deadline (hello, silence)
+    bool retrying : 1 = false;            // waiting to connect again
+    bool lost_told : 1 = false;           // host_lost went to the controller
+    bool loss_reported : 1 = false;     // the loss of this link was decided (timer or carrier end)
+    bool lost_with_parent : 1 = false;  // tree: relayed by a host that was lost
+    bool abandoned : 1 = false;         // the job ended before its agent answered
+    bool touched : 1 = false;           // in `touched`: its output and deadline are looked at
+    bool restart_waited : 1 = false;  // a restart request went out; its `restarted` has not come
+    bool quiet : 1 = false;           // --stall-timeout: its agent said its ranks are quiet
   };
   std::vector<host_state> hosts;  // by allocation index
   std::vector<std::uint32_t> touched;
