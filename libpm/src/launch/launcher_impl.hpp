@@ -38,6 +38,17 @@ inline constexpr std::chrono::milliseconds stall_answer_bound{1000};
 std::string stall_line(const std::string& host, const link::stall_report& report);
 std::string stall_unanswered_line(const std::string& host, const std::vector<std::uint32_t>& ranks);
 
+// --stall-timeout: one round of asking the quiet hosts' agents what their ranks are doing
+// (stall.cpp). At namespace scope: clang 14 cannot default-construct a nested class with member
+// initializers inside std::optional::emplace while its enclosing class is being defined.
+struct stall_asking {
+  std::uint64_t id = 0;
+  std::uint64_t timer = 0;
+  std::vector<std::uint32_t> hosts;  // asked, ascending
+  std::vector<std::optional<link::stall_report>> answers;
+  std::uint32_t waiting = 0;
+};
+
 struct launcher::impl {
   explicit impl(launch_config c);
 
@@ -219,13 +230,6 @@ struct launcher::impl {
   bool stall_due = false;         // a host turned quiet or ranks ended: look again (settle)
   bool stall_told = false;        // the job was found stalled (once per job)
   std::uint64_t stall_rounds = 0;
-  struct stall_asking {
-    std::uint64_t id = 0;
-    std::uint64_t timer = 0;
-    std::vector<std::uint32_t> hosts;  // asked, ascending
-    std::vector<std::optional<link::stall_report>> answers;
-    std::uint32_t waiting = 0;
-  };
   std::optional<stall_asking> stall_round;  // agents asked what their ranks are doing
   void on_quiet(std::uint32_t h, const link::host_quiet& q);
   void check_stall();
