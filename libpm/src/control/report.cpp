@@ -67,6 +67,13 @@ std::optional<std::string_view> text_or_null(const std::string& s) {
   return s.empty() ? std::nullopt : std::optional<std::string_view>(s);
 }
 
+// The milliseconds between two driver time stamps, or null when either is missing.
+std::optional<double> duration_ms(const std::optional<std::chrono::nanoseconds>& started,
+                                  const std::optional<std::chrono::nanoseconds>& ended) {
+  if (!started || !ended) return std::nullopt;
+  return std::chrono::duration<double, std::milli>(*ended - *started).count();
+}
+
 }  // namespace
 
 // Keys in the documented order, so that a human reading the file finds the cause first. Written
@@ -109,12 +116,7 @@ std::string to_json(const job_report& report) {
     w.member("state", to_string(r.state));
     put_status(w, r.status);
     w.member("pid", r.pid != 0 ? std::optional(r.pid) : std::nullopt);
-    w.member(
-        "duration_ms",
-        r.started_at && r.ended_at
-            ? std::optional(
-                  std::chrono::duration<double, std::milli>(*r.ended_at - *r.started_at).count())
-            : std::nullopt);
+    w.member("duration_ms", duration_ms(r.started_at, r.ended_at));
     w.member("reason", text_or_null(r.reason));
     // Only for a job that planned its hosts, so that a plain report keeps its schema.
     if (r.job == 0 && r.rank < report.resources.size()) {
@@ -143,12 +145,7 @@ std::string to_json(const job_report& report) {
                i.failed_host ? std::optional(host_name(report, *i.failed_host)) : std::nullopt);
       w.member("ranks_failed", i.ranks_failed);
       w.member("ranks_killed", i.ranks_killed);
-      w.member(
-          "duration_ms",
-          i.started_at && i.ended_at
-              ? std::optional(
-                    std::chrono::duration<double, std::milli>(*i.ended_at - *i.started_at).count())
-              : std::nullopt);
+      w.member("duration_ms", duration_ms(i.started_at, i.ended_at));
       w.end_object();
     }
     w.end_array();
