@@ -251,51 +251,67 @@ def bench_memory(build, rounds):
 
 
 def bench_restart(build, rounds):
-    """Restarts in place (docs/resilience.md) against a fresh launch, in the same rounds: a fresh
-    `pmrun -np N` whose ranks exit 0, from its start to its exit; and a job whose rank 0 fails
-    once every rank of incarnation 0 runs (`--max-restarts 1`), from rank 0's stamp just before
-    its exit 7 to pmrun's exit (the abort of the others, every agent clearing the incarnation,
-    incarnation 1 started and ended). Both include the ranks' run and the teardown; the restart
-    has no agent start."""
-    print("\n## Restart in place: -np N, rank 0 fails once (failure -> pmrun exit) vs a fresh "
-          "launch (start -> exit)")
+    """Restarts in place (docs/resilience.md) against a fresh launch, in the same rounds, two
+    ways. "to running": a fresh `pmrun -np N` from its start until its last rank runs, against a
+    job whose rank 0 fails once every rank of incarnation 0 runs (`--max-restarts 1`), from rank
+    0's stamp just before its exit 7 until the last rank of incarnation 1 runs (the abort of the
+    others, every agent clearing the incarnation, the new ranks started). "to exit": the same,
+    until pmrun exits (the ranks' run and the teardown included in both). Every rank writes its
+    start time to one file: the last writer is (within a rank's write) the last to run."""
+    print("\n## Restart in place: -np N, rank 0 fails once, vs a fresh launch")
     payload = find(build, "tests/pm_payload")
     pmrun = find(build, "bin/pmrun")
-    print("| N | fresh ms | restart ms | restart / fresh |")
-    print("|---|---|---|---|")
+    print("| N | fresh to running ms | restart to running ms | ratio | fresh to exit ms | "
+          "restart to exit ms | ratio |")
+    print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        stamp = os.path.join(tmp, "stamp")
+        failed = os.path.join(tmp, "failed")
+        running = os.path.join(tmp, "running")
         for n in (8, 128):
-            fresh_argv = [pmrun, "--allow-run-as-root", "-np", str(n), payload, "exit", "0"]
+            fresh_argv = [pmrun, "--allow-run-as-root", "-np", str(n), payload, "stamp", running]
             # Incarnation 0: every rank is up (0.5 s), then rank 0 fails and the others wait to
-            # be stopped by the abort; incarnation 1: every rank exits 0 at once.
+            # be stopped by the abort; incarnation 1: every rank stamps and exits 0 at once.
             restart_argv = [pmrun, "--allow-run-as-root", "-np", str(n), "--max-restarts", "1",
                             payload, "if-restart", "0", "sleep", "0.5",
-                            "if-restart", "0", "if-rank", "0", "stamp", stamp,
+                            "if-restart", "0", "if-rank", "0", "stamp", failed,
                             "if-restart", "0", "if-rank", "0", "exit", "7",
-                            "if-restart", "0", "sleep", "30"]
-            fresh, restart, ratios = [], [], []
+                            "if-restart", "0", "sleep", "30", "stamp", running]
+            rows = {k: [] for k in ("fr", "rr", "r1", "fe", "re", "r2")}
             for _ in range(rounds):
-                f, rc = timed(fresh_argv)
-                if f is None or rc != 0:
+                for path in (failed, running):
+                    if os.path.exists(path):
+                        os.unlink(path)
+                start = time.monotonic_ns()
+                proc = subprocess.Popen(fresh_argv, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                if not wait_exact(proc, HANG_S) or proc.returncode != 0:
                     continue
-                if os.path.exists(stamp):
-                    os.unlink(stamp)
+                fresh_exit = time.monotonic_ns() - start
+                with open(running) as fh:
+                    fresh_running = int(fh.read()) - start
+                os.unlink(running)
                 proc = subprocess.Popen(restart_argv, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, start_new_session=True)
                 if not wait_exact(proc, HANG_S) or proc.returncode != 0:
                     continue
                 end = time.monotonic_ns()
-                with open(stamp) as fh:
-                    r = (end - int(fh.read())) / 1e9
-                fresh.append(f)
-                restart.append(r)
-                ratios.append(r / f)
-            if ratios:
-                print(f"| {n} | {statistics.median(fresh) * 1000:.1f} | "
-                      f"{statistics.median(restart) * 1000:.1f} | {statistics.median(ratios):.2f}x |")
+                with open(failed) as fh:
+                    failed_at = int(fh.read())
+                with open(running) as fh:
+                    restart_running = int(fh.read()) - failed_at
+                restart_exit = end - failed_at
+                rows["fr"].append(fresh_running / 1e6)
+                rows["rr"].append(restart_running / 1e6)
+                rows["r1"].append(restart_running / fresh_running)
+                rows["fe"].append(fresh_exit / 1e6)
+                rows["re"].append(restart_exit / 1e6)
+                rows["r2"].append(restart_exit / fresh_exit)
+            if rows["r1"]:
+                m = {k: statistics.median(v) for k, v in rows.items()}
+                print(f"| {n} | {m['fr']:.1f} | {m['rr']:.1f} | {m['r1']:.2f}x | {m['fe']:.1f} | "
+                      f"{m['re']:.1f} | {m['r2']:.2f}x |")
             else:
-                print(f"| {n} | - | - | no round completed |")
+                print(f"| {n} | - | - | no round completed | | | |")
 
 
 def main():
