@@ -10,6 +10,8 @@ taken within a round (the machines are shared and noisy: absolute times drift, r
   partition  6 ranks sleep; `hosts.sh partition node2`: cut -> exit (mpirun capped), leftovers
   output     2 hosts x 2 ranks x MiB of 100-byte lines into one file, beside the same writers
              under 4 parallel plain ssh (the floor); lines cut, lost or out of order per rank
+  restart    6 ranks, rank 3 fails once (--max-restarts 1): failure -> every rank running again,
+             against a fresh launch -> every rank running
   tree       8 and 16 hosts x 2 ranks of /bin/true: pmrun --launch flat, --launch tree with
              fan-out 4 and 2, and the default (auto), beside mpirun; ratios to flat and mpirun
 
@@ -325,6 +327,53 @@ def bench_failure(cfg, fx, rounds, summary, tmp):
                     str(dict(codes.get("mpirun", {}))), "", ""))
 
 
+# --- 2b. a restart in place --------------------------------------------------------------------
+
+
+def bench_restart(cfg, fx, rounds, summary, tmp):
+    """pmrun --max-restarts 1 across the 3 hosts: rank 3 (node2) fails once every rank runs; from
+    its stamp until the last rank of incarnation 1 runs (the abort, every agent clearing it, the
+    new ranks started: no ssh), against a fresh launch of the same job from pmrun's start until
+    its last rank runs, in the same rounds (docs/resilience.md)."""
+    say(f"\n## restart: 3 hosts x 2 ranks, rank 3 fails once; failure -> every rank running again, "
+        f"beside a fresh launch -> every rank running ({rounds} rounds; load {load()})")
+    failed = os.path.join(tmp, "failed")
+    running = os.path.join(tmp, "running")  # every rank writes it; the last writer counts
+    base = contenders(cfg, fx, fx.hosts, [])["pmrun"]
+    fresh = base + [cfg.payload, "stamp", running]
+    restart = base + ["--max-restarts", "1", cfg.payload, "if-restart", "0", "sleep", "0.5",
+                      "if-restart", "0", "if-rank", "3", "stamp", failed, "if-restart", "0",
+                      "if-rank", "3", "exit", "7", "if-restart", "0", "sleep", "30", "stamp",
+                      running]
+    f_times, r_times, ratio = [], [], []
+    for _ in range(rounds):
+        for path in (failed, running):
+            if os.path.exists(path):
+                os.unlink(path)
+        t0 = time.monotonic_ns()
+        t, rc = run_to_end(start(fresh))
+        if t is None or rc != 0 or not os.path.exists(running):
+            continue
+        with open(running) as f:
+            fresh_s = (int(f.read()) - t0) / 1e9
+        os.unlink(running)
+        t, rc = run_to_end(start(restart))
+        if t is None or rc != 0 or not os.path.exists(running) or not os.path.exists(failed):
+            continue
+        with open(failed) as f:
+            at = int(f.read())
+        with open(running) as f:
+            restart_s = (int(f.read()) - at) / 1e9
+        f_times.append(fresh_s)
+        r_times.append(restart_s)
+        ratio.append(restart_s / fresh_s)
+    say("| fresh launch -> running, s | restart -> running again, s | restart / fresh |")
+    say("|---|---|---|")
+    say(f"| {med(f_times)} | {med(r_times)} | {med(ratio, '{:.2f}x')} |")
+    summary.append(("restart in place (3x2): failure -> running again, s", med(r_times), "",
+                    med(ratio, "{:.2f}x") + " of a fresh launch", "<= 0.3x a fresh launch"))
+
+
 def runs_of(found):
     """'nothing', or the first run's finding and in how many runs something was found."""
     if not found:
@@ -586,7 +635,7 @@ def main():
     parser.add_argument("pmrun")
     parser.add_argument("--payload")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", default="launch,failure,crash,partition,output")
+    parser.add_argument("--only", default="launch,failure,crash,partition,output,restart")
     parser.add_argument("--output-mib", type=int, default=64)
     parser.add_argument("--partition-cap", type=float, default=20.0)
     args = parser.parse_args()
@@ -603,7 +652,7 @@ def main():
     if probe.returncode != 0:
         sys.exit(f"multihost_bench: no fake hosts here: {probe.stdout.strip()}")
     only = args.only.split(",")
-    unknown = set(only) - {"launch", "failure", "crash", "partition", "output", "tree"}
+    unknown = set(only) - {"launch", "failure", "crash", "partition", "output", "tree", "restart"}
     if unknown:
         sys.exit(f"multihost_bench: unknown part(s) {','.join(sorted(unknown))}")
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -617,7 +666,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="pm-mhbench-files-", dir="/tmp")
     fx = None
     try:
-        if {"launch", "failure", "output"} & set(only):
+        if {"launch", "failure", "output", "restart"} & set(only):
             fx = Fixture(3)
         if "launch" in only:
             bench_launch(cfg, fx, 2 * args.rounds, summary)
@@ -625,6 +674,8 @@ def main():
             bench_failure(cfg, fx, args.rounds, summary, tmp)
         if "output" in only:
             bench_output(cfg, fx, args.rounds, summary, tmp, args.output_mib)
+        if "restart" in only:
+            bench_restart(cfg, fx, args.rounds, summary, tmp)
         if fx:
             fx.down()
         if "crash" in only:
