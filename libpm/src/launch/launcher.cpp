@@ -456,14 +456,8 @@ void launcher::signal(link_time now, int signo, actions& out) {
     auto& m = *impl_;
     if (m.inc.between && (signo == SIGINT || signo == SIGTERM || signo == SIGHUP)) {
       // No rank runs: the launch ends here, by the signal, with what the agents cleared.
-      ++m.interrupts;
-      auto r = std::move(*m.inc.failed);
-      r.cause = cause_kind::signal;
-      r.signal = signo;
-      r.exit_code = 128 + signo;
-      r.summary = "interrupted by " + signal_name(signo) + " while restarting";
-      const auto line = r.summary;
-      m.end_restarts(std::move(r), line);
+      m.interrupted_between(cause_kind::signal, signo,
+                            "interrupted by " + signal_name(signo) + " while restarting");
       return;
     }
     if (signo == SIGINT || signo == SIGTERM || signo == SIGHUP) {
@@ -490,15 +484,7 @@ void launcher::cancel(link_time now, actions& out) {
   impl_->step(now, out, [&] {
     auto& m = *impl_;
     if (m.inc.between) {
-      ++m.interrupts;
-      auto r = std::move(*m.inc.failed);
-      r.cause = cause_kind::abort_requested;
-      r.signal = 0;
-      r.exit_code = 1;
-      r.failed_rank.reset();
-      r.summary = "cancelled while restarting";
-      const auto line = r.summary;
-      m.end_restarts(std::move(r), line);
+      m.interrupted_between(cause_kind::abort_requested, 0, "cancelled while restarting");
       return;
     }
     m.queue.push_back(abort_requested{std::nullopt, 1, "cancelled"});

@@ -87,8 +87,8 @@ struct launcher::impl {
     bool lost_with_parent : 1 = false;  // tree: relayed by a host that was lost
     bool abandoned : 1 = false;         // the job ended before its agent answered
     bool touched : 1 = false;           // in `touched`: its output and deadline are looked at
-    bool restart_waited : 1 = false;  // a restart request went out; its `restarted` has not come
-    bool quiet : 1 = false;           // --stall-timeout: its agent said its ranks are quiet
+    bool restart_waited : 1 = false;    // a restart request went out; its `restarted` has not come
+    bool quiet : 1 = false;             // --stall-timeout: its agent said its ranks are quiet
   };
   std::vector<host_state> hosts;  // by allocation index
   std::vector<std::uint32_t> touched;
@@ -333,6 +333,7 @@ struct launcher::impl {
   void on_restarted(std::uint32_t h, const link::restarted& r);
   void restart_host_lost(std::uint32_t h, const std::string& reason);
   void end_restarts(job_report r, const std::string& line);
+  void interrupted_between(cause_kind cause, int signo, std::string why);
   void maybe_start_incarnation();
   void start_incarnation();
   incarnation_report summary_of(const job_report& r) const;

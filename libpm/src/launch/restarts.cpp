@@ -22,18 +22,16 @@ constexpr std::uint64_t timer_mask = (std::uint64_t{1} << incarnation_shift) - 1
 
 }  // namespace
 
-// Only failures of the program restart: a rank that failed, aborted (MPI_Abort) or ended
-// without MPI_Finalize, and a job that stalled (--stall-timeout). Never a user's signal, a cancel, the timeout, a refusal, a program that
-// cannot start (it will not start next time either), or a lost host (its ranks have no place).
+// Only failures of the program restart: a rank that failed, aborted (MPI_Abort; an embedder's
+// cancel names no rank) or ended without MPI_Finalize, and a job that stalled (--stall-timeout).
+// Never a user's signal, a cancel, the timeout, a refusal, a program that cannot start (it will not
+// start next time either), or a lost host (its ranks have no place).
 bool launcher::impl::restartable(const job_report& r) const {
   if (inc.number >= req.restarts.max_restarts || interrupts > 0 || refused || done) return false;
-  if (r.cause == cause_kind::rank_failed || r.cause == cause_kind::stalled) {
-    // falls through to the hosts' check
-  } else if (r.cause == cause_kind::abort_requested && r.failed_rank) {
-    // a rank's MPI_Abort (an embedder's cancel names no rank)
-  } else {
-    return false;
-  }
+  const bool program_failed = r.cause == cause_kind::rank_failed ||
+                              r.cause == cause_kind::stalled ||
+                              (r.cause == cause_kind::abort_requested && r.failed_rank);
+  if (!program_failed) return false;
   for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
     const auto& hs = hosts[req.map.host_of_node(n)];
     if (hs.lost_told || !hs.agent || hs.down) return false;
@@ -151,6 +149,21 @@ void launcher::impl::end_restarts(job_report r, const std::string& line) {
   decided(job_wide, "restart given up");
   out->push_back(say{line});
   finish_job(std::move(r));
+}
+
+// A signal (signo) or an embedder's cancel (0) between two incarnations: no rank runs, so the
+// launch ends here, by it (128 + signo, or 1), with what the agents cleared.
+void launcher::impl::interrupted_between(cause_kind cause, int signo, std::string why) {
+  ++interrupts;
+  auto r = std::move(*inc.failed);
+  r.cause = cause;
+  r.signal = signo;
+  r.exit_code = signo != 0 ? 128 + signo : 1;
+  r.failed_rank.reset();
+  r.failed_host.reset();
+  r.failed_status.reset();
+  r.summary = why;
+  end_restarts(std::move(r), why);
 }
 
 void launcher::impl::maybe_start_incarnation() {
