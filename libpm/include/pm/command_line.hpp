@@ -106,6 +106,10 @@ struct run_options {
   std::chrono::milliseconds kill_grace{3000};
   /// --max-restarts N: the job restarts in place up to N times (docs/resilience.md).
   std::uint32_t max_restarts = 0;
+  /// --min-hosts K: with restarts, a lost host without a spare leaves the job on the others if at
+  /// least K are left (0: it does not shrink).
+  std::uint32_t min_hosts = 0;
+  bool spares = true;  ///< --no-spares: false
   std::string report_file;  ///< --report FILE: the JSON report
   // Map display.
   bool display_map = false;

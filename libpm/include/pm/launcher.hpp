@@ -126,6 +126,15 @@ struct restart_policy {
   std::chrono::milliseconds backoff_max{1000};
   /// TORCHELASTIC_RUN_ID; empty: the launch's own id (its PMIx namespace's stem).
   std::string run_id;
+  /// Hosts of the allocation that the map leaves empty are spares (with max_restarts > 0): their
+  /// agents start with the job's, and a lost host's ranks move to one (same rank, local rank and
+  /// node numbers) for the next incarnation. A lost host is quarantined: never used again in
+  /// the launch. false: no spare is started.
+  bool spares = true;
+  /// --min-hosts: where no spare is left for a lost host, the job goes on with the hosts it
+  /// still has (every rank renumbered, the world smaller: min(np, their slots)) as long as at
+  /// least this many remain. 0: it does not shrink (a lost host without a spare ends it).
+  std::uint32_t min_hosts = 0;
 };
 
 /// Everything a job needs, decided before any rank starts.

@@ -55,6 +55,11 @@ class PM_API rank_map {
 
  private:
   friend PM_API rank_map map_job(const job_spec&, const pm::allocation&);
+  friend PM_API rank_map map_job_on(const job_spec&, const pm::allocation&,
+                                    std::span<const std::uint32_t>);
+  friend PM_API rank_map move_node(const rank_map&, std::uint32_t, std::uint32_t);
+  // host_first_, ranks_by_host_ and host_node_ from host_of_rank_ and node_host_.
+  void index_hosts();
 
   pm::allocation allocation_;
   std::uint64_t total_slots_ = 0;
@@ -71,5 +76,17 @@ class PM_API rank_map {
 /// throws pm::error(errc::mapping) when it does not fit, naming the numbers, e.g.
 ///   not enough slots: 6 ranks requested, 4 slots available on 2 hosts (use --oversubscribe ...)
 PM_API rank_map map_job(const job_spec& job, const allocation& alloc);
+
+/// map_job onto `hosts` only (allocation indices, ascending): the other hosts of `alloc` get no
+/// rank and keep their indices. total_slots() counts those hosts' slots. Throws as map_job.
+/// For a job that goes on with fewer hosts after a loss (docs/resilience.md, "--min-hosts").
+PM_API rank_map map_job_on(const job_spec& job, const allocation& alloc,
+                           std::span<const std::uint32_t> hosts);
+
+/// The same ranks with node `node` on allocation host `to` instead (a spare: it must hold none
+/// of the job's ranks). Every rank keeps its number, local rank and node number; a lost host's
+/// ranks move to a spare this way (docs/resilience.md, "Spare hosts"). Throws pm::error(usage)
+/// when `to` already holds ranks or an index is outside the map.
+PM_API rank_map move_node(const rank_map& map, std::uint32_t node, std::uint32_t to);
 
 }  // namespace pm

@@ -81,8 +81,18 @@ struct incarnation_report {
   std::string summary;                       ///< its failure's line ("" for a success)
   std::uint32_t ranks_failed = 0;
   std::uint32_t ranks_killed = 0;
+  std::uint32_t size = 0;   ///< its ranks (fewer after a shrink: restart_policy::min_hosts)
+  std::uint32_t hosts = 0;  ///< the hosts they ran on
   std::optional<std::chrono::nanoseconds> started_at, ended_at;  ///< driver time stamps
   friend bool operator==(const incarnation_report&, const incarnation_report&) = default;
+};
+
+/// A host a launch that restarts stopped using (docs/resilience.md, "Spare hosts").
+struct quarantined_host {
+  std::uint32_t host = 0;        ///< allocation index
+  std::string reason;            ///< why it was lost
+  std::uint32_t incarnation = 0;  ///< the incarnation it was lost in
+  friend bool operator==(const quarantined_host&, const quarantined_host&) = default;
 };
 
 struct job_report {
@@ -104,6 +114,9 @@ struct job_report {
   /// A launch that may restart (job_request::restarts.max_restarts > 0): every incarnation in
   /// order, the last one included (the rest of this report is the last one's). Empty otherwise.
   std::vector<incarnation_report> incarnations = {};
+  /// Hosts lost during a launch that may restart, never used again in it (spares took their
+  /// ranks, or the job went on with fewer hosts: restart_policy::min_hosts).
+  std::vector<quarantined_host> quarantined = {};
 };
 
 /// The report as JSON (a stable schema documented in docs/failure-semantics.md).

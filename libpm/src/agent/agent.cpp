@@ -74,6 +74,7 @@ class rank_table {
     --running_;
   }
   bool all_exited() const noexcept { return running_ == 0; }
+  bool empty() const noexcept { return entries_.empty(); }
   auto begin() const { return entries_.begin(); }
   auto end() const { return entries_.end(); }
 
@@ -281,11 +282,24 @@ struct agent::state {
   // when its pid comes) and sweep until nothing of them is left (finish_restart).
   void restart(const link::restart_request& r) {
     if (ph == phase::restarting) {
+      // The same restart again: the launcher placed the incarnation anew (a host was lost
+      // meanwhile); its PMIx facts are the host machine's to take, one answer covers both.
+      if (r.incarnation == next_incarnation) return;
       protocol_error("'restart' to incarnation " + std::to_string(r.incarnation) +
                      " before incarnation " + std::to_string(next_incarnation) + " was ready");
       return;
     }
     if (ph != phase::running) return;  // ending anyway
+    if (r.incarnation == incarnation && incarnation > 0 && ranks.empty()) {
+      // Placed anew after this host answered, before any of its ranks: answer again (with the
+      // new facts registered and a fresh port), through the same sweep.
+      ph = phase::restarting;
+      next_incarnation = r.incarnation;
+      swept_clean = false;
+      restart_port = 0;
+      out->push_back(sweep_ranks{});
+      return;
+    }
     if (r.incarnation <= incarnation) {
       protocol_error("'restart' to incarnation " + std::to_string(r.incarnation) +
                      ", which is not after incarnation " + std::to_string(incarnation));

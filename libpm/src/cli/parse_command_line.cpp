@@ -582,7 +582,27 @@ const std::vector<option_spec>& option_table() {
        1,
        "on a failure, restart the whole job in place, up to N times (docs/resilience.md)",
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].starts_with('-')) {
+           throw error(errc::usage, std::string(n) + " '" + v[0] + "': a count cannot be negative");
+         }
          st.opts.max_restarts = parse_number<std::uint32_t>(n, v[0], 0, 1'000'000);
+       }},
+      {{"--min-hosts"},
+       "K",
+       1,
+       "with --max-restarts: a lost host without a spare, go on on the others if K are left",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].starts_with('-')) {
+           throw error(errc::usage, std::string(n) + " '" + v[0] + "': a count cannot be negative");
+         }
+         st.opts.min_hosts = parse_number<std::uint32_t>(n, v[0], 1, 1'000'000);
+       }},
+      {{"--no-spares"},
+       "",
+       0,
+       "with --max-restarts: start no agent on the hosts the map leaves empty",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.spares = false;
        }},
       {{"--stall-timeout"},
        "SECONDS",

@@ -145,7 +145,18 @@ std::string to_json(const job_report& report) {
                i.failed_host ? std::optional(host_name(report, *i.failed_host)) : std::nullopt);
       w.member("ranks_failed", i.ranks_failed);
       w.member("ranks_killed", i.ranks_killed);
+      w.member("size", i.size);
+      w.member("hosts", i.hosts);
       w.member("duration_ms", duration_ms(i.started_at, i.ended_at));
+      w.end_object();
+    }
+    w.end_array();
+    w.key("quarantined").begin_array();
+    for (const auto& q : report.quarantined) {
+      w.begin_object();
+      w.member("host", host_name(report, q.host));
+      w.member("reason", q.reason);
+      w.member("incarnation", q.incarnation);
       w.end_object();
     }
     w.end_array();

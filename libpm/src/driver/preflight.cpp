@@ -49,4 +49,20 @@ void check_programs(const job_request& req) {
   }
 }
 
+void check_restart_policy(const job_request& request) {
+  const auto& r = request.restarts;
+  if (r.min_hosts == 0) return;
+  if (r.max_restarts == 0) {
+    throw error(errc::usage, "--min-hosts " + std::to_string(r.min_hosts) +
+                                 " needs --max-restarts: the job goes on with fewer hosts only "
+                                 "when it restarts");
+  }
+  const auto nodes = request.map.num_nodes();
+  if (r.min_hosts > nodes) {
+    throw error(errc::usage, "--min-hosts " + std::to_string(r.min_hosts) + " is above the " +
+                                 std::to_string(nodes) + (nodes == 1 ? " host" : " hosts") +
+                                 " the job runs on");
+  }
+}
+
 }  // namespace pm::driver

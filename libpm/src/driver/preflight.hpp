@@ -13,4 +13,8 @@ namespace pm::driver {
 /// Throws pm::error(errc::launch) with one line naming what is missing.
 void check_programs(const job_request& request);
 
+/// Throws pm::error(errc::usage) with one line when the restart policy cannot be met as asked
+/// (--min-hosts above the hosts the job runs on, or without --max-restarts).
+void check_restart_policy(const job_request& request);
+
 }  // namespace pm::driver

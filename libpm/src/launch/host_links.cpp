@@ -76,8 +76,11 @@ link::job_setup launcher::impl::setup_for(std::uint32_t h) const {
     s.pmix = pmix_facts;
     s.pmix->node = req.map.node_of_host(h).value_or(link::no_node);
   }
-  // Only hosts of the first job are planned; a host only spawned jobs use never pays for hwloc.
-  if (wants_shapes && req.map.node_of_host(h)) s.topology = link::topology_request{};
+  // Only hosts of the first job (and spares, which may take some) are planned; a host only
+  // spawned jobs use never pays for hwloc.
+  if (wants_shapes && (req.map.node_of_host(h) || hosts[h].spare)) {
+    s.topology = link::topology_request{};
+  }
   if (const auto t = req.control.stall_timeout; t.count() > 0) {
     s.stall =
         link::stall_watch{static_cast<std::uint32_t>(std::min<std::int64_t>(t.count(), UINT32_MAX)),
@@ -381,14 +384,19 @@ void launcher::impl::lose(std::uint32_t h, const std::string& reason, bool befor
   if (hs.lost_told) return;
   hs.lost_told = true;
   decided(h, before_hello ? "lost before its hello" : "lost");
+  if (req.restarts.max_restarts > 0) loss_reasons.emplace(h, reason);
   if (inc.between) {
-    // No controller runs to be told: the restart that waited for this host cannot happen.
-    hs.restart_waited = false;
+    // No controller runs to be told: the restart is placed without this host, or given up.
+    if (hs.restart_waited) {
+      hs.restart_waited = false;
+      --inc.waiting;
+    }
     relay_parent_down(h);
     end_pushed_streams(h);
     restart_host_lost(h, reason);
     return;
   }
+  if (hs.spare && !req.map.node_of_host(h)) quarantine(h, reason);
   relay_parent_down(h);  // a host that never came up started none of its children
   end_pushed_streams(h);
   // Its subtree is lost with it: one line names them all, and each is lost right after it.

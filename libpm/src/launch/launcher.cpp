@@ -211,7 +211,7 @@ void launcher::impl::execute(action& a) {
           // The ranks are gone but something they left holds their output open: the agents
           // end it, by their shutdown, or by the restart that follows anyway.
           if (restartable(ctl.report())) {
-            request_restart();
+            if (!inc.requested) request_restart();
           } else {
             shutdown_agents();
           }
@@ -234,6 +234,7 @@ void launcher::impl::finish_job(job_report report) {
     report.incarnations = std::move(inc.ended);
     // Ended between two incarnations: the last one is listed already, as it failed.
     if (!inc.between_ended) report.incarnations.push_back(summary_of(report));
+    report.quarantined = std::move(inc.quarantined);
   }
   final_report = std::move(report);
   finishing = true;
@@ -333,6 +334,7 @@ void launcher::start(link_time now, actions& out) {
     m.facts_ready = !m.wants_shapes && m.req.map.num_nodes() <= 1 && m.all_local();
     m.inc.launch_started = m.inc.started_at = m.now;
     m.queue.push_back(job_start{});
+    m.later.push_back([&m] { m.open_spares(); });
   });
 }
 

@@ -89,6 +89,8 @@ struct launcher::impl {
     bool touched : 1 = false;           // in `touched`: its output and deadline are looked at
     bool restart_waited : 1 = false;    // a restart request went out; its `restarted` has not come
     bool quiet : 1 = false;             // --stall-timeout: its agent said its ranks are quiet
+    bool spare : 1 = false;             // started as a spare (restarts.cpp)
+    bool quarantined : 1 = false;       // lost: never used again in this launch
   };
   std::vector<host_state> hosts;  // by allocation index
   std::vector<std::uint32_t> touched;
@@ -220,10 +222,13 @@ struct launcher::impl {
     std::uint32_t waiting = 0;   // agents whose `restarted` has not come
     std::uint64_t backoff_timer = 0;
     std::uint16_t next_port = 0;       // rank 0's host's answer: the next MASTER_PORT
+    std::uint16_t port = 0;            // the running one's MASTER_PORT from it (0: the hello's)
     link_time started_at{};            // the running incarnation's start
     link_time launch_started{};        // --timeout counts from here, over every incarnation
     std::optional<job_report> failed;  // the one that failed, until the next starts
+    std::optional<rank_map> next_map;  // where the next one runs, when not where this one ran
     std::vector<incarnation_report> ended;
+    std::vector<quarantined_host> quarantined;
   } inc;
   // --stall-timeout (stall.cpp).
   std::uint32_t quiet_hosts = 0;  // hosts whose agent said quiet last
@@ -327,7 +332,19 @@ struct launcher::impl {
   void fill_resources(job_report& report) const;
 
   // ---- restarts.cpp ----
+  // Where the next incarnation runs: `map` empty for where this one ran; `line` says the move.
+  struct next_place {
+    std::optional<rank_map> map;
+    std::string line;
+  };
   bool restartable(const job_report& r) const;
+  std::optional<next_place> place_next() const;
+  bool usable_spare(std::uint32_t h) const;
+  const rank_map& map_of_next() const { return inc.next_map ? *inc.next_map : req.map; }
+  void open_spares();
+  void quarantine(std::uint32_t h, const std::string& reason);
+  void replace_lost(next_place place);
+  std::unordered_map<std::uint32_t, std::string> loss_reasons;  // lost hosts (restarts only)
   void request_restart();
   void begin_restart(job_report r);
   void on_restarted(std::uint32_t h, const link::restarted& r);

@@ -4,12 +4,15 @@
 // up to clear what is left of it (`restart`), waits for all of their answers (`restarted`: nothing
 // of it is left on that host) and a short backoff, and starts the next incarnation with a new
 // controller over the same map, a new PMIx namespace and a new MASTER_PORT. No ssh, no agent start.
+// A lost host is quarantined; its ranks move to a spare (a host the map left empty, whose agent
+// started with the job's), or, without one, the job goes on with fewer hosts (--min-hosts).
 #include <signal.h>
 
 #include <algorithm>
 
 #include "agent/pmix/pmix_host.hpp"
 #include "launch/launcher_impl.hpp"
+#include "pm/error.hpp"
 
 namespace pm::launch {
 
@@ -20,23 +23,157 @@ namespace {
 constexpr int incarnation_shift = 40;
 constexpr std::uint64_t timer_mask = (std::uint64_t{1} << incarnation_shift) - 1;
 
+// "2-3", "0,4-6": ascending ranks in runs.
+std::string rank_ranges(std::span<const std::uint32_t> ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    s += (s.empty() ? "" : ",") + std::to_string(ranks[i]);
+    if (j > i) s += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
 }  // namespace
 
-// Only failures of the program restart: a rank that failed, aborted (MPI_Abort; an embedder's
-// cancel names no rank) or ended without MPI_Finalize, and a job that stalled (--stall-timeout).
-// Never a user's signal, a cancel, the timeout, a refusal, a program that cannot start (it will not
-// start next time either), or a lost host (its ranks have no place).
+// Only failures of the program or of a host restart: a rank that failed, aborted (MPI_Abort; an
+// embedder's cancel names no rank) or ended without MPI_Finalize, a job that stalled
+// (--stall-timeout), a host lost (when a spare or --min-hosts gives its ranks a place). Never a
+// user's signal, a cancel, the timeout, a refusal, or a program that cannot start (it will not
+// start next time either).
 bool launcher::impl::restartable(const job_report& r) const {
   if (inc.number >= req.restarts.max_restarts || interrupts > 0 || refused || done) return false;
-  const bool program_failed = r.cause == cause_kind::rank_failed ||
-                              r.cause == cause_kind::stalled ||
-                              (r.cause == cause_kind::abort_requested && r.failed_rank);
-  if (!program_failed) return false;
-  for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
-    const auto& hs = hosts[req.map.host_of_node(n)];
-    if (hs.lost_told || !hs.agent || hs.down) return false;
+  const auto host_failed = [&] {
+    if (r.cause == cause_kind::host_lost) return true;
+    // A host whose agent never came up (its ranks "could not start"), not a missing program.
+    return r.cause == cause_kind::spawn_failed && r.failed_host &&
+           hosts[*r.failed_host].lost_told && !hosts[*r.failed_host].agent;
+  };
+  const bool failed = r.cause == cause_kind::rank_failed || r.cause == cause_kind::stalled ||
+                      (r.cause == cause_kind::abort_requested && r.failed_rank) || host_failed();
+  return failed && place_next().has_value();
+}
+
+// A host a lost one's ranks may move to: its agent is up and holds none of the next
+// incarnation's ranks (the spares, and hosts only a spawned job used), its shape known if hosts
+// are planned.
+bool launcher::impl::usable_spare(std::uint32_t h) const {
+  const auto& hs = hosts[h];
+  if (hs.quarantined || hs.lost_told || !hs.agent || !link_usable(h) || hs.closed ||
+      hs.shutdown_sent || hs.abandoned) {
+    return false;
   }
-  return true;
+  if (map_of_next().node_of_host(h)) return false;
+  return !wants_shapes || (h < shapes.size() && shapes[h]);
+}
+
+// Where the next incarnation runs: where the last one ran (or was to run) when none of its hosts
+// was lost; else each lost host's node on a spare that fits its ranks (allocation order); else,
+// with --min-hosts, the job mapped anew onto the hosts that are left. nullopt: no place.
+std::optional<launcher::impl::next_place> launcher::impl::place_next() const {
+  const auto& base = map_of_next();
+  const auto& alloc = base.allocation();
+  const auto lost = [&](std::uint32_t h) {
+    const auto& hs = hosts[h];
+    return hs.quarantined || hs.lost_told || !hs.agent || hs.down;
+  };
+  std::vector<std::uint32_t> lost_nodes;
+  for (std::uint32_t n = 0; n < base.num_nodes(); ++n) {
+    if (lost(base.host_of_node(n))) lost_nodes.push_back(n);
+  }
+  if (lost_nodes.empty()) return next_place{};
+  const bool oversubscribe = req.mapping.oversubscribe.value_or(
+      alloc.source == allocation_source::implicit_local);
+  const auto fits = [&](std::uint32_t h, std::uint32_t from) {
+    const auto& spare = alloc.hosts[h];
+    const auto ranks = base.ranks_on_host(from);
+    const auto count = static_cast<std::uint32_t>(ranks.size());
+    if ((spare.slots < count && !oversubscribe) || (spare.max_slots != 0 && spare.max_slots < count))
+      return false;
+    // An app limited to some hosts (-H in its segment) moves only to one of them.
+    for (const auto r : ranks) {
+      const auto& allowed = req.apps[base.at(r).app].hosts;
+      if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), spare.name) == allowed.end())
+        return false;
+    }
+    return true;
+  };
+  std::optional<rank_map> moved;
+  std::string line;
+  std::vector<bool> taken(hosts.size(), false);
+  bool placed = true;
+  for (const auto n : lost_nodes) {
+    const auto from = base.host_of_node(n);
+    std::optional<std::uint32_t> to;
+    for (std::uint32_t h = 0; h < hosts.size() && !to; ++h) {
+      if (!taken[h] && usable_spare(h) && fits(h, from)) to = h;
+    }
+    if (!to) {
+      placed = false;
+      break;
+    }
+    taken[*to] = true;
+    moved = move_node(moved ? *moved : base, n, *to);
+    const auto ranks = base.ranks_on_host(from);
+    line += (line.empty() ? "" : "; ") + std::string(ranks.size() == 1 ? "rank " : "ranks ") +
+            rank_ranges(ranks) + " move from " + alloc.hosts[from].name + " to spare " +
+            alloc.hosts[*to].name;
+  }
+  if (placed) return next_place{std::move(moved), std::move(line)};
+  // No spare for every lost host: fewer hosts, if allowed (one app: how several would shrink
+  // is not the launcher's to guess).
+  if (req.restarts.min_hosts == 0 || req.apps.size() != 1) return std::nullopt;
+  std::vector<std::uint32_t> left;
+  std::uint64_t slots = 0;
+  for (std::uint32_t h = 0; h < hosts.size(); ++h) {
+    if ((base.node_of_host(h) && !lost(h)) || usable_spare(h)) {
+      left.push_back(h);
+      slots += alloc.hosts[h].slots;
+    }
+  }
+  if (left.size() < req.restarts.min_hosts || slots == 0) return std::nullopt;
+  job_spec job{req.apps, req.mapping};
+  // The world shrinks to the slots that are left (never above the -np asked for).
+  if (job.mapping.by != map_by::ppr_node) {
+    job.apps[0].np = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(job.apps[0].np.value_or(UINT32_MAX), slots));
+  }
+  try {
+    auto m = map_job_on(job, alloc, left);
+    line = "going on with " + std::to_string(m.num_nodes()) + " hosts and " +
+           std::to_string(m.size()) + " ranks (--min-hosts " +
+           std::to_string(req.restarts.min_hosts) + ")";
+    return next_place{std::move(m), std::move(line)};
+  } catch (const pm::error&) {
+    return std::nullopt;
+  }
+}
+
+// Hosts the map leaves empty are spares when the launch may restart: their agents start now,
+// after the job's own hosts, so that a lost host's ranks find one ready.
+void launcher::impl::open_spares() {
+  if (req.restarts.max_restarts == 0 || !req.restarts.spares || done || finishing) return;
+  for (std::uint32_t h = 0; h < hosts.size(); ++h) {
+    if (req.map.node_of_host(h) || hosts[h].attempts > 0) continue;
+    hosts[h].spare = true;
+    decided(h, "spare");
+    link_to(h);
+  }
+}
+
+// A host lost during a launch that restarts is not used again in it.
+void launcher::impl::quarantine(std::uint32_t h, const std::string& reason) {
+  auto& hs = hosts[h];
+  if (hs.quarantined) return;
+  hs.quarantined = true;
+  decided(h, "quarantined");
+  inc.quarantined.push_back(quarantined_host{h, reason, inc.number});
+  if (!req.map.node_of_host(h) && !map_of_next().node_of_host(h)) {
+    out->push_back(say{"spare host " + host_info(h).name + " was lost (" + reason +
+                       "); it is not used again"});
+  }
 }
 
 incarnation_report launcher::impl::summary_of(const job_report& r) const {
@@ -49,6 +186,8 @@ incarnation_report launcher::impl::summary_of(const job_report& r) const {
   i.summary = r.cause == cause_kind::none ? std::string() : r.summary;
   i.ranks_failed = r.ranks_failed;
   i.ranks_killed = r.ranks_killed;
+  i.size = req.map.size();
+  i.hosts = req.map.num_nodes();
   i.started_at = inc.started_at;
   i.ended_at = now;
   return i;
@@ -68,15 +207,17 @@ std::optional<std::uint64_t> launcher::impl::controller_timer_in(std::uint64_t i
   return id & timer_mask;
 }
 
-// Every agent of the job clears the incarnation (also early: clear_leftovers, when what the ranks
-// left holds their output open, needs the agents to kill it, and a restart kills it anyway).
+// Every agent clears the incarnation (also early: clear_leftovers, when what the ranks left holds
+// their output open, needs the agents to kill it, and a restart kills it anyway). Asked again
+// when the next incarnation was placed anew (a host lost meanwhile): an agent that answered
+// answers again, with the new PMIx facts registered and a fresh port.
 void launcher::impl::request_restart() {
-  if (inc.requested) return;
   inc.requested = true;
   const auto next = inc.number + 1;
+  const auto& map = map_of_next();
   std::optional<link::pmix_job> facts;
   if (pmix_facts) {
-    facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(req.map, namespace_of(next), 0));
+    facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(map, namespace_of(next), 0));
   }
   for (std::uint32_t h = 0; h < hosts.size(); ++h) {
     auto& hs = hosts[h];
@@ -84,12 +225,30 @@ void launcher::impl::request_restart() {
     link::restart_request m{next, std::nullopt};
     if (facts) {
       m.pmix = facts;
-      m.pmix->node = req.map.node_of_host(h).value_or(link::no_node);
+      m.pmix->node = map.node_of_host(h).value_or(link::no_node);
     }
     send_to(h, m);
-    hs.restart_waited = true;
-    ++inc.waiting;
+    if (!hs.restart_waited) {
+      hs.restart_waited = true;
+      ++inc.waiting;
+    }
   }
+}
+
+// Lost hosts are quarantined and the next incarnation placed without them.
+void launcher::impl::replace_lost(next_place place) {
+  if (!place.map) return;
+  const auto& before = map_of_next();
+  for (std::uint32_t n = 0; n < before.num_nodes(); ++n) {
+    const auto h = before.host_of_node(n);
+    if (!place.map->node_of_host(h) && !hosts[h].quarantined) {
+      const auto why = loss_reasons.find(h);
+      quarantine(h, why == loss_reasons.end() ? "lost" : why->second);
+    }
+  }
+  inc.next_map = std::move(place.map);
+  decided(job_wide, "placed anew");
+  out->push_back(say{place.line});
 }
 
 // The controller ended a failed incarnation that may restart: tell the user and the embedder,
@@ -104,11 +263,15 @@ void launcher::impl::begin_restart(job_report r) {
   out->push_back(restarting{ended});
   out->push_back(say{"restarting the job (" + std::to_string(next) + " of " +
                      std::to_string(req.restarts.max_restarts) + "): " + inc.failed->summary});
+  auto place = place_next();  // restartable() found one
+  const bool moved = place && place->map;
+  if (moved) replace_lost(std::move(*place));
   // What the ended incarnation's ranks waited for is gone with them.
   for (auto& [key, id] : lookup_timers) cancel_own_timer(id);
   lookup_timers.clear();
   cancel_own_timer(hurry_timer);
-  request_restart();
+  // Asked already (clear_leftovers) for where it ran: again, if it moved.
+  if (!inc.requested || moved) request_restart();
   // 0, 1, 3, 7, ... times the base: the first restart at once, a crash loop slowed down.
   const auto steps = (std::uint64_t{1} << std::min<std::uint32_t>(next - 1, 20)) - 1;
   const auto wait = std::min(req.restarts.backoff_max,
@@ -127,15 +290,27 @@ void launcher::impl::on_restarted(std::uint32_t h, const link::restarted& r) {
   if (!hs.restart_waited || r.incarnation != inc.number + 1) return;  // not asked: ignored
   hs.restart_waited = false;
   --inc.waiting;
-  if (req.map.num_nodes() > 0 && h == req.map.host_of_node(req.map.at(0).node)) {
-    inc.next_port = r.port;
-  }
+  const auto& map = map_of_next();
+  if (map.num_nodes() > 0 && h == map.host_of_node(map.at(0).node)) inc.next_port = r.port;
   maybe_start_incarnation();
 }
 
-// A host lost while the launch waits to restart: the next incarnation has no place for its
-// ranks, so the failure that was to be restarted ends the launch.
+// A host lost while the launch waits to restart: a spare the next incarnation does not use is
+// only quarantined; one of its hosts is replaced as at the failure, else the failure that was to
+// be restarted ends the launch.
 void launcher::impl::restart_host_lost(std::uint32_t h, const std::string& reason) {
+  loss_reasons.emplace(h, reason);
+  if (!map_of_next().node_of_host(h)) {
+    quarantine(h, reason);
+    maybe_start_incarnation();
+    return;
+  }
+  if (auto place = place_next()) {
+    replace_lost(std::move(*place));
+    request_restart();
+    maybe_start_incarnation();
+    return;
+  }
   auto r = std::move(*inc.failed);
   end_restarts(std::move(r),
                "cannot restart the job: host " + host_info(h).name + " was lost (" + reason + ")");
@@ -190,6 +365,11 @@ void launcher::impl::start_incarnation() {
                                             now - inc.launch_started);
     options.timeout = std::max(left, std::chrono::milliseconds(1));
   }
+  const bool moved = inc.next_map.has_value();
+  if (moved) {
+    req.map = std::move(*inc.next_map);
+    inc.next_map.reset();
+  }
   ctl = controller(req.map, options);
   told.clear();
   pushed.clear();
@@ -206,10 +386,24 @@ void launcher::impl::start_incarnation() {
     stall_round.reset();
   }
   // Stdin went to the first incarnation; the next ones read /dev/null.
-  std::fill(cfg.stdin_of.begin(), cfg.stdin_of.end(), stdin_source::none);
+  cfg.stdin_of.assign(req.map.size(), stdin_source::none);
   req.env.facts.restart_count = inc.number;
-  if (!req.master_port_fixed && inc.next_port != 0) req.env.facts.master_port = inc.next_port;
+  inc.port = inc.next_port;
   inc.next_port = 0;
+  if (!req.master_port_fixed && inc.port != 0) req.env.facts.master_port = inc.port;
+  if (moved) {
+    // Other hosts: MASTER_ADDR and every node's address anew, each host planned anew.
+    facts_ready = false;
+    if (wants_shapes) {
+      plans_done = false;
+      shaped_nodes = 0;
+      for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
+        const auto h = req.map.host_of_node(n);
+        if (h < shapes.size() && shapes[h]) ++shaped_nodes;
+      }
+    }
+    decide_facts();
+  }
   if (pmix_facts) {
     modex_routes.clear();
     spawned.clear();

@@ -56,7 +56,9 @@ void launcher::impl::decide_facts() {
   };
   auto& facts = req.env.facts;
   facts.master_addr = pick(*rank0.agent);
-  if (!req.master_port_fixed && rank0.agent->port != 0) facts.master_port = rank0.agent->port;
+  // A restarted incarnation's port is the one rank 0's agent gave at the restart.
+  const auto port = inc.number > 0 && inc.port != 0 ? inc.port : rank0.agent->port;
+  if (!req.master_port_fixed && port != 0) facts.master_port = port;
   facts.node_addrs.assign(req.map.num_nodes(), facts.master_addr);
   for (std::uint32_t n = 0; n < req.map.num_nodes(); ++n) {
     const auto& hs = hosts[req.map.host_of_node(n)];

@@ -261,21 +261,67 @@ rank_map map_job(const job_spec& job, const allocation& alloc) {
     }
   }
 
-  // Nodes: the hosts the job uses, in allocation order; CSR index of ranks per host.
-  map.host_node_.assign(nhosts, no_node);
-  map.host_first_.assign(nhosts + 1, 0);
+  // Nodes: the hosts the job uses, in allocation order.
+  std::vector<bool> used(nhosts, false);
+  for (const auto h : map.host_of_rank_) used[h] = true;
   for (std::uint32_t h = 0; h < nhosts; ++h) {
-    map.host_first_[h + 1] = map.host_first_[h] + usage.used[h];
-    if (usage.used[h] > 0) {
-      map.host_node_[h] = static_cast<std::uint32_t>(map.node_host_.size());
-      map.node_host_.push_back(h);
-    }
+    if (used[h]) map.node_host_.push_back(h);
   }
-  map.ranks_by_host_.resize(map.size());
-  std::vector<std::uint32_t> fill(map.host_first_.begin(), map.host_first_.end() - 1);
-  for (std::uint32_t r = 0; r < map.size(); ++r)
-    map.ranks_by_host_[fill[map.host_of_rank_[r]]++] = r;
+  map.index_hosts();
   return map;
+}
+
+// The CSR index of ranks per host, and each host's node.
+void rank_map::index_hosts() {
+  const auto nhosts = static_cast<std::uint32_t>(allocation_.hosts.size());
+  std::vector<std::uint32_t> count(nhosts, 0);
+  for (const auto h : host_of_rank_) ++count[h];
+  host_node_.assign(nhosts, no_node);
+  for (std::uint32_t n = 0; n < node_host_.size(); ++n) host_node_[node_host_[n]] = n;
+  host_first_.assign(nhosts + 1, 0);
+  for (std::uint32_t h = 0; h < nhosts; ++h) host_first_[h + 1] = host_first_[h] + count[h];
+  ranks_by_host_.resize(size());
+  std::vector<std::uint32_t> fill(host_first_.begin(), host_first_.end() - 1);
+  for (std::uint32_t r = 0; r < size(); ++r) ranks_by_host_[fill[host_of_rank_[r]]++] = r;
+}
+
+rank_map map_job_on(const job_spec& job, const allocation& alloc,
+                    std::span<const std::uint32_t> hosts) {
+  allocation part;
+  part.source = alloc.source;
+  for (const auto h : hosts) {
+    if (h >= alloc.hosts.size()) fail("host " + std::to_string(h) + " is outside the allocation");
+    part.hosts.push_back(alloc.hosts[h]);
+  }
+  auto within = map_job(job, part);
+  rank_map map;
+  map.allocation_ = alloc;
+  map.total_slots_ = part.total_slots();
+  map.local_rank_ = std::move(within.local_rank_);
+  map.app_first_rank_ = std::move(within.app_first_rank_);
+  map.host_of_rank_ = std::move(within.host_of_rank_);
+  for (auto& h : map.host_of_rank_) h = hosts[h];
+  for (const auto h : within.node_host_) map.node_host_.push_back(hosts[h]);
+  map.index_hosts();
+  return map;
+}
+
+rank_map move_node(const rank_map& map, std::uint32_t node, std::uint32_t to) {
+  if (node >= map.num_nodes() || to >= map.allocation().hosts.size()) {
+    throw error(errc::usage, "node " + std::to_string(node) + " or host " + std::to_string(to) +
+                                 " is outside the map");
+  }
+  if (map.node_of_host(to)) {
+    throw error(errc::usage, "host '" + map.allocation().hosts[to].name + "' already has ranks");
+  }
+  rank_map moved = map;
+  const auto from = map.node_host_[node];
+  for (auto& h : moved.host_of_rank_) {
+    if (h == from) h = to;
+  }
+  moved.node_host_[node] = to;
+  moved.index_hosts();
+  return moved;
 }
 
 placement rank_map::at(std::uint32_t rank) const {
