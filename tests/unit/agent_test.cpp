@@ -490,6 +490,31 @@ TEST(Agent, ARestartBeforeTheLastWasAnsweredIsAProtocolError) {
   EXPECT_EQ(all<sweep>(a).size(), 1u);
 }
 
+// The launcher placed the next incarnation anew (a host was lost while it waited): it asks for
+// the same restart again. Before the answer, one answer covers both; after it, with no rank of
+// the new incarnation started, the agent answers again through a fresh sweep (a fresh port).
+TEST(Agent, TheSameRestartAgainIsAnsweredOnceMoreOnlyAfterItsAnswer) {
+  harness h;
+  h.start(1, local_setup());
+  h.msg(ch::restart_request{1, std::nullopt});
+  EXPECT_TRUE(h.msg(ch::restart_request{1, std::nullopt}).empty());
+  h.feed(rank_exited{0, exit_status::signaled(SIGKILL)});
+  EXPECT_EQ(sent(h.feed(ranks_swept{0, 7})), (std::vector<ch::message>{ch::restarted{1, 7}}));
+  const auto a = h.msg(ch::restart_request{1, std::nullopt});
+  EXPECT_TRUE(sent(a).empty());
+  ASSERT_EQ(all<sweep_ranks>(a).size(), 1u);
+  EXPECT_TRUE(signals(a).empty());  // no rank to kill
+  const auto b = h.feed(ranks_swept{0, 8});
+  EXPECT_EQ(sent(b), (std::vector<ch::message>{ch::restarted{1, 8}}));
+  EXPECT_EQ(all<forget_ranks>(b).size(), 1u);
+  // Once a rank of it started, the same incarnation again is the launcher's mistake.
+  h.msg(ch::spawn_request{{harness::spec(0)}});
+  h.feed(rank_spawned{0, 300});
+  const auto c = h.msg(ch::restart_request{1, std::nullopt});
+  EXPECT_EQ(sent(c), (std::vector<ch::message>{ch::agent_error{
+                         "'restart' to incarnation 1, which is not after incarnation 1"}}));
+}
+
 TEST(Agent, ARestartWhileEndingIsIgnored) {
   harness h;
   h.start(1);

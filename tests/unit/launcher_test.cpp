@@ -1038,4 +1038,190 @@ TEST(Launcher, WithPmixEachIncarnationHasItsOwnNamespace) {
   }
 }
 
+// ---- spare hosts and fewer hosts (docs/resilience.md) ----
+
+// `hosts` job hosts of `per_host` ranks and `spares` more hosts the map leaves empty.
+launch::launch_config spare_job(std::uint32_t hosts, std::uint32_t spares, std::uint32_t per_host) {
+  auto c = remote_job(hosts + spares, per_host);
+  pm::job_spec spec;
+  spec.apps.push_back(pm::app_context{{"app"}, hosts * per_host, {}, {}});
+  c.request.map = pm::map_job(spec, c.request.map.allocation());
+  c.request.apps = spec.apps;
+  c.request.restarts.max_restarts = 2;
+  return c;
+}
+
+// Host h's agent and everything on it die: its link breaks.
+void crash(world& w, std::uint32_t h) {
+  w.agents[h].gone = true;
+  w.feed([&](auto& a) { w.m.stream_broken(w.t, h, "Connection reset by peer", a); });
+}
+
+std::vector<std::uint32_t> spawned_ranks(const world& w, std::uint32_t h, std::size_t request) {
+  std::vector<std::uint32_t> v;
+  const auto spawns = w.received<link::spawn_request>(h);
+  if (request >= spawns.size()) return v;
+  for (const auto& r : spawns[request].ranks) v.push_back(r.rank);
+  return v;
+}
+
+TEST(LauncherSpares, ALostHostsRanksMoveToASpareWithTheirNumbers) {
+  world w(spare_job(2, 1, 2));
+  w.keep_running_in[0] = {0, 1, 2, 3};
+  w.start();
+  w.run(1s);
+  // The spare's agent is up from the start, with no rank.
+  EXPECT_EQ(w.opens[2], 1);
+  EXPECT_TRUE(w.received<link::spawn_request>(2).empty());
+  crash(w, 1);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  EXPECT_TRUE(w.said("restarting the job (1 of 2): host h1 was lost")) << w.lines.front();
+  EXPECT_TRUE(w.said("ranks 2-3 move from h1 to spare h2"));
+  EXPECT_EQ(w.opens[1], 1);  // never opened again: quarantined
+  ASSERT_EQ(spawned_ranks(w, 2, 0), (std::vector<std::uint32_t>{2, 3}));
+  EXPECT_EQ(spawned_ranks(w, 0, 1), (std::vector<std::uint32_t>{0, 1}));
+  const auto spawns = w.received<link::spawn_request>(2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& r = spawns[0].ranks[i];
+    EXPECT_EQ(env_of(r, "RANK"), std::to_string(2 + i));
+    EXPECT_EQ(env_of(r, "LOCAL_RANK"), std::to_string(i));
+    EXPECT_EQ(env_of(r, "NODE_RANK"), "1");  // the lost host's node number
+    EXPECT_EQ(env_of(r, "WORLD_SIZE"), "4");
+    EXPECT_EQ(env_of(r, "MASTER_ADDR"), "10.0.0.1");  // rank 0 stayed on h0
+  }
+  ASSERT_EQ(w.report->incarnations.size(), 2u);
+  EXPECT_EQ(w.report->incarnations[0].cause, pm::cause_kind::host_lost);
+  EXPECT_EQ(w.report->incarnations[1].hosts, 2u);
+  ASSERT_EQ(w.report->quarantined.size(), 1u);
+  EXPECT_EQ(w.report->quarantined[0].host, 1u);
+  EXPECT_EQ(w.report->quarantined[0].incarnation, 0u);
+  const auto json = pm::to_json(*w.report);
+  const auto at = json.find("\"quarantined\": [");
+  ASSERT_NE(at, std::string::npos) << json;
+  EXPECT_NE(json.find("\"host\": \"h1\"", at), std::string::npos) << json;
+}
+
+TEST(LauncherSpares, RankZerosHostLostMovesMasterAddrToTheSpare) {
+  world w(spare_job(2, 1, 1));
+  w.keep_running_in[0] = {0, 1};
+  w.start();
+  w.run(1s);
+  crash(w, 0);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  const auto spawns = w.received<link::spawn_request>(2);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(env_of(spawns[0].ranks[0], "RANK"), "0");
+  EXPECT_EQ(env_of(spawns[0].ranks[0], "MASTER_ADDR"), "10.0.0.3");
+  // The spare's answer to the restart gave the port.
+  EXPECT_EQ(env_of(spawns[0].ranks[0], "MASTER_PORT"), "29501");
+  const auto other = w.received<link::spawn_request>(1);
+  ASSERT_EQ(other.size(), 2u);
+  EXPECT_EQ(env_of(other[1].ranks[0], "MASTER_ADDR"), "10.0.0.3");
+}
+
+TEST(LauncherSpares, WithoutASpareMinHostsGoesOnWithFewerRanks) {
+  auto c = remote_job(3, 2);
+  c.request.restarts.max_restarts = 2;
+  c.request.restarts.min_hosts = 2;
+  world w(std::move(c));
+  w.keep_running_in[0] = {0, 1, 2, 3, 4, 5};
+  w.start();
+  w.run(1s);
+  crash(w, 1);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  EXPECT_TRUE(w.said("going on with 2 hosts and 4 ranks (--min-hosts 2)"));
+  EXPECT_EQ(spawned_ranks(w, 0, 1), (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_EQ(spawned_ranks(w, 2, 1), (std::vector<std::uint32_t>{2, 3}));
+  const auto spawns = w.received<link::spawn_request>(2);
+  EXPECT_EQ(env_of(spawns[1].ranks[0], "WORLD_SIZE"), "4");
+  EXPECT_EQ(env_of(spawns[1].ranks[0], "NODE_RANK"), "1");
+  ASSERT_EQ(w.report->incarnations.size(), 2u);
+  EXPECT_EQ(w.report->incarnations[0].size, 6u);
+  EXPECT_EQ(w.report->incarnations[1].size, 4u);
+  EXPECT_EQ(w.report->ranks.size(), 4u);
+
+  // Fewer than --min-hosts would be left: the loss ends the launch.
+  auto d = remote_job(3, 2);
+  d.request.restarts.max_restarts = 2;
+  d.request.restarts.min_hosts = 3;
+  world few(std::move(d));
+  few.keep_running_in[0] = {0, 1, 2, 3, 4, 5};
+  few.start();
+  few.run(1s);
+  crash(few, 1);
+  few.run();
+  ASSERT_TRUE(few.report);
+  EXPECT_EQ(few.report->cause, pm::cause_kind::host_lost);
+  EXPECT_EQ(few.report->exit_code, pm::exit_codes::host_lost);
+  EXPECT_TRUE(few.restarts.empty());
+}
+
+TEST(LauncherSpares, AHostLostWhileRestartingIsReplacedAndEveryAgentAskedAgain) {
+  auto c = spare_job(2, 1, 1);
+  c.request.pmix = true;
+  world w(std::move(c));
+  w.code_in[{0, 1}] = 7;
+  w.silent_restart.insert(1);
+  w.start();
+  w.settle();
+  // Host 1 falls silent after its rank's failure, then is lost while the launch waits for it.
+  w.agents[1].gone = true;
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0) << w.lines.back();
+  EXPECT_TRUE(w.said("rank 1 moves from h1 to spare h2"));
+  EXPECT_EQ(spawned_ranks(w, 2, 0), (std::vector<std::uint32_t>{1}));
+  // Asked once for where it ran, again (with the new facts) for where it runs now.
+  const auto asked = w.received<link::restart_request>(0);
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_EQ(asked[0].incarnation, asked[1].incarnation);
+  const auto spare = w.received<link::restart_request>(2);
+  ASSERT_EQ(spare.size(), 2u);
+  ASSERT_TRUE(spare[0].pmix && spare[1].pmix);
+  EXPECT_EQ(spare[0].pmix->node, link::no_node);
+  EXPECT_EQ(spare[1].pmix->node, 1u);  // the lost host's node
+  ASSERT_EQ(w.report->quarantined.size(), 1u);
+  EXPECT_EQ(w.report->quarantined[0].host, 1u);
+}
+
+TEST(LauncherSpares, ALostSpareIsQuarantinedAndTheJobGoesOn) {
+  world w(spare_job(1, 1, 1));
+  w.keep_running_in[0] = {0};
+  w.start();
+  w.run(1s);
+  crash(w, 1);
+  w.run(2s);
+  EXPECT_TRUE(w.said("spare host h1 was lost (")) << (w.lines.empty() ? "" : w.lines.back());
+  EXPECT_FALSE(w.report);
+  w.feed([&](auto& a) { w.m.signal(w.t, SIGTERM, a); });
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->cause, pm::cause_kind::signal);
+  ASSERT_EQ(w.report->quarantined.size(), 1u);
+  EXPECT_EQ(w.report->quarantined[0].host, 1u);
+}
+
+TEST(LauncherSpares, NoSpareStartsWithoutRestartsOrWhenTurnedOff) {
+  auto c = spare_job(1, 1, 1);
+  c.request.restarts.max_restarts = 0;
+  world plain(std::move(c));
+  plain.start();
+  plain.run();
+  ASSERT_TRUE(plain.report);
+  EXPECT_EQ(plain.opens[1], 0);
+  auto d = spare_job(1, 1, 1);
+  d.request.restarts.spares = false;
+  world off(std::move(d));
+  off.start();
+  off.run();
+  ASSERT_TRUE(off.report);
+  EXPECT_EQ(off.opens[1], 0);
+}
+
 }  // namespace

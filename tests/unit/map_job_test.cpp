@@ -225,4 +225,48 @@ TEST(MapJob, JsonMapListsUserAndPortOnlyWhenSet) {
             pm::format_job_map(pm::map_job(job(2), hosts({{"a", 1}, {"b", 1}})), 7));
 }
 
+// ---- after a lost host (docs/resilience.md) ----
+
+TEST(MapJob, MoveNodeGivesTheSpareTheLostHostsRanksAndNumbers) {
+  const auto map = pm::map_job(job(6), hosts({{"a", 2}, {"b", 2}, {"c", 2}, {"d", 2}}));
+  ASSERT_EQ(layout(map), "aabbcc");
+  const auto moved = pm::move_node(map, 1, 3);
+  EXPECT_EQ(layout(moved), "aaddcc");
+  for (std::uint32_t r = 0; r < 6; ++r) {
+    EXPECT_EQ(moved.at(r).local_rank, map.at(r).local_rank);
+    EXPECT_EQ(moved.at(r).node, map.at(r).node);
+  }
+  EXPECT_FALSE(moved.node_of_host(1));
+  EXPECT_EQ(moved.node_of_host(3), 1u);
+  EXPECT_EQ(moved.host_of_node(1), 3u);
+  EXPECT_EQ(
+      std::vector<std::uint32_t>(moved.ranks_on_host(3).begin(), moved.ranks_on_host(3).end()),
+      (std::vector<std::uint32_t>{2, 3}));
+  EXPECT_TRUE(moved.ranks_on_host(1).empty());
+  EXPECT_THROW(pm::move_node(map, 0, 2), pm::error);  // c holds ranks
+  EXPECT_THROW(pm::move_node(map, 5, 3), pm::error);
+}
+
+TEST(MapJob, MapJobOnMapsOntoSomeHostsAndKeepsTheirIndices) {
+  const auto alloc = hosts({{"a", 2}, {"b", 2}, {"c", 2}});
+  const std::vector<std::uint32_t> left{0, 2};
+  const auto map = pm::map_job_on(job(4), alloc, left);
+  EXPECT_EQ(layout(map), "aacc");
+  EXPECT_EQ(map.allocation().hosts.size(), 3u);
+  EXPECT_EQ(map.num_nodes(), 2u);
+  EXPECT_EQ(map.at(2).node, 1u);
+  EXPECT_EQ(map.at(2).local_rank, 0u);
+  EXPECT_FALSE(map.node_of_host(1));
+  EXPECT_EQ(map.total_slots(), 4u);
+  // As map_job: too few slots there is an error naming the numbers.
+  try {
+    pm::map_job_on(job(6), alloc, left);
+    ADD_FAILURE() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_NE(std::string(e.what()).find("6 ranks requested, 4 slots available on 2 hosts"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace

@@ -89,8 +89,8 @@ struct incarnation_report {
 
 /// A host a launch that restarts stopped using (docs/resilience.md, "Spare hosts").
 struct quarantined_host {
-  std::uint32_t host = 0;        ///< allocation index
-  std::string reason;            ///< why it was lost
+  std::uint32_t host = 0;         ///< allocation index
+  std::string reason;             ///< why it was lost
   std::uint32_t incarnation = 0;  ///< the incarnation it was lost in
   friend bool operator==(const quarantined_host&, const quarantined_host&) = default;
 };

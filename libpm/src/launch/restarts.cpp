@@ -84,18 +84,20 @@ std::optional<launcher::impl::next_place> launcher::impl::place_next() const {
     if (lost(base.host_of_node(n))) lost_nodes.push_back(n);
   }
   if (lost_nodes.empty()) return next_place{};
-  const bool oversubscribe = req.mapping.oversubscribe.value_or(
-      alloc.source == allocation_source::implicit_local);
+  const bool oversubscribe =
+      req.mapping.oversubscribe.value_or(alloc.source == allocation_source::implicit_local);
   const auto fits = [&](std::uint32_t h, std::uint32_t from) {
     const auto& spare = alloc.hosts[h];
     const auto ranks = base.ranks_on_host(from);
     const auto count = static_cast<std::uint32_t>(ranks.size());
-    if ((spare.slots < count && !oversubscribe) || (spare.max_slots != 0 && spare.max_slots < count))
+    if ((spare.slots < count && !oversubscribe) ||
+        (spare.max_slots != 0 && spare.max_slots < count))
       return false;
     // An app limited to some hosts (-H in its segment) moves only to one of them.
     for (const auto r : ranks) {
       const auto& allowed = req.apps[base.at(r).app].hosts;
-      if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), spare.name) == allowed.end())
+      if (!allowed.empty() &&
+          std::find(allowed.begin(), allowed.end(), spare.name) == allowed.end())
         return false;
     }
     return true;
@@ -118,8 +120,8 @@ std::optional<launcher::impl::next_place> launcher::impl::place_next() const {
     moved = move_node(moved ? *moved : base, n, *to);
     const auto ranks = base.ranks_on_host(from);
     line += (line.empty() ? "" : "; ") + std::string(ranks.size() == 1 ? "rank " : "ranks ") +
-            rank_ranges(ranks) + " move from " + alloc.hosts[from].name + " to spare " +
-            alloc.hosts[*to].name;
+            rank_ranges(ranks) + (ranks.size() == 1 ? " moves" : " move") + " from " +
+            alloc.hosts[from].name + " to spare " + alloc.hosts[*to].name;
   }
   if (placed) return next_place{std::move(moved), std::move(line)};
   // No spare for every lost host: fewer hosts, if allowed (one app: how several would shrink
