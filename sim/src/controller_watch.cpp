@@ -29,8 +29,18 @@ void world::note_failure(cause_kind kind, std::uint32_t rank, std::uint32_t host
 void world::next_incarnation() {
   ++incarnations_;
   const auto& f = first_failure_;
+  // A lost host's failure restarts only where its ranks found a place (a spare, --min-hosts):
+  // then no rank of the next incarnation is on a host that was lost.
+  const bool host_failed = f.kind == cause_kind::host_lost || (f.kind == cause_kind::spawn_failed &&
+                                                               f.host != no_host && struck(f.host));
   const bool restartable = f.kind == cause_kind::rank_failed || f.kind == cause_kind::stalled ||
-                           (f.kind == cause_kind::abort_requested && f.rank != no_host);
+                           (f.kind == cause_kind::abort_requested && f.rank != no_host) ||
+                           host_failed;
+  for (const auto& loss : result_.hosts_lost) {
+    if (map_->node_of_host(loss.host))
+      correctness("incarnation " + std::to_string(incarnations_) + " placed ranks on " +
+                  host_name(loss.host) + ", which was lost");
+  }
   if (!restartable)
     correctness("the launcher restarted the job after " + std::string(pm::to_string(f.kind)) +
                 ", which is never restarted");
@@ -39,14 +49,34 @@ void world::next_incarnation() {
                 std::to_string(s_.max_restarts));
   // The jobs the ranks spawned ended with them: the next incarnation's are numbered from the
   // map's size again (their generations kept, so that nothing queued for the old ones reaches
-  // the new).
-  for (auto i = static_cast<std::size_t>(map_->size()); i < procs_.size(); ++i) {
+  // the new). A shrunk job (--min-hosts) has fewer ranks: those past its size were forgotten by
+  // their agents, or went with their lost host.
+  const auto before = ranks_before_;
+  for (auto i = before; i < procs_.size(); ++i) {
     if (procs_[i].state == pstate::running || procs_[i].state == pstate::spawning)
       correctness("process " + std::to_string(i) + " of a spawned job outlived its incarnation");
-    if (spawned_gens_.size() <= i - map_->size()) spawned_gens_.resize(i - map_->size() + 1, 0);
-    spawned_gens_[i - map_->size()] = procs_[i].gen;
+    if (spawned_gens_.size() <= i - before) spawned_gens_.resize(i - before + 1, 0);
+    spawned_gens_[i - before] = procs_[i].gen;
+  }
+  for (auto i = static_cast<std::size_t>(map_->size()); i < std::min(procs_.size(), before); ++i) {
+    if (procs_[i].state == pstate::running || procs_[i].state == pstate::spawning)
+      correctness("rank " + std::to_string(i) + " outlived its incarnation");
   }
   procs_.resize(map_->size());
+  ranks_before_ = map_->size();
+  // A lost host's ranks moved (a spare), or the job was mapped anew (--min-hosts): a rank on
+  // another host than before starts afresh there; its old process went with its lost host.
+  for (std::uint32_t rank = 0; rank < procs_.size(); ++rank) {
+    auto& p = procs_[rank];
+    const auto h = map_->at(rank).host;
+    if (p.host == h) continue;
+    if (p.state == pstate::running || p.state == pstate::spawning)
+      correctness("rank " + std::to_string(rank) + " still ran on " + host_name(p.host) +
+                  " when it moved to " + host_name(h));
+    p.state = pstate::none;
+    p.streams = 0;
+    p.host = h;
+  }
   for (auto& p : procs_) {
     p.flags = static_cast<std::uint8_t>(p.flags & ~(spawn_seen | end_known | signalled));
     if (!s_.scripts_every_incarnation && p.script != spawned_script_) p.script = 0;

@@ -29,6 +29,8 @@ launch::launch_config world::launch_config_for() {
   if (o_.env) r.env = *o_.env;
   r.control = s_.control;
   r.restarts.max_restarts = s_.max_restarts;
+  r.restarts.spares = s_.spares;
+  r.restarts.min_hosts = s_.min_hosts;
   r.output.merge_stderr = s_.control.streams_per_rank < 2;
   // PMIx facts for every rank on every host cost O(ranks x hosts): only where a rank's script
   // makes PMIx calls or notices are asked for (only PMIx ranks can be told; world.cpp).

@@ -72,6 +72,7 @@ world::world(const scenario& s, const run_options& o)
       procs_(map_->size()),
       hosts_(map_->allocation().hosts.size()) {
   const auto n = map_->size();
+  ranks_before_ = n;
   for (std::uint32_t node = 0; node < map_->num_nodes(); ++node) {
     const auto host = map_->host_of_node(node);
     for (auto rank : map_->ranks_on_host(host)) procs_[rank].host = host;

@@ -446,12 +446,13 @@ class world {
   std::int64_t last_progress_ = 0;     // the last event that was more than heartbeats
   failure_seen first_failure_;
   bool saw_abort_ = false;
-  bool saw_launcher_signal_ = false;       // one that ends or signals ranks
-  std::uint32_t terminating_signals_ = 0;  // SIGINT/SIGTERM/SIGHUP fed before the finish
-  bool ctl_finished_ = false;              // the controller's finish action went by
-  std::uint32_t incarnations_ = 0;         // controllers started after the first (restarts)
+  bool saw_launcher_signal_ = false;        // one that ends or signals ranks
+  std::uint32_t terminating_signals_ = 0;   // SIGINT/SIGTERM/SIGHUP fed before the finish
+  bool ctl_finished_ = false;               // the controller's finish action went by
+  std::uint32_t incarnations_ = 0;          // controllers started after the first (restarts)
+  std::size_t ranks_before_ = 0;            // the last incarnation's ranks (a shrunk job has fewer)
   std::vector<std::uint8_t> spawned_gens_;  // spawned processes' generations, past incarnations
-  bool finish_seen_ = false;               // the launcher's finished action
+  bool finish_seen_ = false;                // the launcher's finished action
   // A host lost before its hello made the controller end the job although the abort policy is
   // off (a set-up failure ends a launch whatever the policy): from then on ranks are ended.
   std::int64_t forced_abort_at_ = -1;

@@ -40,8 +40,8 @@ struct flags {
                           default_script;
   std::string link, link_jitter, agent_hop, spawn, spawn_jitter, reaction, heartbeat,
       heartbeat_timeout, hello_timeout, run_time, run_jitter;
-  std::uint32_t hosts = 4, slots = 2, streams = 2, max_restarts = 0;
-  bool scripts_every_incarnation = false;
+  std::uint32_t hosts = 4, slots = 2, streams = 2, max_restarts = 0, min_hosts = 0;
+  bool scripts_every_incarnation = false, no_spares = false;
   std::optional<std::uint32_t> fanout, concurrent_starts;
   std::optional<std::uint32_t> np;  // unset: one rank per slot
   std::uint64_t seed = 1;
@@ -136,6 +136,8 @@ pm::sim::scenario build(const flags& f) {
   s.control.streams_per_rank = static_cast<std::uint8_t>(f.streams);
   s.max_restarts = f.max_restarts;
   s.scripts_every_incarnation = f.scripts_every_incarnation;
+  s.spares = !f.no_spares;
+  s.min_hosts = f.min_hosts;
   auto& l = s.latency;
   const auto set = [](pm::sim::sim_time& field, const std::string& text, const char* what) {
     if (!text.empty()) field = parse_duration(text, what);
@@ -243,6 +245,10 @@ int main(int argc, char** argv) {
   app.add_option("--streams", f.streams, "output streams per rank (2, 1 merged, 0 none)");
   app.add_option("--max-restarts", f.max_restarts,
                  "restart the job in place up to N times on a failure (docs/resilience.md)");
+  app.add_flag("--no-spares", f.no_spares,
+               "with restarts: no agent on the hosts the map leaves empty (no spares)");
+  app.add_option("--min-hosts", f.min_hosts,
+                 "with restarts: a lost host without a spare, go on if K hosts are left");
   app.add_flag("--scripts-every-incarnation", f.scripts_every_incarnation,
                "the ranks' scripts (--fail, --rank, apps) run in every incarnation, not the "
                "first only");

@@ -416,6 +416,68 @@ RC_GTEST_PROP(SimProperty, RestartsKeepTheBudgetAndStartNothingOverAnEarlierInca
     SIM_ASSERT(r, r.restarts.size() == s.max_restarts);
 }
 
+// Spare hosts and --min-hosts (docs/resilience.md): crashed hosts' ranks move to spares, or the
+// job goes on with fewer hosts. The world checks that no rank of a later incarnation is placed on
+// a lost host and that nothing of an incarnation outlives it; here: the budget holds, only lost
+// hosts are quarantined, the job never grows, and it shrinks only with --min-hosts, never below.
+RC_GTEST_PROP(SimProperty, LostHostsRanksMoveToSparesOrTheJobShrinks, ()) {
+  scenario s;
+  pm::sim::generate::hosts_and_ranks(s, 8, 3);
+  s.mapping.by = *rc::gen::element(pm::map_by::slot, pm::map_by::node);
+  s.seed = *rc::gen::arbitrary<std::uint64_t>();
+  s.latency.fanout = *rc::gen::weightedElement<std::uint32_t>({{3, 32}, {1, 2}});
+  s.latency.run_time = 3s;
+  s.latency.run_jitter = 500ms;
+  s.control.timeout = 60s;
+  s.max_restarts = *rc::gen::inRange<std::uint32_t>(1, 4);
+  s.spares = *rc::gen::weightedElement<bool>({{3, true}, {2, false}});
+  const auto hosts = static_cast<std::uint32_t>(s.host_slots.size());
+  s.min_hosts = *rc::gen::weightedElement<bool>({{1, false}, {2, true}})
+                    ? *rc::gen::inRange<std::uint32_t>(1, std::max<std::uint32_t>(2, hosts / 2 + 1))
+                    : 0;
+  const auto crashes = *rc::gen::inRange<std::uint32_t>(1, std::min<std::uint32_t>(hosts, 2) + 1);
+  std::set<std::uint32_t> struck;
+  for (std::uint32_t i = 0; i < crashes; ++i) {
+    const auto h = *rc::gen::inRange<std::uint32_t>(0, hosts);
+    if (!struck.insert(h).second) continue;
+    const auto at = std::chrono::milliseconds(*rc::gen::inRange(300, 2500));
+    s.faults.push_back(pm::sim::fault{pm::sim::fault_kind::host_crash, h, at, {}});
+  }
+  const auto r = run_checked(s);
+  classify(r);
+  bool to_spare = false, shrunk = false;
+  for (const auto& l : r.lines) {
+    to_spare |= l.find(" to spare ") != std::string::npos;
+    shrunk |= l.find("(--min-hosts ") != std::string::npos;
+  }
+  RC_CLASSIFY(to_spare, "moved to a spare");
+  RC_CLASSIFY(shrunk, "shrunk");
+  SIM_ASSERT(r, r.finished);
+  SIM_ASSERT(r, r.restarts.size() <= s.max_restarts);
+  // Quarantined: crashed hosts only (a loss between two incarnations reaches no controller, so
+  // the crashes are the reference, not the controller's losses); in a tree, the hosts a crashed
+  // one relayed are lost with it too.
+  if (s.latency.fanout >= hosts) {
+    for (const auto& q : r.report.quarantined) SIM_ASSERT(r, struck.contains(q.host));
+  }
+  SIM_ASSERT(r, !to_spare || s.spares);
+  SIM_ASSERT(r, !shrunk || s.min_hosts > 0);
+  const auto& inc = r.report.incarnations;
+  for (std::size_t i = 1; i < inc.size(); ++i) {
+    SIM_ASSERT(r, inc[i].size <= inc[i - 1].size);
+    if (inc[i].size < inc[i - 1].size) SIM_ASSERT(r, inc[i].hosts >= s.min_hosts);
+    if (s.min_hosts == 0) SIM_ASSERT(r, inc[i].size == *s.np);
+  }
+  if (!inc.empty()) SIM_ASSERT(r, inc.back().size == r.report.ranks.size());
+  // A success is every rank of the last incarnation, none of them on a lost host.
+  if (r.report.exit_code == 0) {
+    for (const auto& rr : r.report.ranks) {
+      SIM_ASSERT(r, rr.state == pm::rank_state::exited && rr.status && rr.status->success());
+      SIM_ASSERT(r, !struck.contains(rr.host));
+    }
+  }
+}
+
 // With abort off: ranks that no fault touched run to completion and succeed (checked by the
 // world against each rank's script and the faults that fired).
 RC_GTEST_PROP(SimProperty, WithoutAbortUntouchedRanksSucceed, ()) {

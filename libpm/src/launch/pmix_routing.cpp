@@ -122,7 +122,9 @@ void launcher::impl::on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q) {
   std::vector<bool> usable(alloc.hosts.size(), true);
   for (std::uint32_t host = 0; host < live.size(); ++host) {
     live[host] = ctl.live_on_host(host);
-    usable[host] = !hosts[host].lost_told;
+    // Not a host that was lost, quarantined, or given up in an earlier incarnation's end.
+    const auto& hs = hosts[host];
+    usable[host] = !hs.lost_told && !hs.quarantined && !hs.abandoned;
   }
   // Jobs offered to the controller but not taken yet hold their slots too.
   for (const auto& p : offered) {

@@ -184,6 +184,11 @@ struct scenario {
   /// The ranks' scripts (`scripts`, the apps') are incarnation 0's; later incarnations run the
   /// default script, unless this is set (a failure that comes back every time).
   bool scripts_every_incarnation = false;
+  /// Spare hosts and fewer hosts (pmrun --no-spares, --min-hosts; docs/resilience.md): with
+  /// restarts, hosts the map leaves empty are spares whose agents start with the job's, and a
+  /// lost host's ranks move to one; without one, at least `min_hosts` hosts (when not 0) carry on.
+  bool spares = true;
+  std::uint32_t min_hosts = 0;
 
   /// The shape host `host` answers with (empty: none).
   const std::string& topology_of(std::uint32_t host) const;
