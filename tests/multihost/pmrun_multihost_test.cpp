@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -15,6 +17,7 @@
 
 #include "support/command.hpp"
 #include "support/multihost.hpp"
+#include "support/playground.hpp"
 
 namespace {
 
@@ -366,6 +369,122 @@ TEST(PmrunMultihost, AJobRestartsInPlaceOnTheSameAgents) {
     ++done;
   EXPECT_EQ(done, 6u) << r.out;
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+// Waits until `host` runs `count` processes of the test payload (the job's ranks).
+bool busy(const multihost_fixture& f, const std::string& host, std::size_t count) {
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < until) {
+    std::size_t ranks = 0;
+    for (const auto pid : f.pids_on(host)) {
+      std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+      std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (cmd.rfind(pm::test::payload_path(), 0) == 0) ++ranks;
+    }
+    if (ranks >= count) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+// Each rank of each incarnation says where it runs and what it was given.
+const char* const where_script =
+    "echo \"inc=$TORCHELASTIC_RESTART_COUNT rank=$RANK host=$(hostname) node=$NODE_RANK "
+    "local=$LOCAL_RANK size=$WORLD_SIZE master=$MASTER_ADDR\"; exec \"$0\" \"$@\"";
+
+std::map<std::string, std::string> placements(const std::string& out, const std::string& inc) {
+  std::map<std::string, std::string> by_rank;  // rank -> "host node local size master"
+  const std::regex line("inc=" + inc +
+                        " rank=(\\d+) host=(\\S+) node=(\\d+) local=(\\d+) "
+                        "size=(\\d+) master=(\\S+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
+       ++it) {
+    by_rank[(*it)[1]] = std::string((*it)[2]) + " " + std::string((*it)[3]) + " " +
+                        std::string((*it)[4]) + " " + std::string((*it)[5]);
+  }
+  return by_rank;
+}
+
+TEST(PmrunMultihost, ALostHostsRanksMoveToASpareAndTheJobRestarts) {
+  NEED_HOSTS();
+  multihost_fixture f(4);
+  const auto victim = f.hosts()[1].name, spare = f.hosts()[3].name;
+  pm::test::playground dir("pm-spare");
+  const auto report = dir / "report.json";
+  std::thread killer([&] {
+    // Mid-run: every host runs its ranks, the spare its agent.
+    bool up = true;
+    for (std::size_t i = 0; i < 3; ++i) up = up && busy(f, f.hosts()[i].name, 2);
+    for (int i = 0; i < 100 && f.pids_on(spare).empty(); ++i) std::this_thread::sleep_for(50ms);
+    std::this_thread::sleep_for(500ms);
+    if (up) f.crash(victim);
+  });
+  const auto r =
+      run_command(pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "6", "--max-restarts", "2",
+                            "--report", report, "sh", "-c", where_script, pm::test::payload_path(),
+                            "if-restart", "0", "sleep", "30", "echo", "done"}),
+                  60s);
+  killer.join();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("restarting the job (1 of 2): host " + victim + " was lost"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("ranks 2-3 move from " + victim + " to spare " + spare), std::string::npos)
+      << r.err;
+  // The same ranks, local ranks and node numbers; the lost host's on the spare.
+  const auto first = placements(r.out, "0"), second = placements(r.out, "1");
+  ASSERT_EQ(second.size(), 6u) << r.out;
+  for (const auto& [rank, what] : second) {
+    const auto before = first.at(rank);
+    if (rank == "2" || rank == "3") {
+      EXPECT_EQ(what.substr(0, spare.size()), spare) << r.out;
+      EXPECT_EQ(what.substr(spare.size()), before.substr(victim.size())) << r.out;
+    } else {
+      EXPECT_EQ(what, before) << r.out;
+    }
+  }
+  const auto json = pm::test::slurp(report);
+  EXPECT_NE(json.find("\"quarantined\": ["), std::string::npos) << json;
+  EXPECT_NE(json.find("\"host\": \"" + victim + "\""), std::string::npos) << json;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, WithoutASpareMinHostsGoesOnWithTheHostsLeft) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  const auto victim = f.hosts()[0].name;  // rank 0's: MASTER_ADDR moves
+  std::thread killer([&] {
+    bool up = true;
+    for (const auto& h : f.hosts()) up = up && busy(f, h.name, 2);
+    if (up) f.crash(victim);
+  });
+  const auto r =
+      run_command(pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "6", "--max-restarts", "1",
+                            "--min-hosts", "2", "sh", "-c", where_script, pm::test::payload_path(),
+                            "if-restart", "0", "sleep", "30", "echo", "done"}),
+                  60s);
+  killer.join();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("going on with 2 hosts and 4 ranks (--min-hosts 2)"), std::string::npos)
+      << r.err;
+  const auto second = placements(r.out, "1");
+  ASSERT_EQ(second.size(), 4u) << r.out;
+  for (const auto& [rank, what] : second) {
+    EXPECT_EQ(what.find(victim), std::string::npos) << r.out;
+    EXPECT_NE(what.find(" 4"), std::string::npos) << r.out;  // WORLD_SIZE 4
+  }
+  EXPECT_EQ(second.at("0").substr(0, f.hosts()[1].name.size()), f.hosts()[1].name);
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+TEST(PmrunMultihost, MinHostsAboveTheJobsHostsIsRefusedInOneLine) {
+  NEED_HOSTS();
+  multihost_fixture f(2);
+  const auto r = run_command(pmrun(f, {"-H", hosts_with_slots(f, 1), "-np", "2", "--max-restarts",
+                                       "1", "--min-hosts", "3", "true"}),
+                             30s);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "pmrun: --min-hosts 3 is above the 2 hosts the job runs on\n");
 }
 
 }  // namespace
