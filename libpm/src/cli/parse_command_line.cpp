@@ -590,7 +590,7 @@ const std::vector<option_spec>& option_table() {
       {{"--min-hosts"},
        "K",
        1,
-       "with --max-restarts: a lost host without a spare, go on on the others if K are left",
+       "with --max-restarts: no spare for a lost host, go on if K hosts are left",
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          if (v[0].starts_with('-')) {
            throw error(errc::usage, std::string(n) + " '" + v[0] + "': a count cannot be negative");
@@ -600,7 +600,7 @@ const std::vector<option_spec>& option_table() {
       {{"--no-spares"},
        "",
        0,
-       "with --max-restarts: start no agent on the hosts the map leaves empty",
+       "with --max-restarts: no agent on the hosts the map leaves empty",
        [](parse_state& st, std::string_view, std::span<const std::string>) {
          st.opts.spares = false;
        }},
