@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -158,6 +159,55 @@ TEST(PmrunMpiMultihost, AStuckRankIsNamedWithItsWaitingPeersOnEveryHost) {
       << r.err;
   std::cerr << "[ stall ] 3 hosts, --stall-timeout 2: pmrun ended after "
             << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n";
+  EXPECT_TRUE(hosts_clean(f));
+}
+
+// Processes on `host` whose command line holds `what`.
+std::size_t running_on(const multihost_fixture& f, const std::string& host,
+                       const std::string& what) {
+  std::size_t n = 0;
+  for (const auto pid : f.pids_on(host)) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmd.find(what) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+TEST(PmrunMpiMultihost, AnMpiJobWhoseHostIsLostRunsAgainOnTheSpareAsOneNewJob) {
+  NEED_HOSTS();
+  multihost_fixture f(4);
+  const std::string script = std::string(PM_MPI_SOURCE_DIR) + "/mpi_spare.py";
+  std::thread killer([&] {
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < until &&
+           (running_on(f, "node1", script) < 2 || running_on(f, "node2", script) < 2 ||
+            running_on(f, "node3", script) < 2 || f.pids_on("node4").empty())) {
+      std::this_thread::sleep_for(50ms);
+    }
+    std::this_thread::sleep_for(1s);  // in their barrier's wait
+    f.crash("node2");
+  });
+  const auto r =
+      run_command({pm::test::pmrun_path(), "--allow-run-as-root", "-mca", "plm_rsh_agent",
+                   "ssh -F " + f.ssh_config(), "-H", "node1:2,node2:2,node3:2,node4:2", "-np", "6",
+                   "--max-restarts", "2", "/usr/bin/python3", script},
+                  120s);
+  killer.join();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("ranks 2-3 move from node2 to spare node4"), std::string::npos) << r.err;
+  // One world of 6 in a new namespace, ranks 2 and 3 on the spare.
+  const std::regex re(R"(inc 1 rank (\d) host (\S+) size 6 sum 21 nspace (\S+)\.r1)");
+  std::set<std::string> seen;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_match(line, m, re)) continue;
+    seen.insert(m[1]);
+    const bool moved = m[1] == "2" || m[1] == "3";
+    EXPECT_EQ(m[2] == "node4", moved) << line;
+  }
+  EXPECT_EQ(seen.size(), 6u) << r.out;
   EXPECT_TRUE(hosts_clean(f));
 }
 
