@@ -17,7 +17,7 @@ summation order differs, so the bits may differ.
 
 Lines (flushed), for the tests and tests/bench/ddp_recovery_bench.py:
   start rank R world W local L restart C host H pid P from S t0 T0  (T0: the process's start, before torch)
-  step S rank R world W t T                                           (T: wall clock after the step)
+  step S rank R world W pid P t T                                     (T: wall clock after the step)
   done rank R world W steps N
   sha256 HEX                                                          (rank 0)
 
@@ -33,6 +33,7 @@ import hashlib  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import socket  # noqa: E402
+import sys  # noqa: E402
 from datetime import timedelta  # noqa: E402
 
 import torch  # noqa: E402
@@ -41,6 +42,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 GLOBAL_BATCH = 24
 SAMPLES = GLOBAL_BATCH * 8
+
+
+def say(line):
+    """One write per line: ranks that share a pipe (torchrun sets PYTHONUNBUFFERED) never cut
+    into each other's lines."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def checkpoints(directory):
@@ -88,8 +96,8 @@ def main():
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         assert state["step"] == start
-    print(f"start rank {rank} world {world} local {local} restart {restart} "
-          f"host {socket.gethostname()} pid {os.getpid()} from {start} t0 {T0:.6f}", flush=True)
+    say(f"start rank {rank} world {world} local {local} restart {restart} "
+          f"host {socket.gethostname()} pid {os.getpid()} from {start} t0 {T0:.6f}")
     ddp = DDP(model)  # broadcasts rank 0's parameters: every rank has loaded before anyone trains
     share = GLOBAL_BATCH // world
     for step in range(start + 1, args.steps + 1):
@@ -99,7 +107,7 @@ def main():
         loss = torch.nn.functional.mse_loss(ddp(xb), yb)
         loss.backward()
         optimizer.step()
-        print(f"step {step} rank {rank} world {world} t {time.time():.6f}", flush=True)
+        say(f"step {step} rank {rank} world {world} pid {os.getpid()} t {time.time():.6f}")
         if rank == 0 and step % args.every == 0:
             path = os.path.join(args.dir, f"ckpt-{step:06d}.pt")
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -111,9 +119,9 @@ def main():
     for p in model.parameters():
         digest.update(p.detach().contiguous().numpy().tobytes())
     dist.barrier()
-    print(f"done rank {rank} world {world} steps {args.steps}", flush=True)
+    say(f"done rank {rank} world {world} steps {args.steps}")
     if rank == 0:
-        print(f"sha256 {digest.hexdigest()}", flush=True)
+        say(f"sha256 {digest.hexdigest()}")
         out = args.hash or os.path.join(args.dir, "params.sha256")
         with open(out + ".tmp", "w") as f:
             f.write(digest.hexdigest() + "\n")
