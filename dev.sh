@@ -16,7 +16,8 @@ PACKAGES=(cmake g++ make pkg-config clang-format lld  # lld: pmrun's and pmd's c
   slurmctld slurmd slurm-client munge
   clang libclang-rt-14-dev  # the asan build and the fuzz targets (docs/fuzzing.md)
   libhwloc-dev  # each host's topology (libpm/src/topology/read_hwloc.cpp, docs/gpus.md)
-  hwloc)  # hwloc-calc and lstopo: the topology tests check the reader against them
+  hwloc  # hwloc-calc and lstopo: the topology tests check the reader against them
+  python3-torch)  # /usr/bin/python3 and torchrun: DDP training through a lost host (tests/torch)
 BENCH_PACKAGES=(mpich)
 
 install_missing() {
