@@ -65,7 +65,8 @@ def ordered_mean(_, bucket):
     parts = [torch.empty_like(tensor) for _ in range(world)]
     gathered = dist.all_gather(parts, tensor, async_op=True).get_future()
 
-    def total(_):
+    def total(done):
+        done.value()  # raises what the gather raised (a peer gone): never sum what did not come
         acc = parts[0].clone()
         for part in parts[1:]:
             acc.add_(part)
