@@ -61,8 +61,8 @@ STEP = re.compile(r"step (\d+) rank (\d+) world (\d+) pid (\d+) t ([\d.]+)")
 
 def training(cfg, ckdir, interpreter=True):
     """The training's command line (torchrun runs the script with its own python3)."""
-    return [PYTHON] * interpreter + [SCRIPT, "--dir", ckdir, "--steps", str(cfg.steps), "--every", str(cfg.every),
-            "--sleep", str(cfg.sleep)]
+    return [PYTHON] * interpreter + [SCRIPT, "--dir", ckdir, "--steps", str(cfg.steps), "--every",
+                                     str(cfg.every), "--sleep", str(cfg.sleep)]
 
 
 def checkpoint(cfg, ckdir):
@@ -142,7 +142,8 @@ def run_torchrun(cfg, fx, ckdir, out, err, rdzv_id):
 
 
 def measure(out, t_kill):
-    """(running, stepping, worlds, hosts of the new incarnation by rank), from the lines."""
+    """(running, stepping, the program's own start, worlds, hosts of the new incarnation by
+    rank), from the lines."""
     with open(out, errors="replace") as f:
         text = f.read()
     new = {}  # rank -> (pid, t0, host, world)
@@ -155,17 +156,18 @@ def measure(out, t_kill):
         rank, pid, t = int(m[2]), int(m[4]), float(m[5])
         if rank in new and new[rank][0] == pid and rank not in first:
             first[rank] = t
+    worlds = sorted({v[3] for v in new.values()})
     if len(new) != 6 or len(first) != 6:
-        return None, None, sorted({v[3] for v in new.values()}), {}
+        return None, None, None, worlds, {}
     running = max(v[1] for v in new.values()) - t_kill
     stepping = max(first.values()) - t_kill
-    worlds = sorted({v[3] for v in new.values()})
-    return running, stepping, worlds, {r: v[2] for r, v in new.items()}
+    own = max(first[r] - new[r][1] for r in new)  # the program's own start, the slowest rank's
+    return running, stepping, own, worlds, {r: v[2] for r, v in new.items()}
 
 
 def bench(cfg, rounds, tmp, want):
     names = [n for n in ("pmrun", "torchrun") if n in cfg.only]
-    runs = {n: {"running": [], "stepping": [], "bits": 0, "codes": [], "placement": None,
+    runs = {n: {"running": [], "stepping": [], "own": [], "bits": 0, "codes": [], "placement": None,
                 "worlds": set()} for n in names}
     ratio = []
     said = ""
@@ -197,12 +199,13 @@ def bench(cfg, rounds, tmp, want):
                 runs[name]["codes"].append(codes[0] if name == "pmrun" else
                                            max(c if c is not None else 999
                                                for i, c in enumerate(codes) if i != 1))
-                running, stepping, worlds, placement = measure(out, t_kill)
+                running, stepping, own, worlds, placement = measure(out, t_kill)
                 runs[name]["worlds"].update(worlds)
                 if running is None:
                     continue
                 runs[name]["running"].append(running)
                 runs[name]["stepping"].append(stepping)
+                runs[name]["own"].append(own)
                 runs[name]["placement"] = placement
                 try:
                     with open(os.path.join(ckdir, "params.sha256")) as f:
@@ -227,9 +230,9 @@ def bench(cfg, rounds, tmp, want):
            f"fixture each; {cfg.steps} steps, a checkpoint every {cfg.every}, {cfg.sleep} s a "
            f"step; load {mb.load()})")
     mb.say("| launcher | kill -> every rank running again, s | kill -> every rank stepping again, "
-           "s | min..max stepping | bit-identical | exit codes | WORLD_SIZE after | ranks by "
-           "host |")
-    mb.say("|---|---|---|---|---|---|---|---|")
+           "s | min..max stepping | the program's own start, s | bit-identical | exit codes | "
+           "WORLD_SIZE after | ranks by host |")
+    mb.say("|---|---|---|---|---|---|---|---|---|")
     for n in names:
         v = runs[n]
         rng = f"{min(v['stepping']):.2f}..{max(v['stepping']):.2f}" if v["stepping"] else "-"
@@ -239,7 +242,8 @@ def bench(cfg, rounds, tmp, want):
             by_host.setdefault(host, []).append(str(rank))
         hosts = " ".join(f"{h}:{','.join(rs)}" for h, rs in sorted(by_host.items()))
         mb.say(f"| {n} | {mb.med(v['running'], '{:.2f}')} | {mb.med(v['stepping'], '{:.2f}')} | "
-               f"{rng} | {v['bits']}/{rounds} | {v['codes']} | {sorted(v['worlds'])} | {hosts} |")
+               f"{rng} | {mb.med(v['own'], '{:.2f}')} | {v['bits']}/{rounds} | {v['codes']} | "
+               f"{sorted(v['worlds'])} | {hosts} |")
     mb.say(f"pmrun said: {said}")
     mb.say(f"ratio pmrun/torchrun, kill -> stepping again (median of {len(ratio)} rounds): "
            f"{mb.med(ratio, '{:.2f}x')} (goal <= 0.3x)")

@@ -16,6 +16,12 @@ fi
 # Several hosts needs root and the fake-host fixture (network namespaces, sshd): skipped elsewhere.
 if reason=$(tests/multihost/hosts.sh probe 2>&1); then
   /usr/bin/python3 tests/bench/multihost_bench.py "$build/bin/pmrun" --rounds 3
+  # DDP training through a killed host beside torchrun (python3-torch; docs/resilience.md)
+  if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+    /usr/bin/python3 tests/bench/ddp_recovery_bench.py "$build/bin/pmrun" --rounds 3
+  else
+    echo "# DDP recovery (ddp_recovery_bench.py): skipped: no python3-torch"
+  fi
 else
   echo "# Several hosts (multihost_bench.py): skipped: $reason"
 fi
