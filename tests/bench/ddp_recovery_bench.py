@@ -118,7 +118,7 @@ def run_torchrun(cfg, fx, ckdir, out, err, rdzv_id):
     def command(env=""):
         return (f"{env}{TORCHRUN} --nnodes={cfg.torchrun_nnodes} --nproc_per_node=2 "
                 f"--max_restarts=3 --rdzv_backend=c10d --rdzv_endpoint=node1:29400 "
-                f"--rdzv_id={rdzv_id} --rdzv_conf=join_timeout=600 "
+                f"--rdzv_id={rdzv_id} --rdzv_conf=join_timeout=600,last_call_timeout=1 "
                 f"--monitor_interval={cfg.monitor_interval} " + " ".join(TORCHRUN_STD) + " " +
                 " ".join(training(cfg, ckdir, interpreter=False)))
 
