@@ -5,8 +5,8 @@ Launched by pmrun or torchrun: it takes its place from RANK, WORLD_SIZE, MASTER_
 MASTER_PORT (env:// init). A tiny model trains on a fixed synthetic data set for --steps steps;
 every --every steps rank 0 saves the model, the optimizer and the step to DIR/ckpt-STEP.pt
 (written to a temporary file, then renamed: a killed writer never leaves a torn checkpoint). On
-start every rank resumes from the newest checkpoint in DIR. At the end rank 0 writes the SHA-256
-of every parameter's bytes to DIR/params.sha256 (or --hash FILE).
+start every rank resumes from the newest checkpoint in DIR (rank 0 names it to the others). At
+the end rank 0 writes the SHA-256 of every parameter's bytes to DIR/params.sha256 (or --hash).
 
 The global batch is the same at every world size: step S trains samples [S*G, S*G+G) of the data
 set (mod its size), rank R of W taking the R-th of W equal slices (G must divide by W: 24 serves
@@ -112,16 +112,18 @@ def main():
     x = torch.randn(SAMPLES, 16, generator=data)
     y = torch.sin(x.sum(dim=1, keepdim=True)) + 0.1 * torch.randn(SAMPLES, 1, generator=data)
 
-    start = 0
-    found = checkpoints(args.dir)
-    if found:
-        start, path = found[-1]
-        state = torch.load(path)
+    # Rank 0 names the checkpoint, so that every rank resumes from the same one.
+    found = checkpoints(args.dir) if rank == 0 else []
+    newest = [found[-1][0] if found else 0]
+    dist.broadcast_object_list(newest, src=0)
+    start = newest[0]
+    if start > 0:
+        state = torch.load(os.path.join(args.dir, f"ckpt-{start:06d}.pt"))
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         assert state["step"] == start
     say(f"start rank {rank} world {world} local {local} restart {restart} "
-          f"host {socket.gethostname()} pid {os.getpid()} from {start} t0 {T0:.6f}")
+        f"host {socket.gethostname()} pid {os.getpid()} from {start} t0 {T0:.6f}")
     ddp = DDP(model)  # broadcasts rank 0's parameters: every rank has loaded before anyone trains
     ddp.register_comm_hook(None, ordered_mean)
     share = GLOBAL_BATCH // world
