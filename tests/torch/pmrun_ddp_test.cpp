@@ -188,6 +188,9 @@ TEST(PmrunDdp, ASpareHostTakesTheLostHostsRanksAndTheTrainingEndsBitIdentical) {
   EXPECT_NE(b.err.find("restarting the job (1 of 3)"), std::string::npos) << b.err;
   const std::regex restart_line("restarting the job \\(1 of 3\\)[^\n]*" + n[1].name);
   EXPECT_TRUE(std::regex_search(b.err, restart_line)) << b.err;
+  EXPECT_NE(b.err.find("ranks 2-3 move from " + n[1].name + " to spare " + n[3].name),
+            std::string::npos)
+      << b.err;
   EXPECT_EQ(read_file(dir.file("params.sha256")), want) << b.out;
   std::map<int, std::string> second;  // rank -> host of the incarnation after the crash
   for (const auto& s : starts(b.out)) {
@@ -227,6 +230,8 @@ TEST(PmrunDdp, WithoutASpareTheTrainingGoesOnWithTheHostsLeft) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   const std::regex restart_line("restarting the job \\(1 of 3\\)[^\n]*" + n[1].name);
   EXPECT_TRUE(std::regex_search(r.err, restart_line)) << r.err;
+  EXPECT_NE(r.err.find("going on with 2 hosts and 4 ranks (--min-hosts 2)"), std::string::npos)
+      << r.err;
   int from = -1;
   std::set<int> ranks;
   for (const auto& s : starts(r.out)) {
