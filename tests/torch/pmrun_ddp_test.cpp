@@ -15,7 +15,6 @@
 #include <map>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "support/command.hpp"
