@@ -106,6 +106,10 @@ struct run_options {
   std::chrono::milliseconds kill_grace{3000};
   /// --max-restarts N: the job restarts in place up to N times (docs/resilience.md).
   std::uint32_t max_restarts = 0;
+  /// --enable-recovery (PRRTE's): a failed rank starts again alone, within --max-restarts for the
+  /// whole launch; without --max-restarts no rank restarts and the others run on (it then sets
+  /// abort_on_failure off). docs/resilience.md, "Recovering single ranks".
+  bool enable_recovery = false;
   std::string report_file;  ///< --report FILE: the JSON report
   // Map display.
   bool display_map = false;

@@ -27,7 +27,10 @@ constexpr std::uint64_t timer_mask = (std::uint64_t{1} << incarnation_shift) - 1
 // Never a user's signal, a cancel, the timeout, a refusal, a program that cannot start (it will not
 // start next time either), or a lost host (its ranks have no place).
 bool launcher::impl::restartable(const job_report& r) const {
-  if (inc.number >= req.restarts.max_restarts || interrupts > 0 || refused || done) return false;
+  // --enable-recovery restarts single ranks (rank_recovery.cpp), never the whole job.
+  if (inc.number >= req.restarts.max_restarts || req.restarts.per_rank || interrupts > 0 ||
+      refused || done)
+    return false;
   const bool program_failed = r.cause == cause_kind::rank_failed ||
                               r.cause == cause_kind::stalled ||
                               (r.cause == cause_kind::abort_requested && r.failed_rank);

@@ -240,6 +240,7 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   request.control.stall_timeout = options.stall_timeout;
   request.control.kill_grace = options.kill_grace;
   request.restarts.max_restarts = options.max_restarts;
+  request.restarts.per_rank = options.enable_recovery;
   request.output.tag = options.tag_output;
   request.output.timestamp = options.timestamp_output;
   request.output.merge_stderr = options.merge_stderr;
