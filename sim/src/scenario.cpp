@@ -431,6 +431,7 @@ std::vector<std::string> scenario::to_args() const {
     add("--streams", std::to_string(control.streams_per_rank));
   if (max_restarts != 0) add("--max-restarts", std::to_string(max_restarts));
   if (scripts_every_incarnation) a.push_back("--scripts-every-incarnation");
+  if (enable_recovery) a.push_back("--enable-recovery");
   const auto& l = latency;
   const auto& dl = d.latency;
   duration("--link", l.link, dl.link);

@@ -226,6 +226,8 @@ class world {
   void carry_out(launch::launch_action& a);
   void answer_later(launcher_answer a) { answers_.push_back(std::move(a)); }
   void new_incarnation(incarnation_report ended);
+  void rank_restarted(rank_restart_report r);
+  void forget_rank(std::uint32_t host, std::uint32_t rank);
   void next_incarnation();
   void on_finished(job_report&& report);
 
@@ -448,10 +450,12 @@ class world {
   bool saw_abort_ = false;
   bool saw_launcher_signal_ = false;       // one that ends or signals ranks
   std::uint32_t terminating_signals_ = 0;  // SIGINT/SIGTERM/SIGHUP fed before the finish
-  bool ctl_finished_ = false;              // the controller's finish action went by
-  std::uint32_t incarnations_ = 0;         // controllers started after the first (restarts)
+  bool ctl_finished_ = false;
+  std::uint32_t recovering_ = 0xffffffffu;  // the rank the controller is restarting alone // the
+                                            // controller's finish action went by
+  std::uint32_t incarnations_ = 0;          // controllers started after the first (restarts)
   std::vector<std::uint8_t> spawned_gens_;  // spawned processes' generations, past incarnations
-  bool finish_seen_ = false;               // the launcher's finished action
+  bool finish_seen_ = false;                // the launcher's finished action
   // A host lost before its hello made the controller end the job although the abort policy is
   // off (a set-up failure ends a launch whatever the policy): from then on ranks are ended.
   std::int64_t forced_abort_at_ = -1;

@@ -42,6 +42,7 @@ struct flags {
       heartbeat_timeout, hello_timeout, run_time, run_jitter;
   std::uint32_t hosts = 4, slots = 2, streams = 2, max_restarts = 0;
   bool scripts_every_incarnation = false;
+  bool enable_recovery = false;
   std::optional<std::uint32_t> fanout, concurrent_starts;
   std::optional<std::uint32_t> np;  // unset: one rank per slot
   std::uint64_t seed = 1;
@@ -136,6 +137,7 @@ pm::sim::scenario build(const flags& f) {
   s.control.streams_per_rank = static_cast<std::uint8_t>(f.streams);
   s.max_restarts = f.max_restarts;
   s.scripts_every_incarnation = f.scripts_every_incarnation;
+  s.enable_recovery = f.enable_recovery;
   auto& l = s.latency;
   const auto set = [](pm::sim::sim_time& field, const std::string& text, const char* what) {
     if (!text.empty()) field = parse_duration(text, what);
@@ -243,6 +245,9 @@ int main(int argc, char** argv) {
   app.add_option("--streams", f.streams, "output streams per rank (2, 1 merged, 0 none)");
   app.add_option("--max-restarts", f.max_restarts,
                  "restart the job in place up to N times on a failure (docs/resilience.md)");
+  app.add_flag("--enable-recovery", f.enable_recovery,
+               "restart only a failed rank, within --max-restarts for all ranks together "
+               "(docs/resilience.md)");
   app.add_flag("--scripts-every-incarnation", f.scripts_every_incarnation,
                "the ranks' scripts (--fail, --rank, apps) run in every incarnation, not the "
                "first only");

@@ -184,6 +184,10 @@ struct scenario {
   /// The ranks' scripts (`scripts`, the apps') are incarnation 0's; later incarnations run the
   /// default script, unless this is set (a failure that comes back every time).
   bool scripts_every_incarnation = false;
+  /// --enable-recovery (docs/resilience.md, "Recovering single ranks"): a failed rank starts
+  /// again alone, within max_restarts for every rank together (its next process runs the default
+  /// script unless scripts_every_incarnation); with max_restarts 0 the others run on.
+  bool enable_recovery = false;
 
   /// The shape host `host` answers with (empty: none).
   const std::string& topology_of(std::uint32_t host) const;
