@@ -428,12 +428,12 @@ RC_GTEST_PROP(SimProperty, RankRecoveryKeepsTheBudgetAndDisturbsNoOtherRank, ())
   s.control.timeout = 40s;
   // More ranks that fail by themselves (exits, also 126/127 that are never recovered; signals),
   // some leaving a child that holds their output.
-  const auto failing = *rc::gen::inRange<std::uint32_t>(0, std::min<std::uint32_t>(*s.np, 4) + 1);
+  const auto failing = *rc::gen::inRange<std::uint32_t>(1, std::min<std::uint32_t>(*s.np, 4) + 1);
   for (std::uint32_t i = 0; i < failing; ++i) {
     process_script p;
     p.end = *rc::gen::weightedElement<process_script::ending>(
         {{4, process_script::ending::exit}, {1, process_script::ending::signal}});
-    p.value = p.end == process_script::ending::exit ? *rc::gen::element(1, 7, 126, 127)
+    p.value = p.end == process_script::ending::exit ? *rc::gen::element(1, 7, 7, 7, 126, 127)
                                                     : *rc::gen::element(SIGSEGV, SIGKILL);
     p.at = std::chrono::milliseconds(*rc::gen::inRange(0, 3000));
     p.leftover = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
