@@ -77,6 +77,7 @@ void world::watch_controller(const event& in, std::vector<action>& actions) {
       first_failure_ = failure_before;
     forced_abort_at_ = forced_before;
     recovering_ = r->restart.rank;
+    respawning_.insert(r->restart.rank);
   }
   if (o_.tamper_actions) o_.tamper_actions(actions);
   if (was_finished && !actions.empty())
@@ -115,6 +116,7 @@ void world::note_event(const event& e) {
                            x.status.shell_code());
           },
           [&](const host_lost& x) { note_host_lost(x); },
+          [&](const rank_started& x) { respawning_.erase(x.rank); },
           [&](const abort_requested& x) {
             if (!x.rank) {
               // The launcher's own (a PMIx fence that cannot complete): no rank, no host.
@@ -145,6 +147,8 @@ void world::note_event(const event& e) {
             ++result_.stats.unfinalized;
             if (x.rank >= procs_.size() || (procs_[x.rank].flags & end_known) != 0 || ctl_finished_)
               return;
+            // --enable-recovery: about the process that was recovered (before its next start).
+            if (respawning_.contains(x.rank)) return;
             const bool ending_before =
                 first_failure_.kind != cause_kind::none &&
                 (s_.control.abort_on_failure || terminating_signals_ > 0 || forced_abort_at_ >= 0);

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -451,7 +452,8 @@ class world {
   bool saw_launcher_signal_ = false;       // one that ends or signals ranks
   std::uint32_t terminating_signals_ = 0;  // SIGINT/SIGTERM/SIGHUP fed before the finish
   bool ctl_finished_ = false;
-  std::uint32_t recovering_ = 0xffffffffu;  // the rank the controller is restarting alone // the
+  std::uint32_t recovering_ = 0xffffffffu;  // the rank the controller is restarting alone
+  std::set<std::uint32_t> respawning_;      // restarted alone, its next process not started // the
                                             // controller's finish action went by
   std::uint32_t incarnations_ = 0;          // controllers started after the first (restarts)
   std::vector<std::uint8_t> spawned_gens_;  // spawned processes' generations, past incarnations

@@ -1125,3 +1125,19 @@ TEST(ControllerRecovery, WithoutABudgetNothingChanges) {
   EXPECT_EQ(out.back(),
             "emit rank 3 on a exited with code 7; aborting the job (SIGTERM to 7 ranks)");
 }
+
+// A process that crashed without MPI_Finalize: its exit is recovered first, and the notice that
+// follows (about the same process) changes nothing, also once the next spawn went out.
+TEST(ControllerRecovery, TheUnfinalizedNoticeOfARecoveredProcessIsIgnored) {
+  harness h(recovering(1));
+  h.start_all();
+  h.end(2, pm::exit_status::signaled(SIGSEGV));
+  EXPECT_EQ(h.all<pm::spawn>().back().ranks, (std::vector<std::uint32_t>{2}));
+  EXPECT_TRUE(h.feed(pm::rank_unfinalized{2, pm::exit_status::signaled(SIGSEGV)}).empty());
+  h.feed(pm::rank_started{2, 2002});
+  for (std::uint32_t r = 0; r < 8; ++r) h.end(r, ok);
+  const auto report = h.finished_report();
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->exit_code, 0);
+  EXPECT_EQ(report->rank_restarts.size(), 1u);
+}

@@ -630,10 +630,14 @@ struct controller::state {
   void on(job_time, const rank_unfinalized& e, std::vector<action>& out) {
     if (ph == phase::aborting || !valid(e.rank)) return;  // the job is ending already
     auto& r = ranks[e.rank];
-    if ((r.flags & respawn_due) != 0) return;  // its failed process is being replaced already
-    if (r.state == rank_state::exited && recoverable(e.rank, exit_status::exited(1))) {
-      // It exited (0, or a failure that was not recovered: never here) without MPI_Finalize:
-      // started again alone as any failed process.
+    // Its failed process was recovered already (its exit came first): the notice is about that
+    // one. A new process's own notice can only come after its start.
+    if ((r.flags & respawn_due) != 0 ||
+        (r.state == rank_state::pending && restart_counts.contains(e.rank)))
+      return;
+    if (r.state == rank_state::exited && r.status().success() &&
+        recoverable(e.rank, exit_status::exited(1))) {
+      // It exited 0 without MPI_Finalize: started again alone as any failed process.
       ++not_ended;
       ++not_ended_on_host[host_of(e.rank)];
       recover(e.rank, e.status, out, " without calling MPI_Finalize (PMIx_Finalize)");
