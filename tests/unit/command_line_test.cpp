@@ -613,6 +613,8 @@ TEST(CommandLine, EnableRecovery) {
   EXPECT_TRUE(alone.enable_recovery);
   EXPECT_EQ(alone.max_restarts, 0u);
   EXPECT_FALSE(alone.abort_on_failure);
+  EXPECT_TRUE(parse({"--enable-recovery", "-mca", "orte_abort_on_non_zero_status", "1", "a"})
+                  .abort_on_failure);
   EXPECT_EQ(usage_error({"--enable-recovery", "--disable-recovery", "a"}),
             "--enable-recovery and --disable-recovery contradict each other: give one");
   EXPECT_EQ(usage_error({"--disable-recovery", "--enable-recovery", "a"}),

@@ -740,8 +740,9 @@ run_options parse_command_line(std::span<const std::string> args) {
     if (i >= args.size()) throw error(errc::usage, cli::no_program_in_segment(segment + 1));
   }
   if (!st.opts.hostfile) st.opts.hostfile = st.default_hostfile;
-  if (st.opts.enable_recovery && st.opts.max_restarts == 0) {
-    // PRRTE's meaning: recovery without restarts lets the job run on past a failed rank.
+  if (st.opts.enable_recovery && st.opts.max_restarts == 0 && !st.opts.abort_policy_given) {
+    // PRRTE's meaning: recovery without restarts lets the job run on past a failed rank (unless
+    // -mca orte_abort_on_non_zero_status said otherwise on the command line).
     st.opts.abort_on_failure = false;
     st.opts.abort_policy_given = true;
   }
