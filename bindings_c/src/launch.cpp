@@ -124,6 +124,13 @@ pm::job_callbacks callbacks(pm_run& run) {
                              run.options.user_data);
     };
   }
+  if (run.options.on_rank_restart != nullptr) {
+    cb.on_rank_restart = [&run](const pm::rank_restart_report& x) {
+      run.line.assign(x.summary);
+      run.options.on_rank_restart(x.rank, x.count, x.number, run.line.c_str(),
+                                  run.options.user_data);
+    };
+  }
   cb.on_finish = [&run](const pm::job_report& report) {
     run.final_report = std::make_unique<pm_report>(pm_report{report});
     // Every change was reported as it happened; this only catches what the runner does not
@@ -207,10 +214,13 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
     check_local(*map);
 
     auto run = std::make_unique<pm_run>();
-    // A version 1 caller's struct ends before the restart fields: copy only what it has.
-    std::memcpy(
-        &run->options, options,
-        options->version >= 2 ? sizeof(pm_run_options) : offsetof(pm_run_options, max_restarts));
+    // A version 1 caller's struct ends before the restart fields, a version 2 caller's before
+    // the recovery fields: copy only what it has (the rest stays as PM_RUN_OPTIONS_INIT says).
+    run->options = defaults;
+    std::memcpy(&run->options, options,
+                options->version >= 3   ? sizeof(pm_run_options)
+                : options->version == 2 ? offsetof(pm_run_options, enable_recovery)
+                                        : offsetof(pm_run_options, max_restarts));
     run->size = map->map.size();
     run->seen.assign(run->size, pm::rank_state::pending);
 
@@ -231,6 +241,10 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
     if (options->on_output != nullptr) request.output.sink = sink(*run);
     if (options->agent_path != nullptr) request.agent_path = options->agent_path;
     request.restarts.max_restarts = run->options.max_restarts;
+    request.restarts.per_rank = run->options.enable_recovery != 0;
+    // As pmrun: recovery without restarts lets the others run on past a failed rank.
+    if (request.restarts.per_rank && request.restarts.max_restarts == 0)
+      request.control.abort_on_failure = false;
 
     run->requests.fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (run->requests.fd < 0)

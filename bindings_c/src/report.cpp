@@ -43,7 +43,9 @@ int pm_report_restarts(const pm_report* report, uint32_t* out) {
     require(fn, "report", report);
     require(fn, "out", out);
     const auto& i = report->value.incarnations;
-    *out = i.empty() ? 0 : static_cast<uint32_t>(i.size() - 1);
+    *out = report->value.recovery ? static_cast<uint32_t>(report->value.rank_restarts.size())
+           : i.empty()            ? 0
+                                  : static_cast<uint32_t>(i.size() - 1);
     return PM_OK;
   });
 }

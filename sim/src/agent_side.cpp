@@ -165,6 +165,7 @@ void world::carry_out_agent(std::uint32_t host, agent::action& a) {
                  // A restart's: after this step too (pmd's turn), and what it forgets, at once.
                  [&](agent::sweep_ranks&) { rank_sweeps_due_.push_back(host); },
                  [&](agent::forget_ranks&) { forget_ranks(host); },
+                 [&](agent::forget_rank& x) { forget_rank(host, x.rank); },
                  // Answered at once, as pmd reads /proc in the same turn (after this step).
                  [&](agent::sample_ranks& x) { sample_ranks(host, x); },
              },

@@ -93,7 +93,22 @@ void world::watch_controller(const event& in, std::vector<action>& actions) {
   if (ctl_finished_ && std::holds_alternative<job_start>(in)) next_incarnation();
   trace_event(in);
   const bool was_finished = ctl_finished_;
+  const auto failure_before = first_failure_;
+  const auto forced_before = forced_abort_at_;
   note_event(in);
+  // --enable-recovery: a rank the controller starts again alone did not end, and its failure
+  // was none of the job's (the budget is checked with the launcher's rank_restarted).
+  for (const auto& a : actions) {
+    const auto* r = std::get_if<rank_restarting>(&a);
+    if (r == nullptr || r->restart.rank >= procs_.size()) continue;
+    auto& p = procs_[r->restart.rank];
+    p.flags = static_cast<std::uint8_t>(p.flags & ~(end_known | spawn_seen));
+    if (first_failure_.rank == r->restart.rank && failure_before.kind == cause_kind::none)
+      first_failure_ = failure_before;
+    forced_abort_at_ = forced_before;
+    recovering_ = r->restart.rank;
+    respawning_.insert(r->restart.rank);
+  }
   if (o_.tamper_actions) o_.tamper_actions(actions);
   if (was_finished && !actions.empty())
     correctness("the controller acted after it finished (" + std::to_string(actions.size()) +
@@ -131,6 +146,7 @@ void world::note_event(const event& e) {
                            x.status.shell_code());
           },
           [&](const host_lost& x) { note_host_lost(x); },
+          [&](const rank_started& x) { respawning_.erase(x.rank); },
           [&](const abort_requested& x) {
             if (!x.rank) {
               // The launcher's own (a PMIx fence that cannot complete): no rank, no host.
@@ -161,6 +177,8 @@ void world::note_event(const event& e) {
             ++result_.stats.unfinalized;
             if (x.rank >= procs_.size() || (procs_[x.rank].flags & end_known) != 0 || ctl_finished_)
               return;
+            // --enable-recovery: about the process that was recovered (before its next start).
+            if (respawning_.contains(x.rank)) return;
             const bool ending_before =
                 first_failure_.kind != cause_kind::none &&
                 (s_.control.abort_on_failure || terminating_signals_ > 0 || forced_abort_at_ >= 0);
@@ -298,6 +316,11 @@ void world::check_action(const action& a) {
             }
           },
           [&](const signal_ranks& x) {
+            if (x.signo == SIGKILL && x.ranks.size() == 1 && x.ranks[0] == recovering_) {
+              // --enable-recovery: what the failed process left, before its rank starts again.
+              recovering_ = no_host;
+              return;
+            }
             if (x.signo == SIGKILL) {
               // SIGKILL only for ranks that outlive a whole grace: a grace timer must have run
               // out. A second SIGINT/SIGTERM/SIGHUP to the launcher escalates at once.

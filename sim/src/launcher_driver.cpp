@@ -31,6 +31,9 @@ launch::launch_config world::launch_config_for() {
   r.restarts.max_restarts = s_.max_restarts;
   r.restarts.spares = s_.spares;
   r.restarts.min_hosts = s_.min_hosts;
+  r.restarts.per_rank = s_.enable_recovery;
+  // As pmrun: recovery without restarts lets the job run on past a failed rank.
+  if (s_.enable_recovery && s_.max_restarts == 0) r.control.abort_on_failure = false;
   r.output.merge_stderr = s_.control.streams_per_rank < 2;
   // PMIx facts for every rank on every host cost O(ranks x hosts): only where a rank's script
   // makes PMIx calls or notices are asked for (only PMIx ranks can be told; world.cpp).
@@ -173,6 +176,7 @@ void world::carry_out(launch::launch_action& a) {
           [&](launch::pump_stdin&) {},
           [&](launch::input_ready&) {},
           [&](launch::restarting& x) { new_incarnation(std::move(x.ended)); },
+          [&](launch::rank_restarted& x) { rank_restarted(std::move(x.restart)); },
           [&](launch::finished& x) { on_finished(std::move(x.report)); },
       },
       a);
@@ -187,6 +191,22 @@ void world::new_incarnation(incarnation_report ended) {
                 std::to_string(result_.restarts.size()) + " restarts came before it");
   result_.restarts.push_back(std::move(ended));
   line("-- restart " + std::to_string(result_.restarts.size()));
+}
+
+// --enable-recovery: a rank starts again alone. The restarts are numbered in order, within the
+// budget, and only a rank whose failure the controller was told restarts.
+void world::rank_restarted(rank_restart_report r) {
+  if (!s_.enable_recovery)
+    correctness("rank " + std::to_string(r.rank) +
+                " was restarted alone without --enable-recovery");
+  if (r.number != result_.rank_restarts.size() + 1)
+    correctness("rank restart " + std::to_string(r.number) + " came after " +
+                std::to_string(result_.rank_restarts.size()) + " restarts");
+  if (r.number > s_.max_restarts)
+    correctness("rank restart " + std::to_string(r.number) + " of a budget of " +
+                std::to_string(s_.max_restarts));
+  line("-- restart rank " + std::to_string(r.rank) + " (" + std::to_string(r.number) + ")");
+  result_.rank_restarts.push_back(std::move(r));
 }
 
 void world::on_finished(job_report&& report) {

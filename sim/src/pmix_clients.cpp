@@ -223,6 +223,7 @@ void world::carry_out_pmix(std::uint32_t host, agent::pmix_action& a) {
           // A restart: the server's namespaces change (its ranks are gone, their requests failed
           // just before); it keeps running.
           [&](agent::pmix_restart&) { servers_[host].fencing.clear(); },
+          [&](agent::pmix_reregister&) {},
       },
       a);
 }

@@ -269,6 +269,27 @@ void world::forget_ranks(std::uint32_t host) {
   spawned_on_.erase(host);
 }
 
+// --enable-recovery: the rank starts again alone. Its earlier process must be gone, leftovers
+// included (its group got SIGKILL just before), and its output ended; the next one runs the
+// default script unless every incarnation runs its own.
+void world::forget_rank(std::uint32_t host, std::uint32_t rank) {
+  if (rank >= procs_.size() || procs_[rank].host != host) {
+    correctness("the agent on " + host_name(host) + " forgot rank " + std::to_string(rank) +
+                ", which is not its rank");
+    return;
+  }
+  auto& p = procs_[rank];
+  if (p.state == pstate::running || p.state == pstate::spawning || (p.flags & leftover_alive) != 0)
+    correctness("rank " + std::to_string(rank) +
+                " was started again while its earlier process (or what it left) lived");
+  if (p.streams != 0)
+    correctness("rank " + std::to_string(rank) +
+                " was started again before its earlier process's output ended");
+  p.state = pstate::none;
+  p.streams = 0;
+  if (!s_.scripts_every_incarnation && p.script != spawned_script_) p.script = 0;
+}
+
 // A script's step: its streams close early (0), it calls abort (1), or it makes its next PMIx
 // call (2) (pmix_clients.cpp).
 void world::on_script_step(std::uint32_t rank, std::uint32_t step) {

@@ -433,6 +433,7 @@ std::vector<std::string> scenario::to_args() const {
   if (scripts_every_incarnation) a.push_back("--scripts-every-incarnation");
   if (!spares) a.push_back("--no-spares");
   if (min_hosts != 0) add("--min-hosts", std::to_string(min_hosts));
+  if (enable_recovery) a.push_back("--enable-recovery");
   const auto& l = latency;
   const auto& dl = d.latency;
   duration("--link", l.link, dl.link);

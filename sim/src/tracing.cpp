@@ -147,6 +147,13 @@ void world::trace_action(const action& a) {
                    std::string(to_string(x.kind)) + " ranks=" + rank_list(x.ranks) +
                    " code=" + std::to_string(x.code));
           },
+          [&](const rank_restarting& x) {
+            hash_.add(x.restart.rank);
+            hash_.add(x.restart.number);
+            if (tracing())
+              line("-> rank_restarting rank=" + std::to_string(x.restart.rank) +
+                   " number=" + std::to_string(x.restart.number));
+          },
           [&](const finish& x) {
             hash_.add(static_cast<std::uint64_t>(x.report.exit_code));
             hash_.add(static_cast<std::uint64_t>(x.report.cause));

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -226,6 +227,8 @@ class world {
   void carry_out(launch::launch_action& a);
   void answer_later(launcher_answer a) { answers_.push_back(std::move(a)); }
   void new_incarnation(incarnation_report ended);
+  void rank_restarted(rank_restart_report r);
+  void forget_rank(std::uint32_t host, std::uint32_t rank);
   void next_incarnation();
   void on_finished(job_report&& report);
 
@@ -449,6 +452,8 @@ class world {
   bool saw_launcher_signal_ = false;        // one that ends or signals ranks
   std::uint32_t terminating_signals_ = 0;   // SIGINT/SIGTERM/SIGHUP fed before the finish
   bool ctl_finished_ = false;               // the controller's finish action went by
+  std::uint32_t recovering_ = 0xffffffffu;  // the rank the controller is restarting alone
+  std::set<std::uint32_t> respawning_;      // restarted alone, its next process not started
   std::uint32_t incarnations_ = 0;          // controllers started after the first (restarts)
   std::size_t ranks_before_ = 0;            // the last incarnation's ranks (a shrunk job has fewer)
   std::vector<std::uint8_t> spawned_gens_;  // spawned processes' generations, past incarnations

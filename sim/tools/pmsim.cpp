@@ -42,6 +42,7 @@ struct flags {
       heartbeat_timeout, hello_timeout, run_time, run_jitter;
   std::uint32_t hosts = 4, slots = 2, streams = 2, max_restarts = 0, min_hosts = 0;
   bool scripts_every_incarnation = false, no_spares = false;
+  bool enable_recovery = false;
   std::optional<std::uint32_t> fanout, concurrent_starts;
   std::optional<std::uint32_t> np;  // unset: one rank per slot
   std::uint64_t seed = 1;
@@ -138,6 +139,7 @@ pm::sim::scenario build(const flags& f) {
   s.scripts_every_incarnation = f.scripts_every_incarnation;
   s.spares = !f.no_spares;
   s.min_hosts = f.min_hosts;
+  s.enable_recovery = f.enable_recovery;
   auto& l = s.latency;
   const auto set = [](pm::sim::sim_time& field, const std::string& text, const char* what) {
     if (!text.empty()) field = parse_duration(text, what);
@@ -249,6 +251,9 @@ int main(int argc, char** argv) {
                "with restarts: no agent on the hosts the map leaves empty (no spares)");
   app.add_option("--min-hosts", f.min_hosts,
                  "with restarts: a lost host without a spare, go on if K hosts are left");
+  app.add_flag("--enable-recovery", f.enable_recovery,
+               "restart only a failed rank, within --max-restarts for all ranks together "
+               "(docs/resilience.md)");
   app.add_flag("--scripts-every-incarnation", f.scripts_every_incarnation,
                "the ranks' scripts (--fail, --rank, apps) run in every incarnation, not the "
                "first only");

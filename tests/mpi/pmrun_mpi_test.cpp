@@ -111,6 +111,30 @@ TEST_F(PmrunMpi, AJobRestartedInPlaceRunsAsOneNewJob) {
   expect_nothing_left();
 }
 
+// --enable-recovery with PMIx (docs/resilience.md, "Recovering single ranks"): rank 0 holds the
+// agent's PMIx server up; rank 1's first process connects, finalizes and exits 3; its next
+// process connects again as rank 1 of the same namespace (its client was registered again) and
+// succeeds. Nothing else restarts.
+TEST_F(PmrunMpi, ARecoveredRankConnectsAgainAsTheSameClient) {
+  const auto touch = mpi_dir + "/pmix_touch";
+  auto r =
+      pmrun({"-np", "2", "--enable-recovery", "--max-restarts", "2", "/bin/sh", "-c",
+             "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then exec " + touch + " 2; fi; sleep 0.5; " +
+                 touch + " 0 || exit 9; [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && exit 3; exit 0"},
+            60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("restarting rank 1 on "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(1 of 2): rank 1 on "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("(2 of 2)"), std::string::npos) << r.err;
+  std::size_t n = 0;
+  for (auto at = r.out.find("touch rank 1 size 2"); at != std::string::npos;
+       at = r.out.find("touch rank 1 size 2", at + 1))
+    ++n;
+  EXPECT_EQ(n, 2u) << r.out;
+  EXPECT_NE(r.out.find("touch rank 0 size 2"), std::string::npos) << r.out;
+  expect_nothing_left();
+}
+
 TEST_F(PmrunMpi, MpiAbortEndsTheJobWithItsStatusAndNamesTheRank) {
   // Rank 1 aborts; the others wait in a barrier it never joins: only the launcher ends them.
   const auto r = pmrun({"-np", "4", mpi_dir + "/mpi_abort", "1"}, 60s);

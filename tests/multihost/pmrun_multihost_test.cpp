@@ -487,4 +487,67 @@ TEST(PmrunMultihost, MinHostsAboveTheJobsHostsIsRefusedInOneLine) {
   EXPECT_EQ(r.err, "pmrun: --min-hosts 3 is above the 2 hosts the job runs on\n");
 }
 
+// --enable-recovery across hosts (docs/resilience.md, "Recovering single ranks"): rank 3 on the
+// second host fails once (leaving a grandchild); it alone starts again there, under the same
+// agent, while the other five ranks run their one process to its end; nothing is left anywhere.
+TEST(PmrunMultihost, ARecoveredRankStartsAgainAloneOnItsHost) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  const auto r =
+      run_command(pmrun(f, {"-H",
+                            hosts_with_slots(f, 2),
+                            "-np",
+                            "6",
+                            "--enable-recovery",
+                            "--max-restarts",
+                            "2",
+                            "sh",
+                            "-c",
+                            "echo \"host=$(hostname) agent=$PPID rank=$OMPI_COMM_WORLD_RANK "
+                            "inc=$TORCHELASTIC_RESTART_COUNT\"; exec \"$0\" \"$@\"",
+                            pm::test::payload_path(),
+                            "if-restart",
+                            "0",
+                            "if-rank",
+                            "3",
+                            "grandchild",
+                            "30",
+                            "if-restart",
+                            "0",
+                            "if-rank",
+                            "3",
+                            "exit",
+                            "7",
+                            "sleep",
+                            "0.5",
+                            "echo",
+                            "done"}),
+                  60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("restarting rank 3 on " + f.hosts()[1].name + " (1 of 2): rank 3 on " +
+                       f.hosts()[1].name + " exited with code 7"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("restarting the job"), std::string::npos) << r.err;
+  std::map<std::string, std::set<std::string>> agents;  // host -> agent pids seen
+  std::map<std::string, int> starts;                    // "rank inc" -> how often
+  const std::regex line("host=(\\S+) agent=(\\d+) rank=(\\d) inc=(\\d)");
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    agents[(*it)[1]].insert((*it)[2]);
+    ++starts[std::string((*it)[3]) + " " + std::string((*it)[4])];
+  }
+  ASSERT_EQ(agents.size(), 3u) << r.out;
+  for (const auto& h : f.hosts()) EXPECT_EQ(agents[h.name].size(), 1u) << h.name << ": " << r.out;
+  for (int rank = 0; rank < 6; ++rank) {
+    EXPECT_EQ(starts[std::to_string(rank) + " 0"], 1) << rank << ": " << r.out;
+    EXPECT_EQ(starts[std::to_string(rank) + " 1"], rank == 3 ? 1 : 0) << rank << ": " << r.out;
+  }
+  std::size_t done = 0;
+  for (auto at = r.out.find("done\n"); at != std::string::npos; at = r.out.find("done\n", at + 1))
+    ++done;
+  EXPECT_EQ(done, 6u) << r.out;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
 }  // namespace

@@ -478,6 +478,66 @@ RC_GTEST_PROP(SimProperty, LostHostsRanksMoveToSparesOrTheJobShrinks, ()) {
   }
 }
 
+// --enable-recovery (docs/resilience.md, "Recovering single ranks"): a failed rank starts again
+// alone. The launch's budget is never exceeded, a rank's earlier process is gone (and its output
+// ended) before its next starts (the world checks it when the agent forgets the rank), no rank
+// starts more often than its restarts allow, the job never restarts as a whole, and a job whose
+// failures were all recovered ends with 0 and no rank killed.
+RC_GTEST_PROP(SimProperty, RankRecoveryKeepsTheBudgetAndDisturbsNoOtherRank, ()) {
+  gen_options o;
+  o.spawns = false;  // a spawned job's ranks are never recovered; kept out for clarity
+  auto s = gen_scenario(o, true);
+  s.control.timeout = 40s;
+  // More ranks that fail by themselves (exits, also 126/127 that are never recovered; signals),
+  // some leaving a child that holds their output.
+  const auto failing = *rc::gen::inRange<std::uint32_t>(1, std::min<std::uint32_t>(*s.np, 4) + 1);
+  for (std::uint32_t i = 0; i < failing; ++i) {
+    process_script p;
+    p.end = *rc::gen::weightedElement<process_script::ending>(
+        {{4, process_script::ending::exit}, {1, process_script::ending::signal}});
+    p.value = p.end == process_script::ending::exit ? *rc::gen::element(1, 7, 7, 7, 126, 127)
+                                                    : *rc::gen::element(SIGSEGV, SIGKILL);
+    p.at = std::chrono::milliseconds(*rc::gen::inRange(0, 3000));
+    p.leftover = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
+    s.set_script(*rc::gen::inRange<std::uint32_t>(0, *s.np), p);
+  }
+  s.enable_recovery = true;
+  s.max_restarts = *rc::gen::inRange<std::uint32_t>(0, 5);
+  s.scripts_every_incarnation = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
+  if (s.max_restarts == 0) s.control.abort_on_failure = false;  // as pmrun decides it
+  pm::sim::run_options opts;
+  std::vector<std::uint32_t> started(*s.np, 0);
+  opts.on_spawn = [&](std::uint32_t rank, std::uint32_t, const std::vector<std::string>&) {
+    if (rank < started.size()) ++started[rank];
+  };
+  const auto r = run_checked(s, opts);
+  classify(r);
+  RC_CLASSIFY(!r.rank_restarts.empty(), "ranks restarted");
+  RC_CLASSIFY(s.max_restarts > 0 && r.rank_restarts.size() == s.max_restarts, "budget spent");
+  SIM_ASSERT(r, r.finished);
+  SIM_ASSERT(r, r.restarts.empty());  // never the whole job
+  SIM_ASSERT(r, r.rank_restarts.size() <= s.max_restarts);
+  SIM_ASSERT(r, r.report.rank_restarts == r.rank_restarts);
+  SIM_ASSERT(r, r.report.recovery);
+  std::vector<std::uint32_t> per_rank(*s.np, 0);
+  for (std::size_t i = 0; i < r.rank_restarts.size(); ++i) {
+    const auto& x = r.rank_restarts[i];
+    SIM_ASSERT(r, x.number == i + 1);
+    SIM_ASSERT(r, x.rank < *s.np);
+    SIM_ASSERT(r, x.count == ++per_rank[x.rank]);
+    SIM_ASSERT(r, !x.status.success() ||
+                      x.summary.ends_with("without calling MPI_Finalize (PMIx_Finalize)"));
+    SIM_ASSERT(r, x.status.is_signal() || (x.status.code() != 126 && x.status.code() != 127));
+  }
+  for (std::uint32_t rank = 0; rank < started.size(); ++rank)
+    SIM_ASSERT(r, started[rank] <= per_rank[rank] + 1);
+  // Every failure recovered: the job succeeds and no other rank was disturbed.
+  if (r.report.cause == pm::cause_kind::none) {
+    SIM_ASSERT(r, r.report.exit_code == 0);
+    SIM_ASSERT(r, r.report.ranks_killed == 0u);
+  }
+}
+
 // With abort off: ranks that no fault touched run to completion and succeed (checked by the
 // world against each rank's script and the faults that fired).
 RC_GTEST_PROP(SimProperty, WithoutAbortUntouchedRanksSucceed, ()) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 
@@ -53,6 +54,35 @@ TEST(SimScenario, FailingRankAbortsTheJobWithItsCode) {
   // The abort ends the job soon after the failure, long before the others' 10 s run time.
   EXPECT_GT(r.finish_time, 1s);
   EXPECT_LT(r.finish_time, 1100ms);
+}
+
+// --enable-recovery: rank 3 fails once and starts again alone; nobody else is touched.
+TEST(SimScenario, ARecoveredRankStartsAgainAloneAndTheJobSucceeds) {
+  auto s = cluster(8, 2);
+  s.set_script(3, parse_script("exit:7@1s"));
+  s.enable_recovery = true;
+  s.max_restarts = 2;
+  const auto r = pm::sim::run(s);
+  ASSERT_EQ(r.outcome, verdict::ok) << r.explain();
+  EXPECT_TRUE(r.finished);
+  EXPECT_EQ(r.report.exit_code, 0);
+  EXPECT_EQ(r.report.cause, pm::cause_kind::none);
+  EXPECT_EQ(r.report.ranks_killed, 0u);
+  ASSERT_EQ(r.rank_restarts.size(), 1u);
+  EXPECT_EQ(r.rank_restarts[0].rank, 3u);
+  EXPECT_EQ(r.rank_restarts[0].host, 1u);
+  ASSERT_EQ(r.lines.size(), 1u);
+  EXPECT_EQ(r.lines[0], "restarting rank 3 on node1 (1 of 2): rank 3 on node1 exited with code 7");
+  EXPECT_TRUE(r.restarts.empty());
+  // Every incarnation of the script fails: the budget is spent, then the abort.
+  s.scripts_every_incarnation = true;
+  const auto spent = pm::sim::run(s);
+  ASSERT_EQ(spent.outcome, verdict::ok) << spent.explain();
+  EXPECT_EQ(spent.report.exit_code, 7);
+  EXPECT_EQ(spent.rank_restarts.size(), 2u);
+  EXPECT_EQ(spent.report.ranks_killed, 15u);
+  const auto args = s.to_args();
+  EXPECT_NE(std::find(args.begin(), args.end(), "--enable-recovery"), args.end());
 }
 
 TEST(SimScenario, SameSeedSameTraceOtherSeedOtherTrace) {

@@ -29,7 +29,8 @@ enum class report_detail {
 
 /// "spawn 0 [0 1]", "signal 1 [2] SIGTERM", "start_timer 3 500ms", "cancel_timer 3",
 /// "emit LINE", "clear_leftovers", "notify 2 rank_exited [1] 7" (host, kind, affected ranks,
-/// code), "finish ..." (see report_detail).
+/// code), "restart_rank 3 on 1 #2 (its 1)" (rank, host, the job's count, the rank's),
+/// "finish ..." (see report_detail).
 inline std::string describe(const pm::action& a, report_detail detail = report_detail::summary) {
   std::ostringstream o;
   std::visit(
@@ -50,6 +51,9 @@ inline std::string describe(const pm::action& a, report_detail detail = report_d
         else if constexpr (std::is_same_v<T, pm::notify_ranks>)
           o << "notify " << x.host << " " << pm::to_string(x.kind) << " " << ranks_text(x.ranks)
             << " " << x.code;
+        else if constexpr (std::is_same_v<T, pm::rank_restarting>)
+          o << "restart_rank " << x.restart.rank << " on " << x.restart.host << " #"
+            << x.restart.number << " (its " << x.restart.count << ")";
         else if (detail == report_detail::full)
           o << "finish " << pm::to_json(x.report);
         else

@@ -216,6 +216,35 @@ TEST(Agent, RefusesARankTwice) {
                          ch::spawn_failed{0, 127, "rank 0 was already started by this agent"}}));
 }
 
+// --enable-recovery: a rank whose process ended is taken again; its group is swept first and the
+// driver forgets the old leader before it starts the new one.
+TEST(Agent, TakesARankAgainOnceItsProcessEnded) {
+  harness h;
+  h.start(2);
+  h.feed(rank_exited{1, exit_status::exited(7)});
+  const auto a = h.msg(ch::spawn_request{{harness::spec(1)}});
+  ASSERT_EQ(a.size(), 3u);
+  const auto* kill = std::get_if<signal_group>(&a[0]);
+  ASSERT_NE(kill, nullptr);
+  EXPECT_EQ(kill->pgid, 101);
+  EXPECT_EQ(kill->signo, SIGKILL);
+  ASSERT_NE(std::get_if<forget_rank>(&a[1]), nullptr);
+  EXPECT_EQ(std::get<forget_rank>(a[1]).rank, 1u);
+  ASSERT_NE(std::get_if<spawn_rank>(&a[2]), nullptr);
+  EXPECT_EQ(std::get<spawn_rank>(a[2]).spec.rank, 1u);
+  EXPECT_EQ(sent(h.feed(rank_spawned{1, 201})),
+            (std::vector<ch::message>{ch::started{{{1, 201}}}}));
+  // Signals reach the new process's group; the new exit is reported once.
+  const auto sig = h.msg(ch::signal_request{{1}, SIGTERM});
+  ASSERT_EQ(all<signal_group>(sig).size(), 1u);
+  EXPECT_EQ(all<signal_group>(sig)[0].pgid, 201);
+  EXPECT_EQ(sent(h.feed(rank_exited{1, exit_status::exited(0)})),
+            (std::vector<ch::message>{ch::exited{{{1, exit_status::exited(0)}}}}));
+  // A rank still running is refused as before.
+  const auto again = h.msg(ch::spawn_request{{harness::spec(0)}});
+  EXPECT_TRUE(all<spawn_rank>(again).empty());
+}
+
 TEST(Agent, SignalsGroupsAlsoOfRanksThatEnded) {
   harness h;
   h.start(3);

@@ -597,3 +597,28 @@ TEST(CommandLine, DocsCliReferenceIsTheHelpText) {
 }
 
 }  // namespace
+
+namespace {
+
+// --enable-recovery (docs/resilience.md, "Recovering single ranks").
+TEST(CommandLine, EnableRecovery) {
+  const auto o = parse({"--enable-recovery", "--max-restarts", "10", "a"});
+  EXPECT_TRUE(o.enable_recovery);
+  EXPECT_EQ(o.max_restarts, 10u);
+  EXPECT_TRUE(o.abort_on_failure);  // a spent budget leaves the failure to the policy
+  EXPECT_FALSE(parse({"a"}).enable_recovery);
+  EXPECT_FALSE(parse({"--disable-recovery", "a"}).enable_recovery);
+  // Alone (PRRTE's default): no restart, and the others run on past a failed rank.
+  const auto alone = parse({"--enable-recovery", "a"});
+  EXPECT_TRUE(alone.enable_recovery);
+  EXPECT_EQ(alone.max_restarts, 0u);
+  EXPECT_FALSE(alone.abort_on_failure);
+  EXPECT_TRUE(parse({"--enable-recovery", "-mca", "orte_abort_on_non_zero_status", "1", "a"})
+                  .abort_on_failure);
+  EXPECT_EQ(usage_error({"--enable-recovery", "--disable-recovery", "a"}),
+            "--enable-recovery and --disable-recovery contradict each other: give one");
+  EXPECT_EQ(usage_error({"--disable-recovery", "--enable-recovery", "a"}),
+            "--enable-recovery and --disable-recovery contradict each other: give one");
+}
+
+}  // namespace

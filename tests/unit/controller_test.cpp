@@ -985,3 +985,159 @@ TEST(Controller, MovedControllerKeepsItsState) {
 }
 
 }  // namespace
+
+// ---- recovery: single ranks started again (controller_options::rank_restarts) ----
+
+namespace {
+
+pm::controller_options recovering(std::uint32_t budget) {
+  pm::controller_options o;
+  o.rank_restarts = budget;
+  return o;
+}
+
+}  // namespace
+
+TEST(ControllerRecovery, AFailedRankStartsAgainAloneOnceItsOutputEnded) {
+  harness h(recovering(2));
+  h.start_all();
+  h.feed(pm::stream_closed{3, pm::stream_kind::out, 0});
+  // Its exit: the line, SIGKILL to its group; no spawn while its stderr is open.
+  EXPECT_EQ(h.feed(pm::rank_exited{3, pm::exit_status::exited(7)}),
+            (strings{"restart_rank 3 on 0 #1 (its 1)",
+                     "emit restarting rank 3 on a (1 of 2): rank 3 on a exited with code 7",
+                     "signal 0 [3] SIGKILL"}));
+  EXPECT_EQ(h.ctl.restarts_of(3), 1u);
+  EXPECT_EQ(h.ctl.report().ranks[3].state, pm::rank_state::pending);
+  EXPECT_EQ(h.feed(pm::stream_closed{3, pm::stream_kind::err, 0}), (strings{"spawn 0 [3]"}));
+  // The other ranks were not touched; the new process runs and succeeds: the job succeeds.
+  EXPECT_TRUE(h.all<pm::signal_ranks>().size() == 1);
+  h.feed(pm::rank_started{3, 2003});
+  for (std::uint32_t r = 0; r < 8; ++r) h.end(r, ok);
+  const auto report = h.finished_report();
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->exit_code, 0);
+  EXPECT_EQ(report->cause, pm::cause_kind::none);
+  EXPECT_EQ(report->ranks_failed, 0u);
+  ASSERT_EQ(report->rank_restarts.size(), 1u);
+  EXPECT_EQ(report->rank_restarts[0].rank, 3u);
+  EXPECT_EQ(report->rank_restarts[0].status, pm::exit_status::exited(7));
+  EXPECT_EQ(report->rank_restarts[0].summary, "rank 3 on a exited with code 7");
+  EXPECT_EQ(report->ranks[3].pid, 2003);
+}
+
+TEST(ControllerRecovery, OneBudgetForEveryRankThenTheFailurePolicy) {
+  harness h(recovering(2));
+  h.start_all();
+  h.end(1, pm::exit_status::exited(3));  // restart 1 of 2
+  EXPECT_EQ(h.all<pm::spawn>().back().ranks, (std::vector<std::uint32_t>{1}));
+  h.feed(pm::rank_started{1, 2001});
+  h.close_streams(6);
+  EXPECT_EQ(h.feed(pm::rank_exited{6, by_kill}),  // a signal not ours: restart 2 of 2
+            (strings{"restart_rank 6 on 1 #2 (its 1)",
+                     "emit restarting rank 6 on b (2 of 2): rank 6 on b was killed by SIGKILL",
+                     "signal 1 [6] SIGKILL", "spawn 1 [6]"}));
+  h.feed(pm::rank_started{6, 2006});
+  // The budget is spent: rank 1's second failure aborts the job as without recovery.
+  const auto out = h.end(1, pm::exit_status::exited(4));
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back(),
+            "emit rank 1 on a exited with code 4; aborting the job (SIGTERM to 7 ranks)");
+  for (std::uint32_t r = 0; r < 8; ++r) {
+    if (r != 1) h.end(r, by_term);
+  }
+  const auto report = h.finished_report();
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->exit_code, 4);
+  EXPECT_EQ(report->failed_rank, 1u);
+  EXPECT_EQ(report->rank_restarts.size(), 2u);
+  EXPECT_EQ(h.ctl.restarts_of(1), 1u);
+  EXPECT_EQ(h.ctl.restarts_of(6), 1u);
+}
+
+TEST(ControllerRecovery, ProgramsThatCannotRunAndForwardedSignalsAreNotRecovered) {
+  {
+    harness h(recovering(5));
+    h.start_all();
+    const auto out = h.end(2, pm::exit_status::exited(127));
+    ASSERT_FALSE(out.empty());
+    EXPECT_EQ(out.back(),
+              "emit rank 2 on a exited with code 127; aborting the job (SIGTERM to 7 ranks)");
+  }
+  {
+    harness h(recovering(5));
+    h.start_all();
+    h.feed(pm::signal_received{SIGUSR1});
+    const auto out = h.end(2, pm::exit_status::signaled(SIGUSR1));
+    ASSERT_FALSE(out.empty());
+    EXPECT_TRUE(out.back().starts_with("emit rank 2 on a was killed by SIGUSR1; aborting"))
+        << out.back();
+  }
+  {
+    harness h(recovering(5));  // a spawn failure is never recovered either
+    h.feed(pm::job_start{});
+    const auto out = h.feed(pm::rank_spawn_failed{2, 127, "cannot execute 'app'"});
+    ASSERT_FALSE(out.empty());
+    EXPECT_TRUE(h.all<pm::rank_restarting>().empty());
+  }
+}
+
+TEST(ControllerRecovery, AnAbortEndsARankWaitingForItsNextProcess) {
+  harness h(recovering(3));
+  h.start_all();
+  h.feed(pm::rank_exited{5, pm::exit_status::exited(9)});  // its streams are still open
+  EXPECT_EQ(h.all<pm::rank_restarting>().size(), 1u);
+  h.feed(pm::signal_received{SIGINT});
+  EXPECT_EQ(h.ctl.report().ranks[5].state, pm::rank_state::exited);
+  h.close_streams(5);
+  EXPECT_TRUE(h.all<pm::spawn>().size() == 2u);  // the two of job_start: no respawn
+  for (std::uint32_t r = 0; r < 8; ++r) {
+    if (r != 5) h.end(r, by_term);
+  }
+  const auto report = h.finished_report();
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->cause, pm::cause_kind::signal);
+  EXPECT_EQ(report->exit_code, 128 + SIGINT);
+}
+
+TEST(ControllerRecovery, ARankEndingWithoutFinalizeStartsAgain) {
+  harness h(recovering(1));
+  h.start_all();
+  h.end(0, ok);
+  EXPECT_EQ(h.feed(pm::rank_unfinalized{0, ok}),
+            (strings{"restart_rank 0 on 0 #1 (its 1)",
+                     "emit restarting rank 0 on a (1 of 1): rank 0 on a exited with code 0 "
+                     "without calling MPI_Finalize (PMIx_Finalize)",
+                     "signal 0 [0] SIGKILL", "spawn 0 [0]"}));
+  h.feed(pm::rank_started{0, 2000});
+  for (std::uint32_t r = 0; r < 8; ++r) h.end(r, ok);
+  const auto report = h.finished_report();
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->exit_code, 0);
+}
+
+TEST(ControllerRecovery, WithoutABudgetNothingChanges) {
+  harness h;
+  h.start_all();
+  const auto out = h.end(3, pm::exit_status::exited(7));
+  EXPECT_TRUE(h.all<pm::rank_restarting>().empty());
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back(),
+            "emit rank 3 on a exited with code 7; aborting the job (SIGTERM to 7 ranks)");
+}
+
+// A process that crashed without MPI_Finalize: its exit is recovered first, and the notice that
+// follows (about the same process) changes nothing, also once the next spawn went out.
+TEST(ControllerRecovery, TheUnfinalizedNoticeOfARecoveredProcessIsIgnored) {
+  harness h(recovering(1));
+  h.start_all();
+  h.end(2, pm::exit_status::signaled(SIGSEGV));
+  EXPECT_EQ(h.all<pm::spawn>().back().ranks, (std::vector<std::uint32_t>{2}));
+  EXPECT_TRUE(h.feed(pm::rank_unfinalized{2, pm::exit_status::signaled(SIGSEGV)}).empty());
+  h.feed(pm::rank_started{2, 2002});
+  for (std::uint32_t r = 0; r < 8; ++r) h.end(r, ok);
+  const auto report = h.finished_report();
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->exit_code, 0);
+  EXPECT_EQ(report->rank_restarts.size(), 1u);
+}

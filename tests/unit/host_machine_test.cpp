@@ -366,5 +366,23 @@ TEST(HostMachine, ARestartWithoutPmixFactsKeepsTheNamespace) {
   EXPECT_EQ(h.m.pmix()->job().nspace, "pmrun.1.ab");
 }
 
+// --enable-recovery: a rank whose process ended is asked for again; the PMIx server registers its
+// client again before it starts (same namespace, same rank), and it gets the same variables.
+TEST(HostMachine, ARankStartedAgainIsRegisteredAgainWithItsServer) {
+  harness h;
+  h.start(true);
+  h.feed(event{rank_exited{0, exit_status::exited(7)}});
+  const auto a = h.msg(ln::spawn_request{{ln::rank_spec{0, 0, {}, false}}});
+  const auto again = all<pmix_reregister>(a);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].nspace, "pmrun.1.ab");
+  EXPECT_EQ(again[0].rank, 0u);
+  EXPECT_EQ(all<forget_rank>(a).size(), 1u);
+  ASSERT_EQ(all<spawn_rank>(a).size(), 1u);
+  const auto spec = all<spawn_rank>(a)[0].spec;
+  EXPECT_EQ(spec.variable("PMIX_NAMESPACE"), "pmrun.1.ab");
+  EXPECT_EQ(spec.variable("PMIX_RANK"), "0");
+}
+
 }  // namespace
 }  // namespace pm::agent

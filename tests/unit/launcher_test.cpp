@@ -92,6 +92,11 @@ struct world {
   std::set<std::uint32_t> silent_restart;  // agents that never answer a restart
   std::map<std::uint32_t, std::set<std::uint32_t>> keep_running_in;  // by incarnation
   std::vector<pm::incarnation_report> restarts;
+  // --enable-recovery: how many of a rank's first processes fail (with code 7), and how many
+  // processes of it were started; the rank restarts the launcher announced.
+  std::map<std::uint32_t, int> fail_times;
+  std::map<std::uint32_t, int> started_times;
+  std::vector<pm::rank_restart_report> rank_restarts;
   std::map<std::uint32_t, link::stall_report> stall_answers;  // per host; none: it stays silent
 
   template <class F>
@@ -250,7 +255,10 @@ struct world {
             ag.ep->send(c);
           }
           const auto inc = incarnation_of[h];
-          if (!keep_running.contains(r.rank) && !keep_running_in[inc].contains(r.rank)) {
+          const auto nth = started_times[r.rank]++;
+          if (nth < fail_times[r.rank]) {
+            end_rank(h, r.rank, pm::exit_status::exited(7));
+          } else if (!keep_running.contains(r.rank) && !keep_running_in[inc].contains(r.rank)) {
             const auto it = code_in.find({inc, r.rank});
             end_rank(h, r.rank,
                      pm::exit_status::exited(it != code_in.end() ? it->second : exit_code[r.rank]));
@@ -401,6 +409,7 @@ struct world {
   void carry_out(launch::pump_stdin&) { ADD_FAILURE() << "no stdin here"; }
   void carry_out(launch::input_ready&) {}
   void carry_out(launch::restarting& x) { restarts.push_back(x.ended); }
+  void carry_out(launch::rank_restarted& x) { rank_restarts.push_back(x.restart); }
   void carry_out(launch::finished& x) {
     EXPECT_FALSE(report) << "finished twice";
     report = x.report;
@@ -934,6 +943,63 @@ TEST(Launcher, TheBudgetIsTheLaunchsAndTheLastFailureDecides) {
   EXPECT_TRUE(plain.report->incarnations.empty());
   EXPECT_EQ(pm::to_json(*plain.report).find("incarnations"), std::string::npos);
   EXPECT_NE(pm::to_json(*w.report).find("\"restarts\": 2"), std::string::npos);
+}
+
+// --enable-recovery (docs/resilience.md, "Recovering single ranks"): the failed rank alone is
+// asked for again, from the same agent, with its own restart count; the job never restarts.
+TEST(LauncherRecovery, AFailedRankIsSpawnedAgainAloneWithItsOwnCount) {
+  auto c = remote_job(2, 2);
+  c.request.restarts.max_restarts = 3;
+  c.request.restarts.per_rank = true;
+  world w(std::move(c));
+  w.fail_times[3] = 2;  // rank 3 (on h1) fails twice, then succeeds
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  EXPECT_EQ(w.report->cause, pm::cause_kind::none);
+  EXPECT_TRUE(w.report->incarnations.empty());
+  EXPECT_TRUE(w.restarts.empty());
+  EXPECT_TRUE(w.received<link::restart_request>(1).empty());
+  ASSERT_EQ(w.rank_restarts.size(), 2u);
+  EXPECT_EQ(w.rank_restarts, w.report->rank_restarts);
+  EXPECT_EQ(w.rank_restarts[1].number, 2u);
+  EXPECT_EQ(w.rank_restarts[1].count, 2u);
+  EXPECT_TRUE(w.said("restarting rank 3 on h1 (1 of 3): rank 3 on h1 exited with code 7"));
+  EXPECT_TRUE(w.said("restarting rank 3 on h1 (2 of 3): rank 3 on h1 exited with code 7"));
+  EXPECT_EQ(w.started_times[3], 3);
+  EXPECT_EQ(w.started_times[2], 1);  // the other rank of h1 ran once
+  const auto spawns = w.received<link::spawn_request>(1);
+  ASSERT_EQ(spawns.size(), 3u);
+  for (std::uint32_t i = 1; i < 3; ++i) {
+    ASSERT_EQ(spawns[i].ranks.size(), 1u);
+    EXPECT_EQ(spawns[i].ranks[0].rank, 3u);
+    EXPECT_EQ(env_of(spawns[i].ranks[0], "TORCHELASTIC_RESTART_COUNT"), std::to_string(i));
+    EXPECT_EQ(env_of(spawns[i].ranks[0], "TORCHELASTIC_MAX_RESTARTS"), "3");
+    EXPECT_FALSE(spawns[i].ranks[0].stdin_from_launcher);
+  }
+  EXPECT_EQ(env_of(spawns[0].ranks[0], "TORCHELASTIC_RESTART_COUNT"), "0");
+  const auto json = pm::to_json(*w.report);
+  EXPECT_NE(json.find("\"restarts\": 2"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"rank_restarts\""), std::string::npos) << json;
+  EXPECT_EQ(json.find("incarnations"), std::string::npos) << json;
+}
+
+TEST(LauncherRecovery, TheSpentBudgetLeavesTheFailureToThePolicy) {
+  auto c = remote_job(2, 1);
+  c.request.restarts.max_restarts = 1;
+  c.request.restarts.per_rank = true;
+  world w(std::move(c));
+  w.fail_times[1] = 5;
+  w.keep_running = {0};
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 7);
+  EXPECT_EQ(w.report->failed_rank, 1u);
+  EXPECT_EQ(w.rank_restarts.size(), 1u);
+  EXPECT_EQ(w.started_times[1], 2);
+  EXPECT_FALSE(w.said("(2 of 1)"));
 }
 
 TEST(Launcher, ASignalOrATimeoutIsNeverRestarted) {

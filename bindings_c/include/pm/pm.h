@@ -377,7 +377,8 @@ PM_C_API int pm_report_read(const pm_report* report, pm_report_info* out);
 PM_C_API int pm_report_rank(const pm_report* report, uint32_t rank, pm_rank_info* out);
 /* Rank `rank`'s cores, GPUs and NIC; the strings and the array live as long as the report. */
 PM_C_API int pm_report_resources(const pm_report* report, uint32_t rank, pm_rank_resources* out);
-/* How many times the run restarted in place (pm_run_options.max_restarts; 0 without restarts). */
+/* How many times the run restarted in place (pm_run_options.max_restarts; 0 without restarts),
+ * or with pm_run_options.enable_recovery how many times a rank was started again alone. */
 PM_C_API int pm_report_restarts(const pm_report* report, uint32_t* out);
 /* The JSON report (schema in docs/failure-semantics.md); free with pm_free. */
 PM_C_API int pm_report_json(char** out, const pm_report* report);
@@ -411,6 +412,11 @@ typedef void (*pm_finish_fn)(const pm_report* report, void* user_data);
  * with `exit_code` and `summary` (its failure's line, valid only during the call); incarnation
  * ended + 1 starts once every rank of it is gone (docs/resilience.md). */
 typedef void (*pm_restart_fn)(uint32_t ended, int exit_code, const char* summary, void* user_data);
+/* pm_run_options.enable_recovery: rank `rank` failed (`summary`, valid only during the call) and
+ * starts again alone; `count` is its own restart count (1, 2, ...), `number` the run's (restart
+ * `number` of max_restarts, every rank together; docs/resilience.md). */
+typedef void (*pm_rank_restart_fn)(uint32_t rank, uint32_t count, uint32_t number,
+                                   const char* summary, void* user_data);
 
 typedef struct pm_run_options {
   unsigned version;
@@ -433,10 +439,19 @@ typedef struct pm_run_options {
    * the run (0: never); the report's exit code is the last incarnation's. */
   uint32_t max_restarts;
   pm_restart_fn on_restart; /* NULL: not told (on_message still gets the restart's line) */
+  /* Version 3: recovery of single ranks (pmrun --enable-recovery, docs/resilience.md). 1: a
+   * failed rank starts again alone while the others run on, up to max_restarts times for the
+   * run (every rank together); the whole job never restarts. With max_restarts 0 no rank
+   * restarts and a failure does not abort the others (as no_abort_on_failure). */
+  int enable_recovery;
+  pm_rank_restart_fn on_rank_restart; /* NULL: not told (on_message gets the line) */
 } pm_run_options;
-#define PM_RUN_OPTIONS_VERSION 2
-#define PM_RUN_OPTIONS_INIT \
-  { PM_RUN_OPTIONS_VERSION, 0, 0, 0, 0, 0, 1, 2, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL }
+#define PM_RUN_OPTIONS_VERSION 3
+#define PM_RUN_OPTIONS_INIT                                                                      \
+  {                                                                                              \
+    PM_RUN_OPTIONS_VERSION, 0, 0, 0, 0, 0, 1, 2, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, \
+        NULL                                                                                     \
+  }
 
 /* Checks and starts the job: every app's program is resolved first (PM_E_NOT_FOUND,
  * PM_E_NOT_EXECUTABLE: nothing starts). The local transport runs jobs whose ranks are all on the

@@ -110,6 +110,10 @@ struct run_options {
   /// least K are left (0: it does not shrink).
   std::uint32_t min_hosts = 0;
   bool spares = true;  ///< --no-spares: false
+  /// --enable-recovery (PRRTE's): a failed rank starts again alone, within --max-restarts for the
+  /// whole launch; without --max-restarts no rank restarts and the others run on (it then sets
+  /// abort_on_failure off). docs/resilience.md, "Recovering single ranks".
+  bool enable_recovery = false;
   std::string report_file;  ///< --report FILE: the JSON report
   // Map display.
   bool display_map = false;

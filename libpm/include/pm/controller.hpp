@@ -56,6 +56,13 @@ struct controller_options {
   /// job has PMIx, job_request::pmix, whose agents turn them into PMIx events, docs/pmix.md
   /// "Events"). Ignored with abort_on_failure.
   bool notify_failures = false;
+  /// --enable-recovery --max-restarts N (docs/resilience.md, "Recovering single ranks"): a rank
+  /// of the first job whose process fails by itself (a non-zero exit but 126 and 127, a signal
+  /// the launcher did not forward) while the job runs is started again alone, up to this many
+  /// times for the whole job (every rank together), instead of being a failure: a rank_restarting
+  /// action, its line, SIGKILL to its process group (what it left holds its output), and once
+  /// every stream of the failed process ended, a spawn of that rank alone. Zero: never.
+  std::uint32_t rank_restarts = 0;
 };
 
 // ---- events: what happened ------------------------------------------------------------------
@@ -206,6 +213,11 @@ struct notify_ranks {
   int code = 0;
   std::string line;  ///< the failure's line as emit says it, without the abort tail
 };
+/// controller_options::rank_restarts: a rank's process failed and the rank starts again alone
+/// (its spawn follows once the failed process's streams ended). Its line follows as an emit.
+struct rank_restarting {
+  rank_restart_report restart;
+};
 /// The job is over: every rank ended and every stream closed. The driver clears what the ranks
 /// left behind (their process groups, the agents), then exits with report.exit_code.
 struct finish {
@@ -213,7 +225,7 @@ struct finish {
 };
 
 using action = std::variant<spawn, signal_ranks, start_timer, cancel_timer, emit, clear_leftovers,
-                            finish, notify_ranks>;
+                            finish, notify_ranks, rank_restarting>;
 
 /// A process's place in its own job: job 0 is the first job, job k the k-th spawned one.
 struct job_rank {
@@ -272,6 +284,9 @@ class PM_API controller {
   std::uint32_t live_on_host(std::uint32_t host) const noexcept;
   /// Every job's processes on allocation host `host`, ascending (empty for an unknown host).
   std::vector<std::uint32_t> processes_on_host(std::uint32_t host) const;
+  /// How many times `process` was started again alone (controller_options::rank_restarts): 0
+  /// for one never restarted or out of range.
+  std::uint32_t restarts_of(std::uint32_t process) const noexcept;
 
  private:
   struct state;

@@ -135,6 +135,13 @@ struct restart_policy {
   /// still has (every rank renumbered, the world smaller: min(np, their slots)) as long as at
   /// least this many remain. 0: it does not shrink (a lost host without a spare ends it).
   std::uint32_t min_hosts = 0;
+  /// --enable-recovery (PRRTE's meaning, docs/resilience.md "Recovering single ranks"): a rank
+  /// that fails is started again alone (same rank, host and environment; its own restart count),
+  /// while the other ranks keep running; `max_restarts` is then one budget for every rank of the
+  /// launch together, and the job never restarts as a whole. With max_restarts 0 no rank is
+  /// restarted and the job goes on without the failed ones (controller_options::abort_on_failure
+  /// off: pmrun sets it so). Once the budget is spent, the failure policy applies.
+  bool per_rank = false;
 };
 
 /// Everything a job needs, decided before any rank starts.
@@ -200,6 +207,10 @@ struct job_callbacks {
   /// number, cause and line); the next one, ended.number + 1, starts once every agent cleared it.
   /// Called before the restart's line reaches on_message. It must not call into the runner.
   std::function<void(const incarnation_report& ended)> on_restart = {};
+  /// --enable-recovery (restart_policy::per_rank): a rank failed and is started again alone
+  /// (its rank, host, its count and the launch's, and its failure's line). Called before its line
+  /// reaches on_message. It must not call into the runner.
+  std::function<void(const rank_restart_report& restart)> on_rank_restart = {};
 };
 
 /// One host's agent as the launcher knows it (what `pmrun --ps` shows; docs/pmix.md, "Tools").

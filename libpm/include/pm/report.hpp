@@ -95,6 +95,19 @@ struct quarantined_host {
   friend bool operator==(const quarantined_host&, const quarantined_host&) = default;
 };
 
+/// One rank started again alone (--enable-recovery, docs/resilience.md "Recovering single
+/// ranks"): its process failed and the job went on with a new process for it.
+struct rank_restart_report {
+  std::uint32_t number = 0;  ///< the launch's count: restart k is "k of N" (1, 2, ...)
+  std::uint32_t rank = 0;
+  std::uint32_t host = 0;   ///< allocation index
+  std::uint32_t count = 0;  ///< this rank's own count (1: its first restart)
+  exit_status status;       ///< how the failed process ended
+  std::string summary;      ///< its failure's line, "rank 3 on node2 exited with code 7"
+  std::optional<std::chrono::nanoseconds> at;  ///< driver time stamp of the failure
+  friend bool operator==(const rank_restart_report&, const rank_restart_report&) = default;
+};
+
 struct job_report {
   int exit_code = 0;
   cause_kind cause = cause_kind::none;
@@ -117,6 +130,11 @@ struct job_report {
   /// Hosts lost during a launch that may restart, never used again in it (spares took their
   /// ranks, or the job went on with fewer hosts: restart_policy::min_hosts).
   std::vector<quarantined_host> quarantined = {};
+  /// With --enable-recovery (restart_policy::per_rank): every rank restarted alone, in order.
+  std::vector<rank_restart_report> rank_restarts = {};
+  /// The launch had --enable-recovery: the JSON has `restarts` and `rank_restarts` (also when
+  /// no rank was restarted).
+  bool recovery = false;
 };
 
 /// The report as JSON (a stable schema documented in docs/failure-semantics.md).

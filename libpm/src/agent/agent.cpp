@@ -428,6 +428,14 @@ struct agent::state {
               for (auto& spec : s.ranks) {
                 if (ph != phase::running) {
                   send_msg(link::spawn_failed{spec.rank, 127, "the agent is shutting down"});
+                } else if (auto* old = ranks.find(spec.rank); old != nullptr && old->exited) {
+                  // --enable-recovery: the rank starts again once its process ended. Its leader
+                  // is an unreaped zombie, so its pid still names its group: SIGKILL to what it
+                  // left, then the driver reaps it and forgets it.
+                  if (old->pid > 0) out->push_back(signal_group{old->pid, SIGKILL});
+                  out->push_back(forget_rank{spec.rank});
+                  ranks.erase(spec.rank);
+                  start_rank(spec);
                 } else if (ranks.contains(spec.rank)) {
                   send_msg(link::spawn_failed{
                       spec.rank, 127,

@@ -235,6 +235,13 @@ struct sweep_ranks {};
 /// reaped, every forwarded stream has ended, and the same rank numbers come again.
 struct forget_ranks {};
 
+/// --enable-recovery: the launcher asks for a rank whose process ended (and whose group got
+/// SIGKILL just before) again. The driver reaps that rank's leader and forgets what it held of it
+/// (its pidfd, its output and input pipes: its forwarded output ended already), then starts the
+/// spawn_rank that follows; a PMIx server registers the rank's client again (docs/resilience.md).
+struct forget_rank {
+  std::uint32_t rank;
+};
 /// --stall-timeout (link::stall_watch): look at these live ranks (rank, pid: its leader and
 /// process group) and answer ranks_sampled, in a later event.
 struct sample_ranks {
@@ -242,7 +249,7 @@ struct sample_ranks {
 };
 
 using action = std::variant<spawn_rank, signal_group, send, start_timer, reap_orphans, sweep,
-                            exit_agent, sweep_ranks, forget_ranks, sample_ranks>;
+                            exit_agent, sweep_ranks, forget_ranks, sample_ranks, forget_rank>;
 
 /// Exit codes of pmd.
 inline constexpr int exit_after_shutdown = 0;

@@ -165,6 +165,10 @@ struct host_machine::state {
         });
       }
       if (std::holds_alternative<forget_ranks>(a)) restart_pmix_jobs();
+      if (const auto* f = std::get_if<forget_rank>(&a); f && pmix) {
+        pmix->rank_respawned(f->rank, buf->pmix_out);
+        take_pmix();
+      }
       if (std::holds_alternative<sweep>(a)) {
         // Child agents' carriers end by themselves once their stdin is closed (their agents
         // clear their own ranks first); the sweep comes back until they have.

@@ -177,6 +177,13 @@ void pmix_relay::rank_ended(std::uint32_t rank, exit_status status, std::vector<
   local_state_[rank].status = status;
 }
 
+void pmix_relay::rank_respawned(std::uint32_t rank, std::vector<pmix_action>& out) {
+  if (rank < client_state_.size()) client_state_[rank] = 0;
+  local_state_.erase(rank);
+  release_abort(rank, out);
+  out.push_back(pmix_reregister{job_.nspace, rank});
+}
+
 void pmix_relay::release_abort(std::uint32_t rank, std::vector<pmix_action>& out) {
   auto it = aborts_.find(rank);
   if (it == aborts_.end()) return;

@@ -164,8 +164,16 @@ struct pmix_restart {
   link::pmix_job job;
 };
 
+/// --enable-recovery: a local rank of the first job starts again alone (docs/resilience.md):
+/// where the server runs and registered the job, its client is registered again (deregistered
+/// first), so that the new process connects as that rank of the same namespace.
+struct pmix_reregister {
+  std::string nspace;
+  std::uint32_t rank = 0;
+};
+
 using pmix_action = std::variant<send, pmix_complete, pmix_serve_modex, pmix_register_job,
-                                 pmix_host_named, pmix_notify_ranks, pmix_restart>;
+                                 pmix_host_named, pmix_notify_ranks, pmix_restart, pmix_reregister>;
 
 class pmix_relay {
  public:
@@ -196,6 +204,9 @@ class pmix_relay {
   /// A local rank ended: one that connected (PMIx_Init) and did not finalize is reported, since
   /// its peers may wait for it in a fence for ever.
   void rank_ended(std::uint32_t rank, exit_status status, std::vector<pmix_action>& out);
+  /// --enable-recovery: a local rank of the first job starts again (its process ended): it is a
+  /// client that has not connected yet, and the server registers it again (pmix_reregister).
+  void rank_respawned(std::uint32_t rank, std::vector<pmix_action>& out);
   /// The launcher acted on an abort (the job is being stopped): the caller may return.
   void release_abort(std::uint32_t rank, std::vector<pmix_action>& out);
   void release_aborts(std::vector<pmix_action>& out);

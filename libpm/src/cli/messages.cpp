@@ -33,6 +33,9 @@ std::string out_of_range(std::string_view option, std::string_view value, const 
 std::string np_zero(std::string_view option) {
   return std::string(option) + " 0: at least one rank is needed";
 }
+std::string recovery_both() {
+  return "--enable-recovery and --disable-recovery contradict each other: give one";
+}
 std::string bad_seconds(std::string_view option, std::string_view value) {
   return std::string(option) + " " + q(value) + ": expected a positive number of seconds";
 }

@@ -17,6 +17,8 @@ std::string out_of_range(std::string_view option, std::string_view value, const 
                          const std::string& max);
 std::string np_zero(std::string_view option);
 std::string bad_seconds(std::string_view option, std::string_view value);
+/// --enable-recovery with --disable-recovery.
+std::string recovery_both();
 std::string unknown_output_mode(std::string_view option, std::string_view mode);
 std::string bad_boolean(std::string_view option, std::string_view key, std::string_view value);
 std::string misplaced_app_file(std::string_view option, std::string_view file);

@@ -21,6 +21,7 @@ struct parse_state {
   run_options opts;
   app_context* app = nullptr;                   // the segment being parsed
   std::optional<std::string> default_hostfile;  // --default-hostfile: when no --hostfile comes
+  bool recovery_disabled = false;               // --disable-recovery
 };
 
 using handler =
@@ -604,6 +605,22 @@ const std::vector<option_spec>& option_table() {
        [](parse_state& st, std::string_view, std::span<const std::string>) {
          st.opts.spares = false;
        }},
+      {{"--enable-recovery"},
+       "",
+       0,
+       "restart only the failed rank (with --max-restarts N: N for all ranks together)",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         if (st.recovery_disabled) throw error(errc::usage, cli::recovery_both());
+         st.opts.enable_recovery = true;
+       }},
+      {{"--disable-recovery"},
+       "",
+       0,
+       "no rank is restarted alone (the default; PRRTE's spelling)",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         if (st.opts.enable_recovery) throw error(errc::usage, cli::recovery_both());
+         st.recovery_disabled = true;
+       }},
       {{"--stall-timeout"},
        "SECONDS",
        1,
@@ -743,6 +760,12 @@ run_options parse_command_line(std::span<const std::string> args) {
     if (i >= args.size()) throw error(errc::usage, cli::no_program_in_segment(segment + 1));
   }
   if (!st.opts.hostfile) st.opts.hostfile = st.default_hostfile;
+  if (st.opts.enable_recovery && st.opts.max_restarts == 0 && !st.opts.abort_policy_given) {
+    // PRRTE's meaning: recovery without restarts lets the job run on past a failed rank (unless
+    // -mca orte_abort_on_non_zero_status said otherwise on the command line).
+    st.opts.abort_on_failure = false;
+    st.opts.abort_policy_given = true;
+  }
   if (st.opts.help || st.opts.version) {
     if (st.opts.job.apps.size() == 1 && st.opts.job.apps[0].argv.empty()) st.opts.job.apps.clear();
   }

@@ -35,6 +35,9 @@ constexpr std::uint8_t closed_err = 1u << 1;
 constexpr std::uint8_t closed_all = closed_out | closed_err;
 constexpr std::uint8_t streams_counted = 1u << 2;  // its open streams are in the job's counter
 constexpr std::uint8_t called_abort = 1u << 3;     // it failed by calling abort
+// Recovery (controller_options::rank_restarts): its failed process is to be replaced once every
+// stream of that process ended; the rank is pending meanwhile.
+constexpr std::uint8_t respawn_due = 1u << 4;
 
 // Per rank: 32 bytes, so that a simulated 800,000-rank job needs 25.6 MB here.
 struct rank_slot {
@@ -126,6 +129,16 @@ struct controller::state {
   std::optional<std::uint32_t> failed_rank, failed_host;
   std::optional<exit_status> failed_status;
   std::string summary;
+  // Recovery (controller_options::rank_restarts): restarts given so far (the whole job's budget),
+  // each restart in order, each rank's own count, the ranks whose replacement waits for their
+  // failed process's streams, and the signals forwarded to the ranks (a rank they end is the
+  // user's doing: not recovered).
+  std::uint32_t restarts_used = 0;
+  std::vector<rank_restart_report> restarts;
+  std::unordered_map<std::uint32_t, std::uint32_t> restart_counts;
+  std::vector<std::uint32_t> respawn_waiting;
+  std::uint64_t forwarded = 0;
+  job_time event_time{0};  // of the event being handled
 
   state(const rank_map& m, controller_options o)
       : map(&m),
@@ -251,6 +264,7 @@ struct controller::state {
   std::uint32_t begin_abort(int signo, std::vector<action>& out) {
     ph = phase::aborting;
     abort_signal = signo;
+    end_respawns();
     if (not_ended == 0) return 0;
     const auto n = signal_running({SIGCONT, signo}, out);
     grace_timer = next_timer++;
@@ -289,6 +303,69 @@ struct controller::state {
     } else {
       out.push_back(emit{std::move(line)});
     }
+  }
+
+  // ---- recovery (controller_options::rank_restarts) ----
+  // A failure of a first-job rank's process that it is started again for: while the job runs and
+  // the budget lasts; never a program that cannot run (126, 127), a signal the launcher forwarded,
+  // a rank of a lost host or of a spawned job.
+  bool recoverable(std::uint32_t rank, exit_status status) const {
+    if (ph != phase::running || restarts_used >= options.rank_restarts) return false;
+    if (rank >= map->size() || host_gone[host_of(rank)]) return false;
+    if (status.is_signal()) {
+      const auto signo = status.signal();
+      return signo <= 0 || signo >= 64 || (forwarded & (std::uint64_t{1} << signo)) == 0;
+    }
+    return status.code() != 126 && status.code() != 127;
+  }
+
+  // The rank's process failed (`status`) and the rank starts again: it is pending from now on,
+  // its group gets SIGKILL (what the failed process left would hold its output open), and its
+  // spawn goes out once every stream of the failed process ended (maybe_respawn).
+  void recover(std::uint32_t rank, exit_status status, std::vector<action>& out,
+               const char* why = "") {
+    auto& r = ranks[rank];
+    const auto host = host_of(rank);
+    const auto line = rank_where(rank) + " " + status.describe() + why;
+    ++restarts_used;
+    rank_restart_report rr;
+    rr.number = restarts_used;
+    rr.rank = rank;
+    rr.host = host;
+    rr.count = ++restart_counts[rank];
+    rr.status = status;
+    rr.summary = line;
+    rr.at = event_time;
+    restarts.push_back(rr);
+    r.set_status(status);
+    r.state = rank_state::pending;
+    r.ended_at = job_time{-1};
+    r.flags |= respawn_due;
+    respawn_waiting.push_back(rank);
+    out.push_back(rank_restarting{std::move(rr)});
+    out.push_back(emit{"restarting " + rank_where(rank) + " (" + std::to_string(restarts_used) +
+                       " of " + std::to_string(options.rank_restarts) + "): " + line});
+    out.push_back(signal_ranks{host, {rank}, SIGKILL});
+    maybe_respawn(rank, out);
+  }
+
+  void maybe_respawn(std::uint32_t rank, std::vector<action>& out) {
+    auto& r = ranks[rank];
+    if ((r.flags & respawn_due) == 0 || r.state != rank_state::pending) return;
+    if ((r.flags & expected_streams) != expected_streams) return;  // the failed one's are open
+    r.flags = static_cast<std::uint8_t>(r.flags & ~(respawn_due | closed_all | streams_counted));
+    std::erase(respawn_waiting, rank);
+    out.push_back(spawn{host_of(rank), {rank}});
+  }
+
+  // The job is ending: a rank waiting for its replacement ends as its failed process did.
+  void end_respawns() {
+    for (auto rank : respawn_waiting) {
+      auto& r = ranks[rank];
+      r.flags = static_cast<std::uint8_t>(r.flags & ~respawn_due);
+      if (r.state == rank_state::pending) end_rank(r, rank_state::exited, event_time);
+    }
+    respawn_waiting.clear();
   }
 
   // ---- events ----
@@ -342,9 +419,10 @@ struct controller::state {
             notice_kind::rank_spawn_failed, {e.rank}, e.code);
   }
 
-  void on(job_time, const stream_closed& e, std::vector<action>&) {
+  void on(job_time, const stream_closed& e, std::vector<action>& out) {
     if (!valid(e.rank) || static_cast<unsigned>(e.stream) > 1) return;
     close_stream(ranks[e.rank], static_cast<std::uint8_t>(1u << static_cast<unsigned>(e.stream)));
+    if ((ranks[e.rank].flags & respawn_due) != 0) maybe_respawn(e.rank, out);
   }
 
   void on(job_time now, const rank_exited& e, std::vector<action>& out) {
@@ -360,6 +438,10 @@ struct controller::state {
     }
     if (ph == phase::aborting) {
       end_rank(r, rank_state::killed, now);  // whatever its status: a victim, not a cause
+      return;
+    }
+    if (!e.status.success() && recoverable(e.rank, e.status)) {
+      recover(e.rank, e.status, out);
       return;
     }
     end_rank(r, rank_state::exited, now);
@@ -513,7 +595,10 @@ struct controller::state {
       out.push_back(emit{line + abort_tail(n)});
       return;
     }
-    if (is_forwarded(e.signo)) signal_running({e.signo}, out);  // others are not ours to forward
+    if (is_forwarded(e.signo)) {  // others are not ours to forward
+      forwarded |= std::uint64_t{1} << e.signo;
+      signal_running({e.signo}, out);
+    }
   }
 
   void on(job_time, const abort_requested& e, std::vector<action>& out) {
@@ -544,6 +629,20 @@ struct controller::state {
 
   void on(job_time, const rank_unfinalized& e, std::vector<action>& out) {
     if (ph == phase::aborting || !valid(e.rank)) return;  // the job is ending already
+    auto& r = ranks[e.rank];
+    // Its failed process was recovered already (its exit came first): the notice is about that
+    // one. A new process's own notice can only come after its start.
+    if ((r.flags & respawn_due) != 0 ||
+        (r.state == rank_state::pending && restart_counts.contains(e.rank)))
+      return;
+    if (r.state == rank_state::exited && r.status().success() &&
+        recoverable(e.rank, exit_status::exited(1))) {
+      // It exited 0 without MPI_Finalize: started again alone as any failed process.
+      ++not_ended;
+      ++not_ended_on_host[host_of(e.rank)];
+      recover(e.rank, e.status, out, " without calling MPI_Finalize (PMIx_Finalize)");
+      return;
+    }
     const int code = e.status.shell_code();
     failure(cause_kind::rank_failed, e.rank, host_of(e.rank), e.status, code != 0 ? code : 1,
             rank_where(e.rank) + " " + e.status.describe() +
@@ -618,6 +717,7 @@ void controller::handle(job_time now, const event& e, std::vector<action>& out) 
   if (s.ph == phase::finished) return;
   // Nothing has been asked of the driver yet: whatever it reports is not about this job.
   if (s.ph == phase::idle && !std::holds_alternative<job_start>(e)) return;
+  s.event_time = now;
   std::visit([&](const auto& ev) { s.on(now, ev, out); }, e);
   s.check_finish(out, *this);
 }
@@ -712,6 +812,11 @@ std::uint32_t controller::live_on_host(std::uint32_t host) const noexcept {
   return host < s.not_ended_on_host.size() ? s.not_ended_on_host[host] : 0;
 }
 
+std::uint32_t controller::restarts_of(std::uint32_t process) const noexcept {
+  const auto it = state_->restart_counts.find(process);
+  return it == state_->restart_counts.end() ? 0 : it->second;
+}
+
 std::vector<std::uint32_t> controller::processes_on_host(std::uint32_t host) const {
   const auto& s = *state_;
   std::vector<std::uint32_t> out;
@@ -730,6 +835,7 @@ job_report controller::report() const {
   r.failed_status = s.failed_status;
   r.signal = s.signal;
   r.summary = s.summary;
+  r.rank_restarts = s.restarts;
   r.host_names.reserve(s.map->allocation().hosts.size());
   for (const auto& h : s.map->allocation().hosts) r.host_names.push_back(h.name);
   r.ranks.reserve(s.ranks.size());

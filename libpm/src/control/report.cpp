@@ -161,6 +161,22 @@ std::string to_json(const job_report& report) {
     }
     w.end_array();
   }
+  // Only with --enable-recovery: every rank started again alone, in order.
+  if (report.recovery) {
+    w.member("restarts", static_cast<std::uint32_t>(report.rank_restarts.size()));
+    w.key("rank_restarts").begin_array();
+    for (const auto& x : report.rank_restarts) {
+      w.begin_object();
+      w.member("restart", x.number);
+      w.member("rank", x.rank);
+      w.member("host", host_name(report, x.host));
+      w.member("count", x.count);
+      put_status(w, x.status);
+      w.member("summary", x.summary);
+      w.end_object();
+    }
+    w.end_array();
+  }
   w.end_object();
   return w.take();
 }

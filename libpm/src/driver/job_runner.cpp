@@ -340,6 +340,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   void carry_out(launch::restarting& x) {
     if (cb.on_restart) cb.on_restart(x.ended);
   }
+  void carry_out(launch::rank_restarted& x) {
+    if (cb.on_rank_restart) cb.on_rank_restart(x.restart);
+  }
   void carry_out(launch::finished& x) {
     done = true;
     final_report = std::move(x.report);

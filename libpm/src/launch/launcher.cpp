@@ -24,6 +24,7 @@ controller_options control_of(const job_request& r) {
   controller_options c = r.control;
   c.streams_per_rank = r.output.merge_stderr ? 1 : 2;
   c.notify_failures = r.pmix;  // only PMIx ranks can be told (their agents' servers send events)
+  c.rank_restarts = r.restarts.per_rank ? r.restarts.max_restarts : 0;
   return c;
 }
 
@@ -163,6 +164,8 @@ void launcher::impl::tell_state_changes(const event& e) {
     auto rr = ctl.rank_report_of(rank);
     if (rr.state == told[rank]) return;
     told[rank] = rr.state;
+    // A rank restarted alone (--enable-recovery) is pending again: its next start is told.
+    if (rr.state == rank_state::pending) return;
     out->push_back(rank_changed{std::move(rr)});
   };
   if (const auto* x = std::get_if<rank_started>(&e)) tell(x->rank);
@@ -183,6 +186,7 @@ void launcher::impl::execute(action& a) {
       [&](auto& x) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, spawn>) {
+          if (req.restarts.per_rank) respawning(x.ranks);
           auto& hs = link_to(x.host);
           hs.pending_spawns.insert(hs.pending_spawns.end(), x.ranks.begin(), x.ranks.end());
           if (facts_ready) flush_spawns(x.host);
@@ -215,6 +219,8 @@ void launcher::impl::execute(action& a) {
           } else {
             shutdown_agents();
           }
+        } else if constexpr (std::is_same_v<T, rank_restarting>) {
+          rank_restart_begun(std::move(x.restart));
         } else if constexpr (std::is_same_v<T, finish>) {
           if (restartable(x.report)) {
             begin_restart(std::move(x.report));
@@ -230,7 +236,8 @@ void launcher::impl::execute(action& a) {
 // the agents clear what the ranks left behind, then `finished`.
 void launcher::impl::finish_job(job_report report) {
   fill_resources(report);
-  if (req.restarts.max_restarts > 0) {
+  report.recovery = req.restarts.per_rank;
+  if (req.restarts.max_restarts > 0 && !req.restarts.per_rank) {
     report.incarnations = std::move(inc.ended);
     // Ended between two incarnations: the last one is listed already, as it failed.
     if (!inc.between_ended) report.incarnations.push_back(summary_of(report));

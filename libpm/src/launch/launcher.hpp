@@ -185,6 +185,11 @@ struct input_ready {
 struct restarting {
   incarnation_report ended;
 };
+/// --enable-recovery (restart_policy::per_rank): a rank failed and starts again alone
+/// (job_callbacks::on_rank_restart). Its line follows as a `say`.
+struct rank_restarted {
+  rank_restart_report restart;
+};
 /// The job is over; every link is closed. Last action.
 struct finished {
   job_report report;
@@ -194,7 +199,7 @@ using launch_action =
     std::variant<open_host, host_established, write_host, pass_stdin, close_host, link_deadline,
                  start_timer_after, cancel_timer_id, say, rank_changed, take_pipes, output_open,
                  output_bytes, output_close, output_add_job, output_drain, pump_stdin, input_ready,
-                 restarting, finished>;
+                 restarting, rank_restarted, finished>;
 using actions = std::vector<launch_action>;
 
 class launcher {

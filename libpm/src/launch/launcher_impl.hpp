@@ -6,6 +6,7 @@
 //   pmix_routing.cpp    PMIx on the launcher's side: fences, modex, spawned jobs, data store
 //   host_plans.cpp      hosts' topologies, their plans (cores, GPUs, NICs), refusals
 //   restarts.cpp        incarnations: a failed one cleared on every agent, the next started
+//   rank_recovery.cpp   --enable-recovery: a failed rank started again alone
 //   stall.cpp           --stall-timeout: quiet hosts, the stall, its lines (docs/resilience.md)
 // Internal to libpm.
 #pragma once
@@ -357,6 +358,11 @@ struct launcher::impl {
   std::string namespace_of(std::uint32_t incarnation) const;
   std::uint64_t controller_timer_out(std::uint64_t id) const;
   std::optional<std::uint64_t> controller_timer_in(std::uint64_t id) const;
+
+  // ---- rank_recovery.cpp ----
+  void rank_restart_begun(rank_restart_report r);
+  void respawning(const std::vector<std::uint32_t>& ranks);
+  link::rank_spec respawn_spec_of(std::uint32_t r, std::uint32_t restarts) const;
 
   // ---- pmix_routing.cpp ----
   void start_pmix();

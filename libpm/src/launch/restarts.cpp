@@ -44,7 +44,10 @@ std::string rank_ranges(std::span<const std::uint32_t> ranks) {
 // user's signal, a cancel, the timeout, a refusal, or a program that cannot start (it will not
 // start next time either).
 bool launcher::impl::restartable(const job_report& r) const {
-  if (inc.number >= req.restarts.max_restarts || interrupts > 0 || refused || done) return false;
+  // --enable-recovery restarts single ranks (rank_recovery.cpp), never the whole job.
+  if (inc.number >= req.restarts.max_restarts || req.restarts.per_rank || interrupts > 0 ||
+      refused || done)
+    return false;
   const auto host_failed = [&] {
     if (r.cause == cause_kind::host_lost) return true;
     // A host whose agent never came up (its ranks "could not start"), not a missing program.

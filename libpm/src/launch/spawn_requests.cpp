@@ -82,6 +82,7 @@ link::rank_spec launcher::impl::spec_of(std::uint32_t r) const {
   link::rank_spec s;
   s.rank = r;
   s.app = req.map.at(r).app;
+  if (const auto restarts = ctl.restarts_of(r); restarts > 0) return respawn_spec_of(r, restarts);
   if (cfg.rank_variables) s.env = joined(rank_profile(req.map, r, req.env));
   add_binding(r, s);  // after the profile's: the same layer (env/compose.hpp)
   s.stdin_from_launcher = r < cfg.stdin_of.size() && cfg.stdin_of[r] != stdin_source::none;

@@ -240,6 +240,11 @@ void driver::execute(ag::action& a) {
     ranks_.forget();
     streams_.forget_ranks();
     pipes_to_pass_.clear();
+  } else if (const auto* f = std::get_if<ag::forget_rank>(&a)) {
+    // --enable-recovery: the rank starts again (its group got SIGKILL just before).
+    ranks_.forget(f->rank);
+    streams_.forget_rank(f->rank);
+    pipes_to_pass_.erase(f->rank);
   } else if (auto* x = std::get_if<ag::exit_agent>(&a)) {
     exit_code_ = x->code;
   } else if (auto* look = std::get_if<ag::sample_ranks>(&a)) {

@@ -256,6 +256,13 @@ void pmix_gateway::execute(pm::agent::pmix_action& a) {
     }
   } else if (auto* x = std::get_if<ag::pmix_restart>(&a)) {
     restart(*x);
+  } else if (const auto* again = std::get_if<ag::pmix_reregister>(&a)) {
+    // --enable-recovery: the rank's next process connects as the same client (registered when
+    // the server registers the job, if it has not yet).
+    if (!server_ || !first_registered_) return;
+    std::vector<std::string> env;
+    const std::string error = server_->rank_env(again->nspace, again->rank, env);
+    if (!error.empty()) say("PMIx: " + error);
   } else if (auto* h = std::get_if<ag::pmix_host_named>(&a)) {
     if (place_.hostname.empty()) place_.hostname = h->hostname;
   } else if (auto* n = std::get_if<ag::pmix_notify_ranks>(&a)) {

@@ -99,6 +99,14 @@ std::size_t rank_processes::sweep_ranks(
   return others().size();
 }
 
+void rank_processes::forget(std::uint32_t rank) {
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end()) return;
+  if (it->second.pidfd) events_.unwatch(it->second.pidfd.get());
+  if (it->second.pid > 0) pm::agent::reap_ended({it->second.pid});
+  ranks_.erase(it);
+}
+
 void rank_processes::forget() {
   for (auto& [rank, r] : ranks_) {
     if (r.pidfd) events_.unwatch(r.pidfd.get());

@@ -46,6 +46,9 @@ class rank_processes {
                           std::vector<std::pair<std::uint32_t, pm::exit_status>>& exits);
   /// A restart is complete: every leader was reaped; the same rank numbers come again.
   void forget();
+  /// --enable-recovery (pm::agent::forget_rank): the rank's leader ended (its group got SIGKILL
+  /// just before); it is reaped and forgotten, and the rank number may come again.
+  void forget(std::uint32_t rank);
 
  private:
   struct leader {

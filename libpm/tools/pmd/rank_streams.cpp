@@ -146,6 +146,21 @@ void rank_streams::stop_reading() {
   paused_.clear();
 }
 
+void rank_streams::forget_rank(std::uint32_t rank) {
+  for (const auto s : {pm::output_stream::out, pm::output_stream::err}) {
+    auto it = forwarded_.find(key(rank, s));
+    if (it == forwarded_.end()) continue;
+    if (it->second.watched && it->second.fd) events_.unwatch(it->second.fd.get());
+    forwarded_.erase(it);
+    std::erase(paused_, key(rank, s));
+  }
+  if (auto it = inputs_.find(rank); it != inputs_.end()) {
+    if (!it->second.pending.empty()) link_.endpoint().acknowledge(it->second.pending.size());
+    if (it->second.watched && it->second.fd) events_.unwatch(it->second.fd.get());
+    inputs_.erase(it);
+  }
+}
+
 void rank_streams::forget_ranks() {
   for (auto& [k, p] : forwarded_) {
     if (p.watched && p.fd) events_.unwatch(p.fd.get());

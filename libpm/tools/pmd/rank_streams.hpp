@@ -55,6 +55,9 @@ class rank_streams {
   /// A restart is complete (pm::agent::forget_ranks): every pipe of the ranks before goes (their
   /// output ended already; input they did not take is acknowledged and dropped).
   void forget_ranks();
+  /// --enable-recovery (pm::agent::forget_rank): the pipes of one rank go (its forwarded output
+  /// ended already; input it did not take is acknowledged and dropped).
+  void forget_rank(std::uint32_t rank);
 
  private:
   // A rank's stdin fed from the launcher's input frames: the write end of its pipe.

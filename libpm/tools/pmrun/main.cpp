@@ -242,6 +242,7 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   request.restarts.max_restarts = options.max_restarts;
   request.restarts.min_hosts = options.min_hosts;
   request.restarts.spares = options.spares;
+  request.restarts.per_rank = options.enable_recovery;
   request.output.tag = options.tag_output;
   request.output.timestamp = options.timestamp_output;
   request.output.merge_stderr = options.merge_stderr;

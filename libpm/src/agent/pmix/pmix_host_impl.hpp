@@ -124,6 +124,7 @@ struct job_state {
   std::string dir;                     // Open MPI's session directory base
   std::string shm_dir;                 // Open MPI's shared-memory segments (empty: in dir)
   std::vector<std::string> setup_env;  // from PMIx_server_setup_application
+  std::vector<std::uint32_t> clients;  // ranks registered as clients (rank_env), unsorted
 };
 
 struct server::impl {

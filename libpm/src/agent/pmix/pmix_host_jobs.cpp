@@ -350,6 +350,16 @@ std::vector<std::string> server::rank_env(const std::string& nspace, std::uint32
   }
   pmix_proc_t p;
   PMIX_PROC_LOAD(&p, nspace.c_str(), rank);
+  auto& clients = it->second.clients;
+  if (std::find(clients.begin(), clients.end(), rank) != clients.end()) {
+    // Registered before: a rank started again alone (--enable-recovery). Its earlier process's
+    // client goes first, so that the next one connects afresh as the same rank.
+    waiter d;
+    PMIx_server_deregister_client(&p, waiter::done, d.cbdata());
+    d.wait(PMIX_SUCCESS, "PMIx_server_deregister_client");
+  } else {
+    clients.push_back(rank);
+  }
   {
     waiter w;
     const pmix_status_t rc = w.wait(PMIx_server_register_client(&p, ::geteuid(), ::getegid(),

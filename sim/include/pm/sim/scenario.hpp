@@ -189,6 +189,10 @@ struct scenario {
   /// lost host's ranks move to one; without one, at least `min_hosts` hosts (when not 0) carry on.
   bool spares = true;
   std::uint32_t min_hosts = 0;
+  /// --enable-recovery (docs/resilience.md, "Recovering single ranks"): a failed rank starts
+  /// again alone, within max_restarts for every rank together (its next process runs the default
+  /// script unless scripts_every_incarnation); with max_restarts 0 the others run on.
+  bool enable_recovery = false;
 
   /// The shape host `host` answers with (empty: none).
   const std::string& topology_of(std::uint32_t host) const;

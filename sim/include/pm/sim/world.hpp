@@ -131,6 +131,8 @@ struct run_result {
   std::vector<agent_loss> agents_lost;  ///< in the order the agents noticed
   /// The incarnations the launcher restarted (scenario::restarts), in order (restarting actions).
   std::vector<incarnation_report> restarts;
+  /// --enable-recovery: the ranks the launcher started again alone, in order.
+  std::vector<rank_restart_report> rank_restarts;
   std::string replay;  ///< the command that replays this run
 
   /// Seed, verdict, problems and the replay command, as a message for a failed test.
