@@ -53,6 +53,15 @@ T parse_number(std::string_view name, std::string_view value, T min, T max) {
   return out;
 }
 
+// A count of restarts or hosts: "-1" says what is wrong with it, not only "not a number".
+std::uint32_t parse_count(std::string_view name, std::string_view value, std::uint32_t min) {
+  if (value.starts_with('-')) {
+    throw error(errc::usage,
+                std::string(name) + " '" + std::string(value) + "': a count cannot be negative");
+  }
+  return parse_number<std::uint32_t>(name, value, min, 1'000'000);
+}
+
 std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view value) {
   // Seconds, possibly fractional ("2.5"), at most a year.
   double seconds = 0;
@@ -583,20 +592,14 @@ const std::vector<option_spec>& option_table() {
        1,
        "on a failure, restart the whole job in place, up to N times (docs/resilience.md)",
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
-         if (v[0].starts_with('-')) {
-           throw error(errc::usage, std::string(n) + " '" + v[0] + "': a count cannot be negative");
-         }
-         st.opts.max_restarts = parse_number<std::uint32_t>(n, v[0], 0, 1'000'000);
+         st.opts.max_restarts = parse_count(n, v[0], 0);
        }},
       {{"--min-hosts"},
        "K",
        1,
        "with --max-restarts: no spare for a lost host, go on if K hosts are left",
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
-         if (v[0].starts_with('-')) {
-           throw error(errc::usage, std::string(n) + " '" + v[0] + "': a count cannot be negative");
-         }
-         st.opts.min_hosts = parse_number<std::uint32_t>(n, v[0], 1, 1'000'000);
+         st.opts.min_hosts = parse_count(n, v[0], 1);
        }},
       {{"--no-spares"},
        "",

@@ -49,12 +49,6 @@ agent_target launcher::impl::target_for(std::uint32_t h) const {
 }
 
 link::job_setup launcher::impl::setup_for(std::uint32_t h) const {
-  const auto joined = [](const std::vector<env_var>& vars) {
-    std::vector<std::string> v;
-    v.reserve(vars.size());
-    for (const auto& x : vars) v.push_back(x.name + "=" + x.value);
-    return v;
-  };
   link::job_setup s;
   s.host = h;
   s.grace_ms = static_cast<std::uint32_t>(req.control.kill_grace.count());
@@ -67,10 +61,10 @@ link::job_setup launcher::impl::setup_for(std::uint32_t h) const {
   s.streams = req.output.merge_stderr ? 1 : 2;
   s.cwd = cfg.cwd;
   s.base = mca_exports;
-  s.overrides = joined(req.env.overrides);
+  s.overrides = env_lines(req.env.overrides);
   for (std::uint32_t i = 0; i < req.apps.size(); ++i) {
     s.apps.push_back(
-        link::app_spec{req.apps[i].argv, req.apps[i].wdir, joined(req.env.app_variables(i))});
+        link::app_spec{req.apps[i].argv, req.apps[i].wdir, env_lines(req.env.app_variables(i))});
   }
   if (pmix_facts) {
     s.pmix = pmix_facts;

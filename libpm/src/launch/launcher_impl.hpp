@@ -50,6 +50,14 @@ struct stall_asking {
   std::uint32_t waiting = 0;
 };
 
+/// NAME=VALUE lines, as the link carries a rank's or a host's variables.
+inline std::vector<std::string> env_lines(const std::vector<env_var>& vars) {
+  std::vector<std::string> v;
+  v.reserve(vars.size());
+  for (const auto& x : vars) v.push_back(x.name + "=" + x.value);
+  return v;
+}
+
 struct launcher::impl {
   explicit impl(launch_config c);
 

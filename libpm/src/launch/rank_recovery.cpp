@@ -9,17 +9,6 @@
 
 namespace pm::launch {
 
-namespace {
-
-std::vector<std::string> joined(const std::vector<env_var>& vars) {
-  std::vector<std::string> v;
-  v.reserve(vars.size());
-  for (const auto& x : vars) v.push_back(x.name + "=" + x.value);
-  return v;
-}
-
-}  // namespace
-
 void launcher::impl::rank_restart_begun(rank_restart_report r) {
   decided(r.host, "restart rank " + std::to_string(r.rank) + " (" + std::to_string(r.number) + ")");
   out->push_back(rank_restarted{std::move(r)});
@@ -42,7 +31,7 @@ link::rank_spec launcher::impl::respawn_spec_of(std::uint32_t r, std::uint32_t r
   if (cfg.rank_variables) {
     auto env = req.env;
     env.facts.restart_count = restarts;
-    s.env = joined(rank_profile(req.map, r, env));
+    s.env = env_lines(rank_profile(req.map, r, env));
   }
   add_binding(r, s);
   s.stdin_from_launcher = false;

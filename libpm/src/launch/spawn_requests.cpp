@@ -11,13 +11,6 @@ namespace pm::launch {
 
 namespace {
 
-std::vector<std::string> joined(const std::vector<env_var>& vars) {
-  std::vector<std::string> v;
-  v.reserve(vars.size());
-  for (const auto& x : vars) v.push_back(x.name + "=" + x.value);
-  return v;
-}
-
 // Spawn requests go out in small batches, so that the launcher never holds every rank's
 // environment at once.
 constexpr std::size_t spawn_batch = 16;
@@ -76,14 +69,14 @@ link::rank_spec launcher::impl::spec_of(std::uint32_t r) const {
     s.app = j->first_app + j->map.at(r - j->first).app;
     if (!cfg.rank_variables) return s;
     // Its map holds the free slots only; the universe is the allocation's (as PMIx says).
-    s.env = joined(rank_profile(j->map, r - j->first, req.env, req.map.total_slots()));
+    s.env = env_lines(rank_profile(j->map, r - j->first, req.env, req.map.total_slots()));
     return s;
   }
   link::rank_spec s;
   s.rank = r;
   s.app = req.map.at(r).app;
   if (const auto restarts = ctl.restarts_of(r); restarts > 0) return respawn_spec_of(r, restarts);
-  if (cfg.rank_variables) s.env = joined(rank_profile(req.map, r, req.env));
+  if (cfg.rank_variables) s.env = env_lines(rank_profile(req.map, r, req.env));
   add_binding(r, s);  // after the profile's: the same layer (env/compose.hpp)
   s.stdin_from_launcher = r < cfg.stdin_of.size() && cfg.stdin_of[r] != stdin_source::none;
   return s;
