@@ -166,4 +166,26 @@ TEST(PmrunRestart, AStalledJobIsRestarted) {
       << r.err;
 }
 
+// Restart options that cannot be met get one line and exit 2 before anything starts.
+TEST(PmrunRestart, RestartOptionsThatCannotBeMetAreOneLine) {
+  const auto expect_line = [](std::vector<std::string> args, const std::string& line) {
+    const auto r = run_command(job(std::move(args), {"exit", "0"}), 30s);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.err, "pmrun: " + line + "\n");
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  };
+  expect_line({"-np", "1", "--max-restarts", "-1"},
+              "--max-restarts '-1': a count cannot be negative");
+  expect_line({"-np", "1", "--max-restarts", "1", "--min-hosts", "-2"},
+              "--min-hosts '-2': a count cannot be negative");
+  expect_line({"-np", "1", "--min-hosts", "1"},
+              "--min-hosts 1 needs --max-restarts: the job goes on with fewer hosts only when it "
+              "restarts");
+  expect_line({"-np", "2", "--max-restarts", "1", "--min-hosts", "2"},
+              "--min-hosts 2 is above the 1 host the job runs on");
+  expect_line({"-np", "1", "--max-restarts", "1", "--min-hosts", "1", "--enable-recovery"},
+              "--min-hosts 1 goes with whole-job restarts; --enable-recovery restarts single ranks "
+              "and never shrinks the job");
+}
+
 }  // namespace

@@ -1288,6 +1288,14 @@ TEST(LauncherSpares, NoSpareStartsWithoutRestartsOrWhenTurnedOff) {
   off.run();
   ASSERT_TRUE(off.report);
   EXPECT_EQ(off.opens[1], 0);
+  // --enable-recovery never restarts the whole job: a spare would never be used.
+  auto e = spare_job(1, 1, 1);
+  e.request.restarts.per_rank = true;
+  world single(std::move(e));
+  single.start();
+  single.run();
+  ASSERT_TRUE(single.report);
+  EXPECT_EQ(single.opens[1], 0);
 }
 
 }  // namespace

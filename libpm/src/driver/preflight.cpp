@@ -57,6 +57,11 @@ void check_restart_policy(const job_request& request) {
                                  " needs --max-restarts: the job goes on with fewer hosts only "
                                  "when it restarts");
   }
+  if (r.per_rank) {
+    throw error(errc::usage, "--min-hosts " + std::to_string(r.min_hosts) +
+                                 " goes with whole-job restarts; --enable-recovery restarts "
+                                 "single ranks and never shrinks the job");
+  }
   const auto nodes = request.map.num_nodes();
   if (r.min_hosts > nodes) {
     throw error(errc::usage, "--min-hosts " + std::to_string(r.min_hosts) + " is above the " +

@@ -159,7 +159,10 @@ std::optional<launcher::impl::next_place> launcher::impl::place_next() const {
 // Hosts the map leaves empty are spares when the launch may restart: their agents start now,
 // after the job's own hosts, so that a lost host's ranks find one ready.
 void launcher::impl::open_spares() {
-  if (req.restarts.max_restarts == 0 || !req.restarts.spares || done || finishing) return;
+  // --enable-recovery never restarts the whole job: no spare could be used.
+  if (req.restarts.max_restarts == 0 || !req.restarts.spares || req.restarts.per_rank || done ||
+      finishing)
+    return;
   for (std::uint32_t h = 0; h < hosts.size(); ++h) {
     if (req.map.node_of_host(h) || hosts[h].attempts > 0) continue;
     hosts[h].spare = true;
