@@ -143,10 +143,17 @@ void world::final_checks() {
     // A host cut off for good: its agent must give up on the launcher by itself, when the
     // silence runs out or, at the latest, when the launcher's closing reaches it after the heal.
     if (h.partition_fired && h.lost && !h.shutdown_seen && !h.crashed && h.agent) {
-      const auto bound =
-          std::max(h.part_from + detection_promise(),
-                   h.part_until + s_.latency.link.count() + s_.latency.link_jitter.count()) +
-          2'000'000;  // whole ms, ticks on a 1 ms grid
+      // The launcher's closing travels through the host's tree parents: when one of them
+      // crashed, it never comes, and what the heal let through (a heartbeat) starts the agent's
+      // silence anew: it gives up a detection time after the heal.
+      bool relay_crashed = false;
+      for (auto a = h.parent; a != no_host && !relay_crashed; a = hosts_[a].parent)
+        relay_crashed = hosts_[a].crashed;
+      const auto after_heal = h.part_until + s_.latency.link.count() +
+                              s_.latency.link_jitter.count() +
+                              (relay_crashed ? detection_promise() : 0);
+      const auto bound = std::max(h.part_from + detection_promise(), after_heal) +
+                         2'000'000;  // whole ms, ticks on a 1 ms grid
       if (h.agent_detect_at < 0 || h.agent_detect_at > bound)
         correctness("the agent on " + host_name(host) + " was cut off from " +
                     format_duration(sim_time(h.part_from)) + " and gave up on the launcher " +
