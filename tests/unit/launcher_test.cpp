@@ -1273,29 +1273,23 @@ TEST(LauncherSpares, ALostSpareIsQuarantinedAndTheJobGoesOn) {
   EXPECT_EQ(w.report->quarantined[0].host, 1u);
 }
 
-TEST(LauncherSpares, NoSpareStartsWithoutRestartsOrWhenTurnedOff) {
+// How often the one spare of a 1-host job was opened when the job ran with `policy`.
+int spare_opens(void (*policy)(pm::restart_policy&)) {
   auto c = spare_job(1, 1, 1);
-  c.request.restarts.max_restarts = 0;
-  world plain(std::move(c));
-  plain.start();
-  plain.run();
-  ASSERT_TRUE(plain.report);
-  EXPECT_EQ(plain.opens[1], 0);
-  auto d = spare_job(1, 1, 1);
-  d.request.restarts.spares = false;
-  world off(std::move(d));
-  off.start();
-  off.run();
-  ASSERT_TRUE(off.report);
-  EXPECT_EQ(off.opens[1], 0);
+  policy(c.request.restarts);
+  world w(std::move(c));
+  w.start();
+  w.run();
+  EXPECT_TRUE(w.report);
+  return w.opens[1];
+}
+
+TEST(LauncherSpares, NoSpareStartsWithoutRestartsOrWhenTurnedOff) {
+  EXPECT_EQ(spare_opens([](pm::restart_policy& p) { p.max_restarts = 0; }), 0);
+  EXPECT_EQ(spare_opens([](pm::restart_policy& p) { p.spares = false; }), 0);
   // --enable-recovery never restarts the whole job: a spare would never be used.
-  auto e = spare_job(1, 1, 1);
-  e.request.restarts.per_rank = true;
-  world single(std::move(e));
-  single.start();
-  single.run();
-  ASSERT_TRUE(single.report);
-  EXPECT_EQ(single.opens[1], 0);
+  EXPECT_EQ(spare_opens([](pm::restart_policy& p) { p.per_rank = true; }), 0);
+  EXPECT_EQ(spare_opens([](pm::restart_policy&) {}), 1);
 }
 
 }  // namespace
