@@ -11,32 +11,15 @@
 
 #include "support/command.hpp"
 #include "support/processes.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+using pm::test::count_of;
+using pm::test::read_json;
 using pm::test::run_command;
-
-std::size_t count(const std::string& text, const std::string& part) {
-  std::size_t n = 0;
-  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
-
-struct scratch {
-  std::filesystem::path dir;
-  scratch() {
-    char t[] = "/tmp/pm-recovery-XXXXXX";
-    dir = ::mkdtemp(t);
-  }
-  ~scratch() { std::filesystem::remove_all(dir); }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-};
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
+using scratch = pm::test::scratch_dir;
 
 std::vector<std::string> pmrun(std::vector<std::string> args) {
   args.insert(args.begin(), {pm::test::pmrun_path(), "--allow-run-as-root"});
@@ -47,7 +30,7 @@ std::vector<std::string> pmrun(std::vector<std::string> args) {
 // yet, and creates it). Every task completes, the job succeeds, exactly those 5 were restarted,
 // once each, and the output of both processes of each is there.
 TEST(PmrunRecovery, OneHundredTasksFiveFailOnceAllComplete) {
-  scratch s;
+  scratch s("pm-recovery");
   const std::set<int> failing = {3, 27, 50, 71, 99};
   const std::string task =
       "r=$OMPI_COMM_WORLD_RANK; case $r in 3|27|50|71|99) if [ ! -e " + s.dir.string() +
@@ -60,14 +43,14 @@ TEST(PmrunRecovery, OneHundredTasksFiveFailOnceAllComplete) {
                   120s);
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(count(r.err, "pmrun: restarting rank "), 5u) << r.err;
+  EXPECT_EQ(count_of(r.err, "pmrun: restarting rank "), 5u) << r.err;
   for (int rank = 0; rank < 100; ++rank) {
     const bool fails = failing.contains(rank);
     const auto done = "done " + std::to_string(rank) + " " + (fails ? "1" : "0") + "\n";
-    EXPECT_EQ(count(r.out, done), 1u) << rank << "\n" << r.out;
+    EXPECT_EQ(count_of(r.out, done), 1u) << rank << "\n" << r.out;
     if (fails) {
-      EXPECT_EQ(count(r.out, "first " + std::to_string(rank) + "\n"), 1u) << r.out;
-      EXPECT_EQ(count(r.err, "oops " + std::to_string(rank) + "\n"), 1u) << r.err;
+      EXPECT_EQ(count_of(r.out, "first " + std::to_string(rank) + "\n"), 1u) << r.out;
+      EXPECT_EQ(count_of(r.err, "oops " + std::to_string(rank) + "\n"), 1u) << r.err;
       EXPECT_TRUE(std::regex_search(
           r.err, std::regex("pmrun: restarting rank " + std::to_string(rank) +
                             " on \\S+ \\([1-5] of 10\\): rank " + std::to_string(rank) +
@@ -100,14 +83,14 @@ TEST(PmrunRecovery, OneHundredTasksFiveFailOnceAllComplete) {
 // The budget is the launch's: a task that always fails spends it, and its last failure then ends
 // the job by the failure policy (abort, its exit code).
 TEST(PmrunRecovery, ATaskThatAlwaysFailsSpendsTheBudgetThenEndsTheJob) {
-  scratch s;
+  scratch s("pm-recovery");
   auto r = run_command(
       pmrun({"-np", "3", "--enable-recovery", "--max-restarts", "3", "--report", s.file("r.json"),
              pm::test::payload_path(), "pid", "if-rank", "1", "exit", "9", "sleep", "30"}),
       60s);
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 9) << r.err;
-  EXPECT_EQ(count(r.err, "pmrun: restarting rank 1 "), 3u) << r.err;
+  EXPECT_EQ(count_of(r.err, "pmrun: restarting rank 1 "), 3u) << r.err;
   EXPECT_NE(r.err.find("(3 of 3)"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("(4 of 3)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank 1 on "), std::string::npos);
@@ -133,7 +116,7 @@ TEST(PmrunRecovery, WithoutABudgetTheOthersRunOn) {
                        60s);
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 4) << r.err;
-  EXPECT_EQ(count(r.out, "finished\n"), 2u) << r.out;
+  EXPECT_EQ(count_of(r.out, "finished\n"), 2u) << r.out;
   EXPECT_EQ(r.err.find("restarting"), std::string::npos) << r.err;
 }
 
@@ -148,7 +131,7 @@ TEST(PmrunRecovery, AProgramThatCannotStartIsNotRestarted) {
 // A restarted rank's output: its earlier process's lines and its own, also in --output-filename
 // files (appended), and what its earlier process left (a grandchild holding its output) is gone.
 TEST(PmrunRecovery, ARestartedRanksOutputIsKept) {
-  scratch s;
+  scratch s("pm-recovery");
   auto r = run_command(pmrun({"-np",
                               "2",
                               "--enable-recovery",
@@ -176,22 +159,22 @@ TEST(PmrunRecovery, ARestartedRanksOutputIsKept) {
                        60s);
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(count(r.out, "hello\n"), 3u) << r.out;
-  EXPECT_EQ(count(r.out, "TORCHELASTIC_RESTART_COUNT=1\n"), 1u) << r.out;
-  EXPECT_EQ(count(r.out, "TORCHELASTIC_RESTART_COUNT=0\n"), 1u) << r.out;
+  EXPECT_EQ(count_of(r.out, "hello\n"), 3u) << r.out;
+  EXPECT_EQ(count_of(r.out, "TORCHELASTIC_RESTART_COUNT=1\n"), 1u) << r.out;
+  EXPECT_EQ(count_of(r.out, "TORCHELASTIC_RESTART_COUNT=0\n"), 1u) << r.out;
   const auto left = pm::test::printed_pids(r.out, "grandchild");
   EXPECT_EQ(left.size(), 1u) << r.out;
   EXPECT_TRUE(pm::test::all_gone(left, 2s));
   std::ifstream f(s.file("out") + "/1/rank.1/stdout");
   std::stringstream text;
   text << f.rdbuf();
-  EXPECT_EQ(count(text.str(), "hello\n"), 2u) << text.str();
+  EXPECT_EQ(count_of(text.str(), "hello\n"), 2u) << text.str();
 }
 
 TEST(PmrunRecovery, EnableAndDisableTogetherIsAUsageError) {
   auto r = run_command(pmrun({"--enable-recovery", "--disable-recovery", "-np", "1", "true"}));
   EXPECT_EQ(r.exit_code, 2) << r.err;  // docs/exit-codes.md: usage
-  EXPECT_EQ(count(r.err, "\n"), 1u) << r.err;
+  EXPECT_EQ(count_of(r.err, "\n"), 1u) << r.err;
   EXPECT_NE(r.err.find("--enable-recovery and --disable-recovery"), std::string::npos) << r.err;
 }
 

@@ -15,11 +15,15 @@
 
 #include "support/command.hpp"
 #include "support/processes.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+using pm::test::count_of;
+using pm::test::read_json;
 using pm::test::run_command;
+using scratch = pm::test::scratch_dir;
 
 std::vector<std::string> job(std::vector<std::string> args, const std::vector<std::string>& steps) {
   args.insert(args.begin(), {pm::test::pmrun_path(), "--allow-run-as-root"});
@@ -28,33 +32,12 @@ std::vector<std::string> job(std::vector<std::string> args, const std::vector<st
   return args;
 }
 
-std::size_t count(const std::string& text, const std::string& part) {
-  std::size_t n = 0;
-  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
-
-struct scratch {
-  std::filesystem::path dir;
-  scratch() {
-    char t[] = "/tmp/pm-restart-XXXXXX";
-    dir = ::mkdtemp(t);
-  }
-  ~scratch() { std::filesystem::remove_all(dir); }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-};
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
 // Incarnation 0: rank 2 exits 7, and every rank leaves a grandchild that holds its output open
 // and a daemon (setsid) behind. Incarnation 1: rank 0 exits 5. Incarnation 2 succeeds. Nothing of
 // an earlier incarnation outlives it: the run ends at once (the grandchildren held the output), and
 // every pid any incarnation printed is gone.
 TEST(PmrunRestart, TheJobRestartsInPlaceUntilAnIncarnationSucceeds) {
-  scratch s;
+  scratch s("pm-restart");
   const auto start = std::chrono::steady_clock::now();
   // clang-format off
   auto r = run_command(job({"-np", "4", "--max-restarts", "3", "--report", s.file("r.json")},
@@ -78,10 +61,10 @@ TEST(PmrunRestart, TheJobRestartsInPlaceUntilAnIncarnationSucceeds) {
       r.err, std::regex("pmrun: restarting the job \\(2 of 3\\): rank 0 on \\S+ exited with "
                         "code 5\n")))
       << r.err;
-  EXPECT_EQ(count(r.err, "restarting the job"), 2u) << r.err;
-  EXPECT_EQ(count(r.out, "done\n"), 4u) << r.out;  // the last incarnation, every rank
+  EXPECT_EQ(count_of(r.err, "restarting the job"), 2u) << r.err;
+  EXPECT_EQ(count_of(r.out, "done\n"), 4u) << r.out;  // the last incarnation, every rank
   for (const auto* inc : {"=0\n", "=1\n", "=2\n"}) {
-    EXPECT_GE(count(r.out, std::string("TORCHELASTIC_RESTART_COUNT") + inc), 1u) << r.out;
+    EXPECT_GE(count_of(r.out, std::string("TORCHELASTIC_RESTART_COUNT") + inc), 1u) << r.out;
   }
   auto pids = pm::test::printed_pids(r.out, "pid");
   const auto left = pm::test::printed_pids(r.out, "grandchild");
@@ -107,11 +90,11 @@ TEST(PmrunRestart, TheJobRestartsInPlaceUntilAnIncarnationSucceeds) {
 }
 
 TEST(PmrunRestart, TheBudgetIsTheLaunchsAndTheLastFailureDecides) {
-  scratch s;
+  scratch s("pm-restart");
   auto r = run_command(job({"-np", "2", "--max-restarts", "2", "--report", s.file("r.json")},
                            {"if-rank", "1", "exit", "7", "sleep", "30"}));
   EXPECT_EQ(r.exit_code, 7) << r.err;
-  EXPECT_EQ(count(r.err, "restarting the job"), 2u) << r.err;
+  EXPECT_EQ(count_of(r.err, "restarting the job"), 2u) << r.err;
   EXPECT_NE(r.err.find("(2 of 2)"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("(3 of 2)"), std::string::npos) << r.err;
   const auto report = read_json(s.file("r.json"));
@@ -126,7 +109,7 @@ TEST(PmrunRestart, AProgramThatCannotStartOrAnInterruptIsNotRestarted) {
   EXPECT_EQ(missing.exit_code, 127);
   EXPECT_EQ(missing.err.find("restarting"), std::string::npos) << missing.err;
 
-  scratch s;
+  scratch s("pm-restart");
   pm::test::background b(job({"-np", "2", "--max-restarts", "3", "--report", s.file("r.json")},
                              {"pid", "sleep", "30"}));
   b.wait_lines(2);
@@ -142,7 +125,7 @@ TEST(PmrunRestart, AProgramThatCannotStartOrAnInterruptIsNotRestarted) {
 }
 
 TEST(PmrunRestart, PerRankFilesKeepEveryIncarnationsOutput) {
-  scratch s;
+  scratch s("pm-restart");
   auto r = run_command(
       job({"-np", "2", "--max-restarts", "1", "--output-filename", s.file("out")},
           {"env", "TORCHELASTIC_RESTART_COUNT", "if-restart", "0", "if-rank", "1", "exit", "3"}));
