@@ -242,9 +242,7 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
     if (options->agent_path != nullptr) request.agent_path = options->agent_path;
     request.restarts.max_restarts = run->options.max_restarts;
     request.restarts.per_rank = run->options.enable_recovery != 0;
-    // As pmrun: recovery without restarts lets the others run on past a failed rank.
-    if (request.restarts.per_rank && request.restarts.max_restarts == 0)
-      request.control.abort_on_failure = false;
+    // Recovery without restarts lets the others run on: the launcher's rule (restart_policy).
 
     run->requests.fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (run->requests.fd < 0)

@@ -32,8 +32,7 @@ launch::launch_config world::launch_config_for() {
   r.restarts.spares = s_.spares;
   r.restarts.min_hosts = s_.min_hosts;
   r.restarts.per_rank = s_.enable_recovery;
-  // As pmrun: recovery without restarts lets the job run on past a failed rank.
-  if (s_.enable_recovery && s_.max_restarts == 0) r.control.abort_on_failure = false;
+  // Recovery without restarts lets the job run on past a failed rank: the launcher's rule.
   r.output.merge_stderr = s_.control.streams_per_rank < 2;
   // PMIx facts for every rank on every host cost O(ranks x hosts): only where a rank's script
   // makes PMIx calls or notices are asked for (only PMIx ranks can be told; world.cpp).

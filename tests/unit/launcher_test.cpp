@@ -985,6 +985,30 @@ TEST(LauncherRecovery, AFailedRankIsSpawnedAgainAloneWithItsOwnCount) {
   EXPECT_EQ(json.find("incarnations"), std::string::npos) << json;
 }
 
+// --enable-recovery without a budget (PRRTE's default): nothing restarts and the others run on
+// past the failed rank, decided by the launcher for every embedder; keep_abort (pmrun's explicit
+// -mca orte_abort_on_non_zero_status 1) keeps the abort.
+TEST(LauncherRecovery, WithoutABudgetTheOthersRunOnUnlessTheAbortIsKept) {
+  for (const bool keep : {false, true}) {
+    auto c = remote_job(2, 1);
+    c.request.restarts.per_rank = true;
+    c.request.restarts.keep_abort = keep;
+    world w(std::move(c));
+    w.exit_code[1] = 7;
+    w.keep_running = {0};
+    w.start();
+    w.run(2s);
+    if (keep) {
+      ASSERT_TRUE(w.report);
+      EXPECT_EQ(w.report->ranks_killed, 1u);
+    } else {
+      EXPECT_FALSE(w.report) << "the others were stopped";
+      EXPECT_TRUE(w.received<link::signal_request>(0).empty());
+    }
+    EXPECT_TRUE(w.rank_restarts.empty());
+  }
+}
+
 TEST(LauncherRecovery, TheSpentBudgetLeavesTheFailureToThePolicy) {
   auto c = remote_job(2, 1);
   c.request.restarts.max_restarts = 1;

@@ -139,9 +139,13 @@ struct restart_policy {
   /// that fails is started again alone (same rank, host and environment; its own restart count),
   /// while the other ranks keep running; `max_restarts` is then one budget for every rank of the
   /// launch together, and the job never restarts as a whole. With max_restarts 0 no rank is
-  /// restarted and the job goes on without the failed ones (controller_options::abort_on_failure
-  /// off: pmrun sets it so). Once the budget is spent, the failure policy applies.
+  /// restarted and the job goes on without the failed ones (the launcher turns
+  /// controller_options::abort_on_failure off, unless keep_abort). Once the budget is spent, the
+  /// failure policy applies.
   bool per_rank = false;
+  /// per_rank with max_restarts 0 keeps the failure policy as given (pmrun: an explicit
+  /// `-mca orte_abort_on_non_zero_status 1`) instead of letting the others run on.
+  bool keep_abort = false;
 };
 
 /// Everything a job needs, decided before any rank starts.

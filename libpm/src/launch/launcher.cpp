@@ -20,14 +20,6 @@ std::string joined(const env_var& v) {
   return s;
 }
 
-controller_options control_of(const job_request& r) {
-  controller_options c = r.control;
-  c.streams_per_rank = r.output.merge_stderr ? 1 : 2;
-  c.notify_failures = r.pmix;  // only PMIx ranks can be told (their agents' servers send events)
-  c.rank_restarts = r.restarts.per_rank ? r.restarts.max_restarts : 0;
-  return c;
-}
-
 }  // namespace
 
 launcher::impl::impl(launch_config c)
@@ -555,6 +547,18 @@ std::vector<agent_report> launcher::agents() const {
     list.push_back(std::move(a));
   }
   return list;
+}
+
+controller_options control_of(const job_request& r) {
+  controller_options c = r.control;
+  c.streams_per_rank = r.output.merge_stderr ? 1 : 2;
+  c.notify_failures = r.pmix;  // only PMIx ranks can be told (their agents' servers send events)
+  c.rank_restarts = r.restarts.per_rank ? r.restarts.max_restarts : 0;
+  // PRRTE's meaning: recovery without a budget restarts nothing and lets the others run on past
+  // a failed rank, unless the failure policy was asked for (restart_policy::keep_abort).
+  if (r.restarts.per_rank && r.restarts.max_restarts == 0 && !r.restarts.keep_abort)
+    c.abort_on_failure = false;
+  return c;
 }
 
 }  // namespace pm::launch

@@ -58,6 +58,9 @@ inline std::vector<std::string> env_lines(const std::vector<env_var>& vars) {
   return v;
 }
 
+/// The controller's options for the request's job (every incarnation's: launcher.cpp).
+controller_options control_of(const job_request& r);
+
 struct launcher::impl {
   explicit impl(launch_config c);
 

@@ -364,9 +364,7 @@ void launcher::impl::start_incarnation() {
   ++inc.number;
   inc.started_at = now;
   decided(job_wide, "incarnation " + std::to_string(inc.number));
-  auto options = req.control;
-  options.streams_per_rank = req.output.merge_stderr ? 1 : 2;
-  options.notify_failures = req.pmix;
+  auto options = control_of(req);
   if (options.timeout.count() > 0) {
     // --timeout bounds the whole launch, every incarnation together.
     const auto left = options.timeout - std::chrono::duration_cast<std::chrono::milliseconds>(

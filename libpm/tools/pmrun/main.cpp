@@ -243,6 +243,8 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   request.restarts.min_hosts = options.min_hosts;
   request.restarts.spares = options.spares;
   request.restarts.per_rank = options.enable_recovery;
+  // The parser already turned the policy off for --enable-recovery alone unless it was given.
+  request.restarts.keep_abort = options.abort_on_failure;
   request.output.tag = options.tag_output;
   request.output.timestamp = options.timestamp_output;
   request.output.merge_stderr = options.merge_stderr;
