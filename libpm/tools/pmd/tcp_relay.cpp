@@ -106,6 +106,7 @@ void tcp_relay::update(std::uint64_t id, pair& p) {
         // Read while the other side keeps up; write while something waits.
         want = (other.out.size() < high_water ? EPOLLIN : 0u) | (me.out.empty() ? 0u : EPOLLOUT);
         break;
+      case phase::waiting:
       case phase::draining:
         want = EPOLLIN;  // only the server's side is left; nothing more goes to it
         break;
@@ -127,6 +128,10 @@ void tcp_relay::remove(std::uint64_t id) {
     if (s.fd && s.registered) ::epoll_ctl(epoll_, EPOLL_CTL_DEL, s.fd.get(), nullptr);
   }
   pairs_.erase(it);  // closes both
+  if (draining_ == id) {
+    draining_.reset();
+    hang_up_next();
+  }
 }
 
 void tcp_relay::close_all() {
@@ -134,13 +139,13 @@ void tcp_relay::close_all() {
     for (auto& s : p.s) {
       if (s.fd && s.registered) ::epoll_ctl(epoll_, EPOLL_CTL_DEL, s.fd.get(), nullptr);
     }
-    // The server's side: end-of-stream for libpmix (a receive it waits in returns), while what it
-    // still writes (an event to a rank that is gone) is taken, not refused with EPIPE and a line
-    // on pmd's stderr; closed with the relay.
-    if (p.s[1].fd && ::shutdown(p.s[1].fd.get(), SHUT_WR) == 0)
-      held_.push_back(std::move(p.s[1].fd));
+    // The server's side stays open and unread: libpmix sees no loss (step 4) and never fails a
+    // write to it; the process's end closes it.
+    if (p.s[1].fd) held_.push_back(std::move(p.s[1].fd));
   }
   pairs_.clear();  // closes the clients' sides
+  waiting_.clear();
+  draining_.reset();
 }
 
 bool tcp_relay::drain(side& to) {
@@ -268,10 +273,27 @@ void tcp_relay::client_gone(std::uint64_t id, pair& p) {
   p.s[0] = side{};
   p.s[1].out.clear();
   std::string().swap(p.s[1].out);
-  ::shutdown(p.s[1].fd.get(), SHUT_WR);
-  p.ph = phase::draining;
-  p.deadline = clock::now() + opts_.drain_deadline;
+  p.ph = phase::waiting;
   update(id, p);
+  waiting_.push_back(id);
+  if (!draining_) hang_up_next();
+}
+
+// One loss at a time (step 4): libpmix closes its end at the start of handling a loss, and the
+// answers that handling queues run before its next look at the sockets, so the next shutdown is
+// seen only after them.
+void tcp_relay::hang_up_next() {
+  while (!draining_ && !waiting_.empty()) {
+    const std::uint64_t id = waiting_.front();
+    waiting_.pop_front();
+    auto it = pairs_.find(id);
+    if (it == pairs_.end() || it->second.ph != phase::waiting) continue;  // libpmix closed first
+    pair& p = it->second;
+    ::shutdown(p.s[1].fd.get(), SHUT_WR);
+    p.ph = phase::draining;
+    p.deadline = clock::now() + opts_.drain_deadline;
+    draining_ = id;
+  }
 }
 
 void tcp_relay::on_event(std::uint64_t tag, std::uint32_t events) {
@@ -286,7 +308,7 @@ void tcp_relay::on_event(std::uint64_t tag, std::uint32_t events) {
     if (!greet(id, p)) remove(id);
     return;
   }
-  if (p.ph == phase::draining) {
+  if (p.ph == phase::waiting || p.ph == phase::draining) {
     bool over = false;
     char buf[4096];
     while (!over) {
@@ -320,7 +342,7 @@ void tcp_relay::on_event(std::uint64_t tag, std::uint32_t events) {
 void tcp_relay::on_timer(clock::time_point now) {
   std::vector<std::uint64_t> due;
   for (const auto& [id, p] : pairs_) {
-    if (p.ph != phase::relaying && p.deadline <= now) due.push_back(id);
+    if (has_deadline(p.ph) && p.deadline <= now) due.push_back(id);
   }
   for (const auto id : due) {
     if (pairs_.at(id).ph == phase::greeting) {
@@ -335,7 +357,7 @@ void tcp_relay::on_timer(clock::time_point now) {
 std::optional<tcp_relay::clock::time_point> tcp_relay::next_deadline() const {
   std::optional<clock::time_point> first;
   for (const auto& [id, p] : pairs_) {
-    if (p.ph == phase::relaying) continue;
+    if (!has_deadline(p.ph)) continue;
     if (!first || p.deadline < *first) first = p.deadline;
   }
   return first;

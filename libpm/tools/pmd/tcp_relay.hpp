@@ -10,7 +10,12 @@
 //   3. connects to the server's Unix socket, hands the message over in one piece and pumps bytes
 //      both ways; when a client leaves, the server's side is shut for writing only and what
 //      libpmix still writes is read and dropped until it closes its end (libpmix 4.2.2 crashes
-//      when a write of its answer to a handshake fails, and prints a line for any other).
+//      when a write of its answer to a handshake fails, and prints a line for any other);
+//   4. tells libpmix of the clients that left one at a time: the next server's side is shut only
+//      once libpmix closed the last one's end. libpmix 4.2.2 answers a fence of this host's ranks
+//      again for every further client it finds gone in the same pass, after the first answer
+//      freed the fence (a use-after-free that corrupted pmd's heap when the ranks of a job
+//      blocked in a fence were killed together; docs/pmix.md, "Clients that leave together").
 //
 // Driven by an epoll set the owner polls: add() registers both descriptors of a pair under tags
 // `tag_base | id << 1 | side`, on_event() takes such a tag, on_timer() runs the deadlines
@@ -21,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -64,10 +70,9 @@ class tcp_relay {
   void on_timer(clock::time_point now);
   /// The earliest deadline of a connection (nothing: none is waiting).
   std::optional<clock::time_point> next_deadline() const;
-  /// Ends every connection (before the server is finalized: its progress thread must not wait
-  /// on a connection whose end only pmd's thread could deliver): the clients' sides are closed,
-  /// the server's are shut for writing (libpmix reads end-of-stream; what it still writes is
-  /// taken) and closed when the relay goes.
+  /// Ends every connection at pmd's end: the clients' sides are closed; the server's are kept
+  /// open, untouched, until the relay goes (pmd then ends without finalizing the server, so
+  /// libpmix never processes their loss: all of them at once is what it mishandles, step 4).
   void close_all();
 
   bool owns(std::uint64_t tag) const { return (tag & ~mask) == base_; }
@@ -87,7 +92,10 @@ class tcp_relay {
   enum class phase {
     greeting,  // the client's handshake is being read; no server side yet
     relaying,
-    draining,  // the client left: what the server still writes is read and dropped
+    waiting,   // the client left; libpmix is told when its turn comes (step 4). Meanwhile what
+               // the server writes is read and dropped.
+    draining,  // the client left and the server's side is shut: what it still writes is read and
+               // dropped until it closes its end
   };
   struct pair {
     side s[2];  // 0: the client (rank or tool), 1: the server
@@ -95,6 +103,8 @@ class tcp_relay {
     std::string first;             // greeting: what the client sent so far
     clock::time_point deadline{};  // greeting and draining
   };
+  // Greeting and draining pairs are timed; a waiting pair's time starts when its turn comes.
+  static bool has_deadline(phase ph) { return ph == phase::greeting || ph == phase::draining; }
   void update(std::uint64_t id, pair& p);
   void remove(std::uint64_t id);
   bool greet(std::uint64_t id, pair& p);  // false: the pair is over
@@ -103,6 +113,7 @@ class tcp_relay {
   bool drain(side& to);         // false: write failed
   bool forward(side& to, const char* bytes, std::size_t n);  // false: write failed
   void client_gone(std::uint64_t id, pair& p);
+  void hang_up_next();  // no pair draining: shuts the server's side of the first one waiting
   void refuse(long uid, const std::string& why);
   void once(const std::string& kind, const std::string& line);
 
@@ -112,7 +123,9 @@ class tcp_relay {
   pm::link::owned_fd diag_;  // NETLINK_SOCK_DIAG, opened on first use
   std::uint64_t next_ = 0;
   std::unordered_map<std::uint64_t, pair> pairs_;
-  std::vector<pm::link::owned_fd> held_;  // the server's sides after close_all()
+  std::deque<std::uint64_t> waiting_;      // pairs whose client left, in the order they left
+  std::optional<std::uint64_t> draining_;  // the pair whose server's side is shut
+  std::vector<pm::link::owned_fd> held_;   // the server's sides after close_all()
   std::map<long, std::uint64_t> refused_;
   std::map<std::string, std::uint64_t> said_;  // lines said once, by kind, and how often they came
 };
