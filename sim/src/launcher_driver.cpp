@@ -176,6 +176,10 @@ void world::carry_out(launch::launch_action& a) {
           [&](launch::input_ready&) {},
           [&](launch::restarting& x) { new_incarnation(std::move(x.ended)); },
           [&](launch::rank_restarted& x) { rank_restarted(std::move(x.restart)); },
+          // The simulator offers no discovery command (docs/simulator.md): it never asks for one.
+          [&](launch::discover_hosts&) {
+            correctness("the launcher ran a host discovery command the scenario has none of");
+          },
           [&](launch::finished& x) { on_finished(std::move(x.report)); },
       },
       a);

@@ -169,6 +169,14 @@ TEST(PmrunRestart, RestartOptionsThatCannotBeMetAreOneLine) {
   expect_line({"-np", "1", "--max-restarts", "1", "--min-hosts", "1", "--enable-recovery"},
               "--min-hosts 1 goes with whole-job restarts; --enable-recovery restarts single ranks "
               "and never shrinks the job");
+  expect_line({"-np", "1", "--host-discovery-script", "echo localhost"},
+              "--host-discovery-script needs --max-restarts: hosts join when the job restarts");
+  expect_line({"-np", "1", "--max-restarts", "1", "--enable-recovery", "--host-discovery-script",
+               "echo localhost"},
+              "--host-discovery-script goes with whole-job restarts; --enable-recovery restarts "
+              "single ranks where they ran");
+  expect_line({"-np", "1", "--max-restarts", "1", "--host-discovery-script", " "},
+              "--host-discovery-script: the command is empty");
 }
 
 }  // namespace

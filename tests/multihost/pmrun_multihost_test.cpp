@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -474,6 +475,85 @@ TEST(PmrunMultihost, WithoutASpareMinHostsGoesOnWithTheHostsLeft) {
     EXPECT_NE(what.find(" 4"), std::string::npos) << r.out;  // WORLD_SIZE 4
   }
   EXPECT_EQ(second.at("0").substr(0, f.hosts()[1].name.size()), f.hosts()[1].name);
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+// --host-discovery-script (docs/resilience.md, "Hosts that join"): the job runs on three hosts
+// with no spare; the fourth is only named by the discovery script, which pmrun runs at the
+// restart. The lost host's ranks move to it with their numbers; the script ran once.
+TEST(PmrunMultihost, ALostHostsRanksMoveToAHostTheDiscoveryScriptNames) {
+  NEED_HOSTS();
+  multihost_fixture f(4);
+  const auto victim = f.hosts()[1].name, joiner = f.hosts()[3].name;
+  pm::test::playground dir("pm-discover");
+  const auto script = dir / "hosts.sh", runs = dir / "runs";
+  {
+    std::ofstream s(script);
+    s << "#!/bin/sh\necho run >> " << runs << "\n# the hosts up now\n";
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (i != 1) s << "echo " << f.hosts()[i].name << ":2\n";
+    }
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  std::string three;
+  for (std::size_t i = 0; i < 3; ++i) three += (i ? "," : "") + f.hosts()[i].name + ":2";
+  std::thread killer([&] {
+    bool up = true;
+    for (std::size_t i = 0; i < 3; ++i) up = up && busy(f, f.hosts()[i].name, 2);
+    if (up) f.crash(victim);
+  });
+  const auto r = run_command(
+      pmrun(f, {"-H", three, "-np", "6", "--max-restarts", "2", "--host-discovery-script", script,
+                "sh", "-c", where_script, pm::test::payload_path(), "if-restart", "0", "sleep",
+                "30", "echo", "done"}),
+      60s);
+  killer.join();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("host " + joiner + " joins (--host-discovery-script)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("ranks 2-3 move from " + victim + " to spare " + joiner), std::string::npos)
+      << r.err;
+  EXPECT_EQ(pm::test::slurp(runs), "run\n");
+  const auto first = placements(r.out, "0"), second = placements(r.out, "1");
+  ASSERT_EQ(second.size(), 6u) << r.out;
+  for (const auto& [rank, what] : second) {
+    const auto before = first.at(rank);
+    if (rank == "2" || rank == "3") {
+      EXPECT_EQ(what.substr(0, joiner.size()), joiner) << r.out;
+      EXPECT_EQ(what.substr(joiner.size()), before.substr(victim.size())) << r.out;
+    } else {
+      EXPECT_EQ(what, before) << r.out;
+    }
+  }
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+// A discovery script that fails or prints garbage is one line; the restart goes on with what it
+// has (here: nothing for the lost host's ranks, so the launch ends with the loss's code).
+TEST(PmrunMultihost, ADiscoveryScriptThatPrintsGarbageIsOneLineAndTheLaunchEnds) {
+  NEED_HOSTS();
+  multihost_fixture f(2);
+  const auto victim = f.hosts()[1].name;
+  std::thread killer([&] {
+    bool up = true;
+    for (const auto& h : f.hosts()) up = up && busy(f, h.name, 1);
+    if (up) f.crash(victim);
+  });
+  const auto r = run_command(pmrun(f, {"-H", hosts_with_slots(f, 1), "-np", "2", "--max-restarts",
+                                       "1", "--host-discovery-script", "echo 'node9 and more'",
+                                       pm::test::payload_path(), "if-restart", "0", "sleep", "30"}),
+                             60s);
+  killer.join();
+  EXPECT_EQ(r.exit_code, 213) << r.err;
+  EXPECT_NE(r.err.find("pmrun: host discovery failed: 'echo 'node9 and more'' printed line 1: "
+                       "'node9 and more' is not host[:slots]; going on with the hosts there are\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("pmrun: cannot restart the job: no spare or discovered host takes the "
+                       "ranks of lost host " +
+                       victim + "\n"),
+            std::string::npos)
+      << r.err;
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 

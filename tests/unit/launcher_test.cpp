@@ -98,6 +98,8 @@ struct world {
   std::map<std::uint32_t, int> started_times;
   std::vector<pm::rank_restart_report> rank_restarts;
   std::map<std::uint32_t, link::stall_report> stall_answers;  // per host; none: it stays silent
+  std::deque<launch::launcher::discovery> discoveries;        // what each discovery run finds
+  std::vector<std::string> commands;                          // the discovery commands run
 
   template <class F>
   void feed(F&& f) {
@@ -410,6 +412,18 @@ struct world {
   void carry_out(launch::input_ready&) {}
   void carry_out(launch::restarting& x) { restarts.push_back(x.ended); }
   void carry_out(launch::rank_restarted& x) { rank_restarts.push_back(x.restart); }
+  // --host-discovery-script: the next of `discoveries` answers (none left: it names no host).
+  void carry_out(launch::discover_hosts& x) {
+    commands.push_back(x.command);
+    launch::launcher::discovery d;
+    if (!discoveries.empty()) {
+      d = std::move(discoveries.front());
+      discoveries.pop_front();
+    }
+    answers.push_back([this, d = std::move(d)]() mutable {
+      feed([&](auto& a) { m.hosts_discovered(t, std::move(d), a); });
+    });
+  }
   void carry_out(launch::finished& x) {
     EXPECT_FALSE(report) << "finished twice";
     report = x.report;
@@ -1314,6 +1328,165 @@ TEST(LauncherSpares, NoSpareStartsWithoutRestartsOrWhenTurnedOff) {
   // --enable-recovery never restarts the whole job: a spare would never be used.
   EXPECT_EQ(spare_opens([](pm::restart_policy& p) { p.per_rank = true; }), 0);
   EXPECT_EQ(spare_opens([](pm::restart_policy&) {}), 1);
+}
+
+}  // namespace
+
+// ---- hosts that join at a restart: --host-discovery-script (docs/resilience.md) ----
+
+namespace {
+
+launch::launcher::discovery found(std::vector<std::pair<std::string, std::uint32_t>> hosts) {
+  launch::launcher::discovery d;
+  for (auto& [name, slots] : hosts) d.hosts.push_back(pm::host{name, slots, 0, true, false});
+  return d;
+}
+
+launch::launch_config discovering_job(std::uint32_t hosts, std::uint32_t per_host) {
+  auto c = remote_job(hosts, per_host);
+  c.request.restarts.max_restarts = 2;
+  c.request.restarts.host_discovery = "./hosts.sh";
+  return c;
+}
+
+TEST(LauncherDiscovery, ALostHostsRanksMoveToAHostTheCommandNames) {
+  world w(discovering_job(2, 2));
+  w.discoveries.push_back(found({{"h0", 2}, {"h2", 2}}));
+  w.keep_running_in[0] = {0, 1, 2, 3};
+  w.start();
+  w.run(1s);
+  EXPECT_TRUE(w.commands.empty());  // run at a restart only
+  crash(w, 1);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0) << w.lines.back();
+  EXPECT_EQ(w.commands, std::vector<std::string>{"./hosts.sh"});
+  EXPECT_TRUE(w.said("host h2 joins (--host-discovery-script)"));
+  EXPECT_TRUE(w.said("ranks 2-3 move from h1 to spare h2"));
+  EXPECT_EQ(w.opens[2], 1);
+  EXPECT_EQ(spawned_ranks(w, 2, 0), (std::vector<std::uint32_t>{2, 3}));
+  const auto spawns = w.received<link::spawn_request>(2);
+  EXPECT_EQ(env_of(spawns[0].ranks[0], "NODE_RANK"), "1");
+  EXPECT_EQ(env_of(spawns[0].ranks[0], "WORLD_SIZE"), "4");
+  ASSERT_EQ(w.report->quarantined.size(), 1u);
+  EXPECT_EQ(w.report->quarantined[0].host, 1u);
+  EXPECT_EQ(w.report->incarnations.back().hosts, 2u);
+}
+
+TEST(LauncherDiscovery, WhenItNamesNoHostTheRestartEndsInOneLine) {
+  world w(discovering_job(2, 2));
+  w.discoveries.push_back(found({}));
+  w.keep_running_in[0] = {0, 1, 2, 3};
+  w.start();
+  w.run(1s);
+  crash(w, 1);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->cause, pm::cause_kind::host_lost);
+  EXPECT_EQ(w.report->exit_code, pm::exit_codes::host_lost);
+  EXPECT_TRUE(
+      w.said("cannot restart the job: no spare or discovered host takes the ranks of lost host h1"))
+      << w.lines.back();
+}
+
+TEST(LauncherDiscovery, AFailedCommandIsOneLineAndTheSpareTakesTheRanks) {
+  auto c = spare_job(2, 1, 2);
+  c.request.restarts.host_discovery = "./hosts.sh";
+  world w(std::move(c));
+  w.discoveries.push_back(launch::launcher::discovery{{}, "'./hosts.sh' exited with code 3"});
+  w.keep_running_in[0] = {0, 1, 2, 3};
+  w.start();
+  w.run(1s);
+  crash(w, 1);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  EXPECT_TRUE(
+      w.said("host discovery failed: './hosts.sh' exited with code 3; going on with the "
+             "hosts there are"));
+  EXPECT_TRUE(w.said("ranks 2-3 move from h1 to spare h2"));
+}
+
+TEST(LauncherDiscovery, AShrunkJobGrowsBackOntoAHostThatJoins) {
+  auto c = discovering_job(3, 2);
+  c.request.restarts.max_restarts = 3;
+  c.request.restarts.min_hosts = 2;
+  world w(std::move(c));
+  w.discoveries.push_back(found({}));           // at the first restart: nothing new
+  w.discoveries.push_back(found({{"h3", 2}}));  // at the second: h3 is there
+  w.keep_running_in[0] = {0, 1, 2, 3, 4, 5};
+  w.code_in[{1, 0}] = 7;  // the shrunk job fails once more
+  w.keep_running_in[1] = {1, 2, 3};
+  w.start();
+  w.run(1s);
+  crash(w, 1);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0) << w.lines.back();
+  EXPECT_TRUE(w.said("going on with 2 hosts and 4 ranks (--min-hosts 2)"));
+  EXPECT_TRUE(w.said("host h3 joins (--host-discovery-script)"));
+  EXPECT_TRUE(w.said("growing back to 3 hosts and 6 ranks (--min-hosts 2)"));
+  ASSERT_EQ(w.report->incarnations.size(), 3u);
+  EXPECT_EQ(w.report->incarnations[0].size, 6u);
+  EXPECT_EQ(w.report->incarnations[1].size, 4u);
+  EXPECT_EQ(w.report->incarnations[2].size, 6u);
+  EXPECT_EQ(w.report->incarnations[2].hosts, 3u);
+  EXPECT_EQ(w.commands.size(), 2u);
+  const auto spawns = w.received<link::spawn_request>(3);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(spawns[0].ranks.size(), 2u);
+  EXPECT_EQ(env_of(spawns[0].ranks[0], "WORLD_SIZE"), "6");
+}
+
+TEST(LauncherDiscovery, AQuarantinedHostComesBackOnlyWhenNothingElseIsLeft) {
+  // Nothing else: the lost host, named again, gets a new agent and its ranks back.
+  world w(discovering_job(2, 2));
+  w.discoveries.push_back(found({{"h0", 2}, {"h1", 2}}));
+  w.keep_running_in[0] = {0, 1, 2, 3};
+  w.start();
+  w.run(1s);
+  crash(w, 1);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0) << w.lines.back();
+  EXPECT_TRUE(w.said(
+      "nothing else is left: lost host h1 is tried again (--host-discovery-script named it)"));
+  EXPECT_EQ(w.opens[1], 2);
+  EXPECT_EQ(spawned_ranks(w, 1, 0), (std::vector<std::uint32_t>{2, 3}));  // its new agent's first
+
+  // A spare is there: the lost host stays out.
+  auto c = spare_job(2, 1, 2);
+  c.request.restarts.host_discovery = "./hosts.sh";
+  world s(std::move(c));
+  s.discoveries.push_back(found({{"h1", 2}}));
+  s.keep_running_in[0] = {0, 1, 2, 3};
+  s.start();
+  s.run(1s);
+  crash(s, 1);
+  s.run();
+  ASSERT_TRUE(s.report);
+  EXPECT_EQ(s.report->exit_code, 0);
+  EXPECT_EQ(s.opens[1], 1);
+  EXPECT_TRUE(s.said("ranks 2-3 move from h1 to spare h2"));
+}
+
+TEST(LauncherDiscovery, AHostThatJoinsButNeverComesUpIsQuarantinedAndTheRestartGoesOn) {
+  auto c = spare_job(2, 1, 2);
+  c.request.restarts.host_discovery = "./hosts.sh";
+  world w(std::move(c));
+  w.discoveries.push_back(found({{"h3", 2}}));
+  for (int i = 0; i < 20; ++i)  // every try, retries included
+    w.ssh_fails[3].push_back(pm::agent_end{"ssh exited with code 255: No route to host", false});
+  w.keep_running_in[0] = {0, 1, 2, 3};
+  w.start();
+  w.run(1s);
+  crash(w, 1);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0) << w.lines.back();
+  EXPECT_TRUE(w.said("host h3 joins (--host-discovery-script)"));
+  EXPECT_TRUE(w.said("spare host h3 was lost ("));
+  EXPECT_TRUE(w.said("ranks 2-3 move from h1 to spare h2"));
 }
 
 }  // namespace

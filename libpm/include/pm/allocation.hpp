@@ -79,6 +79,11 @@ PM_API local_host local_host_info();
 /// up (with the same user: another one is an error). `option` names the flag in messages ("-H").
 PM_API allocation parse_host_list(std::string_view text, std::string_view option = "-H");
 
+/// What a host discovery command printed (restart_policy::host_discovery): one `host[:slots]`
+/// (also `user@host[:slots]`) a line, blank lines and `#` comments skipped; a host named twice
+/// adds up. Throws pm::error(errc::parse) naming the first line that is not one.
+PM_API std::vector<host> parse_discovered_hosts(std::string_view text);
+
 /// An Open MPI 4.1 hostfile: `[user@]name [slots=N] [max_slots=M] [username=U] [port=P]`, '#'
 /// comments, blank lines. Repeated bare lines add a slot each; a repeated name with slots= is an
 /// error, and so is one with another user or port; max_slots below slots is an error; a single

@@ -110,6 +110,8 @@ struct run_options {
   /// least K are left (0: it does not shrink).
   std::uint32_t min_hosts = 0;
   bool spares = true;  ///< --no-spares: false
+  /// --host-discovery-script CMD: run at each restart; the hosts it prints join (restart_policy).
+  std::string host_discovery;
   /// --enable-recovery (PRRTE's): a failed rank starts again alone, within --max-restarts for the
   /// whole launch; without --max-restarts no rank restarts and the others run on (it then sets
   /// abort_on_failure off). docs/resilience.md, "Recovering single ranks".

@@ -14,16 +14,16 @@ namespace pm {
 
 /// What kind of problem an error reports; pmrun maps each to an exit code (docs/exit-codes.md).
 enum class errc {
-  usage = 1,   ///< a malformed command line or option value
-  parse,       ///< a malformed input text: hostfile, host list, Slurm/PBS variables
-  allocation,  ///< an allocation that cannot serve the request (unknown host, ...)
-  mapping,     ///< the job does not fit the allocation (not enough slots, max_slots, ...)
-  env,         ///< an invalid variable name or value
-  launch,      ///< a job could not be started (spawn failure)
+  usage = 1,       ///< a malformed command line or option value
+  parse,           ///< a malformed input text: hostfile, host list, Slurm/PBS variables
+  allocation,      ///< an allocation that cannot serve the request (unknown host, ...)
+  mapping,         ///< the job does not fit the allocation (not enough slots, max_slots, ...)
+  env,             ///< an invalid variable name or value
+  launch,          ///< a job could not be started (spawn failure)
   not_found,       ///< a rank's program does not exist (a shell's 127)
   not_executable,  ///< a rank's program exists but cannot be executed (a shell's 126)
-  system,      ///< an operating-system call failed
-  internal,    ///< a broken invariant inside libpm: a bug
+  system,          ///< an operating-system call failed
+  internal,        ///< a broken invariant inside libpm: a bug
 };
 
 class PM_API error : public std::runtime_error {

@@ -146,6 +146,14 @@ struct restart_policy {
   /// per_rank with max_restarts 0 keeps the failure policy as given (pmrun: an explicit
   /// `-mca orte_abort_on_non_zero_status 1`) instead of letting the others run on.
   bool keep_abort = false;
+  /// --host-discovery-script (Horovod's spelling; docs/resilience.md "Hosts that join"): a shell
+  /// command run at each restart, before the next incarnation is placed, that prints the hosts
+  /// available now, one `host[:slots]` a line. Hosts it names that the launch does not have yet
+  /// join (their agents start, as spares'): a lost host's ranks move to one, and a job that
+  /// shrank (min_hosts) grows back up to the -np asked for. A quarantined host it names comes
+  /// back only when nothing else is left. A command that fails, is not done within 10 s or prints
+  /// garbage gets one line, and the restart goes on with the hosts there are. Empty: none.
+  std::string host_discovery;
 };
 
 /// Everything a job needs, decided before any rank starts.

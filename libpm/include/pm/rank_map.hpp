@@ -58,6 +58,7 @@ class PM_API rank_map {
   friend PM_API rank_map map_job_on(const job_spec&, const pm::allocation&,
                                     std::span<const std::uint32_t>);
   friend PM_API rank_map move_node(const rank_map&, std::uint32_t, std::uint32_t);
+  friend PM_API rank_map with_hosts(const rank_map&, std::vector<host>);
   // host_first_, ranks_by_host_ and host_node_ from host_of_rank_ and node_host_.
   void index_hosts();
 
@@ -88,5 +89,9 @@ PM_API rank_map map_job_on(const job_spec& job, const allocation& alloc,
 /// ranks move to a spare this way (docs/resilience.md, "Spare hosts"). Throws pm::error(usage)
 /// when `to` already holds ranks or an index is outside the map.
 PM_API rank_map move_node(const rank_map& map, std::uint32_t node, std::uint32_t to);
+
+/// The same ranks on an allocation with `more` hosts after its own (hosts that joined a launch:
+/// restart_policy::host_discovery). They hold no rank.
+PM_API rank_map with_hosts(const rank_map& map, std::vector<host> more);
 
 }  // namespace pm

@@ -601,6 +601,15 @@ const std::vector<option_spec>& option_table() {
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          st.opts.min_hosts = parse_count(n, v[0], 1);
        }},
+      {{"--host-discovery-script"},
+       "CMD",
+       1,
+       "with --max-restarts: at each restart, hosts CMD prints (host:slots a line) join",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].find_first_not_of(" \t") == std::string::npos)
+           throw error(errc::usage, std::string(n) + ": the command is empty");
+         st.opts.host_discovery = v[0];
+       }},
       {{"--no-spares"},
        "",
        0,

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "driver/decision_log.hpp"
+#include "driver/discovery_command.hpp"
 #include "driver/host_stream.hpp"
 #include "driver/preflight.hpp"
 #include "driver/stdin_pump.hpp"
@@ -70,6 +71,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   std::unordered_map<std::uint64_t, std::unique_ptr<asio::steady_timer>> timers;
   std::unordered_map<std::uint32_t, std::uint64_t> held;  // output taken while congested
   std::vector<std::unique_ptr<driver::stdin_pump>> pumps;
+  std::unique_ptr<driver::discovery_command> discovery;  // --host-discovery-script, while it runs
+  static constexpr std::chrono::milliseconds discovery_bound{10000};
   std::optional<job_report> final_report;
   bool done = false;
 
@@ -343,8 +346,32 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   void carry_out(launch::rank_restarted& x) {
     if (cb.on_rank_restart) cb.on_rank_restart(x.restart);
   }
+  void carry_out(launch::discover_hosts& x) {
+    try {
+      discovery = std::make_unique<driver::discovery_command>(
+          io, x.command, discovery_bound, [weak = weak_from_this()](auto found) {
+            auto self = weak.lock();
+            if (!self) return;
+            // Posted: the command's object ends before the machine hears of it.
+            asio::post(self->io, [weak, found = std::move(found)]() mutable {
+              auto s = weak.lock();
+              if (!s) return;
+              s->discovery.reset();
+              s->feed([&](launch::launcher& m, launch::link_time t, launch::actions& a) {
+                m.hosts_discovered(t, std::move(found), a);
+              });
+            });
+          });
+    } catch (const pm::error& e) {
+      feed_later([why = std::string(e.what())](launch::launcher& m, launch::link_time t,
+                                               launch::actions& a) {
+        m.hosts_discovered(t, launch::launcher::discovery{{}, why}, a);
+      });
+    }
+  }
   void carry_out(launch::finished& x) {
     done = true;
+    discovery.reset();  // a command still running is killed: nothing outlives the launch
     final_report = std::move(x.report);
     timers.clear();
     if (cb.on_finish) cb.on_finish(*final_report);

@@ -51,6 +51,15 @@ void check_programs(const job_request& req) {
 
 void check_restart_policy(const job_request& request) {
   const auto& r = request.restarts;
+  if (!r.host_discovery.empty() && r.max_restarts == 0) {
+    throw error(errc::usage,
+                "--host-discovery-script needs --max-restarts: hosts join when the job restarts");
+  }
+  if (!r.host_discovery.empty() && r.per_rank) {
+    throw error(errc::usage,
+                "--host-discovery-script goes with whole-job restarts; --enable-recovery restarts "
+                "single ranks where they ran");
+  }
   if (r.min_hosts == 0) return;
   if (r.max_restarts == 0) {
     throw error(errc::usage, "--min-hosts " + std::to_string(r.min_hosts) +

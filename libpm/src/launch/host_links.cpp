@@ -191,6 +191,7 @@ void launcher::impl::on_greeted(std::uint32_t h, const link::hello& agent) {
   relay_parent_greeted(h);
   if (!facts_ready) decide_facts();
   if (facts_ready) flush_spawns(h);
+  if (hosts[h].joining && !wants_shapes) host_joined(h);  // else once its shape came (on_shape)
 }
 
 void launcher::impl::on_message(std::uint32_t h, link::message& m, std::uint32_t fds) {

@@ -12,7 +12,8 @@
 namespace pm::launch {
 
 void launcher::impl::on_shape(std::uint32_t h, const link::host_shape& s) {
-  if (!wants_shapes || plans_done || refused || h >= hosts.size()) return;
+  // After the plans too: a spare's or a joining host's shape decides whether it can take ranks.
+  if (!wants_shapes || refused || h >= hosts.size()) return;
   const auto& name = host_info(h).name;
   if (!s.error.empty()) {
     refuse("host '" + name + "' cannot tell its topology: " + s.error);
@@ -37,6 +38,7 @@ void launcher::impl::on_shape(std::uint32_t h, const link::host_shape& s) {
   }
   decided(h, "topology");
   if (!facts_ready) decide_facts();
+  if (hosts[h].joining) host_joined(h);
 }
 
 // True once every host of the job is planned; false while one has not answered, or refused.

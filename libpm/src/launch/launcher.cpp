@@ -492,6 +492,10 @@ void launcher::cancel(link_time now, actions& out) {
   });
 }
 
+void launcher::hosts_discovered(link_time now, discovery found, actions& out) {
+  impl_->step(now, out, [&] { impl_->on_discovered(std::move(found)); });
+}
+
 std::span<const std::uint8_t> launcher::output(std::uint32_t host) const {
   const auto& hs = impl_->hosts.at(host);
   if (!hs.ep) return {};

@@ -190,6 +190,11 @@ struct restarting {
 struct rank_restarted {
   rank_restart_report restart;
 };
+/// restart_policy::host_discovery: run `command` (/bin/sh -c) and answer hosts_discovered with
+/// the hosts it printed (parse_discovered_hosts), or with why it gave none.
+struct discover_hosts {
+  std::string command;
+};
 /// The job is over; every link is closed. Last action.
 struct finished {
   job_report report;
@@ -199,7 +204,7 @@ using launch_action =
     std::variant<open_host, host_established, write_host, pass_stdin, close_host, link_deadline,
                  start_timer_after, cancel_timer_id, say, rank_changed, take_pipes, output_open,
                  output_bytes, output_close, output_add_job, output_drain, pump_stdin, input_ready,
-                 restarting, rank_restarted, finished>;
+                 restarting, rank_restarted, discover_hosts, finished>;
 using actions = std::vector<launch_action>;
 
 class launcher {
@@ -240,6 +245,14 @@ class launcher {
   void signal(link_time now, int signo, actions& out);
   /// An embedder ends the job (job_runner::cancel).
   void cancel(link_time now, actions& out);
+  /// What discover_hosts found: the hosts (their `local` decided by the driver), or, with
+  /// `failure` set, one line saying why there are none (the command failed, took too long, or
+  /// printed garbage).
+  struct discovery {
+    std::vector<host> hosts;
+    std::string failure;
+  };
+  void hosts_discovered(link_time now, discovery found, actions& out);
 
   // ---- the links' bytes toward the agents ----
   std::span<const std::uint8_t> output(std::uint32_t host) const;

@@ -6,8 +6,9 @@
 //   pmix_routing.cpp    PMIx on the launcher's side: fences, modex, spawned jobs, data store
 //   host_plans.cpp      hosts' topologies, their plans (cores, GPUs, NICs), refusals
 //   restarts.cpp        incarnations: a failed one cleared on every agent, the next started
-//   rank_recovery.cpp   --enable-recovery: a failed rank started again alone
-//   stall.cpp           --stall-timeout: quiet hosts, the stall, its lines (docs/resilience.md)
+//   host_discovery.cpp  --host-discovery-script: hosts that join at a restart, quarantined ones
+//   back rank_recovery.cpp   --enable-recovery: a failed rank started again alone stall.cpp
+//   --stall-timeout: quiet hosts, the stall, its lines (docs/resilience.md)
 // Internal to libpm.
 #pragma once
 
@@ -103,6 +104,7 @@ struct launcher::impl {
     bool quiet : 1 = false;             // --stall-timeout: its agent said its ranks are quiet
     bool spare : 1 = false;             // started as a spare (restarts.cpp)
     bool quarantined : 1 = false;       // lost: never used again in this launch
+    bool joining : 1 = false;           // named by the discovery command; the restart waits for it
   };
   std::vector<host_state> hosts;  // by allocation index
   std::vector<std::uint32_t> touched;
@@ -241,6 +243,9 @@ struct launcher::impl {
     std::optional<rank_map> next_map;  // where the next one runs, when not where this one ran
     std::vector<incarnation_report> ended;
     std::vector<quarantined_host> quarantined;
+    bool discovering = false;             // the discovery command runs (host_discovery)
+    std::uint32_t joining = 0;            // hosts it named whose agents are not up yet
+    std::vector<std::uint32_t> comeback;  // quarantined hosts it named (used if nothing else is)
   } inc;
   // --stall-timeout (stall.cpp).
   std::uint32_t quiet_hosts = 0;  // hosts whose agent said quiet last
@@ -357,10 +362,17 @@ struct launcher::impl {
   void quarantine(std::uint32_t h, const std::string& reason);
   void replace_lost(next_place place);
   std::unordered_map<std::uint32_t, std::string> loss_reasons;  // lost hosts (restarts only)
-  void request_restart();
+  // Every agent (or only that one: a host that joined meanwhile) clears the last incarnation.
+  void request_restart(std::optional<std::uint32_t> only = std::nullopt);
   void begin_restart(job_report r);
   void on_restarted(std::uint32_t h, const link::restarted& r);
   void restart_host_lost(std::uint32_t h, const std::string& reason);
+  // ---- host_discovery.cpp ----
+  void discover();
+  void on_discovered(discovery found);
+  void host_joined(std::uint32_t h);
+  void place_after_discovery();
+  void readmit(std::uint32_t h);
   void end_restarts(job_report r, const std::string& line);
   void interrupted_between(cause_kind cause, int signo, std::string why);
   void maybe_start_incarnation();

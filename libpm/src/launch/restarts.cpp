@@ -56,7 +56,8 @@ bool launcher::impl::restartable(const job_report& r) const {
   };
   const bool failed = r.cause == cause_kind::rank_failed || r.cause == cause_kind::stalled ||
                       (r.cause == cause_kind::abort_requested && r.failed_rank) || host_failed();
-  return failed && place_next().has_value();
+  // A discovery command may name hosts that give the ranks a place: it is asked first.
+  return failed && (!req.restarts.host_discovery.empty() || place_next().has_value());
 }
 
 // A host a lost one's ranks may move to: its agent is up and holds none of the next
@@ -86,7 +87,16 @@ std::optional<launcher::impl::next_place> launcher::impl::place_next() const {
   for (std::uint32_t n = 0; n < base.num_nodes(); ++n) {
     if (lost(base.host_of_node(n))) lost_nodes.push_back(n);
   }
-  if (lost_nodes.empty()) return next_place{};
+  // A job that shrank (--min-hosts) grows back, up to the -np asked for, onto the hosts that
+  // joined or were spare (one app: as it shrinks).
+  const auto asked = req.apps.empty() ? 0u : req.apps[0].np.value_or(UINT32_MAX);
+  bool grows = req.restarts.min_hosts > 0 && req.apps.size() == 1 &&
+               req.mapping.by != map_by::ppr_node && base.size() < asked;
+  if (grows) {
+    grows = false;
+    for (std::uint32_t h = 0; h < hosts.size() && !grows; ++h) grows = usable_spare(h);
+  }
+  if (lost_nodes.empty() && !grows) return next_place{};
   const bool oversubscribe =
       req.mapping.oversubscribe.value_or(alloc.source == allocation_source::implicit_local);
   const auto fits = [&](std::uint32_t h, std::uint32_t from) {
@@ -108,8 +118,9 @@ std::optional<launcher::impl::next_place> launcher::impl::place_next() const {
   std::optional<rank_map> moved;
   std::string line;
   std::vector<bool> taken(hosts.size(), false);
-  bool placed = true;
-  for (const auto n : lost_nodes) {
+  bool placed = !grows;
+  for (std::size_t i = 0; i < lost_nodes.size() && placed; ++i) {
+    const auto n = lost_nodes[i];
     const auto from = base.host_of_node(n);
     std::optional<std::uint32_t> to;
     for (std::uint32_t h = 0; h < hosts.size() && !to; ++h) {
@@ -117,7 +128,7 @@ std::optional<launcher::impl::next_place> launcher::impl::place_next() const {
     }
     if (!to) {
       placed = false;
-      break;
+      continue;
     }
     taken[*to] = true;
     moved = move_node(moved ? *moved : base, n, *to);
@@ -147,9 +158,9 @@ std::optional<launcher::impl::next_place> launcher::impl::place_next() const {
   }
   try {
     auto m = map_job_on(job, alloc, left);
-    line = "going on with " + std::to_string(m.num_nodes()) + " hosts and " +
-           std::to_string(m.size()) + " ranks (--min-hosts " +
-           std::to_string(req.restarts.min_hosts) + ")";
+    line = (m.size() > base.size() ? "growing back to " : "going on with ") +
+           std::to_string(m.num_nodes()) + " hosts and " + std::to_string(m.size()) +
+           " ranks (--min-hosts " + std::to_string(req.restarts.min_hosts) + ")";
     return next_place{std::move(m), std::move(line)};
   } catch (const pm::error&) {
     return std::nullopt;
@@ -219,15 +230,15 @@ std::optional<std::uint64_t> launcher::impl::controller_timer_in(std::uint64_t i
 // their output open, needs the agents to kill it, and a restart kills it anyway). Asked again
 // when the next incarnation was placed anew (a host lost meanwhile): an agent that answered
 // answers again, with the new PMIx facts registered and a fresh port.
-void launcher::impl::request_restart() {
-  inc.requested = true;
+void launcher::impl::request_restart(std::optional<std::uint32_t> only) {
+  if (!only) inc.requested = true;
   const auto next = inc.number + 1;
   const auto& map = map_of_next();
   std::optional<link::pmix_job> facts;
   if (pmix_facts) {
     facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(map, namespace_of(next), 0));
   }
-  for (std::uint32_t h = 0; h < hosts.size(); ++h) {
+  for (std::uint32_t h = only.value_or(0); h < (only ? *only + 1 : hosts.size()); ++h) {
     auto& hs = hosts[h];
     if (!hs.agent || !link_usable(h) || hs.closed || hs.lost_told || hs.shutdown_sent) continue;
     link::restart_request m{next, std::nullopt};
@@ -271,9 +282,12 @@ void launcher::impl::begin_restart(job_report r) {
   out->push_back(restarting{ended});
   out->push_back(say{"restarting the job (" + std::to_string(next) + " of " +
                      std::to_string(req.restarts.max_restarts) + "): " + inc.failed->summary});
-  auto place = place_next();  // restartable() found one
+  // With a discovery command the place waits for the hosts it names (place_after_discovery).
+  const bool discovering = !req.restarts.host_discovery.empty();
+  auto place = discovering ? std::nullopt : place_next();  // restartable() found one
   const bool moved = place && place->map;
   if (moved) replace_lost(std::move(*place));
+  if (discovering) discover();
   // What the ended incarnation's ranks waited for is gone with them.
   for (auto& [key, id] : lookup_timers) cancel_own_timer(id);
   lookup_timers.clear();
@@ -310,9 +324,15 @@ void launcher::impl::restart_host_lost(std::uint32_t h, const std::string& reaso
   loss_reasons.emplace(h, reason);
   if (!map_of_next().node_of_host(h)) {
     quarantine(h, reason);
+    if (hosts[h].joining) {
+      host_joined(h);
+      return;
+    }
     maybe_start_incarnation();
     return;
   }
+  // The hosts a discovery command names are awaited: the place is decided with them.
+  if (inc.discovering || inc.joining > 0) return;
   if (auto place = place_next()) {
     replace_lost(std::move(*place));
     request_restart();
@@ -350,7 +370,9 @@ void launcher::impl::interrupted_between(cause_kind cause, int signo, std::strin
 }
 
 void launcher::impl::maybe_start_incarnation() {
-  if (!inc.between || inc.waiting > 0 || !inc.backoff_over || done || finishing) return;
+  if (!inc.between || inc.waiting > 0 || !inc.backoff_over || inc.discovering || inc.joining > 0 ||
+      done || finishing)
+    return;
   start_incarnation();
 }
 

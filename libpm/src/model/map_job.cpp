@@ -324,6 +324,18 @@ rank_map move_node(const rank_map& map, std::uint32_t node, std::uint32_t to) {
   return moved;
 }
 
+rank_map with_hosts(const rank_map& map, std::vector<host> more) {
+  rank_map grown = map;
+  for (auto& h : more) {
+    if (grown.allocation_.find(h.name)) {
+      throw error(errc::usage, "host '" + h.name + "' is in the allocation already");
+    }
+    grown.allocation_.hosts.push_back(std::move(h));
+  }
+  grown.index_hosts();  // the universe (total_slots_) is the job's, as before
+  return grown;
+}
+
 placement rank_map::at(std::uint32_t rank) const {
   if (rank >= size()) {
     throw error(errc::usage, "rank " + std::to_string(rank) + " is outside the job (size " +

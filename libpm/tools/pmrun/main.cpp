@@ -242,6 +242,7 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   request.restarts.max_restarts = options.max_restarts;
   request.restarts.min_hosts = options.min_hosts;
   request.restarts.spares = options.spares;
+  request.restarts.host_discovery = options.host_discovery;
   request.restarts.per_rank = options.enable_recovery;
   // The parser already turned the policy off for --enable-recovery alone unless it was given.
   request.restarts.keep_abort = options.abort_on_failure;
