@@ -75,7 +75,9 @@ bool launcher::impl::usable_spare(std::uint32_t h) const {
 
 // Where the next incarnation runs: where the last one ran (or was to run) when none of its hosts
 // was lost; else each lost host's node on a spare that fits its ranks (allocation order); else,
-// with --min-hosts, the job mapped anew onto the hosts that are left. nullopt: no place.
+// with --min-hosts, the job mapped anew onto the hosts that are left. A job that shrank is mapped
+// anew onto the hosts left and the usable spares (hosts that joined among them) as soon as there
+// is one: it grows back toward its -np. nullopt: no place.
 std::optional<launcher::impl::next_place> launcher::impl::place_next() const {
   const auto& base = map_of_next();
   const auto& alloc = base.allocation();
@@ -182,7 +184,8 @@ void launcher::impl::open_spares() {
   }
 }
 
-// A host lost during a launch that restarts is not used again in it.
+// A host lost during a launch that restarts is not used again in it (unless a discovery command
+// names it when nothing else is left: host_discovery.cpp).
 void launcher::impl::quarantine(std::uint32_t h, const std::string& reason) {
   auto& hs = hosts[h];
   if (hs.quarantined) return;

@@ -13,7 +13,9 @@ namespace pmd {
 
 void rank_processes::add(std::uint32_t rank, pid_t pid, pm::link::owned_fd pidfd) {
   leader& r = ranks_[rank];
+  if (r.pid > 0) rank_of_pid_.erase(r.pid);
   r.pid = pid;
+  rank_of_pid_[pid] = rank;
   r.pidfd = std::move(pidfd);
   events_.watch(r.pidfd.get(), EPOLLIN, tag_pidfd | rank);
 }
@@ -33,10 +35,7 @@ void rank_processes::reap_orphans(const kept& kept_elsewhere) {
   std::vector<pid_t> orphans = pm::agent::list_children();
   std::erase_if(orphans, [&](pid_t pid) {
     if (kept_elsewhere && kept_elsewhere(pid)) return true;  // reaped through their pidfds
-    for (const auto& [rank, r] : ranks_) {
-      if (r.pid == pid) return true;  // rank leaders stay zombies until the sweep
-    }
-    return false;
+    return rank_of_pid_.contains(pid);  // rank leaders stay zombies until the sweep
   });
   pm::agent::reap_ended(orphans);
 }
@@ -90,10 +89,8 @@ std::size_t rank_processes::sweep_ranks(
   std::sort(exits.begin() + static_cast<std::ptrdiff_t>(first), exits.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   std::erase_if(children, [&](pid_t pid) {
-    for (const auto& [rank, r] : ranks_) {
-      if (r.pid == pid) return static_cast<bool>(r.pidfd);
-    }
-    return false;
+    const auto it = rank_of_pid_.find(pid);
+    return it != rank_of_pid_.end() && static_cast<bool>(ranks_.at(it->second).pidfd);
   });
   pm::agent::reap_ended(children);
   return others().size();
@@ -103,7 +100,10 @@ void rank_processes::forget(std::uint32_t rank) {
   auto it = ranks_.find(rank);
   if (it == ranks_.end()) return;
   if (it->second.pidfd) events_.unwatch(it->second.pidfd.get());
-  if (it->second.pid > 0) pm::agent::reap_ended({it->second.pid});
+  if (it->second.pid > 0) {
+    pm::agent::reap_ended({it->second.pid});
+    rank_of_pid_.erase(it->second.pid);
+  }
   ranks_.erase(it);
 }
 
@@ -112,6 +112,7 @@ void rank_processes::forget() {
     if (r.pidfd) events_.unwatch(r.pidfd.get());
   }
   ranks_.clear();
+  rank_of_pid_.clear();
 }
 
 }  // namespace pmd

@@ -57,6 +57,9 @@ class rank_processes {
   };
   event_set& events_;
   std::unordered_map<std::uint32_t, leader> ranks_;
+  // Each leader's pid, for the orphan reaping that every SIGCHLD asks for: a restart's abort of
+  // 127 ranks asked it 127 times, each a scan of every rank per child (a quadratic 5 ms).
+  std::unordered_map<pid_t, std::uint32_t> rank_of_pid_;
 };
 
 }  // namespace pmd
