@@ -1490,3 +1490,38 @@ TEST(LauncherDiscovery, AHostThatJoinsButNeverComesUpIsQuarantinedAndTheRestartG
 }
 
 }  // namespace
+
+namespace {
+
+// A host whose ssh is retrying when another host's failure comes is not given up when the launch
+// may restart: the restart waits for it, then places the ranks with what came up.
+TEST(LauncherSpares, AHostStillBeingSetUpWhenTheFailureComesIsAwaitedNotLost) {
+  world w(spare_job(2, 1, 1));
+  w.ssh_fails[0] = {pm::agent_end{"ssh exited with code 255: Connection refused", true}};
+  for (int i = 0; i < 20; ++i)
+    w.ssh_fails[1].push_back(pm::agent_end{"ssh exited with code 255: No route to host", false});
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0) << w.lines.back();
+  EXPECT_EQ(w.opens[0], 2);  // its retry went on
+  EXPECT_TRUE(w.said("rank 1 moves from h1 to spare h2")) << w.lines.back();
+  EXPECT_EQ(spawned_ranks(w, 0, 0), (std::vector<std::uint32_t>{0}));
+  ASSERT_EQ(w.report->quarantined.size(), 1u);
+  EXPECT_EQ(w.report->quarantined[0].host, 1u);
+
+  // Without restarts the set-up is given up at once, as before.
+  auto c = spare_job(2, 1, 1);
+  c.request.restarts.max_restarts = 0;
+  world once(std::move(c));
+  once.ssh_fails[0] = {pm::agent_end{"ssh exited with code 255: Connection refused", true}};
+  for (int i = 0; i < 20; ++i)
+    once.ssh_fails[1].push_back(pm::agent_end{"ssh exited with code 255: No route to host", false});
+  once.start();
+  once.run();
+  ASSERT_TRUE(once.report);
+  EXPECT_NE(once.report->exit_code, 0);
+  EXPECT_EQ(once.opens[0], 1);
+}
+
+}  // namespace

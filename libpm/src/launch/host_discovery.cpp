@@ -83,7 +83,8 @@ void launcher::impl::host_joined(std::uint32_t h) {
   if (inc.joining == 0 && !inc.discovering) place_after_discovery();
 }
 
-// Every host the command named is up or lost: the next incarnation's place, with them.
+// Every host awaited (named by the command, or one of the job's still being set up when the
+// failure came) is up or lost: the next incarnation's place, with them.
 void launcher::impl::place_after_discovery() {
   if (!inc.between || done || finishing) return;
   auto place = place_next();
@@ -111,8 +112,10 @@ void launcher::impl::place_after_discovery() {
     }
     auto r = std::move(*inc.failed);
     end_restarts(std::move(r),
-                 "cannot restart the job: no spare or discovered host takes the ranks of " +
-                     std::string(lost.size() == 1 ? "lost host " : "lost hosts ") + names_of(lost));
+                 "cannot restart the job: no spare" +
+                     std::string(req.restarts.host_discovery.empty() ? "" : " or discovered host") +
+                     " takes the ranks of " + (lost.size() == 1 ? "lost host " : "lost hosts ") +
+                     names_of(lost));
     return;
   }
   if (place->map) {

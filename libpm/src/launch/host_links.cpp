@@ -327,7 +327,7 @@ void launcher::impl::carrier_done(std::uint32_t h, const agent_end& end) {
   cancel_own_timer(hs.loss_timer);
   const std::string reason = hs.down_reason;
   if (!hs.down_greeted && end.retryable && hs.attempts <= req.remote.connect_retries &&
-      !finishing && !setup_given_up) {
+      !finishing && (!setup_given_up || setup_kept)) {
     retry_later(h);
     return;
   }

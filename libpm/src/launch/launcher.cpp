@@ -128,14 +128,22 @@ void launcher::impl::record(const action& a) const {
 // end as never started (docs/failure-semantics.md, "Set-up").
 void launcher::impl::give_up_setup() {
   setup_given_up = true;
+  // A launch that may restart keeps setting its hosts up: the restart waits for them (restarts.cpp,
+  // setting_up); if it does not restart after all, finish_job gives them up then.
+  setup_kept = may_restart();
   std::vector<std::uint32_t> withdrawn;
   for (std::uint32_t h = 0; h < hosts.size(); ++h) {
     auto& hs = hosts[h];
     if (hs.attempts == 0 || hs.lost_told || hs.abandoned) continue;
-    if (hs.agent) {
-      // Its agent is up: what it was sent is reported; what waits here is not sent.
+    if (hs.agent || setup_kept) {
+      // Its agent is up (or may come for the restart): what it was sent is reported; what
+      // waits here is not sent.
       withdrawn.insert(withdrawn.end(), hs.pending_spawns.begin(), hs.pending_spawns.end());
       hs.pending_spawns.clear();
+      if (hs.agent) continue;
+      for (const auto rank : ctl.processes_on_host(h)) {
+        if (ctl.rank_report_of(rank).state == rank_state::pending) withdrawn.push_back(rank);
+      }
       continue;
     }
     abandon(h);
@@ -227,6 +235,13 @@ void launcher::impl::execute(action& a) {
 // Every stream reached its end: the output layer writes what it holds (output_drained), then
 // the agents clear what the ranks left behind, then `finished`.
 void launcher::impl::finish_job(job_report report) {
+  // Hosts kept being set up for a restart that does not come are given up now.
+  if (setup_kept) {
+    setup_kept = false;
+    for (std::uint32_t h = 0; h < hosts.size(); ++h) {
+      if (setting_up(h)) abandon(h);
+    }
+  }
   fill_resources(report);
   report.recovery = req.restarts.per_rank;
   if (req.restarts.max_restarts > 0 && !req.restarts.per_rank) {

@@ -152,6 +152,7 @@ struct launcher::impl {
   bool finishing = false;
   bool facts_ready = false;
   bool setup_given_up = false;
+  bool setup_kept = false;  // given up, but hosts still being set up go on: a restart may need them
   bool waiting_for_links = false;  // after the drain: `finished` once every link closed
   std::uint32_t interrupts = 0;
   std::optional<job_report> final_report;
@@ -355,6 +356,13 @@ struct launcher::impl {
     std::string line;
   };
   bool restartable(const job_report& r) const;
+  // The launch may restart once more (the budget, not the failure's kind).
+  bool may_restart() const;
+  // Its agent is being started (ssh connecting or retrying) and has not said hello.
+  bool setting_up(std::uint32_t h) const {
+    const auto& hs = hosts[h];
+    return hs.attempts > 0 && !hs.agent && !hs.lost_told && !hs.abandoned && !hs.quarantined;
+  }
   std::optional<next_place> place_next() const;
   bool usable_spare(std::uint32_t h) const;
   const rank_map& map_of_next() const { return inc.next_map ? *inc.next_map : req.map; }

@@ -43,11 +43,14 @@ std::string rank_ranges(std::span<const std::uint32_t> ranks) {
 // (--stall-timeout), a host lost (when a spare or --min-hosts gives its ranks a place). Never a
 // user's signal, a cancel, the timeout, a refusal, or a program that cannot start (it will not
 // start next time either).
-bool launcher::impl::restartable(const job_report& r) const {
+bool launcher::impl::may_restart() const {
   // --enable-recovery restarts single ranks (rank_recovery.cpp), never the whole job.
-  if (inc.number >= req.restarts.max_restarts || req.restarts.per_rank || interrupts > 0 ||
-      refused || done)
-    return false;
+  return inc.number < req.restarts.max_restarts && !req.restarts.per_rank && interrupts == 0 &&
+         !refused && !done;
+}
+
+bool launcher::impl::restartable(const job_report& r) const {
+  if (!may_restart()) return false;
   const auto host_failed = [&] {
     if (r.cause == cause_kind::host_lost) return true;
     // A host whose agent never came up (its ranks "could not start"), not a missing program.
@@ -56,8 +59,14 @@ bool launcher::impl::restartable(const job_report& r) const {
   };
   const bool failed = r.cause == cause_kind::rank_failed || r.cause == cause_kind::stalled ||
                       (r.cause == cause_kind::abort_requested && r.failed_rank) || host_failed();
-  // A discovery command may name hosts that give the ranks a place: it is asked first.
-  return failed && (!req.restarts.host_discovery.empty() || place_next().has_value());
+  // A discovery command may name hosts that give the ranks a place, and hosts still being set up
+  // may come: the place is decided once they answered.
+  if (!failed) return false;
+  if (!req.restarts.host_discovery.empty()) return true;
+  for (std::uint32_t h = 0; h < hosts.size(); ++h) {
+    if (setting_up(h)) return true;
+  }
+  return place_next().has_value();
 }
 
 // A host a lost one's ranks may move to: its agent is up and holds none of the next
@@ -285,9 +294,16 @@ void launcher::impl::begin_restart(job_report r) {
   out->push_back(restarting{ended});
   out->push_back(say{"restarting the job (" + std::to_string(next) + " of " +
                      std::to_string(req.restarts.max_restarts) + "): " + inc.failed->summary});
-  // With a discovery command the place waits for the hosts it names (place_after_discovery).
+  // Hosts still being set up are awaited: each is up or lost before the place is decided.
+  for (std::uint32_t h = 0; h < hosts.size(); ++h) {
+    if (!setting_up(h) || hosts[h].joining) continue;
+    hosts[h].joining = true;
+    ++inc.joining;
+  }
+  // With a discovery command, or hosts awaited, the place waits for them (place_after_discovery).
   const bool discovering = !req.restarts.host_discovery.empty();
-  auto place = discovering ? std::nullopt : place_next();  // restartable() found one
+  const bool waits = discovering || inc.joining > 0;
+  auto place = waits ? std::nullopt : place_next();  // restartable() found one
   const bool moved = place && place->map;
   if (moved) replace_lost(std::move(*place));
   if (discovering) discover();
@@ -325,13 +341,18 @@ void launcher::impl::on_restarted(std::uint32_t h, const link::restarted& r) {
 // be restarted ends the launch.
 void launcher::impl::restart_host_lost(std::uint32_t h, const std::string& reason) {
   loss_reasons.emplace(h, reason);
+  const bool awaited = hosts[h].joining;
   if (!map_of_next().node_of_host(h)) {
     quarantine(h, reason);
-    if (hosts[h].joining) {
+    if (awaited) {
       host_joined(h);
       return;
     }
     maybe_start_incarnation();
+    return;
+  }
+  if (awaited) {  // one of the job's hosts that never came up: placed with the others' answers
+    host_joined(h);
     return;
   }
   // The hosts a discovery command names are awaited: the place is decided with them.
