@@ -1342,6 +1342,20 @@ launch::launcher::discovery found(std::vector<std::pair<std::string, std::uint32
   return d;
 }
 
+// Runs the job until its hosts are up, crashes host `h`, runs it to its end.
+void crash_midrun(world& w, std::uint32_t h) {
+  w.start();
+  w.run(1s);
+  crash(w, h);
+  w.run();
+}
+
+// Every ssh to host `h` fails for good.
+void unreachable(world& w, std::uint32_t h) {
+  for (int i = 0; i < 20; ++i)  // every try, retries included
+    w.ssh_fails[h].push_back(pm::agent_end{"ssh exited with code 255: No route to host", false});
+}
+
 launch::launch_config discovering_job(std::uint32_t hosts, std::uint32_t per_host) {
   auto c = remote_job(hosts, per_host);
   c.request.restarts.max_restarts = 2;
@@ -1377,10 +1391,7 @@ TEST(LauncherDiscovery, WhenItNamesNoHostTheRestartEndsInOneLine) {
   world w(discovering_job(2, 2));
   w.discoveries.push_back(found({}));
   w.keep_running_in[0] = {0, 1, 2, 3};
-  w.start();
-  w.run(1s);
-  crash(w, 1);
-  w.run();
+  crash_midrun(w, 1);
   ASSERT_TRUE(w.report);
   EXPECT_EQ(w.report->cause, pm::cause_kind::host_lost);
   EXPECT_EQ(w.report->exit_code, pm::exit_codes::host_lost);
@@ -1395,10 +1406,7 @@ TEST(LauncherDiscovery, AFailedCommandIsOneLineAndTheSpareTakesTheRanks) {
   world w(std::move(c));
   w.discoveries.push_back(launch::launcher::discovery{{}, "'./hosts.sh' exited with code 3"});
   w.keep_running_in[0] = {0, 1, 2, 3};
-  w.start();
-  w.run(1s);
-  crash(w, 1);
-  w.run();
+  crash_midrun(w, 1);
   ASSERT_TRUE(w.report);
   EXPECT_EQ(w.report->exit_code, 0);
   EXPECT_TRUE(
@@ -1417,10 +1425,7 @@ TEST(LauncherDiscovery, AShrunkJobGrowsBackOntoAHostThatJoins) {
   w.keep_running_in[0] = {0, 1, 2, 3, 4, 5};
   w.code_in[{1, 0}] = 7;  // the shrunk job fails once more
   w.keep_running_in[1] = {1, 2, 3};
-  w.start();
-  w.run(1s);
-  crash(w, 1);
-  w.run();
+  crash_midrun(w, 1);
   ASSERT_TRUE(w.report);
   EXPECT_EQ(w.report->exit_code, 0) << w.lines.back();
   EXPECT_TRUE(w.said("going on with 2 hosts and 4 ranks (--min-hosts 2)"));
@@ -1443,10 +1448,7 @@ TEST(LauncherDiscovery, AQuarantinedHostComesBackOnlyWhenNothingElseIsLeft) {
   world w(discovering_job(2, 2));
   w.discoveries.push_back(found({{"h0", 2}, {"h1", 2}}));
   w.keep_running_in[0] = {0, 1, 2, 3};
-  w.start();
-  w.run(1s);
-  crash(w, 1);
-  w.run();
+  crash_midrun(w, 1);
   ASSERT_TRUE(w.report);
   EXPECT_EQ(w.report->exit_code, 0) << w.lines.back();
   EXPECT_TRUE(w.said(
@@ -1460,10 +1462,7 @@ TEST(LauncherDiscovery, AQuarantinedHostComesBackOnlyWhenNothingElseIsLeft) {
   world s(std::move(c));
   s.discoveries.push_back(found({{"h1", 2}}));
   s.keep_running_in[0] = {0, 1, 2, 3};
-  s.start();
-  s.run(1s);
-  crash(s, 1);
-  s.run();
+  crash_midrun(s, 1);
   ASSERT_TRUE(s.report);
   EXPECT_EQ(s.report->exit_code, 0);
   EXPECT_EQ(s.opens[1], 1);
@@ -1475,13 +1474,9 @@ TEST(LauncherDiscovery, AHostThatJoinsButNeverComesUpIsQuarantinedAndTheRestartG
   c.request.restarts.host_discovery = "./hosts.sh";
   world w(std::move(c));
   w.discoveries.push_back(found({{"h3", 2}}));
-  for (int i = 0; i < 20; ++i)  // every try, retries included
-    w.ssh_fails[3].push_back(pm::agent_end{"ssh exited with code 255: No route to host", false});
+  unreachable(w, 3);
   w.keep_running_in[0] = {0, 1, 2, 3};
-  w.start();
-  w.run(1s);
-  crash(w, 1);
-  w.run();
+  crash_midrun(w, 1);
   ASSERT_TRUE(w.report);
   EXPECT_EQ(w.report->exit_code, 0) << w.lines.back();
   EXPECT_TRUE(w.said("host h3 joins (--host-discovery-script)"));
@@ -1498,8 +1493,7 @@ namespace {
 TEST(LauncherSpares, AHostStillBeingSetUpWhenTheFailureComesIsAwaitedNotLost) {
   world w(spare_job(2, 1, 1));
   w.ssh_fails[0] = {pm::agent_end{"ssh exited with code 255: Connection refused", true}};
-  for (int i = 0; i < 20; ++i)
-    w.ssh_fails[1].push_back(pm::agent_end{"ssh exited with code 255: No route to host", false});
+  unreachable(w, 1);
   w.start();
   w.run();
   ASSERT_TRUE(w.report);
@@ -1515,8 +1509,7 @@ TEST(LauncherSpares, AHostStillBeingSetUpWhenTheFailureComesIsAwaitedNotLost) {
   c.request.restarts.max_restarts = 0;
   world once(std::move(c));
   once.ssh_fails[0] = {pm::agent_end{"ssh exited with code 255: Connection refused", true}};
-  for (int i = 0; i < 20; ++i)
-    once.ssh_fails[1].push_back(pm::agent_end{"ssh exited with code 255: No route to host", false});
+  unreachable(once, 1);
   once.start();
   once.run();
   ASSERT_TRUE(once.report);

@@ -125,14 +125,20 @@ std::vector<std::size_t> ended_ones(const std::vector<owned_fd>& server_ends) {
   return out;
 }
 
-TEST(PmdRelay, RanksThatLeaveTogetherReachTheServerOneAtATime) {
-  relay_bench bench;
-  std::vector<owned_fd> clients, server_ends;
-  for (int i = 0; i < 4; ++i) {
+// `n` ranks connected through the relay: their sockets and the server's ends.
+void connect_ranks(relay_bench& bench, int n, std::vector<owned_fd>& clients,
+                   std::vector<owned_fd>& server_ends) {
+  for (int i = 0; i < n; ++i) {
     auto [client, server_end] = bench.connect_rank();
     clients.push_back(std::move(client));
     server_ends.push_back(std::move(server_end));
   }
+}
+
+TEST(PmdRelay, RanksThatLeaveTogetherReachTheServerOneAtATime) {
+  relay_bench bench;
+  std::vector<owned_fd> clients, server_ends;
+  connect_ranks(bench, 4, clients, server_ends);
   ASSERT_EQ(bench.relay().size(), 4u);
   EXPECT_TRUE(ended_ones(server_ends).empty());
 
@@ -152,11 +158,7 @@ TEST(PmdRelay, RanksThatLeaveTogetherReachTheServerOneAtATime) {
 TEST(PmdRelay, AServerThatClosesAWaitingOnesEndItselfDoesNotHoldUpTheRest) {
   relay_bench bench;
   std::vector<owned_fd> clients, server_ends;
-  for (int i = 0; i < 3; ++i) {
-    auto [client, server_end] = bench.connect_rank();
-    clients.push_back(std::move(client));
-    server_ends.push_back(std::move(server_end));
-  }
+  connect_ranks(bench, 3, clients, server_ends);
   clients.clear();
   bench.pump();
   auto now = ended_ones(server_ends);
@@ -181,11 +183,7 @@ TEST(PmdRelay, AServerThatClosesAWaitingOnesEndItselfDoesNotHoldUpTheRest) {
 TEST(PmdRelay, AtPmdsEndTheServersSidesStayOpenUntilTheRelayGoes) {
   relay_bench bench;
   std::vector<owned_fd> clients, server_ends;
-  for (int i = 0; i < 3; ++i) {
-    auto [client, server_end] = bench.connect_rank();
-    clients.push_back(std::move(client));
-    server_ends.push_back(std::move(server_end));
-  }
+  connect_ranks(bench, 3, clients, server_ends);
   bench.relay().close_all();
   // The ranks' sides are closed...
   char c;
