@@ -49,6 +49,9 @@ struct host_machine::state {
   // relay is remembered (its first time), so that a relay made later acts as one made earlier.
   std::unique_ptr<child_relay> children;
   std::optional<agent_time> children_ended;
+  // The link's heartbeat period and silence bound (job setup): the children are timed with them.
+  std::chrono::milliseconds beat_every{0};
+  std::chrono::milliseconds beat_silence{0};
   bool finished = false;  // ranks.done(), kept here: a relayed piece need not touch the agent
   agent_time now{0};
   std::vector<host_action>* out = nullptr;
@@ -213,8 +216,9 @@ struct host_machine::state {
         overloaded{
             [&](link::job_setup& j) {
               // The launcher's heartbeats and silence bound, from now on (remote hosts).
-              out->push_back(set_heartbeats{std::chrono::milliseconds(j.heartbeat_ms),
-                                            std::chrono::milliseconds(j.silence_ms)});
+              beat_every = std::chrono::milliseconds(j.heartbeat_ms);
+              beat_silence = std::chrono::milliseconds(j.silence_ms);
+              out->push_back(set_heartbeats{beat_every, beat_silence});
               if (j.pmix && !pmix && !pmix_asked) {
                 start_pmix s{*j.pmix, {}};
                 for (const auto& app : j.apps) {
@@ -297,7 +301,12 @@ struct host_machine::state {
                      take_pmix();
                    },
                    [&](child_event& c) {
-                     relay().handle(std::move(c), buf->child_out);
+                     relay().handle(now, std::move(c), buf->child_out);
+                     take_children();
+                   },
+                   [&](children_tick&) {
+                     if (!children) return;
+                     children->tick(now, beat_every, beat_silence, buf->child_out);
                      take_children();
                    },
                    [&](pmix_ready& r) {
@@ -348,6 +357,10 @@ bool host_machine::done() const noexcept {
 
 bool host_machine::holds_reports() const noexcept {
   return state_->holds();
+}
+
+bool host_machine::relays() const noexcept {
+  return state_->children && !state_->children->empty();
 }
 
 const pmix_relay* host_machine::pmix() const noexcept {

@@ -1,0 +1,178 @@
+#include "link/relay_tap.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "link/frame.hpp"
+#include "link/messages.hpp"
+
+namespace pm::link {
+
+namespace {
+
+const std::vector<std::uint8_t>& beat_bytes() {
+  static const std::vector<std::uint8_t> framed = [] {
+    std::vector<std::uint8_t> v;
+    append_message(v, heartbeat{}, 0);
+    return v;
+  }();
+  return framed;
+}
+
+constexpr std::size_t max_noise = std::size_t{64} << 10;
+
+}  // namespace
+
+std::span<const std::uint8_t> relay_tap::heartbeat_frame() {
+  return beat_bytes();
+}
+
+void relay_tap::pass(std::string& bytes, bool drop_beats) {
+  if (state_ == stage::lost || bytes.empty()) return;
+  const auto* p = reinterpret_cast<const std::uint8_t*>(bytes.data());
+  const std::size_t n = bytes.size();
+  const auto& beat = beat_bytes();
+  const std::size_t beat_body = beat.size() - frame_header_bytes;
+
+  // What passes: bytes[0, same) as they are, until something is taken out; then `out`.
+  std::string out;
+  bool copying = false;
+  std::size_t same = 0;
+  const auto keep = [&](std::size_t from, std::size_t to) {
+    if (from == to) return;
+    if (!copying && from == same) {
+      same = to;
+      return;
+    }
+    if (!copying) {
+      copying = true;
+      out.assign(bytes, 0, same);
+    }
+    out.append(bytes, from, to - from);
+  };
+  // A frame not decided yet (dropping heartbeats: its header, or a heartbeat-sized frame): it
+  // began at `open` in these bytes, or before them (its first bytes are in held_, `open` 0).
+  constexpr std::size_t none = ~std::size_t{0};
+  std::size_t open = held_.empty() ? none : 0;
+  const auto release = [&](std::size_t to) {  // the open frame passes, up to `to`
+    if (open == none) return;
+    if (!held_.empty()) {
+      if (!copying) {
+        copying = true;
+        out.assign(bytes, 0, same);
+      }
+      out += held_;
+      held_.clear();
+    }
+    keep(open, to);
+    open = none;
+  };
+
+  std::size_t i = 0;
+  while (i < n) {
+    switch (state_) {
+      case stage::magic: {
+        const std::size_t from = i;
+        while (i < n && matched_ < magic.size()) {
+          const auto b = p[i++];
+          // The magic's only border is its first byte (a NUL): a mismatch restarts there.
+          matched_ = b == magic[matched_] ? static_cast<std::uint8_t>(matched_ + 1)
+                                          : static_cast<std::uint8_t>(b == magic[0] ? 1 : 0);
+          if (++noise_ > max_noise + magic.size()) {
+            state_ = stage::lost;
+            break;
+          }
+        }
+        keep(from, i);
+        if (state_ == stage::magic && matched_ == magic.size()) state_ = stage::header;
+        break;
+      }
+      case stage::header: {
+        if (have_ == 0) {
+          left_ = 0;
+          if (drop_beats) open = i;
+        }
+        const std::size_t from = i;
+        while (i < n && have_ < frame_header_bytes) {
+          left_ = (left_ << 8) | p[i++];
+          ++have_;
+        }
+        if (!drop_beats) keep(from, i);
+        if (have_ < frame_header_bytes) break;
+        have_ = 0;
+        if (left_ == 0 || left_ > max_frame_bytes) {
+          release(i);
+          state_ = stage::lost;
+          break;
+        }
+        if (drop_beats && left_ == beat_body) {
+          state_ = stage::beat;
+        } else {
+          release(i);
+          state_ = stage::body;
+        }
+        break;
+      }
+      case stage::body: {
+        const auto k = std::min<std::size_t>(left_, n - i);
+        keep(i, i + k);
+        i += k;
+        left_ -= static_cast<std::uint32_t>(k);
+        if (left_ == 0) {
+          ++frames_;
+          state_ = stage::header;
+        }
+        break;
+      }
+      case stage::beat: {
+        const auto k = std::min<std::size_t>(left_, n - i);
+        i += k;
+        left_ -= static_cast<std::uint32_t>(k);
+        if (left_ > 0) break;
+        ++frames_;
+        state_ = stage::header;
+        // Whole: a heartbeat is taken out, anything else of its size passes.
+        bool is_beat = false;
+        if (held_.empty()) {
+          is_beat = std::equal(beat.begin(), beat.end(), p + open);
+        } else {
+          held_.append(bytes, 0, i);
+          is_beat = held_.size() == beat.size() &&
+                    std::equal(beat.begin(), beat.end(),
+                               reinterpret_cast<const std::uint8_t*>(held_.data()));
+          if (!is_beat) {
+            // held_ holds the whole frame now: it passes as one piece.
+            if (!copying) {
+              copying = true;
+              out.assign(bytes, 0, same);
+            }
+            out += held_;
+          }
+          held_.clear();
+          open = none;
+          break;
+        }
+        if (!is_beat) release(i);
+        open = none;
+        break;
+      }
+      case stage::lost:
+        release(i);
+        keep(i, n);
+        i = n;
+        break;
+    }
+  }
+  // A frame still undecided waits for its rest.
+  if (open != none) {
+    held_.append(bytes, open, n - open);
+    // (bytes before `open` in these bytes were kept or taken out already)
+  }
+  if (copying) {
+    bytes = std::move(out);
+  } else if (same < n) {
+    bytes.resize(same);
+  }
+}
+
+}  // namespace pm::link

@@ -1,0 +1,43 @@
+// A tree parent's view of one relayed link, one direction (docs/agent-link.md, "Heartbeats and
+// silence", version 12): heartbeats travel hop by hop. The parent does not parse the link it
+// relays, but it follows its frames: the magic (after any noise), then each frame's length. That
+// is enough to take the child's heartbeats out of what goes on toward the launcher (the parent
+// times the child itself), and to know where a heartbeat of its own may go into the child's
+// stdin (between two of the launcher's frames, once the launcher's hello passed). Bytes it cannot
+// follow (a stream that is not a link) pass unchanged; the endpoints at both ends say what is
+// wrong. No copy of what passes unless a heartbeat is taken out of the middle of it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace pm::link {
+
+class relay_tap {
+ public:
+  /// A heartbeat as framed on the wire (the frame's length, then its body).
+  static std::span<const std::uint8_t> heartbeat_frame();
+
+  /// The bytes that came, in place: the heartbeats among them are taken out when `drop_beats`.
+  void pass(std::string& bytes, bool drop_beats);
+  /// Whole frames that passed (the first is the sender's hello).
+  std::uint64_t frames() const noexcept { return frames_; }
+  /// Between two frames, after the first: a frame may go in here.
+  bool between_frames() const noexcept {
+    return state_ == stage::header && have_ == 0 && frames_ > 0;
+  }
+  bool lost_track() const noexcept { return state_ == stage::lost; }
+
+ private:
+  enum class stage : std::uint8_t { magic, header, body, beat, lost };
+  stage state_ = stage::magic;
+  std::uint8_t matched_ = 0;  // bytes of the magic matched so far
+  std::uint8_t have_ = 0;     // header bytes held
+  std::uint32_t noise_ = 0;
+  std::uint32_t left_ = 0;  // body bytes still to pass
+  std::uint64_t frames_ = 0;
+  std::string held_;  // a frame that may be a heartbeat, until it is whole
+};
+
+}  // namespace pm::link
