@@ -349,6 +349,7 @@ struct launcher::impl {
     std::optional<rank_map> map;
     std::string line;
   };
+  bool could_restart() const;  // whole-job restarts are on and none rules one out yet
   bool restartable(const job_report& r) const;
   std::optional<next_place> place_next() const;
   bool usable_spare(std::uint32_t h) const;

@@ -43,11 +43,14 @@ std::string rank_ranges(std::span<const std::uint32_t> ranks) {
 // (--stall-timeout), a host lost (when a spare or --min-hosts gives its ranks a place). Never a
 // user's signal, a cancel, the timeout, a refusal, or a program that cannot start (it will not
 // start next time either).
-bool launcher::impl::restartable(const job_report& r) const {
+bool launcher::impl::could_restart() const {
   // --enable-recovery restarts single ranks (rank_recovery.cpp), never the whole job.
-  if (inc.number >= req.restarts.max_restarts || req.restarts.per_rank || interrupts > 0 ||
-      refused || done)
-    return false;
+  return inc.number < req.restarts.max_restarts && !req.restarts.per_rank && interrupts == 0 &&
+         !refused && !done;
+}
+
+bool launcher::impl::restartable(const job_report& r) const {
+  if (!could_restart()) return false;
   const auto host_failed = [&] {
     if (r.cause == cause_kind::host_lost) return true;
     // A host whose agent never came up (its ranks "could not start"), not a missing program.

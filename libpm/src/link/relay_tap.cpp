@@ -1,6 +1,8 @@
 #include "link/relay_tap.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "link/frame.hpp"
@@ -14,6 +16,7 @@ const std::vector<std::uint8_t>& beat_bytes() {
   static const std::vector<std::uint8_t> framed = [] {
     std::vector<std::uint8_t> v;
     append_message(v, heartbeat{}, 0);
+    if (v.size() > relay_tap::max_held) throw std::logic_error("a heartbeat's frame grew");
     return v;
   }();
   return framed;
@@ -53,17 +56,18 @@ void relay_tap::pass(std::string& bytes, bool drop_beats) {
   // A frame not decided yet (dropping heartbeats: its header, or a heartbeat-sized frame): it
   // began at `open` in these bytes, or before them (its first bytes are in held_, `open` 0).
   constexpr std::size_t none = ~std::size_t{0};
-  std::size_t open = held_.empty() ? none : 0;
+  std::size_t open = held_n_ == 0 ? none : 0;
+  const auto flush_held = [&] {  // what is held passes, before anything of these bytes
+    if (!copying) {
+      copying = true;
+      out.assign(bytes, 0, same);
+    }
+    out.append(reinterpret_cast<const char*>(held_.data()), held_n_);
+    held_n_ = 0;
+  };
   const auto release = [&](std::size_t to) {  // the open frame passes, up to `to`
     if (open == none) return;
-    if (!held_.empty()) {
-      if (!copying) {
-        copying = true;
-        out.assign(bytes, 0, same);
-      }
-      out += held_;
-      held_.clear();
-    }
+    if (held_n_ != 0) flush_held();
     keep(open, to);
     open = none;
   };
@@ -119,7 +123,7 @@ void relay_tap::pass(std::string& bytes, bool drop_beats) {
         i += k;
         left_ -= static_cast<std::uint32_t>(k);
         if (left_ == 0) {
-          ++frames_;
+          count_frame();
           state_ = stage::header;
         }
         break;
@@ -129,31 +133,27 @@ void relay_tap::pass(std::string& bytes, bool drop_beats) {
         i += k;
         left_ -= static_cast<std::uint32_t>(k);
         if (left_ > 0) break;
-        ++frames_;
+        count_frame();
         state_ = stage::header;
         // Whole: a heartbeat is taken out, anything else of its size passes.
-        bool is_beat = false;
-        if (held_.empty()) {
-          is_beat = std::equal(beat.begin(), beat.end(), p + open);
-        } else {
-          held_.append(bytes, 0, i);
-          is_beat = held_.size() == beat.size() &&
-                    std::equal(beat.begin(), beat.end(),
-                               reinterpret_cast<const std::uint8_t*>(held_.data()));
-          if (!is_beat) {
-            // held_ holds the whole frame now: it passes as one piece.
-            if (!copying) {
-              copying = true;
-              out.assign(bytes, 0, same);
-            }
-            out += held_;
-          }
-          held_.clear();
+        if (held_n_ == 0) {
+          if (!std::equal(beat.begin(), beat.end(), p + open)) release(i);
           open = none;
           break;
         }
-        if (!is_beat) release(i);
-        open = none;
+        // Its start was held: it begins there and ends at i here (i <= a heartbeat's size).
+        const std::size_t n_held = held_n_;
+        const bool is_beat =
+            n_held + i == beat.size() &&
+            std::equal(beat.begin(), beat.begin() + static_cast<std::ptrdiff_t>(n_held),
+                       held_.begin()) &&
+            std::equal(beat.begin() + static_cast<std::ptrdiff_t>(n_held), beat.end(), p);
+        if (is_beat) {
+          held_n_ = 0;
+          open = none;
+        } else {
+          release(i);
+        }
         break;
       }
       case stage::lost:
@@ -165,8 +165,9 @@ void relay_tap::pass(std::string& bytes, bool drop_beats) {
   }
   // A frame still undecided waits for its rest.
   if (open != none) {
-    held_.append(bytes, open, n - open);
     // (bytes before `open` in these bytes were kept or taken out already)
+    std::memcpy(held_.data() + held_n_, p + open, n - open);
+    held_n_ = static_cast<std::uint8_t>(held_n_ + (n - open));
   }
   if (copying) {
     bytes = std::move(out);

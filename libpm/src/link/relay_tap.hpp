@@ -8,6 +8,7 @@
 // wrong. No copy of what passes unless a heartbeat is taken out of the middle of it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -22,22 +23,30 @@ class relay_tap {
   /// The bytes that came, in place: the heartbeats among them are taken out when `drop_beats`.
   void pass(std::string& bytes, bool drop_beats);
   /// Whole frames that passed (the first is the sender's hello).
-  std::uint64_t frames() const noexcept { return frames_; }
+  std::uint32_t frames() const noexcept { return frames_; }
   /// Between two frames, after the first: a frame may go in here.
   bool between_frames() const noexcept {
     return state_ == stage::header && have_ == 0 && frames_ > 0;
   }
   bool lost_track() const noexcept { return state_ == stage::lost; }
 
+  /// At most a heartbeat's frame is ever held (checked where it is built).
+  static constexpr std::size_t max_held = 24;
+
  private:
   enum class stage : std::uint8_t { magic, header, body, beat, lost };
+  void count_frame() noexcept {
+    if (frames_ != ~std::uint32_t{0}) ++frames_;  // (only "none yet" matters past the first)
+  }
   stage state_ = stage::magic;
   std::uint8_t matched_ = 0;  // bytes of the magic matched so far
   std::uint8_t have_ = 0;     // header bytes held
+  std::uint8_t held_n_ = 0;   // bytes in held_
   std::uint32_t noise_ = 0;
   std::uint32_t left_ = 0;  // body bytes still to pass
-  std::uint64_t frames_ = 0;
-  std::string held_;  // a frame that may be a heartbeat, until it is whole
+  std::uint32_t frames_ = 0;
+  // A frame that may be a heartbeat, until it is whole (a tree parent keeps two taps a child).
+  std::array<std::uint8_t, max_held> held_{};
 };
 
 }  // namespace pm::link
