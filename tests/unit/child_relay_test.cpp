@@ -155,17 +155,19 @@ TEST(RelayTap, TakesHeartbeatsOutWhereverTheyAreCutAndPassesTheRestUnchanged) {
   // Every way of cutting the stream in two, and byte by byte.
   for (std::size_t cut = 0; cut <= stream.size(); ++cut) {
     ln::relay_tap tap;
+    ln::relay_tap::held_frame held;
     std::string a = stream.substr(0, cut), b = stream.substr(cut);
-    tap.pass(a, true);
-    tap.pass(b, true);
+    tap.pass(a, &held);
+    tap.pass(b, &held);
     EXPECT_EQ(a + b, expected) << "cut at " << cut;
     EXPECT_EQ(tap.frames(), 7u);
   }
   ln::relay_tap tap;
+  ln::relay_tap::held_frame held;
   std::string got;
   for (const char c : stream) {
     std::string one(1, c);
-    tap.pass(one, true);
+    tap.pass(one, &held);
     got += one;
   }
   EXPECT_EQ(got, expected);
@@ -173,11 +175,11 @@ TEST(RelayTap, TakesHeartbeatsOutWhereverTheyAreCutAndPassesTheRestUnchanged) {
   // Following only: nothing changes.
   ln::relay_tap follow;
   std::string all = stream;
-  follow.pass(all, false);
+  follow.pass(all, nullptr);
   EXPECT_EQ(all, stream);
   EXPECT_TRUE(follow.between_frames());
   std::string half = report.substr(0, 7);
-  follow.pass(half, false);
+  follow.pass(half, nullptr);
   EXPECT_FALSE(follow.between_frames());
 }
 
@@ -185,7 +187,8 @@ TEST(RelayTap, ABrokenStreamPassesAsItIs) {
   ln::relay_tap tap;
   std::string bytes = magic_text() + std::string("\0\0\0\0garbage", 11) + beat();
   const std::string copy = bytes;
-  tap.pass(bytes, true);
+  ln::relay_tap::held_frame held;
+  tap.pass(bytes, &held);
   EXPECT_EQ(bytes, copy);
   EXPECT_TRUE(tap.lost_track());
 }

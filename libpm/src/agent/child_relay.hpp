@@ -122,23 +122,25 @@ class child_relay {
   bool empty() const noexcept { return hosts_.empty(); }
 
  private:
-  // By host, sorted, in three flat vectors (a parent has its fan-out of children, 32 by
-  // default): a relayed piece, both ways, looks its host up in 128 bytes of hosts and reads one
-  // flag; ssh's stderr is touched only when it says something.
+  // By host, sorted, in two flat vectors (a parent has its fan-out of children, 32 by default): a
+  // relayed piece, both ways, looks its host up in 128 bytes of hosts. ssh's stderr is kept apart
+  // for the few children whose ssh says something.
   static constexpr std::size_t none = ~std::size_t{0};
   std::size_t index(std::uint32_t host) const;
   void remove(std::size_t i);
-  std::vector<std::uint32_t> hosts_;
-  std::vector<std::uint8_t> stopping_;    // child_close came: nothing more goes to it
-  std::vector<std::string> stderr_tail_;  // for its last line
+  std::string& stderr_tail(std::uint32_t host);
   // Each child's link as it passes (both ways) and when it was last heard from.
   struct hop {
-    link::relay_tap up;    // from the child: its heartbeats are taken out
+    link::relay_tap up;    // from the child: its heartbeats are taken out (held: one cut short)
     link::relay_tap down;  // to the child: where a heartbeat may go in
-    time heard{0};
+    link::relay_tap::held_frame held;
+    bool stopping = false;   // child_close came: nothing more goes to it
     bool beat_owed = false;  // a heartbeat waits for the end of the launcher's frame
+    time heard{0};
   };
+  std::vector<std::uint32_t> hosts_;
   std::vector<hop> hops_;
+  std::vector<std::pair<std::uint32_t, std::string>> stderr_tails_;  // for their last line
   std::optional<time> kill_at_;
   time next_beat_{0};
 };

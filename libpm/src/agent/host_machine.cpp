@@ -49,9 +49,6 @@ struct host_machine::state {
   // relay is remembered (its first time), so that a relay made later acts as one made earlier.
   std::unique_ptr<child_relay> children;
   std::optional<agent_time> children_ended;
-  // The link's heartbeat period and silence bound (job setup): the children are timed with them.
-  std::chrono::milliseconds beat_every{0};
-  std::chrono::milliseconds beat_silence{0};
   bool finished = false;  // ranks.done(), kept here: a relayed piece need not touch the agent
   agent_time now{0};
   std::vector<host_action>* out = nullptr;
@@ -216,9 +213,8 @@ struct host_machine::state {
         overloaded{
             [&](link::job_setup& j) {
               // The launcher's heartbeats and silence bound, from now on (remote hosts).
-              beat_every = std::chrono::milliseconds(j.heartbeat_ms);
-              beat_silence = std::chrono::milliseconds(j.silence_ms);
-              out->push_back(set_heartbeats{beat_every, beat_silence});
+              out->push_back(set_heartbeats{std::chrono::milliseconds(j.heartbeat_ms),
+                                            std::chrono::milliseconds(j.silence_ms)});
               if (j.pmix && !pmix && !pmix_asked) {
                 start_pmix s{*j.pmix, {}};
                 for (const auto& app : j.apps) {
@@ -305,8 +301,11 @@ struct host_machine::state {
                      take_children();
                    },
                    [&](children_tick&) {
-                     if (!children) return;
-                     children->tick(now, beat_every, beat_silence, buf->child_out);
+                     // The link's heartbeat period and silence bound (the job's setup).
+                     const auto* setup = ranks.setup();
+                     if (!children || setup == nullptr) return;
+                     children->tick(now, std::chrono::milliseconds(setup->heartbeat_ms),
+                                    std::chrono::milliseconds(setup->silence_ms), buf->child_out);
                      take_children();
                    },
                    [&](pmix_ready& r) {

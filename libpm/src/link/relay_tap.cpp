@@ -30,7 +30,11 @@ std::span<const std::uint8_t> relay_tap::heartbeat_frame() {
   return beat_bytes();
 }
 
-void relay_tap::pass(std::string& bytes, bool drop_beats) {
+void relay_tap::pass(std::string& bytes, held_frame* drop) {
+  const bool drop_beats = drop != nullptr;
+  std::uint8_t none_held = 0;
+  std::uint8_t& held_n = drop_beats ? drop->size : none_held;
+  std::uint8_t* held = drop_beats ? drop->bytes.data() : nullptr;
   if (state_ == stage::lost || bytes.empty()) return;
   const auto* p = reinterpret_cast<const std::uint8_t*>(bytes.data());
   const std::size_t n = bytes.size();
@@ -54,20 +58,20 @@ void relay_tap::pass(std::string& bytes, bool drop_beats) {
     out.append(bytes, from, to - from);
   };
   // A frame not decided yet (dropping heartbeats: its header, or a heartbeat-sized frame): it
-  // began at `open` in these bytes, or before them (its first bytes are in held_, `open` 0).
+  // began at `open` in these bytes, or before them (its first bytes are in held, `open` 0).
   constexpr std::size_t none = ~std::size_t{0};
-  std::size_t open = held_n_ == 0 ? none : 0;
+  std::size_t open = held_n == 0 ? none : 0;
   const auto flush_held = [&] {  // what is held passes, before anything of these bytes
     if (!copying) {
       copying = true;
       out.assign(bytes, 0, same);
     }
-    out.append(reinterpret_cast<const char*>(held_.data()), held_n_);
-    held_n_ = 0;
+    out.append(reinterpret_cast<const char*>(held), held_n);
+    held_n = 0;
   };
   const auto release = [&](std::size_t to) {  // the open frame passes, up to `to`
     if (open == none) return;
-    if (held_n_ != 0) flush_held();
+    if (held_n != 0) flush_held();
     keep(open, to);
     open = none;
   };
@@ -136,20 +140,19 @@ void relay_tap::pass(std::string& bytes, bool drop_beats) {
         count_frame();
         state_ = stage::header;
         // Whole: a heartbeat is taken out, anything else of its size passes.
-        if (held_n_ == 0) {
+        if (held_n == 0) {
           if (!std::equal(beat.begin(), beat.end(), p + open)) release(i);
           open = none;
           break;
         }
         // Its start was held: it begins there and ends at i here (i <= a heartbeat's size).
-        const std::size_t n_held = held_n_;
+        const std::size_t n_held = held_n;
         const bool is_beat =
             n_held + i == beat.size() &&
-            std::equal(beat.begin(), beat.begin() + static_cast<std::ptrdiff_t>(n_held),
-                       held_.begin()) &&
+            std::equal(beat.begin(), beat.begin() + static_cast<std::ptrdiff_t>(n_held), held) &&
             std::equal(beat.begin() + static_cast<std::ptrdiff_t>(n_held), beat.end(), p);
         if (is_beat) {
-          held_n_ = 0;
+          held_n = 0;
           open = none;
         } else {
           release(i);
@@ -166,8 +169,8 @@ void relay_tap::pass(std::string& bytes, bool drop_beats) {
   // A frame still undecided waits for its rest.
   if (open != none) {
     // (bytes before `open` in these bytes were kept or taken out already)
-    std::memcpy(held_.data() + held_n_, p + open, n - open);
-    held_n_ = static_cast<std::uint8_t>(held_n_ + (n - open));
+    std::memcpy(held + held_n, p + open, n - open);
+    held_n = static_cast<std::uint8_t>(held_n + (n - open));
   }
   if (copying) {
     bytes = std::move(out);

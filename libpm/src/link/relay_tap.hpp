@@ -17,11 +17,22 @@ namespace pm::link {
 
 class relay_tap {
  public:
+  /// At most a heartbeat's frame is ever held (checked where it is built).
+  static constexpr std::size_t max_held = 24;
+  /// Where a frame that may be a heartbeat waits for its rest (only a tap that takes heartbeats
+  /// out needs one: a tree parent keeps two taps a child, one of them with this).
+  struct held_frame {
+    std::array<std::uint8_t, max_held> bytes{};
+    std::uint8_t size = 0;
+  };
+
   /// A heartbeat as framed on the wire (the frame's length, then its body).
   static std::span<const std::uint8_t> heartbeat_frame();
 
-  /// The bytes that came, in place: the heartbeats among them are taken out when `drop_beats`.
-  void pass(std::string& bytes, bool drop_beats);
+  /// The bytes that came, in place: with `drop_beats`, the heartbeats among them are taken out
+  /// (a heartbeat cut by the end of `bytes` waits there for its rest); null: they are only
+  /// followed. A tap is always passed the same (or always null).
+  void pass(std::string& bytes, held_frame* drop_beats);
   /// Whole frames that passed (the first is the sender's hello).
   std::uint32_t frames() const noexcept { return frames_; }
   /// Between two frames, after the first: a frame may go in here.
@@ -29,9 +40,6 @@ class relay_tap {
     return state_ == stage::header && have_ == 0 && frames_ > 0;
   }
   bool lost_track() const noexcept { return state_ == stage::lost; }
-
-  /// At most a heartbeat's frame is ever held (checked where it is built).
-  static constexpr std::size_t max_held = 24;
 
  private:
   enum class stage : std::uint8_t { magic, header, body, beat, lost };
@@ -41,12 +49,9 @@ class relay_tap {
   stage state_ = stage::magic;
   std::uint8_t matched_ = 0;  // bytes of the magic matched so far
   std::uint8_t have_ = 0;     // header bytes held
-  std::uint8_t held_n_ = 0;   // bytes in held_
   std::uint32_t noise_ = 0;
   std::uint32_t left_ = 0;  // body bytes still to pass
   std::uint32_t frames_ = 0;
-  // A frame that may be a heartbeat, until it is whole (a tree parent keeps two taps a child).
-  std::array<std::uint8_t, max_held> held_{};
 };
 
 }  // namespace pm::link
