@@ -160,7 +160,7 @@ TEST(RelayTap, TakesHeartbeatsOutWhereverTheyAreCutAndPassesTheRestUnchanged) {
     tap.pass(a, &held);
     tap.pass(b, &held);
     EXPECT_EQ(a + b, expected) << "cut at " << cut;
-    EXPECT_EQ(tap.frames(), 7u);
+    EXPECT_TRUE(tap.framed());
   }
   ln::relay_tap tap;
   ln::relay_tap::held_frame held;

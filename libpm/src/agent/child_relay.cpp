@@ -105,12 +105,12 @@ void child_relay::tick(time now, std::chrono::milliseconds every, std::chrono::m
   if (silence.count() > 0) {
     for (std::size_t i = 0; i < hosts_.size();) {
       auto& h = hops_[i];
-      if (hops_[i].stopping || h.up.frames() == 0 || h.up.lost_track() || now - h.heard < silence) {
+      const std::chrono::milliseconds quiet(ms_of(now) - h.heard_ms);  // (unsigned: wraps)
+      if (hops_[i].stopping || !h.up.framed() || h.up.lost_track() || quiet < silence) {
         ++i;
         continue;
       }
       const auto host = hosts_[i];
-      const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - h.heard);
       remove(i);
       out.push_back(stop_child{host});
       link::child_closed closed{host, -1, 0, {}};
@@ -124,7 +124,7 @@ void child_relay::tick(time now, std::chrono::milliseconds every, std::chrono::m
   for (std::size_t i = 0; i < hosts_.size(); ++i) {
     auto& h = hops_[i];
     // After the launcher's hello (a heartbeat before it would break the child's link).
-    if (hops_[i].stopping || h.down.frames() == 0 || h.down.lost_track()) continue;
+    if (hops_[i].stopping || !h.down.framed() || h.down.lost_track()) continue;
     if (!h.down.between_frames()) {
       h.beat_owed = true;
       continue;
@@ -145,7 +145,7 @@ void child_relay::handle(time now, child_event e, std::vector<child_action>& out
             const auto i = index(o.host);
             if (i == none) return;
             auto& h = hops_[i];
-            h.heard = now;
+            h.heard_ms = ms_of(now);
             h.up.pass(o.bytes, &h.held);
             if (o.bytes.empty()) return;  // heartbeats alone: they end here
             out.push_back(send{link::child_data{o.host, std::move(o.bytes)}});

@@ -136,8 +136,13 @@ class child_relay {
     link::relay_tap::held_frame held;
     bool stopping = false;   // child_close came: nothing more goes to it
     bool beat_owed = false;  // a heartbeat waits for the end of the launcher's frame
-    time heard{0};
+    // When it was last heard from, in ms, wrapping (only differences of seconds are taken).
+    std::uint32_t heard_ms = 0;
   };
+  static std::uint32_t ms_of(time t) {
+    return static_cast<std::uint32_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(t).count());
+  }
   std::vector<std::uint32_t> hosts_;
   std::vector<hop> hops_;
   std::vector<std::pair<std::uint32_t, std::string>> stderr_tails_;  // for their last line

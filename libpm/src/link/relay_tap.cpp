@@ -86,34 +86,37 @@ void relay_tap::pass(std::string& bytes, held_frame* drop) {
           // The magic's only border is its first byte (a NUL): a mismatch restarts there.
           matched_ = b == magic[matched_] ? static_cast<std::uint8_t>(matched_ + 1)
                                           : static_cast<std::uint8_t>(b == magic[0] ? 1 : 0);
-          if (++noise_ > max_noise + magic.size()) {
+          if (++count_ > max_noise + magic.size()) {
             state_ = stage::lost;
             break;
           }
         }
         keep(from, i);
-        if (state_ == stage::magic && matched_ == magic.size()) state_ = stage::header;
+        if (state_ == stage::magic && matched_ == magic.size()) {
+          state_ = stage::header;
+          count_ = 0;
+        }
         break;
       }
       case stage::header: {
         if (have_ == 0) {
-          left_ = 0;
+          count_ = 0;
           if (drop_beats) open = i;
         }
         const std::size_t from = i;
         while (i < n && have_ < frame_header_bytes) {
-          left_ = (left_ << 8) | p[i++];
+          count_ = (count_ << 8) | p[i++];
           ++have_;
         }
         if (!drop_beats) keep(from, i);
         if (have_ < frame_header_bytes) break;
         have_ = 0;
-        if (left_ == 0 || left_ > max_frame_bytes) {
+        if (count_ == 0 || count_ > max_frame_bytes) {
           release(i);
           state_ = stage::lost;
           break;
         }
-        if (drop_beats && left_ == beat_body) {
+        if (drop_beats && count_ == beat_body) {
           state_ = stage::beat;
         } else {
           release(i);
@@ -122,22 +125,22 @@ void relay_tap::pass(std::string& bytes, held_frame* drop) {
         break;
       }
       case stage::body: {
-        const auto k = std::min<std::size_t>(left_, n - i);
+        const auto k = std::min<std::size_t>(count_, n - i);
         keep(i, i + k);
         i += k;
-        left_ -= static_cast<std::uint32_t>(k);
-        if (left_ == 0) {
-          count_frame();
+        count_ -= static_cast<std::uint32_t>(k);
+        if (count_ == 0) {
+          framed_ = true;
           state_ = stage::header;
         }
         break;
       }
       case stage::beat: {
-        const auto k = std::min<std::size_t>(left_, n - i);
+        const auto k = std::min<std::size_t>(count_, n - i);
         i += k;
-        left_ -= static_cast<std::uint32_t>(k);
-        if (left_ > 0) break;
-        count_frame();
+        count_ -= static_cast<std::uint32_t>(k);
+        if (count_ > 0) break;
+        framed_ = true;
         state_ = stage::header;
         // Whole: a heartbeat is taken out, anything else of its size passes.
         if (held_n == 0) {

@@ -33,25 +33,21 @@ class relay_tap {
   /// (a heartbeat cut by the end of `bytes` waits there for its rest); null: they are only
   /// followed. A tap is always passed the same (or always null).
   void pass(std::string& bytes, held_frame* drop_beats);
-  /// Whole frames that passed (the first is the sender's hello).
-  std::uint32_t frames() const noexcept { return frames_; }
+  /// A whole frame passed (the first is the sender's hello).
+  bool framed() const noexcept { return framed_; }
   /// Between two frames, after the first: a frame may go in here.
-  bool between_frames() const noexcept {
-    return state_ == stage::header && have_ == 0 && frames_ > 0;
-  }
+  bool between_frames() const noexcept { return state_ == stage::header && have_ == 0 && framed_; }
   bool lost_track() const noexcept { return state_ == stage::lost; }
 
  private:
   enum class stage : std::uint8_t { magic, header, body, beat, lost };
-  void count_frame() noexcept {
-    if (frames_ != ~std::uint32_t{0}) ++frames_;  // (only "none yet" matters past the first)
-  }
   stage state_ = stage::magic;
   std::uint8_t matched_ = 0;  // bytes of the magic matched so far
   std::uint8_t have_ = 0;     // header bytes held
-  std::uint32_t noise_ = 0;
-  std::uint32_t left_ = 0;  // body bytes still to pass
-  std::uint32_t frames_ = 0;
+  bool framed_ = false;
+  // Bytes of noise while looking for the magic, then the body bytes of a frame still to pass (8
+  // bytes a tap: a tree parent keeps two a child, 32 children each).
+  std::uint32_t count_ = 0;
 };
 
 }  // namespace pm::link
