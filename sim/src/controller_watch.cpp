@@ -251,8 +251,9 @@ void world::note_host_lost(const host_lost& x) {
       terminating_signals_ >= 2 && x.reason.starts_with("not waited for after a second interrupt");
   if (!struck(x.host) && !hurried)
     correctness(host_name(x.host) + " was lost though nothing happened to it (" + x.reason + ")");
-  // The launcher reports a loss once it knows how the carrier ended, or 300 ms (+ a heartbeat
-  // interval for a relayed host) after the link went down; each relay level adds a round trip.
+  // The launcher reports a loss once it knows how the carrier ended, or 300 ms after the link
+  // went down; a relayed host's silence is noticed by its parent at its next heartbeat tick (up
+  // to an interval later); each relay level adds a round trip.
   std::int64_t bound = -1;
   std::int64_t depth = 0;
   for (auto a = x.host; a != no_host; a = hosts_[a].parent, ++depth)

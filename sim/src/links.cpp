@@ -172,9 +172,19 @@ void world::on_link_tick(std::uint32_t host) {
         [&](launch::actions& out) { launcher_->link_tick(link::link_time(now_), host, out); });
   }
   if (h.agent_end && !h.agent_end->down()) {
+    const auto due = h.agent_end->deadline();
     tick_events_.clear();
     h.agent_end->tick(link::link_time(now_), tick_events_);
     if (!tick_events_.empty()) on_agent_events(host, tick_events_);
+    // A tree parent's timer: its children's heartbeats (what they sent by now is handed over
+    // first, as to a real parent that reads its children's pipes as they come) and their timing.
+    if (due && due->count() <= now_ && !h.children.empty() && h.agent && h.agent->relays()) {
+      kids_ = h.children;  // (a child's end, handed over, leaves the list)
+      for (const auto c : kids_) deliver(c, true);
+      relay_from_ = now_;
+      relay_loud_ = false;
+      feed_agent(host, agent::host_event{agent::children_tick{}});
+    }
   }
   touch(host);
 }

@@ -399,6 +399,8 @@ class world {
   std::vector<std::uint32_t> chain_;            // pull(): a host's starters, nearest first
   // Agent events that actions produced, fed after the batch that produced them (pmd's pending_).
   std::vector<std::pair<std::uint32_t, agent::host_event>> agent_backlog_;
+  std::vector<std::uint32_t>
+      kids_;  // a tree parent's children, while its tick hands their bytes over
   bool in_agent_step_ = false;
   std::vector<std::pair<std::uint32_t, std::string>> agent_reasons_;  // why agents lost the link
   std::vector<link::link_event> tick_events_;

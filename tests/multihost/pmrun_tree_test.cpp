@@ -212,6 +212,37 @@ TEST(PmrunTree, APartitionedMiddleHostEndsTheJobAndNothingIsLeftBelowIt) {
   f.heal(victim);
 }
 
+// Heartbeats go hop by hop (link version 12): pmrun does not time a relayed host, its parent
+// does. A relayed host cut off from everyone is noticed by its parent (node1 relays node3) and
+// reported through the tree, named with its parent; its own agent, which hears no more heartbeats
+// from node1, ends its ranks by itself.
+TEST(PmrunTree, APartitionedRelayedHostIsNoticedByItsParent) {
+  NEED_HOSTS();
+  multihost_fixture f(5);
+  const std::string err_path = f.state_dir() + "/tree-leaf-partition.err";
+  const pid_t pid = start_pmrun(pmrun_tree(f, {"-H", hosts_with_slots(f, 2), "-np", "10",
+                                               pm::test::payload_path(), "sleep", "60"}),
+                                err_path);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
+  const auto victim = f.hosts()[2].name;  // node3, relayed by node1
+  const auto cut = std::chrono::steady_clock::now();
+  f.partition(victim);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const auto took = std::chrono::steady_clock::now() - cut;
+  const std::string err = read_file(err_path);
+  ASSERT_TRUE(WIFEXITED(status)) << err;
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  // Silence (2 s) + up to a heartbeat interval at the parent, then the abort's grace.
+  EXPECT_LT(took, 8s) << err;
+  EXPECT_NE(err.find("host " + victim + " was lost"), std::string::npos) << err;
+  EXPECT_NE(err.find("no word from the agent"), std::string::npos) << err;
+  EXPECT_NE(err.find("noticed by " + f.hosts()[0].name), std::string::npos) << err;
+  EXPECT_TRUE(hosts_clean(f, 15s)) << left_on_hosts(f);
+  f.heal(victim);
+}
+
 TEST(PmrunTree, PmrunKilledLeavesNothingOnAnyHostAtAnyDepth) {
   NEED_HOSTS();
   multihost_fixture f(5);

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include "link/frame.hpp"
+#include "link/relay_tap.hpp"
+
 namespace pm::agent {
 namespace {
 
@@ -126,6 +129,115 @@ TEST(ChildRelay, EndingClosesEveryInputThenKillsWhatIsLeftAfterTheGrace) {
   ASSERT_EQ(all<start_child>(c).size(), 1u);
   EXPECT_TRUE(all<start_child>(c)[0].input_closed);
   EXPECT_TRUE(h.msg(ln::child_data{5, "x"}).empty());
+}
+
+// ---- heartbeats hop by hop (link version 12) ----
+
+std::string framed(const ln::message& m) {
+  std::vector<std::uint8_t> v;
+  ln::append_message(v, m, 0);
+  return {v.begin(), v.end()};
+}
+std::string magic_text() {
+  return {ln::magic.begin(), ln::magic.end()};
+}
+std::string beat() {
+  return framed(ln::heartbeat{});
+}
+
+TEST(RelayTap, TakesHeartbeatsOutWhereverTheyAreCutAndPassesTheRestUnchanged) {
+  const std::string hello = framed(ln::hello{});
+  const std::string report = framed(ln::exited{});
+  const std::string noise = "Welcome to node3\n";
+  const std::string stream =
+      noise + magic_text() + hello + beat() + report + beat() + beat() + report + beat();
+  const std::string expected = noise + magic_text() + hello + report + report;
+  // Every way of cutting the stream in two, and byte by byte.
+  for (std::size_t cut = 0; cut <= stream.size(); ++cut) {
+    ln::relay_tap tap;
+    ln::relay_tap::held_frame held;
+    std::string a = stream.substr(0, cut), b = stream.substr(cut);
+    tap.pass(a, &held);
+    tap.pass(b, &held);
+    EXPECT_EQ(a + b, expected) << "cut at " << cut;
+    EXPECT_TRUE(tap.framed());
+  }
+  ln::relay_tap tap;
+  ln::relay_tap::held_frame held;
+  std::string got;
+  for (const char c : stream) {
+    std::string one(1, c);
+    tap.pass(one, &held);
+    got += one;
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_TRUE(tap.between_frames());
+  // Following only: nothing changes.
+  ln::relay_tap follow;
+  std::string all = stream;
+  follow.pass(all, nullptr);
+  EXPECT_EQ(all, stream);
+  EXPECT_TRUE(follow.between_frames());
+  std::string half = report.substr(0, 7);
+  follow.pass(half, nullptr);
+  EXPECT_FALSE(follow.between_frames());
+}
+
+TEST(RelayTap, ABrokenStreamPassesAsItIs) {
+  ln::relay_tap tap;
+  std::string bytes = magic_text() + std::string("\0\0\0\0garbage", 11) + beat();
+  const std::string copy = bytes;
+  ln::relay_tap::held_frame held;
+  tap.pass(bytes, &held);
+  EXPECT_EQ(bytes, copy);
+  EXPECT_TRUE(tap.lost_track());
+}
+
+TEST(ChildRelay, HeartbeatsGoHopByHopAndASilentChildIsEndedAndReported) {
+  harness h;
+  h.msg(ln::child_open{3, {"ssh", "n3"}});
+  const auto every = 500ms, silence = 2000ms;
+  std::vector<child_action> out;
+  // Before the launcher's hello has passed, no heartbeat goes to the child.
+  h.relay.tick(1s, every, silence, out);
+  EXPECT_TRUE(out.empty());
+  h.msg(ln::child_data{3, magic_text() + framed(ln::hello{})});
+  h.relay.tick(2s, every, silence, out);
+  ASSERT_EQ(all<write_child>(out).size(), 1u);
+  EXPECT_EQ(all<write_child>(out)[0].bytes, beat());
+  // Not again before its time.
+  out.clear();
+  h.relay.tick(2100ms, every, silence, out);
+  EXPECT_TRUE(out.empty());
+  // Half a frame of the launcher's is on its way: the heartbeat waits for its end.
+  const std::string job = framed(ln::job_setup{});
+  h.msg(ln::child_data{3, job.substr(0, 5)});
+  h.relay.tick(2500ms, every, silence, out);
+  EXPECT_TRUE(out.empty());
+  const auto rest = h.msg(ln::child_data{3, job.substr(5)});
+  ASSERT_EQ(all<write_child>(rest).size(), 1u);
+  EXPECT_EQ(all<write_child>(rest)[0].bytes, job.substr(5) + beat());
+  // The child's heartbeats end here; the rest goes on.
+  out.clear();
+  h.relay.handle(3s, child_output{3, magic_text() + framed(ln::hello{}) + beat()}, out);
+  EXPECT_EQ(sent(out),
+            (std::vector<ln::message>{ln::child_data{3, magic_text() + framed(ln::hello{})}}));
+  out.clear();
+  h.relay.handle(3500ms, child_output{3, beat()}, out);
+  EXPECT_TRUE(out.empty());
+  // Silent from 3.5 s: at 5.5 s it is ended and reported, once.
+  h.relay.tick(5400ms, every, silence, out);
+  EXPECT_TRUE(all<stop_child>(out).empty());
+  out.clear();
+  h.relay.tick(5600ms, every, silence, out);
+  ASSERT_EQ(all<stop_child>(out).size(), 1u);
+  ln::child_closed closed{3, -1, 0, ""};
+  closed.silent_ms = 2100;
+  EXPECT_EQ(sent(out), (std::vector<ln::message>{closed}));
+  EXPECT_TRUE(h.relay.empty());
+  out.clear();
+  h.relay.handle(5700ms, child_ended{3, -1, SIGTERM}, out);
+  EXPECT_TRUE(out.empty());
 }
 
 }  // namespace

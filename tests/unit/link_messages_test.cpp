@@ -114,6 +114,8 @@ std::vector<message> samples() {
       child_data{4, std::string("\0pmlink\0\xff", 9)}, child_data{1u << 31, ""}, child_close{4},
       child_closed{4, 255, 0, "ssh: connect to host node5 port 22: Connection refused"},
       child_closed{7, -1, 9, ""},
+      // Version 12: a child its parent heard nothing from (heartbeats hop by hop).
+      child_closed{8, -1, 0, "", 2000},
       pmix_server{"pmix-server.42;tcp4://127.0.0.1:40001", "/tmp/pm-pmix.42.ab/pmix"},
       proc_table_request{1ull << 40}, proc_table_reply{3, {}},
       proc_table_reply{
@@ -182,13 +184,15 @@ constexpr std::uint64_t fnv_basis = 0xcbf29ce484222325ull;
 // relay frame; its body form below is still read). Version 9 changed the hello's version and added
 // optional fields (absent unless used: older samples' bodies are unchanged) and `topology`.
 // Version 11 added `restart` and `restarted` (older samples' bodies unchanged but the hello's).
-TEST(LinkMessages, WireBytesAreThoseOfVersion11) {
+// Version 12 added child_closed's `silent_ms` (every child_closed carries it: 0 unless its parent
+// timed it out) and changed the hello's version.
+TEST(LinkMessages, WireBytesAreThoseOfVersion12) {
   std::uint64_t h = fnv_basis;
   for (const auto& m : samples()) {
     if (after_version_10(m)) continue;
     h = fnv1a(h, encode(m, std::holds_alternative<spawn_request>(m) ? 1 : 0));
   }
-  EXPECT_EQ(h, 0xab31da583d8097a3ull) << std::hex << h;
+  EXPECT_EQ(h, 0x31e9e5510a4e9184ull) << std::hex << h;
   // {"ranks": [{"pid": 123456, "rank": 3}], "type": "started"}: keys sorted (in each map), the
   // shortest integers.
   EXPECT_EQ(encode(started{{{3, 123456}}}),
@@ -881,7 +885,7 @@ TEST(LinkMessages, RandomMessagesRoundTrip) {
       ASSERT_EQ(decode(b).msg, m) << type_name(m);
     }
   }
-  EXPECT_EQ(wire, 0xd567e7b0260ed96cull) << std::hex << wire;  // version 11: the hello's version
+  EXPECT_EQ(wire, 0xdad50b18f2e36458ull) << std::hex << wire;  // version 12: the hello, silent_ms
 }
 
 // ---- over a real socket, with descriptors ----

@@ -617,6 +617,10 @@ bool agent::done() const noexcept {
   return state_->ph == phase::done;
 }
 
+const link::job_setup* agent::setup() const noexcept {
+  return state_->setup.get();
+}
+
 // Its layers for the one composer (env/compose.hpp): its precedence decides both.
 std::vector<std::string> process_spec::environment() const {
   return compose_environment(layers_of(*this));

@@ -266,6 +266,8 @@ class agent {
   void handle(agent_time now, event e, std::vector<action>& out);
   /// True once exit_agent was emitted.
   bool done() const noexcept;
+  /// The job's setup, once it came (null before).
+  const link::job_setup* setup() const noexcept;
 
  private:
   struct state;

@@ -5,10 +5,15 @@
 //
 // The launcher sends child_open{host, argv}: the complete ssh command line of a host whose plan
 // parent this agent is. The driver runs it (with the agent's own environment, never the
-// launcher's) and moves bytes unread both ways: child_data from the launcher goes to ssh's stdin,
-// what ssh prints on stdout goes back as child_data. The link inside (hello, nonce, heartbeats,
-// output credit) is the launcher's with that host, end to end. When ssh ends, child_closed says
-// how, with the last line it printed on stderr.
+// launcher's) and moves bytes both ways: child_data from the launcher goes to ssh's stdin, what
+// ssh prints on stdout goes back as child_data. The link inside (hello, nonce, output credit) is
+// the launcher's with that host, end to end; its heartbeats go hop by hop (link version 12): the
+// relay follows the frames of both directions (link::relay_tap) without reading them, takes the
+// child's heartbeats out of what goes to the launcher, times the child itself (tick(): nothing
+// from it for the silence bound ends it, and child_closed says so with `silent_ms`), and writes
+// heartbeats of its own into the child's stdin between the launcher's frames. So the launcher
+// times only the hosts it reaches itself, and a heartbeat crosses one hop. When ssh ends,
+// child_closed says how, with the last line it printed on stderr.
 //
 // No orphans: when the agent loses its launcher, or clears up to exit, every child's stdin is
 // closed (its agent then sees its launcher gone and ends its ranks); a child still there
@@ -27,6 +32,7 @@
 
 #include "agent/agent.hpp"
 #include "link/messages.hpp"
+#include "link/relay_tap.hpp"
 #include "sys/stop_sequence.hpp"
 
 namespace pm::agent {
@@ -101,7 +107,14 @@ class child_relay {
   bool on_message(const link::message& m, std::vector<child_action>& out);
   /// The same, moving a child_data's bytes into its write_child (no copy per relayed piece).
   bool on_message(link::message& m, std::vector<child_action>& out);
-  void handle(child_event e, std::vector<child_action>& out);
+  void handle(time now, child_event e, std::vector<child_action>& out);
+  void handle(child_event e, std::vector<child_action>& out) { handle(time{0}, std::move(e), out); }
+  /// The link's heartbeat period and silence bound (the job's setup; 0: none): call at least
+  /// once a period (the agent's driver does when its own link's timer is due). A heartbeat goes
+  /// to each child at most once `every` * 3/4 (so a tick that comes a little early still sends
+  /// one); a child that said hello and then nothing for `silence` is ended and reported.
+  void tick(time now, std::chrono::milliseconds every, std::chrono::milliseconds silence,
+            std::vector<child_action>& out);
   /// The agent lost its launcher or clears up: the first call closes every child's stdin, a call
   /// `end_sequence.grace` after it kills what is left (the agent's sweep calls again until none
   /// is).
@@ -109,16 +122,32 @@ class child_relay {
   bool empty() const noexcept { return hosts_.empty(); }
 
  private:
-  // By host, sorted, in three flat vectors (a parent has its fan-out of children, 32 by
-  // default): a relayed piece, both ways, looks its host up in 128 bytes of hosts and reads one
-  // flag; ssh's stderr is touched only when it says something.
+  // By host, sorted, in two flat vectors (a parent has its fan-out of children, 32 by default): a
+  // relayed piece, both ways, looks its host up in 128 bytes of hosts. ssh's stderr is kept apart
+  // for the few children whose ssh says something.
   static constexpr std::size_t none = ~std::size_t{0};
   std::size_t index(std::uint32_t host) const;
   void remove(std::size_t i);
+  std::string& stderr_tail(std::uint32_t host);
+  // Each child's link as it passes (both ways) and when it was last heard from.
+  struct hop {
+    link::relay_tap up;    // from the child: its heartbeats are taken out (held: one cut short)
+    link::relay_tap down;  // to the child: where a heartbeat may go in
+    link::relay_tap::held_frame held;
+    bool stopping = false;   // child_close came: nothing more goes to it
+    bool beat_owed = false;  // a heartbeat waits for the end of the launcher's frame
+    // When it was last heard from, in ms, wrapping (only differences of seconds are taken).
+    std::uint32_t heard_ms = 0;
+  };
+  static std::uint32_t ms_of(time t) {
+    return static_cast<std::uint32_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(t).count());
+  }
   std::vector<std::uint32_t> hosts_;
-  std::vector<std::uint8_t> stopping_;    // child_close came: nothing more goes to it
-  std::vector<std::string> stderr_tail_;  // for its last line
+  std::vector<hop> hops_;
+  std::vector<std::pair<std::uint32_t, std::string>> stderr_tails_;  // for their last line
   std::optional<time> kill_at_;
+  time next_beat_{0};
 };
 
 }  // namespace pm::agent

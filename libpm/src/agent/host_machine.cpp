@@ -297,7 +297,15 @@ struct host_machine::state {
                      take_pmix();
                    },
                    [&](child_event& c) {
-                     relay().handle(std::move(c), buf->child_out);
+                     relay().handle(now, std::move(c), buf->child_out);
+                     take_children();
+                   },
+                   [&](children_tick&) {
+                     // The link's heartbeat period and silence bound (the job's setup).
+                     const auto* setup = ranks.setup();
+                     if (!children || setup == nullptr) return;
+                     children->tick(now, std::chrono::milliseconds(setup->heartbeat_ms),
+                                    std::chrono::milliseconds(setup->silence_ms), buf->child_out);
                      take_children();
                    },
                    [&](pmix_ready& r) {
@@ -348,6 +356,10 @@ bool host_machine::done() const noexcept {
 
 bool host_machine::holds_reports() const noexcept {
   return state_->holds();
+}
+
+bool host_machine::relays() const noexcept {
+  return state_->children && !state_->children->empty();
 }
 
 const pmix_relay* host_machine::pmix() const noexcept {

@@ -43,8 +43,12 @@ struct pmix_unavailable {
 /// and the agent's exit, sends what is held first, so the launcher sees everything in order.
 struct turn_ended {};
 
-using host_event =
-    std::variant<event, pmix_event, child_event, pmix_ready, pmix_unavailable, turn_ended>;
+/// The agent's own link timer was due (its heartbeat): the tree launch's children get theirs, and
+/// a child silent for too long is ended (child_relay::tick). Only worth feeding while relays().
+struct children_tick {};
+
+using host_event = std::variant<event, pmix_event, child_event, pmix_ready, pmix_unavailable,
+                                turn_ended, children_tick>;
 
 // ---- actions besides the parts' ----
 /// The job's ranks get PMIx: name the server's place (directories, a listening port; the server
@@ -81,6 +85,8 @@ class host_machine {
   bool done() const noexcept;
   /// True while reports wait for turn_ended (a driver may skip the event otherwise).
   bool holds_reports() const noexcept;
+  /// True while it relays child agents (children_tick has something to do).
+  bool relays() const noexcept;
   /// The PMIx part, once the driver said where the server will be (null: none).
   const pmix_relay* pmix() const noexcept;
 

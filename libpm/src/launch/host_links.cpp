@@ -28,7 +28,9 @@ link::endpoint_options launcher::impl::link_options(std::uint32_t h) const {
   o.nonce = cfg.nonce;
   if (!host_info(h).local) {
     o.hello_timeout = req.remote.hello_timeout;
-    if (req.remote.heartbeat_interval.count() > 0) {
+    // A relayed host's heartbeats go hop by hop (link version 12): its tree parent times it and
+    // says when it fell silent (child_closed.silent_ms); the launcher times only its own links.
+    if (req.remote.heartbeat_interval.count() > 0 && !is_relayed(h)) {
       o.heartbeat_interval = req.remote.heartbeat_interval;
       o.silence_timeout =
           req.remote.heartbeat_interval * std::max<std::uint32_t>(1, req.remote.heartbeat_misses);
@@ -283,12 +285,10 @@ void launcher::impl::link_went_down(std::uint32_t h, std::string reason) {
     relay_parent_down(h);
   }
   if (!expected && hs.down_greeted && !hs.lost_with_parent) {
-    // A relayed host that falls silent may be the first sign of its parent's partition (its
-    // parent's last heartbeat may be up to one interval younger): wait that long more, so that
-    // the parent is reported with its subtree.
-    auto wait = std::chrono::milliseconds(300);
-    if (is_relayed(h)) wait += req.remote.heartbeat_interval;
-    hs.loss_timer = start_own_timer(wait, own_timer{timer_kind::loss, h, 0});
+    // (A relayed host's silence is timed by its parent, link version 12: the launcher no longer
+    // sees a child's silence before its partitioned parent's, and waits no longer for it.)
+    hs.loss_timer =
+        start_own_timer(std::chrono::milliseconds(300), own_timer{timer_kind::loss, h, 0});
   }
   close_carrier(h);
 }

@@ -2,9 +2,10 @@
 // host P is reached through P's agent. Once P said hello (and has fewer than
 // remote_launch::max_concurrent children being set up), P is sent child_open{host, argv}, argv
 // being the complete ssh command line built with the same functions as the flat launch. The
-// host's own link (hello, nonce, heartbeats, output credit, silence) then runs end to end inside
-// P's: what its endpoint writes goes to P as child_data{host, bytes}, and child_data from P is
-// fed to it. P does not read it; a deeper level nests (child_data inside child_data).
+// host's own link (hello, nonce, output credit) then runs end to end inside P's: what its endpoint
+// writes goes to P as child_data{host, bytes}, and child_data from P is fed to it. P does not read
+// it; a deeper level nests (child_data inside child_data). Its heartbeats go hop by hop (link
+// version 12): P times it and reports its silence (child_closed.silent_ms), the launcher does not.
 // child_closed from P ends the host's stream with how ssh ended (255 before the hello may be
 // retried, as with the flat launch); P's link going down ends every child of P at once.
 #include "launch/launcher_impl.hpp"
@@ -203,6 +204,26 @@ void launcher::impl::relay_from_parent(std::uint32_t parent, link::message& m) {
   } else if (auto* x = std::get_if<link::child_closed>(&m)) {
     auto* c = relay_of(x->host);
     if (c == nullptr || c->parent != parent) return;
+    if (x->silent_ms != 0 && c->stage == relay_stage::running) {
+      // Its parent heard nothing from it (heartbeats go hop by hop): the link ends as by our
+      // own silence timeout; the parent has stopped its ssh already (no child_close for it).
+      const auto h = x->host;
+      c->stage = relay_stage::ended;
+      c->how = agent_end{
+          "its silence noticed by " + host_info(parent).name + ", which relayed its link", false};
+      cancel_own_timer(c->close_timer);
+      relay_release_slot(*c);
+      auto& hs = hosts[h];
+      if (hs.ep && !hs.down) {
+        events_lease lease(*this);
+        hs.ep->peer_silent(std::chrono::milliseconds(x->silent_ms), lease.events);
+        touch(h);
+        handle_link(h, lease.events);  // link_down: link_went_down, relay_close: carrier_done
+      } else if (c->closing) {
+        later.push_back([this, h, how = c->how] { carrier_done(h, how); });
+      }
+      return;
+    }
     const auto target = target_for(x->host);
     relay_end(x->host, relayed_ssh_end(*x, host_info(x->host), target.agent_argv.front(),
                                        host_info(parent).name, c->established));

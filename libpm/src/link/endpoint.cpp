@@ -201,6 +201,10 @@ void endpoint::closed(link_time /*now*/, std::vector<link_event>& out, const std
   fail(out, std::string("the ") + peer_name() + " closed the link");
 }
 
+void endpoint::peer_silent(std::chrono::nanoseconds quiet, std::vector<link_event>& out) {
+  fail(out, std::string("no word from the ") + peer_name() + " for " + seconds_text(quiet));
+}
+
 std::optional<link_time> endpoint::deadline() const {
   if (down_ || !started_) return std::nullopt;
   std::optional<link_time> d;
@@ -231,8 +235,7 @@ void endpoint::tick(link_time now, std::vector<link_event>& out) {
   }
   if (opts_.silence_timeout.count() > 0 && !peer_suspended_ &&
       now - last_heard_ >= opts_.silence_timeout) {
-    fail(out, std::string("no word from the ") + peer_name() + " for " +
-                  seconds_text(now - last_heard_));
+    peer_silent(now - last_heard_, out);
     return;
   }
   if (opts_.heartbeat_interval.count() > 0 && now >= next_beat_) {

@@ -114,6 +114,9 @@ class endpoint {
   void received(link_time now, std::span<const std::uint8_t> bytes, std::vector<link_event>& out);
   /// The peer's stream ended (end-of-file) or broke (`why` non-empty: the error).
   void closed(link_time now, std::vector<link_event>& out, const std::string& why = {});
+  /// Someone else timed the peer (a tree parent, for a relayed link: heartbeats go hop by hop)
+  /// and heard nothing for `quiet`: the link ends as this side's own silence timeout ends it.
+  void peer_silent(std::chrono::nanoseconds quiet, std::vector<link_event>& out);
   /// Timers: heartbeats due, the hello deadline, silence. Call at or after deadline().
   void tick(link_time now, std::vector<link_event>& out);
   /// When tick() should be called next (nothing: no timer is needed).

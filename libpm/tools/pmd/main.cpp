@@ -489,8 +489,12 @@ int driver::run() {
     }
     if (link_.open()) {
       std::vector<ln::link_event> link_events;
-      link_.endpoint().tick(now(), link_events);
+      const auto due = link_.endpoint().deadline();
+      const auto at = now();
+      link_.endpoint().tick(at, link_events);
       on_link_events(link_events);
+      // The link's timer (its heartbeat) was due: the child agents get theirs, and are timed.
+      if (due && at >= *due && machine_.relays()) feed(ag::children_tick{});
     }
     for (const auto id : timers_.take_due()) feed(ag::event{ag::timer_fired{id}});
     // What this turn did to ranks goes out in one message per kind (host_machine.hpp).

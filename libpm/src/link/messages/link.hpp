@@ -20,8 +20,10 @@ namespace pm::link {
 // longer as a MessagePack message; 9: hosts' topologies and bindings (job.topology, the agent's
 // `topology` answer, rank_spec.binding); 10: started, exited and stream_closed
 // name lists of ranks, what happened in one turn of the agent's loop; 11: restarts in place
-// (restart, restarted) and --stall-timeout (job.stall, stall_query, quiet, stall_report)
-inline constexpr std::uint32_t protocol_version = 11;
+// (restart, restarted) and --stall-timeout (job.stall, stall_query, quiet, stall_report); 12:
+// heartbeats hop by hop in the tree launch (a parent times its children and reports a silent one,
+// child_closed.silent_ms; the launcher times only the hosts it reaches itself)
+inline constexpr std::uint32_t protocol_version = 12;
 
 /// First message each way, right after the magic. The nonce is the job's: the launcher hands it
 /// to the agent when it starts it (its command line), and each side refuses a hello with another

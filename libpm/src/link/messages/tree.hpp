@@ -48,17 +48,22 @@ struct child_close {
   }
 };
 /// Agent -> launcher: what carried the link of `host` ended (every child_data of it came first).
+/// With `silent_ms` (version 12): the agent heard nothing from that host's agent for so long
+/// (heartbeats go hop by hop: the parent times its children, the launcher does not) and ends its
+/// ssh; nothing more of it comes.
 struct child_closed {
   std::uint32_t host = 0;
   int code = 0;      ///< its exit code, or -1 when killed by `signo`
   int signo = 0;     ///< the signal that killed it (0: it exited)
   std::string said;  ///< the last line it printed on stderr ("Connection refused"), may be empty
+  std::uint32_t silent_ms = 0;  ///< 0: it was not silent
   friend bool operator==(const child_closed&, const child_closed&) = default;
   static constexpr auto wire() {
     return wire_message("child_closed", sender::agent, field("host", &child_closed::host),
                         field("code", &child_closed::code, -1, 255),
                         field("signal", &child_closed::signo, 0, max_signal),
-                        field("said", &child_closed::said));
+                        field("said", &child_closed::said),
+                        field("silent_ms", &child_closed::silent_ms));
   }
 };
 
