@@ -21,6 +21,8 @@ function(pm_add_gtest source)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+  # Listing a test's cases runs it: 5 s (CMake's default) was too short for a sanitized binary
+  # on a 2-core machine busy with a build (ctest then ran no test at all).
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS "${ARG_LABEL}" TIMEOUT ${ARG_TIMEOUT})
 endfunction()
