@@ -182,31 +182,45 @@ TEST(PmrunTree, AKilledMiddleHostLosesItsWholeSubtreeAtOnce) {
   EXPECT_TRUE(hosts_clean(f, 8s)) << left_on_hosts(f);
 }
 
-TEST(PmrunTree, APartitionedMiddleHostEndsTheJobAndNothingIsLeftBelowIt) {
-  NEED_HOSTS();
-  multihost_fixture f(5);
-  const std::string err_path = f.state_dir() + "/tree-partition.err";
+// A 10-rank tree job on 5 hosts; once every host runs its ranks, host `victim` is cut off.
+// Returns how pmrun ended, how long after the cut, and its stderr.
+struct partition_end {
+  int status = 0;
+  std::chrono::steady_clock::duration took{};
+  std::string err;
+};
+partition_end partition_during_job(multihost_fixture& f, const std::string& victim,
+                                   const std::string& name) {
+  partition_end out;
+  const std::string err_path = f.state_dir() + "/" + name + ".err";
   const pid_t pid = start_pmrun(pmrun_tree(f, {"-H", hosts_with_slots(f, 2), "-np", "10",
                                                pm::test::payload_path(), "sleep", "60"}),
                                 err_path);
-  ASSERT_GT(pid, 0);
-  ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
-  const auto victim = f.hosts()[0].name;  // node1: cut off with the links of node3 and node4
+  EXPECT_GT(pid, 0);
+  if (pid <= 0) return out;
+  EXPECT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
   const auto cut = std::chrono::steady_clock::now();
   f.partition(victim);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  const auto took = std::chrono::steady_clock::now() - cut;
-  const std::string err = read_file(err_path);
-  ASSERT_TRUE(WIFEXITED(status)) << err;
-  EXPECT_NE(WEXITSTATUS(status), 0);
-  EXPECT_LT(took, 8s) << err;
-  EXPECT_NE(err.find("no word from the agent"), std::string::npos) << err;
-  EXPECT_NE(err.find("host " + victim + " was lost"), std::string::npos) << err;
+  waitpid(pid, &out.status, 0);
+  out.took = std::chrono::steady_clock::now() - cut;
+  out.err = read_file(err_path);
+  return out;
+}
+
+TEST(PmrunTree, APartitionedMiddleHostEndsTheJobAndNothingIsLeftBelowIt) {
+  NEED_HOSTS();
+  multihost_fixture f(5);
+  const auto victim = f.hosts()[0].name;  // node1: cut off with the links of node3 and node4
+  const auto r = partition_during_job(f, victim, "tree-partition");
+  ASSERT_TRUE(WIFEXITED(r.status)) << r.err;
+  EXPECT_NE(WEXITSTATUS(r.status), 0);
+  EXPECT_LT(r.took, 8s) << r.err;
+  EXPECT_NE(r.err.find("no word from the agent"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("host " + victim + " was lost"), std::string::npos) << r.err;
   EXPECT_NE(
-      err.find("with it the hosts it relayed: " + f.hosts()[2].name + ", " + f.hosts()[3].name),
+      r.err.find("with it the hosts it relayed: " + f.hosts()[2].name + ", " + f.hosts()[3].name),
       std::string::npos)
-      << err;
+      << r.err;
   // node1 and the hosts below it stop hearing the launcher and end their ranks by themselves.
   EXPECT_TRUE(hosts_clean(f, 15s)) << left_on_hosts(f);
   f.heal(victim);
@@ -219,26 +233,15 @@ TEST(PmrunTree, APartitionedMiddleHostEndsTheJobAndNothingIsLeftBelowIt) {
 TEST(PmrunTree, APartitionedRelayedHostIsNoticedByItsParent) {
   NEED_HOSTS();
   multihost_fixture f(5);
-  const std::string err_path = f.state_dir() + "/tree-leaf-partition.err";
-  const pid_t pid = start_pmrun(pmrun_tree(f, {"-H", hosts_with_slots(f, 2), "-np", "10",
-                                               pm::test::payload_path(), "sleep", "60"}),
-                                err_path);
-  ASSERT_GT(pid, 0);
-  ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
   const auto victim = f.hosts()[2].name;  // node3, relayed by node1
-  const auto cut = std::chrono::steady_clock::now();
-  f.partition(victim);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  const auto took = std::chrono::steady_clock::now() - cut;
-  const std::string err = read_file(err_path);
-  ASSERT_TRUE(WIFEXITED(status)) << err;
-  EXPECT_NE(WEXITSTATUS(status), 0);
+  const auto r = partition_during_job(f, victim, "tree-leaf-partition");
+  ASSERT_TRUE(WIFEXITED(r.status)) << r.err;
+  EXPECT_NE(WEXITSTATUS(r.status), 0);
   // Silence (2 s) + up to a heartbeat interval at the parent, then the abort's grace.
-  EXPECT_LT(took, 8s) << err;
-  EXPECT_NE(err.find("host " + victim + " was lost"), std::string::npos) << err;
-  EXPECT_NE(err.find("no word from the agent"), std::string::npos) << err;
-  EXPECT_NE(err.find("noticed by " + f.hosts()[0].name), std::string::npos) << err;
+  EXPECT_LT(r.took, 8s) << r.err;
+  EXPECT_NE(r.err.find("host " + victim + " was lost"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no word from the agent"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("noticed by " + f.hosts()[0].name), std::string::npos) << r.err;
   EXPECT_TRUE(hosts_clean(f, 15s)) << left_on_hosts(f);
   f.heal(victim);
 }

@@ -100,6 +100,7 @@ struct world {
   std::map<std::uint32_t, link::stall_report> stall_answers;  // per host; none: it stays silent
   std::deque<launch::launcher::discovery> discoveries;        // what each discovery run finds
   std::vector<std::string> commands;                          // the discovery commands run
+  std::vector<std::chrono::milliseconds> bounds;              // and how long each may take
 
   template <class F>
   void feed(F&& f) {
@@ -415,6 +416,7 @@ struct world {
   // --host-discovery-script: the next of `discoveries` answers (none left: it names no host).
   void carry_out(launch::discover_hosts& x) {
     commands.push_back(x.command);
+    bounds.push_back(x.bound);
     launch::launcher::discovery d;
     if (!discoveries.empty()) {
       d = std::move(discoveries.front());
@@ -1375,6 +1377,7 @@ TEST(LauncherDiscovery, ALostHostsRanksMoveToAHostTheCommandNames) {
   ASSERT_TRUE(w.report);
   EXPECT_EQ(w.report->exit_code, 0) << w.lines.back();
   EXPECT_EQ(w.commands, std::vector<std::string>{"./hosts.sh"});
+  EXPECT_EQ(w.bounds, std::vector<std::chrono::milliseconds>{10s});  // restart_policy's default
   EXPECT_TRUE(w.said("host h2 joins (--host-discovery-script)"));
   EXPECT_TRUE(w.said("ranks 2-3 move from h1 to spare h2"));
   EXPECT_EQ(w.opens[2], 1);

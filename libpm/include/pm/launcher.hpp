@@ -151,9 +151,12 @@ struct restart_policy {
   /// available now, one `host[:slots]` a line. Hosts it names that the launch does not have yet
   /// join (their agents start, as spares'): a lost host's ranks move to one, and a job that
   /// shrank (min_hosts) grows back up to the -np asked for. A quarantined host it names comes
-  /// back only when nothing else is left. A command that fails, is not done within 10 s or prints
-  /// garbage gets one line, and the restart goes on with the hosts there are. Empty: none.
+  /// back only when nothing else is left. A command that fails, is not done within
+  /// discovery_timeout or prints garbage gets one line, and the restart goes on with the hosts
+  /// there are. Empty: none.
   std::string host_discovery;
+  /// How long host_discovery may run before it is killed (its process group with it).
+  std::chrono::milliseconds discovery_timeout{10000};
 };
 
 /// Everything a job needs, decided before any rank starts.

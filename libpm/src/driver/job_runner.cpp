@@ -72,7 +72,6 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   std::unordered_map<std::uint32_t, std::uint64_t> held;  // output taken while congested
   std::vector<std::unique_ptr<driver::stdin_pump>> pumps;
   std::unique_ptr<driver::discovery_command> discovery;  // --host-discovery-script, while it runs
-  static constexpr std::chrono::milliseconds discovery_bound{10000};
   std::optional<job_report> final_report;
   bool done = false;
 
@@ -349,7 +348,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   void carry_out(launch::discover_hosts& x) {
     try {
       discovery = std::make_unique<driver::discovery_command>(
-          io, x.command, discovery_bound, [weak = weak_from_this()](auto found) {
+          io, x.command, x.bound, [weak = weak_from_this()](auto found) {
             auto self = weak.lock();
             if (!self) return;
             // Posted: the command's object ends before the machine hears of it.

@@ -25,7 +25,7 @@ std::string names_of(const std::vector<std::string>& names) {
 void launcher::impl::discover() {
   inc.discovering = true;
   decided(job_wide, "discover hosts");
-  out->push_back(discover_hosts{req.restarts.host_discovery});
+  out->push_back(discover_hosts{req.restarts.host_discovery, req.restarts.discovery_timeout});
 }
 
 void launcher::impl::on_discovered(discovery found) {

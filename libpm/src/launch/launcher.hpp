@@ -190,10 +190,12 @@ struct restarting {
 struct rank_restarted {
   rank_restart_report restart;
 };
-/// restart_policy::host_discovery: run `command` (/bin/sh -c) and answer hosts_discovered with
+/// restart_policy::host_discovery: run `command` (/bin/sh -c) for at most `bound` and answer
+/// hosts_discovered with
 /// the hosts it printed (parse_discovered_hosts), or with why it gave none.
 struct discover_hosts {
   std::string command;
+  std::chrono::milliseconds bound;  ///< killed (its process group too) after this long
 };
 /// The job is over; every link is closed. Last action.
 struct finished {
