@@ -9,7 +9,8 @@ add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp ${CMAKE_CURRENT_LIST_D
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/own_process.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_processes.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/host_shape.cpp
-                   ${CMAKE_CURRENT_LIST_DIR}/pmd/module_path.cpp)
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/module_path.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/dvm_host.cpp)
 target_link_libraries(pmd PRIVATE libpm::libpm)
 target_include_directories(pmd PRIVATE ${PROJECT_SOURCE_DIR}/libpm/src)
 # A section per function, as in libpm: --gc-sections then drops what pmd never calls, and lld

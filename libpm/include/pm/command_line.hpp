@@ -125,6 +125,18 @@ struct run_options {
   /// what `pmd --topology` prints); empty: this machine's, from its pmd (docs/mapping.md).
   std::string topology_file;
   bool display_allocation = false;  ///< --display-allocation
+  // A DVM (docs/dvm.md).
+  /// --dvm start|stop: start a DVM on the allocation and leave it running, or stop one.
+  std::string dvm_action;
+  /// --report-uri FILE: where `--dvm start` writes the DVM's URI ("-": stdout).
+  std::string report_uri;
+  /// --dvm-uri URI: run the job on (or stop, or show) this DVM: file:PATH, unix:PATH, or
+  /// "search" for this user's default one. Empty: $PM_DVM_URI if set, else no DVM.
+  std::string dvm_uri;
+  /// --dvm-idle-timeout SECONDS: a DVM with no job this long stops (0: never).
+  std::chrono::milliseconds dvm_idle_timeout{0};
+  /// --dvm-no-wait: a job whose slots the DVM's other jobs hold is refused instead of waiting.
+  bool dvm_no_wait = false;
   // Misc.
   bool allow_run_as_root = false;
   remote_options remote;  ///< how other hosts are reached

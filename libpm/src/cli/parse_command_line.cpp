@@ -587,6 +587,47 @@ const std::vector<option_spec>& option_table() {
          st.opts.timeout = parse_seconds(n, v[0]);
          if (st.opts.timeout.count() == 0) throw error(errc::usage, cli::bad_seconds(n, v[0]));
        }},
+      {{"--dvm"},
+       "start|stop",
+       1,
+       "start a DVM on the hosts (agents kept for many jobs) or stop one (docs/dvm.md)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0] != "start" && v[0] != "stop") {
+           throw error(errc::usage,
+                       std::string(n) + " '" + model::untrusted(v[0]) + "': start or stop");
+         }
+         st.opts.dvm_action = v[0];
+       }},
+      {{"--report-uri"},
+       "FILE",
+       1,
+       "with --dvm start: write the DVM's URI to FILE (- for stdout)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
+         st.opts.report_uri = v[0];
+       }},
+      {{"--dvm-uri"},
+       "URI",
+       1,
+       "run on the DVM at file:PATH or unix:PATH (search: this user's; or $PM_DVM_URI)",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         if (v[0].empty()) throw error(errc::usage, cli::empty_value(n));
+         st.opts.dvm_uri = v[0];
+       }},
+      {{"--dvm-idle-timeout"},
+       "SECONDS",
+       1,
+       "with --dvm start: the DVM stops after SECONDS without a job",
+       [](parse_state& st, std::string_view n, std::span<const std::string> v) {
+         st.opts.dvm_idle_timeout = parse_seconds(n, v[0]);
+       }},
+      {{"--dvm-no-wait"},
+       "",
+       0,
+       "on a DVM: refuse the job when its slots are taken, instead of waiting",
+       [](parse_state& st, std::string_view, std::span<const std::string>) {
+         st.opts.dvm_no_wait = true;
+       }},
       {{"--max-restarts", "--max_restarts"},
        "N",
        1,
@@ -763,7 +804,7 @@ run_options parse_command_line(std::span<const std::string> args) {
     }
     // The program and its arguments, up to the next ':'.
     while (i < args.size() && args[i] != ":") st.app->argv.push_back(args[i++]);
-    if (st.app->argv.empty() && !(st.opts.help || st.opts.version)) {
+    if (st.app->argv.empty() && !(st.opts.help || st.opts.version || !st.opts.dvm_action.empty())) {
       throw error(errc::usage,
                   segment == 0 ? cli::no_program() : cli::no_program_in_segment(segment));
     }
@@ -778,7 +819,7 @@ run_options parse_command_line(std::span<const std::string> args) {
     st.opts.abort_on_failure = false;
     st.opts.abort_policy_given = true;
   }
-  if (st.opts.help || st.opts.version) {
+  if (st.opts.help || st.opts.version || !st.opts.dvm_action.empty()) {
     if (st.opts.job.apps.size() == 1 && st.opts.job.apps[0].argv.empty()) st.opts.job.apps.clear();
   }
   return st.opts;

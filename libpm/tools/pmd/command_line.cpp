@@ -17,6 +17,7 @@ constexpr const char* usage =
     "       pmd --connect --nonce HEX [--grace-ms MS] [--hello-ms MS]   (dial back: "
     "PM_AGENT_ADDRS,\n"
     "                         PM_AGENT_PORT, PM_AGENT_TOKEN or PM_AGENT_TOKEN_FILE)\n"
+    "       pmd --dvm-host   (a DVM's daemon on this host: docs/dvm.md)\n"
     "       pmd --topology   (print this host's summary, pm::topo::to_text, and exit)\n"
     "  the libpm node agent; started by the launcher, not by hand (docs/agent.md)\n"
     "  --hello-ms MS  how long to wait for the launcher's hello (default 20000, the launcher's\n"
@@ -84,6 +85,8 @@ std::variant<command_line, int> parse_command_line(int argc, char** argv) {
       return 0;
     } else if (a == "--topology") {
       c.topology = true;
+    } else if (a == "--dvm-host") {
+      c.dvm_host = true;
     } else if (a == "--help" || a == "-h") {
       std::fputs(usage, stdout);
       return 0;
@@ -92,7 +95,7 @@ std::variant<command_line, int> parse_command_line(int argc, char** argv) {
       return 2;
     }
   }
-  if (c.topology) return c;
+  if (c.topology || c.dvm_host) return c;
   if (stdio == c.connect || !nonce) {
     std::fprintf(stderr, "pmd: --stdio or --connect, and --nonce, are required\n%s", usage);
     return 2;

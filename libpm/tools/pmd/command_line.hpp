@@ -13,6 +13,8 @@ struct command_line {
   /// --topology: print this host's summary (pm::topo::to_text) and exit; what pmrun
   /// --do-not-launch plans from, and how an hwloc XML becomes a summary (HWLOC_XMLFILE).
   bool topology = false;
+  /// --dvm-host: a DVM's daemon on this host (dvm_host.hpp), driven over stdin and stdout.
+  bool dvm_host = false;
   std::uint64_t nonce = 0;
   std::optional<std::chrono::milliseconds> grace;        ///< --grace-ms
   std::optional<std::chrono::milliseconds> hello_bound;  ///< --hello-ms

@@ -41,6 +41,7 @@
 #include "agent/host_machine.hpp"
 #include "child_agents.hpp"
 #include "command_line.hpp"
+#include "dvm_host.hpp"
 #include "event_set.hpp"
 #include "host_shape.hpp"
 #include "launcher_link.hpp"
@@ -519,6 +520,7 @@ int main(int argc, char** argv) {
   const auto parsed = pmd::parse_command_line(argc, argv);
   if (const int* code = std::get_if<int>(&parsed)) return *code;
   const auto& command = std::get<pmd::command_line>(parsed);
+  if (command.dvm_host) return pmd::run_dvm_host();
   if (command.topology) {
     // HWLOC_XMLFILE=x.xml pmd --topology: another machine's shape, as the agent would send it.
     const auto shape = pmd::read_host_shape();

@@ -31,19 +31,6 @@ constexpr std::string_view socket_prefix = "pmrun.", socket_suffix = ".sock";
 // A status document is a report: about 150 bytes a rank. Far more than any job needs.
 constexpr std::size_t max_document = 256u << 20;
 
-// The directory exists (made here if its parent does), belongs to us and is closed to others:
-// only then may a socket that tells pids and command lines live there.
-bool is_private_directory(const std::string& dir) {
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) return false;
-  return S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0;
-}
-
-bool private_directory(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return false;
-  return is_private_directory(dir);
-}
-
 std::optional<std::int64_t> pid_of_socket_name(std::string_view name) {
   if (!name.starts_with(socket_prefix) || !name.ends_with(socket_suffix)) return std::nullopt;
   name.remove_prefix(socket_prefix.size());
@@ -211,6 +198,19 @@ void print_job_ranks(const job_seen& j) {
 }
 
 }  // namespace
+
+// The directory exists (made here if its parent does), belongs to us and is closed to others:
+// only then may a socket that tells pids and command lines live there.
+bool is_private_directory(const std::string& dir) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return false;
+  return S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0;
+}
+
+bool private_directory(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return false;
+  return is_private_directory(dir);
+}
 
 std::string status_directory(const env_map& env) {
   if (auto it = env.find("PM_STATUS_DIR"); it != env.end() && !it->second.empty()) {

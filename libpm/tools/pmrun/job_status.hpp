@@ -25,6 +25,11 @@ namespace pm::tools {
 /// $PM_STATUS_DIR, else $XDG_RUNTIME_DIR/pm, else /tmp/pm-UID.
 std::string status_directory(const env_map& env);
 
+/// `dir` exists (made 0700 here if its parent does), belongs to this user and is closed to others:
+/// only then may a socket that tells pids and command lines, or takes jobs, live there.
+bool private_directory(const std::string& dir);
+bool is_private_directory(const std::string& dir);
+
 /// The socket path of the pmrun with process id `pid` in `dir`.
 std::string status_socket_path(const std::string& dir, std::int64_t pid);
 

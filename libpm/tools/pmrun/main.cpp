@@ -20,9 +20,11 @@
 #include "cli/messages.hpp"
 #include "cli/remote_options.hpp"
 #include "driver/stdin_forwarder.hpp"
+#include "dvm_commands.hpp"
 #include "io/safe_path.hpp"
 #include "job_status.hpp"
 #include "pm/command_line.hpp"
+#include "pm/dvm.hpp"
 #include "pm/error.hpp"
 #include "pm/job.hpp"
 #include "pm/job_map.hpp"
@@ -225,7 +227,7 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
            pm::job_env job_env, const pm::local_host& me, const pm::env_map& env,
            report_file& report_out, const std::vector<std::string>& command,
            std::shared_ptr<pm::early_agent> early,
-           std::function<void(const pm::job_plan&)> on_planned) {
+           std::function<void(const pm::job_plan&)> on_planned, pm::dvm_client* dvm) {
   // Hundreds of ranks need more descriptors than the usual 1024; the ranks get the original back.
   pm::local::raise_nofile_limit();
   job_env.facts = pm::decide_launch_facts(map, me, options.master_port, options.profiles);
@@ -268,6 +270,11 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   request.prestarted = std::move(early);
 
   asio::io_context io(1);
+  if (dvm != nullptr) {
+    // On a DVM: every host's agent comes from its daemon (dvm_client::make_transport).
+    request.remote.tree = false;
+    request.remote_transport = dvm->make_transport(io, request.remote);
+  }
   int ending_signal = 0;
   std::optional<pm::job_report> report;
   auto runner = std::make_unique<pm::job_runner>(
@@ -369,7 +376,13 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
 int run(int argc, char** argv) {
   const std::vector<std::string> given(argv + 1, argv + argc);
   if (!given.empty() && given.front() == "--ps") {
-    return pm::tools::show_jobs({given.begin() + 1, given.end()}, pm::current_environment());
+    const std::vector<std::string> rest(given.begin() + 1, given.end());
+    const auto env = pm::current_environment();
+    // On a DVM: its hosts and jobs (docs/dvm.md); else this user's pmrun jobs.
+    for (const auto& word : rest) {
+      if (word == "--dvm-uri" || word.starts_with("--dvm-uri=")) return pmrun::show_dvm(rest, env);
+    }
+    return pm::tools::show_jobs(rest, env);
   }
   const auto args = pm::expand_app_file(given, pm::read_text_file);
   auto options = pm::parse_command_line(args);
@@ -384,15 +397,42 @@ int run(int argc, char** argv) {
   const auto env = pm::current_environment();
   pm::apply_environment_options(options, env);
   if (!root_allowed(options, env)) throw pm::error(pm::errc::usage, pm::cli::refuse_root());
+  const auto uri = pmrun::dvm_uri(options, env);
+  if (options.dvm_action == "stop") return pmrun::stop_dvm(uri);
+  if (options.dvm_action == "start") {
+    return pmrun::start_dvm(
+        options, pm::resolve_job(options, env, pm::local_host_info(), pm::read_text_file), env);
+  }
+  if (!options.report_uri.empty() || options.dvm_idle_timeout.count() > 0) {
+    throw pm::error(pm::errc::usage, "--report-uri and --dvm-idle-timeout go with --dvm start");
+  }
+  // A job on a DVM: its hosts and free slots are the DVM's (docs/dvm.md).
+  std::optional<pm::dvm_client> dvm;
+  if (!uri.empty() && !options.do_not_launch) {
+    if (!options.host_lists.empty()) {
+      throw pm::error(pm::errc::usage,
+                      "a job on a DVM runs on the DVM's hosts; -H and "
+                      "--hostfile go with --dvm start");
+    }
+    dvm.emplace(uri);
+  }
   // This machine's pmd starts now, so that its exec overlaps the work below (the allocation, the
   // map, the environment); the job adopts it. One nobody adopts (the job runs on other hosts
   // only, or is refused below) is killed and reaped when `early` goes.
   // Null when there is no pmd to be found: the launch says so, with the places it looked.
-  const auto early = options.do_not_launch ? nullptr : pm::early_agent::start();
+  const auto early = options.do_not_launch || dvm ? nullptr : pm::early_agent::start();
 
   const auto me = pm::local_host_info();
-  const auto resolved = pm::resolve_job(options, env, me, pm::read_text_file);
-  auto map = pm::map_job(resolved.job, resolved.alloc);
+  auto resolved = pm::resolve_job(options, env, me, pm::read_text_file);
+  std::vector<std::string> command{"pmrun"};
+  command.insert(command.end(), given.begin(), given.end());
+  if (dvm) resolved.alloc = dvm->hosts();
+  auto map = dvm ? dvm->claim(resolved.job, !options.dvm_no_wait, command,
+                              [](std::string_view line) {
+                                std::fprintf(stderr, "pmrun: %.*s\n", static_cast<int>(line.size()),
+                                             line.data());
+                              })
+                 : pm::map_job(resolved.job, resolved.alloc);
   // Exports are checked before anything is shown or started.
   auto job_env = pm::make_job_env(env, options.exports, options.profiles, {});
   const auto jobid = static_cast<std::uint32_t>(getpid() % 65535 + 1);
@@ -433,10 +473,8 @@ int run(int argc, char** argv) {
   std::optional<pm::job_report> unstarted;
   if (!options.report_file.empty()) unstarted = unstarted_report(map, 0, pm::cause_kind::none, {});
   try {
-    std::vector<std::string> command{"pmrun"};
-    command.insert(command.end(), given.begin(), given.end());
     return launch(options, resolved, std::move(map), std::move(job_env), me, env, report_out,
-                  command, early, std::move(on_planned));
+                  command, early, std::move(on_planned), dvm ? &*dvm : nullptr);
   } catch (const pm::error& e) {
     // Nothing started (a program not found or not executable, the agent could not start): the
     // report says so, so that a 127 here is told from a rank that exited 127. A usage error

@@ -242,9 +242,12 @@ int connect_from_environment() {
       port > 65535) {
     throw error(errc::usage, std::string(env_port) + " '" + port_text + "' is not a port");
   }
+  // A DVM's daemon names the host as the DVM knows it; else Slurm's name, else the host name.
+  std::string node = take_variable(env_node);
   const char* slurm_name = std::getenv("SLURMD_NODENAME");
-  const std::string node =
-      slurm_name != nullptr && *slurm_name != '\0' ? slurm_name : agent::host_name();
+  if (node.empty()) {
+    node = slurm_name != nullptr && *slurm_name != '\0' ? slurm_name : agent::host_name();
+  }
   return dial_launcher(split_addresses(addresses), static_cast<std::uint16_t>(port), token, node);
 }
 

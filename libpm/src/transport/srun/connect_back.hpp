@@ -29,6 +29,9 @@ namespace pm::srun {
 inline constexpr const char* env_addresses = "PM_AGENT_ADDRS";  ///< "10.0.0.1,10.1.0.1"
 inline constexpr const char* env_port = "PM_AGENT_PORT";        ///< "41234"
 inline constexpr const char* env_token = "PM_AGENT_TOKEN";      ///< 64 hex digits
+/// The node name for the greeting, set by a DVM's host daemon (docs/dvm.md); else
+/// SLURMD_NODENAME, else the host name.
+inline constexpr const char* env_node = "PM_AGENT_NODE";
 /// A 0600 file holding the token, for a site that prefers it to the environment.
 inline constexpr const char* env_token_file = "PM_AGENT_TOKEN_FILE";
 

@@ -1,0 +1,248 @@
+// A submitter's side of a DVM (pm/dvm.hpp): a blocking request/answer exchange over the DVM's
+// Unix socket until the job's slots are claimed; then the connection becomes the job's transport.
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "dvm/dvm_transport.hpp"
+#include "dvm/json_lines.hpp"
+#include "link/socket.hpp"
+#include "model/printable.hpp"
+#include "pm/dvm.hpp"
+#include "pm/error.hpp"
+
+namespace pm {
+
+namespace {
+
+using nlohmann::json;
+using namespace pm::dvm_parts;
+
+// A DVM's server answers a request at once; one that does not within this is not a DVM.
+constexpr int answer_ms = 10000;
+
+std::string trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) {
+    text.pop_back();
+  }
+  return text;
+}
+
+std::string socket_of(const std::string& uri) {
+  if (uri.starts_with("unix:")) return uri.substr(5);
+  if (uri.starts_with("file:")) {
+    const auto path = uri.substr(5);
+    std::string text;
+    try {
+      text = trimmed(read_text_file(path));
+    } catch (const pm::error& e) {
+      throw error(errc::launch, "--dvm-uri " + uri + ": " + e.what() + " (is a DVM running?)");
+    }
+    if (!text.starts_with("unix:")) {
+      throw error(errc::launch, "--dvm-uri " + uri + ": the file does not hold a DVM's URI");
+    }
+    return text.substr(5);
+  }
+  throw error(errc::usage,
+              "--dvm-uri '" + model::untrusted(uri) + "': a DVM's URI is file:PATH or unix:PATH");
+}
+
+}  // namespace
+
+struct dvm_client::impl {
+  std::string uri;
+  link::owned_fd fd;
+  line_buffer lines;
+  std::vector<std::string> pending;
+
+  void send(const json& doc) {
+    const auto line = to_line(doc);
+    std::size_t done = 0;
+    while (done < line.size()) {
+      const ssize_t n = ::send(fd.get(), line.data() + done, line.size() - done, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw error(errc::launch, "the DVM at " + uri + " closed the connection");
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+  // The next object from the server; `timeout_ms` < 0 waits as long as it takes.
+  json next(int timeout_ms = answer_ms) {
+    for (;;) {
+      if (!pending.empty()) {
+        const auto line = std::move(pending.front());
+        pending.erase(pending.begin());
+        std::string problem;
+        auto doc = parse_object(line, problem);
+        if (!doc) throw error(errc::launch, "the DVM at " + uri + " sent " + problem);
+        return *doc;
+      }
+      pollfd p{fd.get(), POLLIN, 0};
+      const int r = ::poll(&p, 1, timeout_ms);
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) throw error(errc::launch, "the DVM at " + uri + " did not answer");
+      char buf[16384];
+      const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw error(errc::launch, "the DVM at " + uri + " closed the connection");
+      if (!lines.append(std::string_view(buf, static_cast<std::size_t>(n)), pending)) {
+        throw error(errc::launch, "the DVM at " + uri + " sent a line too long");
+      }
+    }
+  }
+
+  // An answer (not an event, which a waiting submitter may see first).
+  json ask(const json& request) {
+    send(request);
+    for (;;) {
+      auto doc = next();
+      if (doc.contains("ev")) continue;
+      if (doc.value("ok", false) != true) {
+        throw error(errc::launch,
+                    "the DVM refused: " + string_at(doc, "error").value_or("no reason given"));
+      }
+      return doc;
+    }
+  }
+};
+
+dvm_client::dvm_client(const std::string& uri) : impl_(std::make_unique<impl>()) {
+  impl_->uri = uri;
+  const auto path = socket_of(uri);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path) {
+    throw error(errc::launch, "--dvm-uri " + uri + ": not a socket path");
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  impl_->fd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!impl_->fd ||
+      ::connect(impl_->fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    throw error(errc::launch, "no DVM answers at " + uri + ": " + std::strerror(errno));
+  }
+  // Only this user's DVM: another user's socket could claim anything.
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(impl_->fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+      cred.uid != ::geteuid()) {
+    throw error(errc::launch, "the DVM at " + uri + " is not this user's (uid " +
+                                  std::to_string(cred.uid) + "); not used");
+  }
+}
+
+dvm_client::~dvm_client() = default;
+
+allocation dvm_client::hosts() {
+  const auto doc = impl_->ask({{"op", "hosts"}});
+  allocation out;
+  out.source = allocation_source::api;
+  for (const auto& h : doc.at("hosts")) {
+    host one;
+    one.name = h.value("name", "");
+    one.slots = h.value("slots", 0u);
+    one.max_slots = h.value("max_slots", 0u);
+    one.local = false;
+    out.hosts.push_back(std::move(one));
+  }
+  return out;
+}
+
+rank_map dvm_client::claim(const job_spec& spec, bool wait, const std::vector<std::string>& command,
+                           const std::function<void(std::string_view)>& waiting) {
+  bool said = false;
+  for (;;) {
+    const auto doc = impl_->ask({{"op", "hosts"}});
+    allocation whole, free;
+    whole.source = free.source = allocation_source::api;
+    std::uint32_t free_slots = 0;
+    for (const auto& h : doc.at("hosts")) {
+      host one;
+      one.name = h.value("name", "");
+      one.slots = h.value("slots", 0u);
+      one.max_slots = h.value("max_slots", 0u);
+      whole.hosts.push_back(one);
+      const auto used = h.value("used", 0u);
+      one.slots = one.slots > used ? one.slots - used : 0;
+      if (one.max_slots != 0) one.max_slots = one.max_slots > used ? one.max_slots - used : 0;
+      free_slots += one.slots;
+      if (one.slots > 0) free.hosts.push_back(std::move(one));
+    }
+    if (whole.hosts.empty())
+      throw error(errc::launch, "the DVM at " + impl_->uri + " has no host left");
+    // A job that does not fit the whole DVM never will: map_job's own words.
+    auto fits_whole = map_job(spec, whole);
+    std::optional<rank_map> map;
+    if (!free.hosts.empty()) {
+      try {
+        map = map_job(spec, free);
+      } catch (const pm::error&) {
+      }
+    }
+    if (map) {
+      json slots = json::object();
+      for (std::uint32_t r = 0; r < map->size(); ++r) {
+        const auto& name = map->allocation().hosts.at(map->at(r).host).name;
+        slots[name] = slots.value(name, 0u) + 1;
+      }
+      // An oversubscribing job claims what is free there and shares the rest.
+      for (const auto& h : free.hosts) {
+        if (slots.contains(h.name) && slots[h.name].get<std::uint32_t>() > h.slots) {
+          slots[h.name] = h.slots;
+        }
+      }
+      impl_->send({{"op", "claim"},
+                   {"slots", slots},
+                   {"command", command},
+                   {"pid", static_cast<std::int64_t>(::getpid())}});
+      json answer;
+      do {
+        answer = impl_->next();
+      } while (answer.contains("ev"));
+      if (answer.value("ok", false)) return std::move(*map);
+      if (!answer.value("busy", false)) {
+        throw error(errc::launch,
+                    "the DVM refused the job: " + string_at(answer, "error").value_or(""));
+      }
+      continue;  // another job took the slots meanwhile: look again
+    }
+    const auto needed = fits_whole.size();
+    if (!wait) {
+      throw error(errc::mapping, "the DVM has " + std::to_string(free_slots) +
+                                     " free slots now and the job needs " + std::to_string(needed) +
+                                     " (jobs on it hold the others)");
+    }
+    if (!said && waiting) {
+      waiting("waiting for " + std::to_string(needed) + " slots of the DVM (" +
+              std::to_string(free_slots) + " free now)");
+      said = true;
+    }
+    impl_->send({{"op", "wait"}});
+    for (;;) {
+      const auto ev = impl_->next(-1);
+      if (string_at(ev, "ev").value_or("") == "freed") break;
+    }
+  }
+}
+
+std::string dvm_client::status_json() {
+  auto doc = impl_->ask({{"op", "ps"}});
+  doc.erase("ok");
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void dvm_client::stop() {
+  impl_->ask({{"op", "stop"}});
+}
+
+std::shared_ptr<transport> dvm_client::make_transport(boost::asio::io_context& io,
+                                                      const remote_launch& remote) {
+  // Only events can be left ("freed" for a submitter that waited): the transport's own come later.
+  impl_->pending.clear();
+  return make_dvm_transport(io, impl_->fd.release(), remote);
+}
+
+}  // namespace pm

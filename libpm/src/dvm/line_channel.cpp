@@ -1,0 +1,105 @@
+#include "dvm/line_channel.hpp"
+
+#include <boost/asio/write.hpp>
+
+namespace pm::dvm_parts {
+
+namespace asio = boost::asio;
+
+line_channel::line_channel(asio::io_context& io, int fd) : sd_(io, fd) {
+  boost::system::error_code ignored;
+  sd_.non_blocking(true, ignored);
+}
+
+line_channel::~line_channel() = default;
+
+void line_channel::start(std::function<void(const nlohmann::json&)> on_object,
+                         std::function<void(const std::string&)> on_end) {
+  on_object_ = std::move(on_object);
+  on_end_ = std::move(on_end);
+  read();
+}
+
+void line_channel::read() {
+  sd_.async_read_some(asio::buffer(buf_), [weak = weak_from_this()](
+                                              const boost::system::error_code& ec, std::size_t n) {
+    auto self = weak.lock();
+    if (!self || self->ended_) return;
+    if (ec) {
+      self->finish({});
+      return;
+    }
+    std::vector<std::string> lines;
+    if (!self->lines_.append(std::string_view(self->buf_.data(), n), lines)) {
+      self->finish("a line longer than " + std::to_string(line_limit) + " bytes");
+      return;
+    }
+    for (const auto& line : lines) {
+      std::string problem;
+      const auto doc = parse_object(line, problem);
+      if (!doc) {
+        self->finish(problem);
+        return;
+      }
+      self->on_object_(*doc);
+      if (self->ended_) return;  // the handler closed the channel
+    }
+    self->read();
+  });
+}
+
+void line_channel::finish(const std::string& problem) {
+  if (ended_) return;
+  ended_ = true;
+  auto done = std::move(on_end_);
+  on_object_ = nullptr;
+  if (done) done(problem);
+}
+
+void line_channel::send(const nlohmann::json& doc) {
+  if (closed_) return;
+  outbox_ += to_line(doc);
+  if (writing_.empty()) write();
+}
+
+void line_channel::write() {
+  if (outbox_.empty()) {
+    if (closed_) {
+      boost::system::error_code ignored;
+      sd_.close(ignored);
+    }
+    return;
+  }
+  writing_ = std::move(outbox_);
+  outbox_.clear();
+  asio::async_write(sd_, asio::buffer(writing_),
+                    [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                      self->writing_.clear();
+                      if (ec) {
+                        self->outbox_.clear();
+                        boost::system::error_code ignored;
+                        self->sd_.close(ignored);
+                        return;
+                      }
+                      self->write();
+                    });
+}
+
+void line_channel::close() {
+  if (closed_) return;
+  closed_ = true;
+  ended_ = true;
+  on_object_ = nullptr;
+  on_end_ = nullptr;
+  // A write under way finishes first and closes the descriptor behind it.
+  if (writing_.empty()) {
+    if (outbox_.empty()) {
+      boost::system::error_code ignored;
+      sd_.close(ignored);
+    } else {
+      write();
+    }
+  }
+}
+
+}  // namespace pm::dvm_parts

@@ -1,0 +1,264 @@
+// A DVM on this machine (docs/dvm.md): `pmrun --dvm start`, jobs with --dvm-uri, `pmrun --ps
+// --dvm-uri`, `pmrun --dvm stop`, shared slots, a submitter or the server SIGKILLed, another user.
+// Every test ends its DVM by the pid it started (the socket's name carries it), also on failure.
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "support/command.hpp"
+#include "support/other_user.hpp"
+#include "support/processes.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using pm::test::background;
+using pm::test::run_command;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+class PmrunDvm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/pm-dvm-test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root = tmpl;
+    dir = root + "/st";
+    uri_file = root + "/uri";
+    setenv("PM_STATUS_DIR", dir.c_str(), 1);
+  }
+  void TearDown() override {
+    if (server > 0 && pm::test::alive(server)) {
+      ::kill(server, SIGTERM);
+      if (!pm::test::all_gone({server}, 10s)) ::kill(server, SIGKILL);
+    }
+    unsetenv("PM_STATUS_DIR");
+    std::filesystem::remove_all(root);
+  }
+
+  // `pmrun --dvm start` on this machine with `slots` slots; the server's pid from its URI.
+  void start(int slots, std::vector<std::string> more = {}) {
+    std::vector<std::string> argv = {pm::test::pmrun_path(),
+                                     "--allow-run-as-root",
+                                     "--dvm",
+                                     "start",
+                                     "-H",
+                                     "localhost:" + std::to_string(slots),
+                                     "--report-uri",
+                                     uri_file};
+    argv.insert(argv.end(), more.begin(), more.end());
+    const auto r = run_command(argv, 30s);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto uri = read_file(uri_file);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(uri, m, std::regex(R"(^unix:(.*/dvm\.(\d+)\.sock)\n$)"))) << uri;
+    socket = m[1];
+    server = static_cast<pid_t>(std::stoi(m[2]));
+    ASSERT_TRUE(pm::test::alive(server));
+  }
+  std::vector<std::string> job(std::vector<std::string> args) {
+    std::vector<std::string> argv = {pm::test::pmrun_path(), "--allow-run-as-root", "--dvm-uri",
+                                     "file:" + uri_file};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+  nlohmann::json ps() {
+    const auto r = run_command(
+        {pm::test::pmrun_path(), "--ps", "--dvm-uri", "file:" + uri_file, "--json"}, 10s);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  }
+  // The DVM's jobs, once `count` run (5 s at most).
+  void wait_jobs(std::size_t count) {
+    for (int i = 0; i < 100; ++i) {
+      if (ps().value("jobs", nlohmann::json::array()).size() == count) return;
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL() << "the DVM never had " << count << " jobs";
+  }
+  pid_t daemon_pid() {
+    const auto hosts = ps().value("hosts", nlohmann::json::array());
+    return hosts.empty() ? -1 : static_cast<pid_t>(hosts.at(0).value("daemon_pid", 0));
+  }
+
+  std::string root, dir, uri_file, socket;
+  pid_t server = -1;
+};
+
+TEST_F(PmrunDvm, JobsRunWithTheContractEnvironmentAndStopLeavesNothing) {
+  start(4);
+  const auto daemon = daemon_pid();
+  ASSERT_GT(daemon, 0);
+  // The default URI file names the same DVM: --dvm-uri search finds it.
+  EXPECT_EQ(read_file(dir + "/dvm.uri"), read_file(uri_file));
+  for (int round = 0; round < 3; ++round) {
+    const auto r = run_command(
+        job({"-np", "3", "sh", "-c",
+             "echo rank=$OMPI_COMM_WORLD_RANK size=$OMPI_COMM_WORLD_SIZE local=$LOCAL_RANK"}),
+        30s);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (int rank = 0; rank < 3; ++rank) {
+      EXPECT_NE(
+          r.out.find("rank=" + std::to_string(rank) + " size=3 local=" + std::to_string(rank)),
+          std::string::npos)
+          << r.out;
+    }
+  }
+  // The same daemon served every job: it was kept.
+  EXPECT_EQ(daemon_pid(), daemon);
+  const auto exit7 = run_command(job({"-np", "2", "sh", "-c", "exit 7"}), 30s);
+  EXPECT_EQ(exit7.exit_code, 7) << exit7.err;
+  const auto stop = run_command(
+      {pm::test::pmrun_path(), "--allow-run-as-root", "--dvm", "stop", "--dvm-uri", "search"}, 30s);
+  ASSERT_EQ(stop.exit_code, 0) << stop.err;
+  EXPECT_FALSE(pm::test::alive(server));
+  EXPECT_TRUE(pm::test::all_gone({daemon}, 5s));
+  EXPECT_FALSE(std::filesystem::exists(socket));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/dvm.uri"));
+}
+
+TEST_F(PmrunDvm, AJobWhoseSlotsAreTakenWaitsOrIsRefusedAsAsked) {
+  start(2);
+  background holder(job({"-np", "2", "sh", "-c", "echo up; sleep 2"}));
+  holder.wait_lines(2);
+  wait_jobs(1);
+  const auto refused = run_command(job({"--dvm-no-wait", "-np", "1", "true"}), 30s);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("free slots now and the job needs 1"), std::string::npos)
+      << refused.err;
+  // Never fits: map_job's own words, at once.
+  const auto never = run_command(job({"-np", "3", "true"}), 30s);
+  EXPECT_EQ(never.exit_code, 2) << never.err;
+  EXPECT_NE(never.err.find("not enough slots"), std::string::npos) << never.err;
+  // Waits for the holder's slots, then runs.
+  const auto waited = run_command(job({"-np", "2", "echo", "ran"}), 30s);
+  EXPECT_EQ(waited.exit_code, 0) << waited.err;
+  EXPECT_NE(waited.err.find("waiting for 2 slots of the DVM"), std::string::npos) << waited.err;
+  EXPECT_EQ(waited.out, "ran\nran\n");
+  EXPECT_EQ(holder.wait_status(), 0);
+}
+
+TEST_F(PmrunDvm, AKilledSubmitterEndsItsRanksNotTheDvm) {
+  start(2);
+  background victim(job({"-np", "2", "sh", "-c", "echo pid $$; exec sleep 60"}));
+  victim.wait_lines(2);
+  const auto ranks = pm::test::printed_pids(victim.text, "pid");
+  ASSERT_EQ(ranks.size(), 2u) << victim.text;
+  ::kill(victim.pid, SIGKILL);
+  EXPECT_TRUE(pm::test::all_gone(ranks, 10s));
+  // Its slots come back and the DVM runs the next job.
+  wait_jobs(0);
+  const auto next = run_command(job({"--dvm-no-wait", "-np", "2", "true"}), 30s);
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+}
+
+TEST_F(PmrunDvm, ASigkilledServerLeavesNothingRunning) {
+  start(2);
+  const auto daemon = daemon_pid();
+  background victim(job({"-np", "2", "sh", "-c", "echo pid $$; exec sleep 60"}));
+  victim.wait_lines(2);
+  const auto ranks = pm::test::printed_pids(victim.text, "pid");
+  ASSERT_EQ(ranks.size(), 2u) << victim.text;
+  ::kill(server, SIGKILL);
+  auto everything = ranks;
+  everything.push_back(daemon);
+  EXPECT_TRUE(pm::test::all_gone(everything, 10s));
+  // The submitter's job ends too, with a failure.
+  const int status = victim.wait_status();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status;
+}
+
+TEST_F(PmrunDvm, AnIdleDvmStopsByItself) {
+  start(1, {"--dvm-idle-timeout", "1"});
+  const auto daemon = daemon_pid();
+  EXPECT_EQ(run_command(job({"-np", "1", "true"}), 30s).exit_code, 0);
+  EXPECT_TRUE(pm::test::all_gone({server, daemon}, 10s));
+  EXPECT_FALSE(std::filesystem::exists(socket));
+}
+
+TEST_F(PmrunDvm, AnotherUserCannotSubmitOrLook) {
+  std::string why;
+  auto other = pm::test::other_user::create(why);
+  if (!other) GTEST_SKIP() << why;
+  start(2);
+  // Through the directory: closed to others.
+  const auto r = run_command(
+      other->as({pm::test::pmrun_path(), "--dvm-uri", "unix:" + socket, "-np", "1", "/bin/true"}),
+      30s);
+  EXPECT_EQ(r.exit_code, 125) << r.err;
+  EXPECT_NE(r.err.find("no DVM answers at"), std::string::npos) << r.err;
+  // Even with the directory and socket opened up, the server checks who calls.
+  ASSERT_EQ(::chmod(root.c_str(), 0711), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0711), 0);
+  ASSERT_EQ(::chmod(socket.c_str(), 0666), 0);
+  const auto ps_other =
+      run_command(other->as({pm::test::pmrun_path(), "--ps", "--dvm-uri", "unix:" + socket}), 30s);
+  EXPECT_NE(ps_other.exit_code, 0);
+  EXPECT_EQ(ps_other.out, "");
+  const auto job_other = run_command(
+      other->as({pm::test::pmrun_path(), "--dvm-uri", "unix:" + socket, "-np", "1", "/bin/true"}),
+      30s);
+  EXPECT_EQ(job_other.exit_code, 125) << job_other.err;
+  // pmrun checks whose DVM it reached before it says anything ...
+  EXPECT_NE(job_other.err.find("is not this user's (uid 0); not used"), std::string::npos)
+      << job_other.err;
+  // ... and the server whose caller it got: a client that asks anyway gets nothing.
+  const auto raw = run_command(
+      other->as({"/usr/bin/python3", "-c",
+                 "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n"
+                 "try:\n  s.sendall(b'{\"op\":\"ps\"}\\n')\n  got=s.recv(4096)\n"
+                 "except ConnectionResetError:\n  got=b''\nprint(repr(got))",
+                 socket}),
+      30s);
+  EXPECT_EQ(raw.out, "b''\n") << raw.err;
+  EXPECT_TRUE(other->processes().empty());
+  ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+  EXPECT_NE(read_file(dir + "/dvm." + std::to_string(server) + ".log")
+                .find("refused a connection from uid " + std::to_string(other->uid())),
+            std::string::npos);
+  EXPECT_EQ(ps().value("jobs", nlohmann::json::array()).size(), 0u);
+}
+
+TEST_F(PmrunDvm, BadInputIsOneLine) {
+  const auto p = pm::test::pmrun_path();
+  const auto bad_action = run_command({p, "--allow-run-as-root", "--dvm", "begin"}, 10s);
+  EXPECT_EQ(bad_action.exit_code, 2);
+  EXPECT_NE(bad_action.err.find("--dvm 'begin': start or stop"), std::string::npos)
+      << bad_action.err;
+  const auto with_program =
+      run_command({p, "--allow-run-as-root", "--dvm", "start", "/bin/true"}, 10s);
+  EXPECT_EQ(with_program.exit_code, 2);
+  EXPECT_NE(with_program.err.find("--dvm start runs no program"), std::string::npos)
+      << with_program.err;
+  const auto nobody = run_command(
+      {p, "--allow-run-as-root", "--dvm-uri", "unix:" + root + "/none.sock", "-np", "1", "true"},
+      10s);
+  EXPECT_EQ(nobody.exit_code, 125);
+  EXPECT_NE(nobody.err.find("no DVM answers at unix:" + root + "/none.sock"), std::string::npos)
+      << nobody.err;
+  const auto scheme = run_command(
+      {p, "--allow-run-as-root", "--dvm-uri", "tcp://1.2.3.4:5", "-np", "1", "true"}, 10s);
+  EXPECT_EQ(scheme.exit_code, 2);
+  EXPECT_NE(scheme.err.find("a DVM's URI is file:PATH or unix:PATH"), std::string::npos)
+      << scheme.err;
+  const auto stop_none = run_command({p, "--allow-run-as-root", "--dvm", "stop"}, 10s);
+  EXPECT_EQ(stop_none.exit_code, 2);
+  EXPECT_NE(stop_none.err.find("--dvm stop needs --dvm-uri"), std::string::npos) << stop_none.err;
+  for (const auto& r : {bad_action, with_program, nobody, scheme, stop_none}) {
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
