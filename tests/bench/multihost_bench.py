@@ -14,6 +14,9 @@ taken within a round (the machines are shared and noisy: absolute times drift, r
              against a fresh launch -> every rank running
   tree       8 and 16 hosts x 2 ranks of /bin/true: pmrun --launch flat, --launch tree with
              fan-out 4 and 2, and the default (auto), beside mpirun; ratios to flat and mpirun
+  dvm        a DVM (docs/dvm.md): 3 hosts x 2 ranks of /bin/true on it beside a cold pmrun and
+             mpirun; 1,000 one-rank jobs one after another on a DVM of this machine (jobs/s); 8
+             submitters at once, 25 jobs each, every output line checked
 
 crash and partition bring up a fresh fixture for every run (outside the timed part); the others
 share one. Every fixture is torn down on exit, also on Ctrl-C or SIGTERM.
@@ -272,6 +275,102 @@ def bench_launch(cfg, fx, rounds, summary):
     summary.append(("launch 3x2 /bin/true, s", med(times["pmrun"]), med(times.get("mpirun", [])),
                     med(ratio, "{:.2f}x") + (f" (3 parallel ssh: {med(times['ssh x3'])} s)"
                                              if times["ssh x3"] else ""), "<= 0.5x mpirun"))
+
+
+# --- the DVM ------------------------------------------------------------------------------------
+
+
+class Dvm:
+    """pmrun --dvm start on `hosts` (a host list) in a status directory of its own."""
+
+    def __init__(self, cfg, hosts, extra, tmp):
+        self.dir = tempfile.mkdtemp(prefix="pm-dvmbench-", dir=tmp)
+        os.chmod(self.dir, 0o700)
+        self.env = dict(os.environ, PM_STATUS_DIR=os.path.join(self.dir, "st"))
+        self.uri = os.path.join(self.dir, "uri")
+        subprocess.run([cfg.pmrun, "--allow-run-as-root"] + extra +
+                       ["--dvm", "start", "-H", hosts, "--report-uri", self.uri],
+                       check=True, env=self.env)
+        with open(self.uri) as f:
+            self.server = int(f.read().rsplit("dvm.", 1)[1].split(".sock")[0])
+
+    def job(self, cfg, args):
+        return [cfg.pmrun, "--allow-run-as-root", "--dvm-uri", "file:" + self.uri] + args
+
+    def stop(self, cfg):
+        subprocess.run([cfg.pmrun, "--allow-run-as-root", "--dvm", "stop", "--dvm-uri",
+                        "file:" + self.uri], env=self.env)
+        try:
+            os.kill(self.server, signal.SIGKILL)  # only if stop did not end it
+        except ProcessLookupError:
+            pass
+
+
+def bench_dvm(cfg, fx, rounds, summary, tmp):
+    say(f"\n## dvm: 3 hosts x 2 ranks of /bin/true on a warm DVM ({rounds} rounds; load {load()})")
+    dvm = Dvm(cfg, host_list(fx, fx.hosts), ["-mca", "plm_rsh_agent", f"ssh -F {fx.ssh_config}"],
+              tmp)
+    try:
+        cs = contenders(cfg, fx, fx.hosts, ["/bin/true"])
+        cs["dvm"] = dvm.job(cfg, ["-np", "6", "/bin/true"])
+        names = list(cs)
+        times = {k: [] for k in names}
+        ratio_mpirun, ratio_cold = [], []
+        for _ in range(rounds):
+            this = {}
+            for name in random.sample(names, len(names)):
+                t0 = time.monotonic()
+                t, rc = run_to_end(start(cs[name], env=dvm.env))
+                if t is not None and rc == 0:
+                    this[name] = t - t0
+                    times[name].append(this[name])
+            if "dvm" in this and "mpirun" in this:
+                ratio_mpirun.append(this["dvm"] / this["mpirun"])
+            if "dvm" in this and "pmrun" in this:
+                ratio_cold.append(this["dvm"] / this["pmrun"])
+        say("| contender | wall s (median) |")
+        say("|---|---|")
+        for name in names:
+            say(f"| {name} | {med(times[name], '{:.4f}')} |")
+        say(f"dvm / mpirun: {med(ratio_mpirun, '{:.3f}x')} (goal <= 0.1x); "
+            f"dvm / cold pmrun: {med(ratio_cold, '{:.3f}x')}")
+        summary.append(("dvm job 3x2 /bin/true, s", med(times["dvm"], "{:.4f}"),
+                        med(times.get("mpirun", [])), med(ratio_mpirun, "{:.3f}x") +
+                        f" (cold pmrun {med(times['pmrun'])} s)", "<= 0.1x mpirun"))
+    finally:
+        dvm.stop(cfg)
+    # One host: jobs one after another, then 8 submitters at once.
+    local = Dvm(cfg, "localhost:8", [], tmp)
+    try:
+        jobs = 1000
+        t0 = time.monotonic()
+        failed = 0
+        for _ in range(jobs):
+            failed += subprocess.run(local.job(cfg, ["-np", "1", "/bin/true"]), env=local.env,
+                                     stdout=subprocess.DEVNULL).returncode != 0
+        rate = jobs / (time.monotonic() - t0)
+        say(f"{jobs} one-rank jobs one after another: {rate:.0f} jobs/s, {failed} failed "
+            f"(goal >= 200 jobs/s)")
+        summary.append(("dvm one-rank jobs in a row, jobs/s", f"{rate:.0f}", "-", "-",
+                        ">= 200 jobs/s"))
+        submitters, each = 8, 25
+        script = ("for i in $(seq %d); do %s -np 1 echo \"s$1 j$i\" || echo \"s$1 j$i FAILED\"; "
+                  "done" % (each, " ".join(local.job(cfg, []))))
+        procs = [start(["/bin/sh", "-c", script, "sh", str(k)], stdout=subprocess.PIPE,
+                       env=local.env) for k in range(submitters)]
+        lost = 0
+        t0 = time.monotonic()
+        for k, p in enumerate(procs):
+            out = p.communicate(timeout=300)[0].decode(errors="replace").split("\n")
+            reap(p)
+            lost += sum(1 for i in range(1, each + 1) if f"s{k} j{i}" not in out)
+        elapsed = time.monotonic() - t0
+        say(f"{submitters} submitters x {each} jobs at once: {submitters * each / elapsed:.0f} "
+            f"jobs/s, {lost} jobs lost or without their line (goal 0)")
+        summary.append((f"dvm {submitters} submitters x {each} jobs, lost", str(lost), "-", "-",
+                        "0"))
+    finally:
+        local.stop(cfg)
 
 
 # --- 2. a remote rank fails ----------------------------------------------------------------------
@@ -635,7 +734,7 @@ def main():
     parser.add_argument("pmrun")
     parser.add_argument("--payload")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", default="launch,failure,crash,partition,output,restart")
+    parser.add_argument("--only", default="launch,failure,crash,partition,output,restart,dvm")
     parser.add_argument("--output-mib", type=int, default=64)
     parser.add_argument("--partition-cap", type=float, default=20.0)
     args = parser.parse_args()
@@ -652,7 +751,8 @@ def main():
     if probe.returncode != 0:
         sys.exit(f"multihost_bench: no fake hosts here: {probe.stdout.strip()}")
     only = args.only.split(",")
-    unknown = set(only) - {"launch", "failure", "crash", "partition", "output", "tree", "restart"}
+    unknown = set(only) - {"launch", "failure", "crash", "partition", "output", "tree", "restart",
+                           "dvm"}
     if unknown:
         sys.exit(f"multihost_bench: unknown part(s) {','.join(sorted(unknown))}")
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -666,7 +766,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="pm-mhbench-files-", dir="/tmp")
     fx = None
     try:
-        if {"launch", "failure", "output", "restart"} & set(only):
+        if {"launch", "failure", "output", "restart", "dvm"} & set(only):
             fx = Fixture(3)
         if "launch" in only:
             bench_launch(cfg, fx, 2 * args.rounds, summary)
@@ -676,6 +776,8 @@ def main():
             bench_output(cfg, fx, args.rounds, summary, tmp, args.output_mib)
         if "restart" in only:
             bench_restart(cfg, fx, args.rounds, summary, tmp)
+        if "dvm" in only:
+            bench_dvm(cfg, fx, 2 * args.rounds, summary, tmp)
         if fx:
             fx.down()
         if "crash" in only:
