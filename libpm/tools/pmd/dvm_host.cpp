@@ -181,7 +181,11 @@ class daemon {
     req.env.push_back(std::string(pm::srun::env_token) + "=" + *token);
     req.env.push_back(std::string(pm::srun::env_node) + "=" + *node);
     req.stderr_fd = 2;  // "pmd: cannot reach the launcher ..." reaches the server's log
-    req.parent_death_signal = SIGTERM;
+    // A daemon that dies unannounced (its host crashing, a SIGKILL) takes its job agents with it
+    // at once, as a crash takes a cold launch's agent: they do not get to report their ranks'
+    // ends as failures of their own, and each job sees its host lost. An orderly end is the
+    // daemon's own SIGTERM (end()).
+    req.parent_death_signal = SIGKILL;
     try {
       auto p = std::make_unique<pm::sys::watched_process>(io_, pm::sys::spawn(req));
       const auto pid = p->pid();

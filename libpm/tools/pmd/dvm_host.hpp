@@ -7,7 +7,8 @@
 //
 // It ends every job agent it started (SIGTERM, 2 s, SIGKILL) and exits when its stdin ends, when
 // the server has been silent for 10 s, on a line it cannot read, and on SIGTERM, SIGINT or SIGHUP;
-// its job agents get SIGTERM from the kernel if it dies unannounced (PR_SET_PDEATHSIG).
+// its job agents get SIGKILL from the kernel if it dies unannounced (PR_SET_PDEATHSIG), and their
+// ranks with them.
 #pragma once
 
 namespace pmd {
