@@ -215,6 +215,8 @@ class dvm_transport final : public transport, public std::enable_shared_from_thi
   // The DVM's server went away (stopped, SIGKILLed): agents not called yet never will.
   void server_gone(const std::string& problem) {
     server_problem_ = "the DVM's server is gone" + (problem.empty() ? "" : " (" + problem + ")");
+    // Its daemons end every job's agents now: the ranks' ends that follow are that, not the job.
+    say(*server_problem_ + "; its daemons end this job's agents");
     for (auto& [index, h] : hosts_) {
       if (!h.ended) agent_ended(index, agent_end{h.connected ? "" : *server_problem_, false});
     }

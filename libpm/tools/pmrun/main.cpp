@@ -273,6 +273,9 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   if (dvm != nullptr) {
     // On a DVM: every host's agent comes from its daemon (dvm_client::make_transport).
     request.remote.tree = false;
+    request.remote.notice = [](std::string_view line) {
+      std::fprintf(stderr, "pmrun: %.*s\n", static_cast<int>(line.size()), line.data());
+    };
     request.remote_transport = dvm->make_transport(io, request.remote);
   }
   int ending_signal = 0;
