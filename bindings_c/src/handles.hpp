@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -50,6 +51,10 @@ struct pm_report {
 };
 
 namespace pm::c {
+
+/// A map of `job` (its env checked now) placed as `placed` says; `spec` is the job's spec as it
+/// was mapped (host names as the allocation spells them).
+std::unique_ptr<pm_map> map_of(const pm_job& job, const pm::job_spec& spec, pm::rank_map placed);
 
 /// The map's job env with its launch facts (MASTER_ADDR/PORT), decided at the first call.
 const pm::job_env& decided_env(const pm_map& map);

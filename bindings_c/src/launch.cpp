@@ -18,6 +18,7 @@
 #include "guard.hpp"
 #include "handles.hpp"
 #include "pm/launcher.hpp"
+#include "run_start.hpp"
 
 // Requests from any thread (pm_run_signal, pm_run_cancel) reach the loop's thread through a
 // mutex-guarded list and an eventfd the loop watches: no Asio object is touched from another
@@ -208,10 +209,40 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
   return guard(__func__, [&](const char* fn) {
     require(fn, "out", out);
     require(fn, "map", map);
+    check_local(*map);
+    return start_run(fn, out, *map, options, nullptr);
+  });
+}
+
+int pm_launch(pm_report** out, const pm_map* map, const pm_run_options* options) {
+  return guard(__func__, [&](const char* fn) {
+    require(fn, "out", out);
+    pm_run* raw = nullptr;
+    if (const int rc = pm_run_start(&raw, map, options); rc != PM_OK) {
+      throw c_error{rc, pm_last_error()};
+    }
+    std::unique_ptr<pm_run, decltype(&pm_run_destroy)> run(raw, &pm_run_destroy);
+    *out = finish_run(fn, *run);
+    return PM_OK;
+  });
+}
+
+}  // extern "C"
+
+namespace pm::c {
+
+pm_report* finish_run(const char* fn, pm_run& run) {
+  run_loop(fn, run, std::nullopt);
+  return new pm_report{run.final_report->value};
+}
+
+int start_run(const char* fn, pm_run** out, const pm_map& mapped, const pm_run_options* options,
+              const remote_factory& remote) {
+  const pm_map* map = &mapped;
+  {
     const pm_run_options defaults = PM_RUN_OPTIONS_INIT;
     if (options == nullptr) options = &defaults;
     check_version(fn, "pm_run_options", options->version, PM_RUN_OPTIONS_VERSION);
-    check_local(*map);
 
     auto run = std::make_unique<pm_run>();
     // A version 1 caller's struct ends before the restart fields, a version 2 caller's before
@@ -248,13 +279,21 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
     if (run->requests.fd < 0)
       throw pm::error(pm::errc::system, std::string("eventfd: ") + std::strerror(errno));
     run->wake = std::make_unique<boost::asio::posix::stream_descriptor>(run->io, run->requests.fd);
+    if (remote) {
+      request.remote.tree = false;
+      request.remote_transport = remote(run->io, request.remote);
+    }
     run->runner = std::make_unique<pm::job_runner>(run->io, std::move(request), callbacks(*run));
     run->runner->start();
     watch_requests(*run);
     *out = run.release();
     return PM_OK;
-  });
+  }
 }
+
+}  // namespace pm::c
+
+extern "C" {
 
 int pm_run_poll(pm_run* run, int timeout_ms, int* finished) {
   return guard(__func__, [&](const char* fn) {
@@ -334,20 +373,6 @@ void pm_run_destroy(pm_run* run) {
     }
   }
   delete run;
-}
-
-int pm_launch(pm_report** out, const pm_map* map, const pm_run_options* options) {
-  return guard(__func__, [&](const char* fn) {
-    require(fn, "out", out);
-    pm_run* raw = nullptr;
-    if (const int rc = pm_run_start(&raw, map, options); rc != PM_OK) {
-      throw c_error{rc, pm_last_error()};
-    }
-    std::unique_ptr<pm_run, decltype(&pm_run_destroy)> run(raw, &pm_run_destroy);
-    run_loop(fn, *run, std::nullopt);
-    *out = new pm_report{run->final_report->value};
-    return PM_OK;
-  });
 }
 
 }  // extern "C"

@@ -25,6 +25,26 @@ std::string allocation_name(const pm::allocation& alloc, const std::string& name
 
 using namespace pm::c;
 
+namespace pm::c {
+
+std::unique_ptr<pm_map> map_of(const pm_job& job, const pm::job_spec& spec, pm::rank_map placed) {
+  auto m = std::make_unique<pm_map>();
+  m->map = std::move(placed);
+  // Exports are checked now, before anything is shown or started (as pmrun does); the launch
+  // facts are decided at the first rank env or launch.
+  const auto& s = job.env;
+  m->env = pm::make_job_env(s.inherited ? *s.inherited : pm::current_environment(), s.exports,
+                            s.profiles, {});
+  m->master_port = s.master_port;
+  m->stall_timeout = job.stall_timeout;
+  m->env.app_overrides = job.app_env;
+  m->mapping = spec.mapping;
+  m->apps = spec.apps;
+  return m;
+}
+
+}  // namespace pm::c
+
 extern "C" {
 
 int pm_map_job(pm_map** out, const pm_job* job, const pm_allocation* allocation) {
@@ -37,18 +57,7 @@ int pm_map_job(pm_map** out, const pm_job* job, const pm_allocation* allocation)
     for (auto& app : spec.apps) {
       for (auto& name : app.hosts) name = allocation_name(allocation->value, name);
     }
-    auto m = std::make_unique<pm_map>();
-    m->map = pm::map_job(spec, allocation->value);
-    // Exports are checked now, before anything is shown or started (as pmrun does); the launch
-    // facts are decided at the first rank env or launch.
-    const auto& s = job->env;
-    m->env = pm::make_job_env(s.inherited ? *s.inherited : pm::current_environment(), s.exports,
-                              s.profiles, {});
-    m->master_port = s.master_port;
-    m->stall_timeout = job->stall_timeout;
-    m->env.app_overrides = job->app_env;
-    m->mapping = spec.mapping;
-    m->apps = std::move(spec.apps);
+    auto m = pm::c::map_of(*job, spec, pm::map_job(spec, allocation->value));
     *out = m.release();
     return PM_OK;
   });

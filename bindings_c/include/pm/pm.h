@@ -485,6 +485,52 @@ PM_C_API void pm_run_destroy(pm_run* run);
 /* pm_run_start + pm_run_wait + pm_run_report + pm_run_destroy. */
 PM_C_API int pm_launch(pm_report** out, const pm_map* map, const pm_run_options* options);
 
+/* ---- a DVM: agents kept across jobs (docs/dvm.md) ------------------------------------------- */
+
+/* A DVM object: one daemon per host of an allocation, kept for many jobs (as PRRTE's `prte`). Its
+ * server runs on a thread of its own in the calling process, so that it ends with the process:
+ * nothing it started outlives it. Jobs reach it through its URI, from this process
+ * (pm_dvm_run_start) or from others of the same user (pmrun --dvm-uri URI). */
+typedef struct pm_dvm pm_dvm;
+
+typedef struct pm_dvm_options {
+  unsigned version;
+  const char* rsh_agent;    /* how other hosts are reached: words separated by blanks, no quoting
+                               ("ssh -F /etc/cfg"); NULL: "ssh" */
+  const char* agent_path;   /* pmd; NULL: as pm_run_options.agent_path */
+  uint32_t idle_timeout_ms; /* no job this long: the DVM stops by itself (0: never) */
+  pm_message_fn on_message; /* the DVM's lines (a host lost, a caller refused); NULL: none.
+                               Called on the DVM's thread. */
+  void* user_data;
+} pm_dvm_options;
+#define PM_DVM_OPTIONS_VERSION 1
+#define PM_DVM_OPTIONS_INIT \
+  { PM_DVM_OPTIONS_VERSION, NULL, NULL, 0, NULL, NULL }
+
+/* Starts a daemon on every host of `hosts` and returns once each one answered (PM_E_LAUNCH when
+ * none did, naming each host's problem; hosts that did not are left out and named through
+ * on_message). The DVM's socket lives in a new directory only this user may enter. */
+PM_C_API int pm_dvm_start(pm_dvm** out, const pm_allocation* hosts, const pm_dvm_options* options);
+/* Its URI ("unix:PATH"), for pm_dvm_run_start and `pmrun --dvm-uri`; free with pm_free. */
+PM_C_API int pm_dvm_uri(const pm_dvm* dvm, char** out);
+/* 1 while the DVM runs (0 once it stopped: idle, every host lost). */
+PM_C_API int pm_dvm_running(const pm_dvm* dvm, int* out);
+/* Stops the DVM (every job on it ends with its agents) and frees it; blocks until every daemon
+ * ended, a few seconds at most. */
+PM_C_API void pm_dvm_destroy(pm_dvm* dvm);
+
+/* Runs `job` on the DVM at `uri`: maps it on the DVM's free slots and holds them for the run's
+ * life. When they are taken by other jobs it waits for them with `wait` = 1, or fails with
+ * PM_E_MAPPING naming what is free; a job larger than the whole DVM fails at once. Waiting
+ * blocks the calling thread: runs it drives that hold the slots make no progress meanwhile, so
+ * finish those first (or wait = 0; examples/dvm_scheduler.c). Then as pm_run_start: the same
+ * options, callbacks and report. */
+PM_C_API int pm_dvm_run_start(pm_run** out, const char* uri, const pm_job* job, int wait,
+                              const pm_run_options* options);
+/* pm_dvm_run_start + pm_run_wait + pm_run_report + pm_run_destroy. */
+PM_C_API int pm_dvm_launch(pm_report** out, const char* uri, const pm_job* job, int wait,
+                           const pm_run_options* options);
+
 /* ---- the simulator: a virtual cluster, the real controller and agents ----------------------- */
 
 /* A simulation object: a scenario (cluster, job, process scripts, faults, seed) that can be run,
