@@ -56,12 +56,13 @@ ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_
   c_allocation_test c_basics_test c_binding_test c_launch_test c_map_test c_resolve_test c_sim_test
   safe_path_test peer_owner_test private_dir_test pmix_handshake_test pmrun_files_test
   pmrun_stdin_test pmd_stdio_test launcher_test relayed_ssh_end_test sys_process_test spawner_test
-  topology_reader_test host_binding_test proc_sample_test pmd_relay_test discovery_command_test)
-ASAN_TESTS='^(Agent|AgentStall|LauncherStall|ProcSample|Controller|ControllerState|FenceTable|LinkEndpoint|LinkFrame|LinkFuzz|LinkMessages|LinkPreamble|LinkSocket|CommandLine|Hostfile|HostList|SlurmAllocation|SlurmHostlist|SlurmTasksPerNode|ManagedAllocation|Pbs|ReadTextFile|OutputForwarder|ForEachLine|LineAssembler|JobRunner|JobRunnerSetup|Launcher|LauncherDiscovery|LauncherSpares|PmdRelay|DiscoveryCommand|DiscoveredHosts|RelayedSshEnd|LocalAgent|SafePath|PeerOwner|PrivateDir|PmixHandshake|PmdStdio|CallerGate|ConnectBack|SrunCommand|SrunTransport|SysPidfd|SysStopSequence|SysWatchedProcess|Spawner|Executable|FuzzRegressions|TopologyReader\.(HonoursHwlocXmlFile|AMissingFileIsOneLine)|EveryMachine|Machines|BindingOptions|Pmrun(Compat|EarlyAgent|Files|Map|Output|OutputModes|Run|Status|Stdin))\.|^fuzz\.|^c\.c_'
+  topology_reader_test host_binding_test proc_sample_test pmd_relay_test discovery_command_test
+  pmrun_dvm_test dvm_parts_test c_dvm_test)
+ASAN_TESTS='^(Agent|AgentStall|LauncherStall|ProcSample|Controller|ControllerState|FenceTable|LinkEndpoint|LinkFrame|LinkFuzz|LinkMessages|LinkPreamble|LinkSocket|CommandLine|Hostfile|HostList|SlurmAllocation|SlurmHostlist|SlurmTasksPerNode|ManagedAllocation|Pbs|ReadTextFile|OutputForwarder|ForEachLine|LineAssembler|JobRunner|JobRunnerSetup|Launcher|LauncherDiscovery|LauncherSpares|PmdRelay|DiscoveryCommand|DiscoveredHosts|DvmSlotLedger|DvmJsonLines|RelayedSshEnd|LocalAgent|SafePath|PeerOwner|PrivateDir|PmixHandshake|PmdStdio|CallerGate|ConnectBack|SrunCommand|SrunTransport|SysPidfd|SysStopSequence|SysWatchedProcess|Spawner|Executable|FuzzRegressions|TopologyReader\.(HonoursHwlocXmlFile|AMissingFileIsOneLine)|EveryMachine|Machines|BindingOptions|Pmrun(Compat|Dvm|EarlyAgent|Files|Map|Output|OutputModes|Run|Status|Stdin))\.|^fuzz\.|^c\.c_'
 TSAN_TARGETS=(output_forwarder_test output_forwarder_pushed_test output_forwarder_prompt_test
   local_agent_test local_agent_link_test job_runner_test pmix_job_info_test c_launch_test pmd
-  pm_payload)
-TSAN_TESTS='^(OutputForwarder|LocalAgent|JobRunner|JobRunnerSetup|PmixJobInfo|PmixCompletion)\.|^c\.c_launch_test$'
+  pm_payload c_dvm_test)
+TSAN_TESTS='^(OutputForwarder|LocalAgent|JobRunner|JobRunnerSetup|PmixJobInfo|PmixCompletion)\.|^c\.c_(launch|dvm)_test$'
 
 # ctest, whose summary line is kept for the total that closes `./dev.sh test`.
 ctest_total=0

@@ -231,6 +231,32 @@ TEST_F(PmrunDvm, AnotherUserCannotSubmitOrLook) {
   EXPECT_EQ(ps().value("jobs", nlohmann::json::array()).size(), 0u);
 }
 
+// A host daemon fed garbage (a broken server, or someone else's bytes) says so in one line and
+// ends, with the job agents it started; a start request for anything but pmd's dial-back is
+// refused.
+TEST_F(PmrunDvm, AHostDaemonTakesNothingButItsProtocol) {
+  const std::string pmd = std::string(PM_BINARY_DIR) + "/bin/pmd";
+  auto r = run_command({pmd, "--dvm-host"}, 10s, "{\"op\":\"ping\"}\nnot json\n");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("{\"ev\":\"pong\"}"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err,
+            "pmd: the server sent a line that is not a JSON object; ending 0 job agent(s)\n");
+  r = run_command({pmd, "--dvm-host"}, 10s,
+                  "{\"op\":\"start\",\"tag\":\"1/0\",\"node\":\"n\",\"addrs\":\"127.0.0.1\","
+                  "\"port\":9,\"token\":\"t\",\"args\":[\"--stdio\",\"--nonce\",\"1\"]}\n"
+                  "{\"op\":\"rm -rf\"}\n");
+  EXPECT_NE(r.out.find("{\"ev\":\"failed\",\"tag\":\"1/0\",\"why\":\"a start request this "
+                       "daemon does not take\"}"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.err, "pmd: the server sent an unknown \"op\"; ending 0 job agent(s)\n");
+  EXPECT_EQ(r.exit_code, 1);
+  // Its stdin's end is the server's: a quiet exit.
+  r = run_command({pmd, "--dvm-host"}, 10s, "");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.err, "");
+}
+
 TEST_F(PmrunDvm, BadInputIsOneLine) {
   const auto p = pm::test::pmrun_path();
   const auto bad_action = run_command({p, "--allow-run-as-root", "--dvm", "begin"}, 10s);
