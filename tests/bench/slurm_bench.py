@@ -6,7 +6,8 @@ The allocation is `salloc -N3 --ntasks-per-node=2`; this script runs itself insi
 and times, in shuffled rounds (ratios within a round: the machine is shared and noisy):
 
   launch   6 ranks of /bin/true: pmrun (its srun step + connect-back) vs
-           `srun -N3 --ntasks-per-node=2 /bin/true` vs mpirun.openmpi (plm slurm)
+           `srun -N3 --ntasks-per-node=2 /bin/true` vs mpirun.openmpi (plm slurm), and a job on a
+           DVM started in the allocation (`pmrun --dvm start`: daemons by one srun step)
   failure  6 ranks; rank 4 (node3) exits 7 after 1 s, the others sleep 30: from that exit to
            pmrun's exit (pmrun only: srun waits 59 s or answers 143, see docs/failure-semantics.md)
 
@@ -48,10 +49,17 @@ def inner(args):
     if mpirun:
         contenders["mpirun"] = [mpirun, "-mca", "oob_tcp_if_include", "eth0", "-mca", "btl",
                                 "self,tcp", "-mca", "btl_tcp_if_include", "eth0", "/bin/true"]
+    # A DVM in the allocation (docs/dvm.md): its jobs beside srun starting a step.
+    dvm_dir = tempfile.mkdtemp(prefix="pm-slurm-dvm-")
+    os.chmod(dvm_dir, 0o700)
+    env["PM_STATUS_DIR"] = os.path.join(dvm_dir, "st")
+    uri = os.path.join(dvm_dir, "uri")
+    subprocess.run(pmrun + ["--dvm", "start", "--report-uri", uri], env=env, check=True)
+    contenders["dvm"] = pmrun + ["--dvm-uri", "file:" + uri, "-np", "6", "/bin/true"]
     for argv in contenders.values():  # warm caches once
         timed(argv, env)
     times = {k: [] for k in contenders}
-    ratios = {k: [] for k in contenders if k != "pmrun"}
+    ratios = {k: [] for k in contenders if k not in ("pmrun", "dvm")}
     for _ in range(args.rounds):
         order = list(contenders)
         random.shuffle(order)
@@ -71,6 +79,14 @@ def inner(args):
         if k in ratios:
             line += "   pmrun/%s = %.2f" % (k, statistics.median(ratios[k]))
         print(line, flush=True)
+    dvm_srun = [a / b for a, b in zip(times["dvm"], times["srun"])]
+    print("  dvm/srun = %.3f (goal <= 1.0), dvm/mpirun = %s" % (
+        statistics.median(dvm_srun),
+        "%.3f" % statistics.median([a / b for a, b in zip(times["dvm"], times["mpirun"])])
+        if "mpirun" in times else "-"), flush=True)
+    subprocess.run(pmrun + ["--dvm", "stop", "--dvm-uri", "file:" + uri], env=env)
+    shutil.rmtree(dvm_dir, ignore_errors=True)
+    del env["PM_STATUS_DIR"]
 
     stamp_dir = tempfile.mkdtemp(prefix="pm-slurm-bench-")
     lags = []

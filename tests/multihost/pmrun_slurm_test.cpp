@@ -501,3 +501,41 @@ TEST(PmrunSlurmErrors, LauncherLocalIgnoresTheAllocation) {
 }
 
 }  // namespace
+
+namespace {
+
+// A DVM inside a Slurm allocation (docs/dvm.md): node1's daemon is pmrun's child, node2's and
+// node3's start with one srun step and dial back. Jobs on it run where the allocation's tasks
+// are, a job's failure is that job's, the DVM survives its jobs, and stopping it leaves nothing.
+TEST(PmrunSlurm, ADvmInsideTheAllocationRunsJobsOnDaemonsStartedBySrun) {
+  NEED_SLURM();
+  slurm_cluster c(3);
+  temp_files t;
+  const std::string p = pm::test::pmrun_path() + " --allow-run-as-root";
+  const std::string uri = "--dvm-uri file:" + t.dir + "/uri";
+  const std::string script =
+      "export PM_STATUS_DIR=" + t.dir + "/st; " + p + " --dvm start --report-uri " + t.dir +
+      "/uri || exit 90; " + p + " " + uri +
+      " -np 6 sh -c 'echo rank=$OMPI_COMM_WORLD_RANK host=$(hostname)'; echo first=$?; " + p + " " +
+      uri + " -np 6 sh -c 'exit $((NODE_RANK == 1 ? 5 : 0))'; echo second=$?; " + p + " " + uri +
+      " -np 2 true; echo third=$?; " + p + " --dvm stop " + uri + "; echo stop=$?";
+  const auto r = run_command(
+      c.on_node("node1", {"salloc", "-N3", "--ntasks-per-node=2", "--quiet", "sh", "-c", script}),
+      120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto& hosts = c.hosts().hosts();
+  for (int rank = 0; rank < 6; ++rank) {
+    EXPECT_NE(r.out.find("rank=" + std::to_string(rank) +
+                         " host=" + hosts[static_cast<std::size_t>(rank / 2)].name),
+              std::string::npos)
+        << r.out << r.err;
+  }
+  EXPECT_NE(r.out.find("first=0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("second=5"), std::string::npos) << r.out << r.err;  // node 1's ranks
+  EXPECT_NE(r.out.find("third=0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stop=0"), std::string::npos) << r.out;
+  EXPECT_TRUE(nodes_clean(c, {"node1", "node2", "node3"}))
+      << left_on(c, {"node1", "node2", "node3"});
+}
+
+}  // namespace

@@ -23,6 +23,8 @@
 #include "sys/spawner.hpp"
 #include "sys/watched_process.hpp"
 #include "transport/local/local_transport.hpp"
+#include "transport/srun/callback_listener.hpp"
+#include "transport/srun/srun_command.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
 extern char** environ;
@@ -99,6 +101,10 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
   std::map<std::uint64_t, std::shared_ptr<session>> sessions;
   std::uint64_t next_id = 1;
   std::optional<asio::local::stream_protocol::acceptor> acceptor;
+  // Inside Slurm: the listener the daemons dial, and the one srun step that runs them.
+  std::unique_ptr<srun::callback_listener> listener;
+  std::unique_ptr<sys::watched_process> step;
+  std::vector<std::uint32_t> step_hosts;
   asio::steady_timer beat, start_timer, idle;
   std::function<void(std::string)> ready, stopped;
   bool stopping = false, finished = false;
@@ -112,12 +118,24 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
 
   void start_all() {
     hosts.resize(opts.hosts.hosts.size());
+    std::vector<std::uint32_t> by_srun;
     for (std::uint32_t h = 0; h < hosts.size(); ++h) {
       hosts[h].name = opts.hosts.hosts[h].name;
+      if (!opts.hosts.hosts[h].local && opts.remote.launcher == agent_launcher::srun) {
+        by_srun.push_back(h);
+        continue;
+      }
       try {
         start_daemon(h);
       } catch (const pm::error& e) {
         lose(h, e.what());
+      }
+    }
+    if (!by_srun.empty()) {
+      try {
+        start_step(by_srun);
+      } catch (const pm::error& e) {
+        for (const auto h : by_srun) lose(h, e.what());
       }
     }
     start_timer.expires_after(opts.start_timeout);
@@ -176,9 +194,70 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     req.parent_death_signal = SIGTERM;
     auto& d = hosts[h];
     d.carrier = std::make_unique<sys::watched_process>(io, sys::spawn(req));
-    d.heard = clock_type::now();
-    d.channel = std::make_shared<line_channel>(io, mine.release());
     d.err = std::make_unique<asio::posix::stream_descriptor>(io, err_r.release());
+    open_channel(h, mine.release());
+    d.carrier->on_exit([weak = weak_from_this(), h](const sys::exit_check&) {
+      if (auto self = weak.lock()) self->carrier_gone(h);
+    });
+    read_err(h);
+  }
+
+  // Inside Slurm: one srun step runs every daemon not on this machine; each dials back with the
+  // DVM's token (the connect-back of docs/slurm.md) and its socket becomes its channel.
+  void start_step(const std::vector<std::uint32_t>& list) {
+    listener = std::make_unique<srun::callback_listener>(
+        io, srun::listener_options{
+                opts.remote.iface, [this](const std::string& line) { say("srun: " + line); },
+                [this](std::uint32_t host, int fd) {
+                  if (hosts[host].state == host_state::starting && !hosts[host].channel) {
+                    open_channel(host, fd);
+                  } else {
+                    ::close(fd);
+                  }
+                }});
+    listener->listen(hosts[list.front()].name);
+    srun::srun_settings settings;
+    if (!opts.remote.srun_command.empty()) settings.command = opts.remote.srun_command;
+    settings.extra_args = opts.remote.srun_args;
+    const char* path_env = std::getenv("PATH");
+    const auto path = sys::resolve_executable(settings.command.front(),
+                                              path_env != nullptr ? path_env : "/usr/bin:/bin", "");
+    std::vector<std::string> nodes;
+    for (const auto h : list) {
+      nodes.push_back(hosts[h].name);
+      listener->expect(h, hosts[h].name);
+    }
+    const auto remote_pmd =
+        opts.remote.agent_path.empty()
+            ? (opts.agent_path.empty() ? local::default_agent_path() : opts.agent_path)
+            : opts.remote.agent_path;
+    sys::spawn_request req;
+    req.path = path;
+    req.argv = srun::srun_argv(settings, nodes, {remote_pmd, "--dvm-host", "--connect"});
+    req.argv.front() = settings.command.front();
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    req.env =
+        srun::srun_environment(env, listener->addresses(), listener->port(), listener->token());
+    req.stderr_fd = 2;  // srun's and slurmstepd's lines go to the DVM's log
+    req.parent_death_signal = SIGTERM;
+    step = std::make_unique<sys::watched_process>(io, sys::spawn(req));
+    step_hosts = list;
+    step->on_exit([weak = weak_from_this()](const sys::exit_check& how) {
+      auto self = weak.lock();
+      if (!self) return;
+      if (self->stopping) {
+        self->maybe_stopped();
+        return;
+      }
+      for (const auto h : self->step_hosts) self->lose(h, "srun " + sys::describe(how));
+    });
+  }
+
+  void open_channel(std::uint32_t h, int fd) {
+    auto& d = hosts[h];
+    d.heard = clock_type::now();
+    d.channel = std::make_shared<line_channel>(io, fd);
     d.channel->start(
         [weak = weak_from_this(), h](const json& doc) {
           if (auto self = weak.lock()) self->from_daemon(h, doc);
@@ -192,14 +271,11 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
             self->carrier_gone(h);
           }
         });
-    d.carrier->on_exit([weak = weak_from_this(), h](const sys::exit_check&) {
-      if (auto self = weak.lock()) self->carrier_gone(h);
-    });
-    read_err(h);
   }
 
   void read_err(std::uint32_t h) {
     auto& d = hosts[h];
+    if (!d.err) return;
     d.err->async_read_some(
         asio::buffer(d.err_buf),
         [weak = weak_from_this(), h](const boost::system::error_code& ec, std::size_t n) {
@@ -650,6 +726,14 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     for (auto& [id, s] : sessions) {
       if (s->channel) s->channel->close();
     }
+    // The daemons' channels closed: they end, and srun with them; one that hangs on gets
+    // SIGTERM after 3 s.
+    if (step && !step->ended()) {
+      step->stop(sys::stop_sequence{.patience = std::chrono::milliseconds(3000),
+                                    .first_signal = SIGTERM,
+                                    .grace = std::chrono::milliseconds(2000),
+                                    .last_signal = SIGKILL});
+    }
     asio::post(io, [weak = weak_from_this()] {
       if (auto self = weak.lock()) self->maybe_stopped();
     });
@@ -668,6 +752,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     for (const auto& d : hosts) {
       if (d.carrier && !d.carrier->ended()) return;
     }
+    if (step && !step->ended()) return;
     finished = true;
     if (stopped) {
       auto done = std::move(stopped);
@@ -685,6 +770,7 @@ dvm_server::~dvm_server() {
   for (auto& d : impl_->hosts) {
     if (d.carrier && !d.carrier->ended()) d.carrier->stop_now(carrier_stop);
   }
+  if (impl_->step && !impl_->step->ended()) impl_->step->stop_now(carrier_stop);
 }
 
 void dvm_server::start(std::function<void(std::string)> ready) {

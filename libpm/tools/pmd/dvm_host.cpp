@@ -68,7 +68,12 @@ std::string own_program() {
 
 class daemon {
  public:
-  daemon() : in_(io_, ::dup(0)), silence_(io_), signals_(io_, SIGTERM, SIGINT, SIGHUP) {}
+  // `channel`: the server's socket (dialled back) or -1 for stdin and stdout (ssh, a pipe).
+  explicit daemon(int channel)
+      : in_(io_, channel >= 0 ? ::dup(channel) : ::dup(0)),
+        out_(channel >= 0 ? channel : 1),
+        silence_(io_),
+        signals_(io_, SIGTERM, SIGINT, SIGHUP) {}
 
   int run() {
     ::signal(SIGPIPE, SIG_IGN);
@@ -94,7 +99,7 @@ class daemon {
     const auto line = to_line(doc);
     std::size_t done = 0;
     while (done < line.size()) {
-      const ssize_t n = ::write(1, line.data() + done, line.size() - done);
+      const ssize_t n = ::write(out_, line.data() + done, line.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return;  // the server is gone: stdin's end says so too
       done += static_cast<std::size_t>(n);
@@ -223,6 +228,7 @@ class daemon {
 
   asio::io_context io_{1};
   asio::posix::stream_descriptor in_;
+  int out_;
   asio::steady_timer silence_;
   asio::signal_set signals_;
   std::array<char, 65536> buf_{};
@@ -236,9 +242,12 @@ class daemon {
 
 }  // namespace
 
-int run_dvm_host() {
+int run_dvm_host(bool connect) {
   try {
-    daemon d;
+    // Started by srun: dial the server back (its addresses, port and token are in the
+    // environment, taken out of it here), as a job's agent does (connect_back.hpp).
+    const int channel = connect ? pm::srun::connect_from_environment() : -1;
+    daemon d(channel);
     return d.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pmd --dvm-host: %s\n", e.what());

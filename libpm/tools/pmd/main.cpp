@@ -520,7 +520,7 @@ int main(int argc, char** argv) {
   const auto parsed = pmd::parse_command_line(argc, argv);
   if (const int* code = std::get_if<int>(&parsed)) return *code;
   const auto& command = std::get<pmd::command_line>(parsed);
-  if (command.dvm_host) return pmd::run_dvm_host();
+  if (command.dvm_host) return pmd::run_dvm_host(command.connect);
   if (command.topology) {
     // HWLOC_XMLFILE=x.xml pmd --topology: another machine's shape, as the agent would send it.
     const auto shape = pmd::read_host_shape();

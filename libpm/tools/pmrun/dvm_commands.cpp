@@ -14,6 +14,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "cli/remote_options.hpp"
 #include "io/safe_path.hpp"
 #include "job_status.hpp"
 #include "model/printable.hpp"
@@ -138,11 +139,6 @@ int start_dvm(const pm::run_options& options, const pm::resolved_job& resolved,
   if (!options.job.apps.empty()) {
     throw pm::error(pm::errc::usage, "--dvm start runs no program: its jobs come with --dvm-uri");
   }
-  if (resolved.remote.launcher == pm::launcher_choice::srun) {
-    throw pm::error(pm::errc::usage,
-                    "--dvm start: starting the DVM's daemons with srun is not supported yet; "
-                    "--launcher ssh starts them over ssh inside the allocation");
-  }
   const auto dir = pm::tools::status_directory(env);
   if (!pm::tools::private_directory(dir)) {
     throw pm::error(pm::errc::system, "--dvm start: " + pm::model::printable(dir) +
@@ -155,6 +151,14 @@ int start_dvm(const pm::run_options& options, const pm::resolved_job& resolved,
   if (resolved.remote.rsh_args) o.remote.rsh_args = *resolved.remote.rsh_args;
   o.remote.agent_path = pm::ssh::remote_agent_path(resolved.remote.launch_agent,
                                                    resolved.remote.prefix, o.agent_path);
+  o.remote.iface = resolved.remote.interfaces;
+  if (resolved.remote.launcher == pm::launcher_choice::srun) {
+    // Inside Slurm: one srun step starts every daemon, and they dial back (docs/dvm.md).
+    o.remote.launcher = pm::agent_launcher::srun;
+    if (auto it = env.find("PM_SRUN_ARGS"); it != env.end()) {
+      o.remote.srun_args = pm::cli::agent_args("PM_SRUN_ARGS", it->second);
+    }
+  }
   o.idle_timeout = options.dvm_idle_timeout;
   o.on_message = [](std::string_view line) {
     std::fprintf(stderr, "pmrun --dvm: %.*s\n", static_cast<int>(line.size()), line.data());
