@@ -414,6 +414,61 @@ TEST(PmrunMpiSlurm, SixRanksInsideAnAllocationAreOneWorld) {
   EXPECT_NE(a.err.find("rank 4 on node3 called abort with status 42"), std::string::npos) << a.err;
 }
 
+// MPI jobs on a DVM inside the allocation (docs/dvm.md): node2's and node3's daemons come from
+// one srun step; one world, mpi4py, an abort, spawned children; then the DVM is SIGKILLed while a
+// job runs, and nothing is left on any node.
+TEST(PmrunMpiSlurm, MpiJobsOnADvmInsideAnAllocation) {
+  if (!pm::test::slurm_cluster::available()) {
+    GTEST_SKIP() << "no Slurm on fake hosts here: "
+                 << pm::test::slurm_cluster::unavailable_reason();
+  }
+  pm::test::slurm_cluster c(3);
+  char tmpl[] = "/tmp/pm-mpi-dvm-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string p = pm::test::pmrun_path() + " --allow-run-as-root";
+  const std::string on = p + " --dvm-uri file:" + dir + "/uri";
+  const std::string script =
+      "export PM_STATUS_DIR=" + dir + "/st; " + p + " --dvm start --report-uri " + dir +
+      "/uri || exit 90; " + on + " -np 6 " + mpi_dir + "/mpi_hello 6; echo hello=$?; " + on +
+      " -np 6 /usr/bin/python3 " + PM_MPI_SOURCE_DIR + "/mpi_hello.py; echo py=$?; " + on +
+      " -np 6 " + mpi_dir + "/mpi_abort 4; echo abort=$?; " + on + " -np 2 " + mpi_dir +
+      "/mpi_spawn 3; echo spawn=$?; " + on + " -np 6 sleep 60 & sleep 1; kill -9 $(sed " +
+      "'s/.*dvm[.]\\([0-9]*\\)[.]sock/\\1/' " + dir + "/uri); wait $!; echo killed=$?";
+  const auto r = run_command(
+      c.on_node("node1", {"salloc", "-N3", "--ntasks-per-node=2", "--quiet", "sh", "-c", script}),
+      180s);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ranks_in_world(r.out, 6), (std::set<int>{0, 1, 2, 3, 4, 5})) << r.out << r.err;
+  EXPECT_NE(r.out.find("hello=0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("py=0"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("abort=42"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("rank 4 on node3 called abort with status 42"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("spawn=0"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("child 2 of 3: sum 3"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("killed=0"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("the DVM's server is gone"), std::string::npos) << r.err;
+  // Nothing of the DVM or its jobs on any node (within 5 s): only Slurm's and munge's daemons.
+  std::string left;
+  for (int i = 0; i < 100; ++i) {
+    left.clear();
+    for (const auto& node : {"node1", "node2", "node3"}) {
+      for (const pid_t pid : c.hosts().pids_on(node)) {
+        std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+        std::string name;
+        std::getline(comm, name);
+        if (!name.empty() && !name.starts_with("slurm") && name != "munged") {
+          left += std::string(node) + ": " + name + "\n";
+        }
+      }
+    }
+    if (left.empty()) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(left, "");
+}
+
 // ---- MPI_Comm_spawn across hosts (docs/pmix.md, "Spawn") ----
 
 // pmrun over the fixture's hosts with these slots (node1, node2, ...), then `args`.

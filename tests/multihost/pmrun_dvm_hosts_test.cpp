@@ -68,6 +68,16 @@ TEST(PmrunDvmHosts, JobsRunOnKeptDaemonsAndALostHostIsDroppedAndNamed) {
   EXPECT_EQ(after.out.find("node2"), std::string::npos) << after.out;
   const auto too_big = run_command(dvm.job({"-np", "6", "true"}), 60s);
   EXPECT_EQ(too_big.exit_code, 2) << too_big.err;
+  // A host killed between jobs: dropped and named too; jobs go on the last host.
+  f.crash("node3");
+  for (int i = 0; i < 100 && host_state(ps, "node3") == "up"; ++i) {
+    std::this_thread::sleep_for(50ms);
+    ps = dvm.ps();
+  }
+  EXPECT_NE(host_state(ps, "node3").find("its daemon"), std::string::npos) << ps.dump();
+  const auto last = run_command(dvm.job({"-np", "2", "hostname"}), 60s);
+  EXPECT_EQ(last.exit_code, 0) << last.err;
+  EXPECT_EQ(last.out, "node1\nnode1\n");
   // Stopping it leaves nothing on any host.
   const auto stop = run_command({pm::test::pmrun_path(), "--allow-run-as-root", "--dvm", "stop",
                                  "--dvm-uri", "file:" + dvm.uri_file()},

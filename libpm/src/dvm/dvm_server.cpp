@@ -116,6 +116,12 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
 
   // ---- the daemons ----
 
+  // pmd on the other hosts: --launch-agent / --prefix's, else the same path as this machine's.
+  std::string remote_pmd() const {
+    if (!opts.remote.agent_path.empty()) return opts.remote.agent_path;
+    return opts.agent_path.empty() ? local::default_agent_path() : opts.agent_path;
+  }
+
   void start_all() {
     hosts.resize(opts.hosts.hosts.size());
     std::vector<std::uint32_t> by_srun;
@@ -164,11 +170,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
       ssh::ssh_settings settings;
       if (!opts.remote.rsh_agent.empty()) settings.agent = opts.remote.rsh_agent;
       settings.extra_args = opts.remote.rsh_args;
-      const auto remote_pmd =
-          opts.remote.agent_path.empty()
-              ? (opts.agent_path.empty() ? local::default_agent_path() : opts.agent_path)
-              : opts.remote.agent_path;
-      argv = ssh::ssh_argv(settings, info, {remote_pmd, "--dvm-host"});
+      argv = ssh::ssh_argv(settings, info, {remote_pmd(), "--dvm-host"});
       const char* path_env = std::getenv("PATH");
       path = sys::resolve_executable(argv.front(), path_env != nullptr ? path_env : "/usr/bin:/bin",
                                      "");
@@ -227,13 +229,9 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
       nodes.push_back(hosts[h].name);
       listener->expect(h, hosts[h].name);
     }
-    const auto remote_pmd =
-        opts.remote.agent_path.empty()
-            ? (opts.agent_path.empty() ? local::default_agent_path() : opts.agent_path)
-            : opts.remote.agent_path;
     sys::spawn_request req;
     req.path = path;
-    req.argv = srun::srun_argv(settings, nodes, {remote_pmd, "--dvm-host", "--connect"});
+    req.argv = srun::srun_argv(settings, nodes, {remote_pmd(), "--dvm-host", "--connect"});
     req.argv.front() = settings.command.front();
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
