@@ -64,6 +64,14 @@ TSAN_TARGETS=(output_forwarder_test output_forwarder_pushed_test output_forwarde
   pm_payload c_dvm_test)
 TSAN_TESTS='^(OutputForwarder|LocalAgent|JobRunner|JobRunnerSetup|PmixJobInfo|PmixCompletion)\.|^c\.c_(launch|dvm)_test$'
 
+# How long each part of `./dev.sh test` took (CI must stay well under 30 minutes on 2 cores).
+phase_times=()
+phase_start=$SECONDS
+phase() {
+  phase_times+=("dev.sh: $1 took $((SECONDS - phase_start)) s")
+  phase_start=$SECONDS
+}
+
 # ctest, whose summary line is kept for the total that closes `./dev.sh test`.
 ctest_total=0
 ctest_failed=0
@@ -107,14 +115,22 @@ case "${1:-}" in
     ;;
   test)
     install_missing "${PACKAGES[@]}"
+    phase "packages"
     build
+    phase "release build"
     run_ctest release --preset release --output-on-failure
+    phase "release tests"
     cmake --preset asan -DPM_BUILD_BENCH=OFF -DPM_BUILD_EXAMPLES=OFF >/dev/null
     cmake --build --preset asan -j "$(nproc)" --target "${ASAN_TARGETS[@]}"
+    phase "asan build"
     run_ctest asan --preset asan -R "$ASAN_TESTS"
+    phase "asan tests"
     cmake --preset tsan -DPM_BUILD_BENCH=OFF -DPM_BUILD_EXAMPLES=OFF >/dev/null
     cmake --build --preset tsan -j "$(nproc)" --target "${TSAN_TARGETS[@]}"
+    phase "tsan build"
     run_ctest tsan --preset tsan -R "$TSAN_TESTS"
+    phase "tsan tests"
+    printf '%s\n' "${phase_times[@]}"
     close_test_run
     ;;
   bench)
