@@ -17,6 +17,9 @@ function(pm_add_gtest source)
   add_executable(${name} ${source})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
   pm_target_warnings(${name})
+  # A test's own code needs neither -O2 nor full debug info (libpm it links keeps both): -O1 with
+  # line tables compiles a gtest file in about 60 % of the time, and CI builds some 120 of them.
+  target_compile_options(${name} PRIVATE $<$<CONFIG:RelWithDebInfo>:-O1 -g1>)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)

@@ -209,7 +209,6 @@ int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options)
   return guard(__func__, [&](const char* fn) {
     require(fn, "out", out);
     require(fn, "map", map);
-    check_local(*map);
     return start_run(fn, out, *map, options, nullptr);
   });
 }
@@ -243,6 +242,7 @@ int start_run(const char* fn, pm_run** out, const pm_map& mapped, const pm_run_o
     const pm_run_options defaults = PM_RUN_OPTIONS_INIT;
     if (options == nullptr) options = &defaults;
     check_version(fn, "pm_run_options", options->version, PM_RUN_OPTIONS_VERSION);
+    if (!remote) check_local(*map);
 
     auto run = std::make_unique<pm_run>();
     // A version 1 caller's struct ends before the restart fields, a version 2 caller's before
