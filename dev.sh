@@ -59,12 +59,10 @@ ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_
   topology_reader_test host_binding_test proc_sample_test pmd_relay_test discovery_command_test
   pmrun_dvm_test dvm_parts_test c_dvm_test)
 ASAN_TESTS='^(Agent|AgentStall|LauncherStall|ProcSample|Controller|ControllerState|FenceTable|LinkEndpoint|LinkFrame|LinkFuzz|LinkMessages|LinkPreamble|LinkSocket|CommandLine|Hostfile|HostList|SlurmAllocation|SlurmHostlist|SlurmTasksPerNode|ManagedAllocation|Pbs|ReadTextFile|OutputForwarder|ForEachLine|LineAssembler|JobRunner|JobRunnerSetup|Launcher|LauncherDiscovery|LauncherSpares|PmdRelay|DiscoveryCommand|DiscoveredHosts|DvmSlotLedger|DvmJsonLines|RelayedSshEnd|LocalAgent|SafePath|PeerOwner|PrivateDir|PmixHandshake|PmdStdio|CallerGate|ConnectBack|SrunCommand|SrunTransport|SysPidfd|SysStopSequence|SysWatchedProcess|Spawner|Executable|FuzzRegressions|TopologyReader\.(HonoursHwlocXmlFile|AMissingFileIsOneLine)|EveryMachine|Machines|BindingOptions|Pmrun(Compat|Dvm|EarlyAgent|Files|Map|Output|OutputModes|Run|Status|Stdin))\.|^fuzz\.|^c\.c_'
-# Not under TSan: c_dvm_test, whose DVM thread spawns with clone(CLONE_VM) and which TSan reports
-# as racing with the teardown after the join, even with a mutex hand-over (docs/dvm.md, "Left").
 TSAN_TARGETS=(output_forwarder_test output_forwarder_pushed_test output_forwarder_prompt_test
   local_agent_test local_agent_link_test job_runner_test pmix_job_info_test c_launch_test pmd
-  pm_payload)
-TSAN_TESTS='^(OutputForwarder|LocalAgent|JobRunner|JobRunnerSetup|PmixJobInfo|PmixCompletion)\.|^c\.c_launch_test$'
+  pm_payload c_dvm_test)
+TSAN_TESTS='^(OutputForwarder|LocalAgent|JobRunner|JobRunnerSetup|PmixJobInfo|PmixCompletion)\.|^c\.c_(launch|dvm)_test$'
 
 # How long each part of `./dev.sh test` took (CI must stay well under 30 minutes on 2 cores).
 phase_times=()

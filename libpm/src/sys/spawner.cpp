@@ -225,6 +225,12 @@ spawned_process spawn(const spawn_request& request) {
   }
 
   static bool clone_refused = false;  // remembered: the fallback is taken without retrying
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer does not model a CLONE_VM child running on the caller's memory: from a thread
+  // other than the main one (a DVM's, pm_dvm_start) it reports the thread's teardown as racing
+  // with the joiner. Its builds take posix_spawn, which it knows.
+  clone_refused = true;
+#endif
   if (!clone_refused) {
     // The child runs on this stack while we are suspended (CLONE_VFORK), until it execs or exits.
     // Allocated at the first spawn, not zero-filled: a thread_local array lived in the static TLS
