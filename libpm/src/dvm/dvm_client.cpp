@@ -51,6 +51,21 @@ std::string socket_of(const std::string& uri) {
               "--dvm-uri '" + model::untrusted(uri) + "': a DVM's URI is file:PATH or unix:PATH");
 }
 
+// The server's allocation ("whole" or "free" of its hosts answer): every host reached alike.
+allocation allocation_of(const json& hosts) {
+  allocation out;
+  out.source = allocation_source::api;
+  for (const auto& h : hosts) {
+    host one;
+    one.name = h.value("name", "");
+    one.slots = h.value("slots", 0u);
+    one.max_slots = h.value("max_slots", 0u);
+    one.local = false;
+    out.hosts.push_back(std::move(one));
+  }
+  return out;
+}
+
 }  // namespace
 
 struct dvm_client::impl {
@@ -137,40 +152,19 @@ dvm_client::dvm_client(const std::string& uri) : impl_(std::make_unique<impl>())
 dvm_client::~dvm_client() = default;
 
 allocation dvm_client::hosts() {
-  const auto doc = impl_->ask({{"op", "hosts"}});
-  allocation out;
-  out.source = allocation_source::api;
-  for (const auto& h : doc.at("hosts")) {
-    host one;
-    one.name = h.value("name", "");
-    one.slots = h.value("slots", 0u);
-    one.max_slots = h.value("max_slots", 0u);
-    one.local = false;
-    out.hosts.push_back(std::move(one));
-  }
-  return out;
+  return allocation_of(impl_->ask({{"op", "hosts"}}).value("whole", json::array()));
 }
 
 rank_map dvm_client::claim(const job_spec& spec, bool wait, const std::vector<std::string>& command,
                            const std::function<void(std::string_view)>& waiting) {
   bool said = false;
   for (;;) {
+    // The server's ledger decides what is free (dvm/slot_ledger.hpp).
     const auto doc = impl_->ask({{"op", "hosts"}});
-    allocation whole, free;
-    whole.source = free.source = allocation_source::api;
+    const auto whole = allocation_of(doc.value("whole", json::array()));
+    const auto free = allocation_of(doc.value("free", json::array()));
     std::uint32_t free_slots = 0;
-    for (const auto& h : doc.at("hosts")) {
-      host one;
-      one.name = h.value("name", "");
-      one.slots = h.value("slots", 0u);
-      one.max_slots = h.value("max_slots", 0u);
-      whole.hosts.push_back(one);
-      const auto used = h.value("used", 0u);
-      one.slots = one.slots > used ? one.slots - used : 0;
-      if (one.max_slots != 0) one.max_slots = one.max_slots > used ? one.max_slots - used : 0;
-      free_slots += one.slots;
-      if (one.slots > 0) free.hosts.push_back(std::move(one));
-    }
+    for (const auto& h : free.hosts) free_slots += h.slots;
     if (whole.hosts.empty())
       throw error(errc::launch, "the DVM at " + impl_->uri + " has no host left");
     // A job that does not fit the whole DVM never will: map_job's own words.

@@ -512,10 +512,19 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
         });
   }
 
-  json host_list(bool with_free) const {
+  static json to_json(const allocation& a) {
     json out = json::array();
-    for (const auto& h : opts.hosts.hosts) {
-      const auto index = *opts.hosts.find(h.name);
+    for (const auto& h : a.hosts) {
+      out.push_back({{"name", h.name}, {"slots", h.slots}, {"max_slots", h.max_slots}});
+    }
+    return out;
+  }
+
+  // Every host with its state, lost ones included (pmrun --ps).
+  json host_list() const {
+    json out = json::array();
+    for (std::uint32_t index = 0; index < hosts.size(); ++index) {
+      const auto& h = opts.hosts.hosts[index];
       const auto& d = hosts[index];
       json one{{"name", h.name},
                {"slots", h.slots},
@@ -524,7 +533,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
                {"up", d.state == host_state::up},
                {"daemon_pid", d.pid}};
       if (!d.lost.empty()) one["lost"] = d.lost;
-      if (with_free || d.state == host_state::up) out.push_back(std::move(one));
+      out.push_back(std::move(one));
     }
     return out;
   }
@@ -542,7 +551,9 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
       return;
     }
     if (*op == "hosts") {
-      s.channel->send({{"ok", true}, {"hosts", host_list(false)}});
+      // What a job maps on: the ledger's word, the whole DVM and what is free of it.
+      s.channel->send(
+          {{"ok", true}, {"whole", to_json(ledger.whole())}, {"free", to_json(ledger.free())}});
     } else if (*op == "wait") {
       s.waiting = true;
     } else if (*op == "claim") {
@@ -627,7 +638,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     return {{"ok", true},
             {"pid", static_cast<std::int64_t>(::getpid())},
             {"uri", "unix:" + opts.socket_path},
-            {"hosts", host_list(true)},
+            {"hosts", host_list()},
             {"jobs", std::move(jobs_doc)}};
   }
 
