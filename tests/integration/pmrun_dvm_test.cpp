@@ -310,6 +310,17 @@ TEST_F(PmrunDvm, BadInputIsOneLine) {
   EXPECT_EQ(scheme.exit_code, 2);
   EXPECT_NE(scheme.err.find("a DVM's URI is file:PATH or unix:PATH"), std::string::npos)
       << scheme.err;
+  // The DVM's hosts are the job's: a host list or hostfile beside --dvm-uri is a mistake.
+  for (const auto& option : {"-H", "--hostfile"}) {
+    const auto r = run_command({p, "--allow-run-as-root", "--dvm-uri", "unix:" + root + "/x.sock",
+                                option, "localhost", "-np", "1", "true"},
+                               10s);
+    EXPECT_EQ(r.exit_code, 2) << option;
+    EXPECT_EQ(r.err,
+              "pmrun: a job on a DVM runs on the DVM's hosts; -H and --hostfile go with --dvm "
+              "start\n")
+        << option;
+  }
   const auto stop_none = run_command({p, "--allow-run-as-root", "--dvm", "stop"}, 10s);
   EXPECT_EQ(stop_none.exit_code, 2);
   EXPECT_NE(stop_none.err.find("--dvm stop needs --dvm-uri"), std::string::npos) << stop_none.err;

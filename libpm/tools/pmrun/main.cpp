@@ -412,7 +412,7 @@ int run(int argc, char** argv) {
   // A job on a DVM: its hosts and free slots are the DVM's (docs/dvm.md).
   std::optional<pm::dvm_client> dvm;
   if (!uri.empty() && !options.do_not_launch) {
-    if (!options.host_lists.empty()) {
+    if (!options.host_lists.empty() || options.hostfile) {
       throw pm::error(pm::errc::usage,
                       "a job on a DVM runs on the DVM's hosts; -H and "
                       "--hostfile go with --dvm start");
