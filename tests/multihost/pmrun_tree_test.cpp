@@ -22,7 +22,6 @@
 namespace {
 
 using namespace std::chrono_literals;
-using pm::test::every_host_busy;
 using pm::test::hosts_clean;
 using pm::test::hosts_with_slots;
 using pm::test::left_on_hosts;
@@ -43,17 +42,20 @@ std::vector<std::string> pmrun_tree(const multihost_fixture& f, std::vector<std:
   return argv;
 }
 
+// pmrun in the background, its stderr to `err_path` and its stdout to `err_path` + ".out".
 pid_t start_pmrun(std::vector<std::string> argv, const std::string& err_path) {
   std::vector<char*> c_args;
   for (auto& a : argv) c_args.push_back(a.data());
   c_args.push_back(nullptr);
+  const std::string out_path = err_path + ".out";
   const pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
     const int null = open("/dev/null", O_RDWR);
     const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(null, 0);
-    dup2(null, 1);
+    dup2(out >= 0 ? out : null, 1);
     dup2(err >= 0 ? err : null, 2);
     execv(c_args[0], c_args.data());
     _exit(127);
@@ -64,6 +66,28 @@ pid_t start_pmrun(std::vector<std::string> argv, const std::string& err_path) {
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// The ranks of a background job: each says "up" before it sleeps.
+std::vector<std::string> ranks_up_then_sleeping() {
+  return {pm::test::payload_path(), "echo", "up", "sleep", "60"};
+}
+
+// True once pmrun (started by start_pmrun with `err_path`) printed `ranks` lines "up". A rank's
+// output reaches pmrun after its host's hello, on the same link: unlike processes seen on the
+// hosts, which may run before their agent's hello has reached pmrun (a host cut off then never
+// joined the launch, a set-up failure, not a lost host).
+bool every_rank_up(const std::string& err_path, std::size_t ranks,
+                   std::chrono::milliseconds within = 20s) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    std::istringstream lines(read_file(err_path + ".out"));
+    std::size_t up = 0;
+    for (std::string line; std::getline(lines, line);) up += line == "up" ? 1 : 0;
+    if (up >= ranks) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(50ms);
+  }
 }
 
 TEST(PmrunTree, RanksRunOnTheirHostsStartedByTheirParentWithTheContractEnvironment) {
@@ -159,11 +183,11 @@ TEST(PmrunTree, AKilledMiddleHostLosesItsWholeSubtreeAtOnce) {
   NEED_HOSTS();
   multihost_fixture f(5);
   const std::string err_path = f.state_dir() + "/tree-kill.err";
-  const pid_t pid = start_pmrun(pmrun_tree(f, {"-H", hosts_with_slots(f, 2), "-np", "10",
-                                               pm::test::payload_path(), "sleep", "60"}),
-                                err_path);
+  auto args = std::vector<std::string>{"-H", hosts_with_slots(f, 2), "-np", "10"};
+  for (auto& word : ranks_up_then_sleeping()) args.push_back(word);
+  const pid_t pid = start_pmrun(pmrun_tree(f, args), err_path);
   ASSERT_GT(pid, 0);
-  ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
+  ASSERT_TRUE(every_rank_up(err_path, 10)) << read_file(err_path) << left_on_hosts(f);
   const auto crashed = std::chrono::steady_clock::now();
   f.crash(f.hosts()[0].name);  // node1: the parent of node3 and node4
   int status = 0;
@@ -193,12 +217,12 @@ partition_end partition_during_job(multihost_fixture& f, const std::string& vict
                                    const std::string& name) {
   partition_end out;
   const std::string err_path = f.state_dir() + "/" + name + ".err";
-  const pid_t pid = start_pmrun(pmrun_tree(f, {"-H", hosts_with_slots(f, 2), "-np", "10",
-                                               pm::test::payload_path(), "sleep", "60"}),
-                                err_path);
+  auto args = std::vector<std::string>{"-H", hosts_with_slots(f, 2), "-np", "10"};
+  for (auto& word : ranks_up_then_sleeping()) args.push_back(word);
+  const pid_t pid = start_pmrun(pmrun_tree(f, args), err_path);
   EXPECT_GT(pid, 0);
   if (pid <= 0) return out;
-  EXPECT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
+  EXPECT_TRUE(every_rank_up(err_path, 10)) << read_file(err_path) << left_on_hosts(f);
   const auto cut = std::chrono::steady_clock::now();
   f.partition(victim);
   waitpid(pid, &out.status, 0);
@@ -250,11 +274,11 @@ TEST(PmrunTree, PmrunKilledLeavesNothingOnAnyHostAtAnyDepth) {
   NEED_HOSTS();
   multihost_fixture f(5);
   const std::string err_path = f.state_dir() + "/tree-sigkill.err";
-  const pid_t pid = start_pmrun(pmrun_tree(f, {"-H", hosts_with_slots(f, 2), "-np", "10",
-                                               pm::test::payload_path(), "sleep", "60"}),
-                                err_path);
+  auto args = std::vector<std::string>{"-H", hosts_with_slots(f, 2), "-np", "10"};
+  for (auto& word : ranks_up_then_sleeping()) args.push_back(word);
+  const pid_t pid = start_pmrun(pmrun_tree(f, args), err_path);
   ASSERT_GT(pid, 0);
-  ASSERT_TRUE(every_host_busy(f, 2)) << left_on_hosts(f);
+  ASSERT_TRUE(every_rank_up(err_path, 10)) << read_file(err_path) << left_on_hosts(f);
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
