@@ -149,14 +149,21 @@ void world::final_checks() {
       bool relay_crashed = false;
       for (auto a = h.parent; a != no_host && !relay_crashed; a = hosts_[a].parent)
         relay_crashed = hosts_[a].crashed;
-      const auto after_heal = h.part_until + s_.latency.link.count() +
+      // The cut that silenced it for good is the latest of its own and its tree parents' (a
+      // parent cut off silences the hosts it relays too; an earlier short cut of its own healed).
+      const host_rec* cut = &h;
+      for (auto a = h.parent; a != no_host; a = hosts_[a].parent) {
+        const auto& p = hosts_[a];
+        if (p.partition_fired && p.part_from > cut->part_from) cut = &p;
+      }
+      const auto after_heal = cut->part_until + s_.latency.link.count() +
                               s_.latency.link_jitter.count() +
                               (relay_crashed ? detection_promise() : 0);
-      const auto bound = std::max(h.part_from + detection_promise(), after_heal) +
+      const auto bound = std::max(cut->part_from + detection_promise(), after_heal) +
                          2'000'000;  // whole ms, ticks on a 1 ms grid
       if (h.agent_detect_at < 0 || h.agent_detect_at > bound)
         correctness("the agent on " + host_name(host) + " was cut off from " +
-                    format_duration(sim_time(h.part_from)) + " and gave up on the launcher " +
+                    format_duration(sim_time(cut->part_from)) + " and gave up on the launcher " +
                     (h.agent_detect_at < 0
                          ? std::string("never")
                          : "only at " + format_duration(sim_time(h.agent_detect_at))));

@@ -174,6 +174,16 @@ void world::on_crash(std::uint32_t host) {
   }
 }
 
+// The launcher asked for the host the first time. One that crashed before (its agent never
+// answers) must be given up by the link's hello deadline, which counts from now.
+void world::first_opened(std::uint32_t host, std::int64_t at) {
+  auto& h = hosts_[host];
+  h.open_at = at;
+  if (h.crashed && !h.lost) {
+    h.detect_bound = std::max(h.detect_bound, at + s_.latency.hello_timeout.count() + ms_slack);
+  }
+}
+
 void world::on_partition(std::uint32_t host) {
   auto& h = hosts_[host];
   if (h.open_at < 0 || h.crashed || h.agent_fails) return;

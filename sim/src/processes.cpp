@@ -204,6 +204,19 @@ void world::deliver_signal(std::uint32_t rank, int signo) {
   }
 }
 
+// pmd forks a rank in the turn that asked for it (its exec may fail later); the world models the
+// fork's latency instead. A sweep comes in a later turn, when the rank was forked already: a rank
+// still spawning then is forked now, so that the sweep finds it (else it would start after its
+// agent swept and left, and run on alone).
+void world::fork_now(std::uint32_t rank) {
+  if (procs_[rank].state != pstate::spawning) return;
+  if ((procs_[rank].flags & f_spawn_fail) != 0) {
+    spawn_failed(rank);
+  } else {
+    started(rank, now_);
+  }
+}
+
 // An agent's sweep: SIGKILL to everything of the job left on its host (leftovers too), then
 // swept{0} — as pmd's sweep, which kills and reaps every child, in one turn.
 void world::run_sweeps() {
@@ -217,6 +230,7 @@ void world::run_sweeps() {
     auto& h = hosts_[host];
     if (h.crashed || !h.agent || h.agent_done) continue;
     for_ranks_on_host(host, [&](std::uint32_t rank) {
+      fork_now(rank);
       die(rank, exit_status::signaled(SIGKILL));
       auto& p = procs_[rank];
       if ((p.flags & leftover_alive) != 0) {
@@ -241,6 +255,7 @@ void world::sweep_ranks(std::uint32_t host) {
   if (h.crashed || !h.agent || h.agent_done) return;
   for_ranks_on_host(host, [&](std::uint32_t rank) {
     auto& p = procs_[rank];
+    fork_now(rank);
     die(rank, exit_status::signaled(SIGKILL));
     if (p.state == pstate::dead && (p.flags & f_lost_exit) != 0) {  // a duplicate is ignored
       feed_agent(host, agent::rank_exited{rank, exit_status::signaled(SIGKILL)});

@@ -50,7 +50,7 @@ void world::start_child(std::uint32_t parent, const agent::start_child& x) {
   auto& c = hosts_[x.host];
   hosts_[parent].children.push_back(x.host);
   c.parent = parent;
-  if (c.open_at < 0) c.open_at = relay_from_;
+  if (c.open_at < 0) first_opened(x.host, relay_from_);
   c.up_ended = false;
   c.ssh = carrier::running;
   const auto hop = s_.latency.agent_hop.count();

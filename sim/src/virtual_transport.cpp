@@ -22,7 +22,7 @@ constexpr std::int64_t ssh_stop_ns = 200'000'000;
 void world::open_host(std::uint32_t host) {
   auto& h = hosts_[host];
   h.parent = no_host;
-  if (h.open_at < 0) h.open_at = now_;
+  if (h.open_at < 0) first_opened(host, now_);
   h.up_ended = false;
   h.established = false;
   const auto hop = s_.latency.agent_hop.count();

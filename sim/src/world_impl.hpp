@@ -323,6 +323,7 @@ class world {
   void on_spawned(std::uint32_t host, std::uint32_t slot);
   void spawn_failed(std::uint32_t rank);
   void started(std::uint32_t rank, std::int64_t forked);
+  void fork_now(std::uint32_t rank);
   void on_reacted(std::uint32_t slot);
   void on_script_step(std::uint32_t rank, std::uint32_t step);
   void on_proc_end(std::uint32_t rank, std::uint32_t status);
@@ -337,6 +338,7 @@ class world {
   void plan(const fault& f);
   void on_crash(std::uint32_t host);
   void on_partition(std::uint32_t host);
+  void first_opened(std::uint32_t host, std::int64_t at);
   void on_launcher_signal(int signo);
   void on_forged_call(std::uint32_t host);
 

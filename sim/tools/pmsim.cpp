@@ -36,6 +36,7 @@ struct flags {
   std::vector<std::string> host_topologies;
   std::string topology, rank_by, bind_to, cpus_per_rank, gpus_per_rank;
   bool report_bindings = false;
+  bool decisions = false;
   std::string host_slots, map_by = "slot", kill_grace, timeout, stall_timeout, trace_file,
                           default_script;
   std::string link, link_jitter, agent_hop, spawn, spawn_jitter, reaction, heartbeat,
@@ -274,6 +275,8 @@ int main(int argc, char** argv) {
                  "N faults drawn from the seed (the replay command lists them)");
   app.add_option("--seed", f.seed, "the PRNG seed")->capture_default_str();
   app.add_option("--trace", f.trace_file, "write the readable trace to FILE ('-': stdout)");
+  app.add_flag("--decisions", f.decisions,
+               "print the launcher's decisions to stderr as they are made (host: decision)");
   app.add_flag("--json", f.json, "print the report as JSON");
   app.add_flag("--check-determinism", f.twice, "run twice and compare the trace hashes");
   app.add_option("--link", f.link, "link latency (100us)");
@@ -305,6 +308,11 @@ int main(int argc, char** argv) {
     pm::sim::check(s);
     std::ofstream trace_out;
     pm::sim::run_options opts;
+    if (f.decisions) {
+      opts.decisions = [](std::uint32_t host, const std::string& d) {
+        std::fprintf(stderr, "decision: %u: %s\n", host, d.c_str());
+      };
+    }
     if (f.trace_file == "-") {
       opts.trace = [](std::string_view line) {
         std::fwrite(line.data(), 1, line.size(), stdout);

@@ -188,4 +188,88 @@ TEST(PmsimCli, BadInputIsOneErrorLineAndExitTwo) {
   }
 }
 
+// Fault plans the properties found failing once (tests/sim/sim_property_test.cpp, 1,000 cases a
+// round), replayed as found: each ends with the verdict ok and the outcome the contract gives.
+struct found_once {
+  const char* what;
+  const char* args;
+  const char* outcome;  // a line of the report that says how it ended
+};
+
+std::vector<std::string> words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+TEST(PmsimCli, FaultPlansThePropertiesFoundFailingEndAsTheContractSays) {
+  const found_once cases[] = {
+      {"a rank queued to a host given up after the job's end is swept with it",
+       "--host-slots 1,2,2,1,4,4,1 --app 1 --app 6 --app 8 --map-by node --timeout 40s "
+       "--max-restarts 1 --scripts-every-incarnation --fanout 2 --run-time 2s --run-jitter 500ms "
+       "--rank 0=hang+spawn:1@0s+slow=50ms --rank 1=exit:0@0s+leftover "
+       "--rank 6=abort:0@0s+leftover --fault partition:0@23ms-123ms --fault agent-fail:4 "
+       "--fault launcher-signal:USR1@0s --seed 15",
+       "line: cannot restart the job: no spare takes the ranks of lost host node4"},
+      {"a spare's copy of a rank waits until the cut-off host's agent ended its own",
+       "--host-slots 1,1 --np 1 --kill-grace 1s --timeout 40s --max-restarts 1 "
+       "--scripts-every-incarnation --fanout 1 --run-time 2s --run-jitter 500ms "
+       "--rank 0=hang+slow=50ms+leftover --fault partition:0@1.025s-4.025s --connect-back --seed 0",
+       "line: rank 0 moves from node0 to spare node1"},
+      {"a lost tree parent loses the host it relays between two incarnations",
+       "--host-slots 1,1 --np 2 --map-by node --kill-grace 1s --timeout 40s --max-restarts 1 "
+       "--fanout 1 --run-time 2s --run-jitter 500ms --rank 0=abort:0@0s --fault silent:1 "
+       "--fault crash:0@25ms --seed 0",
+       "line: cannot restart the job: no spare takes the ranks of lost hosts node0, node1"},
+      {"a host lost while its restart answer is awaited is not awaited any more",
+       "--host-slots 3,3,1,2,3,4,1 --np 4 --kill-grace 100ms --timeout 40s --max-restarts 1 "
+       "--scripts-every-incarnation --run-time 2s --run-jitter 500ms "
+       "--rank 0=abort:0@1.74s+spawn:1@0s+ignore-term+slow=50ms+leftover "
+       "--rank 1=signal:6@1.789s+ignore-term+leftover --fault crash:1@0s --fault crash:1@0s "
+       "--fault crash:0@1.916s --seed 0",
+       "line: ranks 0-2 move from node0 to spare node4; rank 3 moves from node1 to spare node2"},
+      {"a host that crashed before it was asked for is given up by its hello deadline",
+       "--host-slots 1,1,3,4,3 --app 1 --app 1 --app 4 --map-by node --no-abort --kill-grace 100ms "
+       "--timeout 40s --enable-recovery --fanout 1 --run-time 2s --run-jitter 500ms "
+       "--rank 0=exit:7@0s --fault crash:2@0s --fault partition:0@1ms-1.281s --seed 0",
+       "exit code 7: rank 0 on node0 exited with code 7"},
+      {"a host relayed by a parent cut off later gives up with its parent's cut",
+       "--host-slots 1,2,3,2 --app 1 --app 3 --no-abort --fanout 2 --run-time 2s "
+       "--run-jitter 500ms --fault partition:2@24ms-124ms --fault partition:0@1.186s-4.025s "
+       "--seed 0",
+       "first failure: host_lost"},
+  };
+  for (const auto& c : cases) {
+    const auto r = pmsim(words(c.args));
+    EXPECT_EQ(r.exit_code, 0) << c.what << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("verdict: ok"), std::string::npos) << c.what << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.outcome), std::string::npos) << c.what << "\n" << r.out;
+  }
+}
+
+// The spare's copy of rank 0 starts once the cut-off host's agent must have ended its own: its
+// silence bound runs out with the launcher's, give or take a heartbeat interval (1 s here), then
+// the kill grace (1 s).
+TEST(PmsimCli, ARankMovesToASpareOnlyOnceItsLostHostMustHaveEndedIt) {
+  const auto r = pmsim(
+      words("--host-slots 1,1 --np 1 --kill-grace 1s --timeout 40s --max-restarts 1 --fanout 1 "
+            "--run-time 2s --run-jitter 500ms --rank 0=hang --fault partition:0@1s-30s --seed 3 "
+            "--trace -"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  double lost = -1, restarted = -1;
+  for (const auto& line : lines_of(r.out)) {
+    std::istringstream in(line);
+    double at = 0;
+    std::string arrow, what;
+    if (!(in >> at >> arrow >> what)) continue;
+    if (arrow == "<-" && what == "host_lost" && lost < 0) lost = at;
+    if (arrow == "<-" && what == "job_start" && at > 0) restarted = at;
+  }
+  ASSERT_GT(lost, 0) << r.out;
+  ASSERT_GT(restarted, 0) << r.out;
+  EXPECT_GE(restarted - lost, 2.0) << r.out;
+  EXPECT_LT(restarted - lost, 2.5) << r.out;
+}
+
 }  // namespace

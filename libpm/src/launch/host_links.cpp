@@ -379,36 +379,47 @@ void launcher::impl::lose(std::uint32_t h, const std::string& reason, bool befor
   if (hs.lost_told) return;
   hs.lost_told = true;
   decided(h, before_hello ? "lost before its hello" : "lost");
-  if (req.restarts.max_restarts > 0) loss_reasons.emplace(h, reason);
-  if (inc.between) {
-    // No controller runs to be told: the restart is placed without this host, or given up.
-    if (hs.restart_waited) {
-      hs.restart_waited = false;
-      --inc.waiting;
-    }
-    relay_parent_down(h);
-    end_pushed_streams(h);
-    restart_host_lost(h, reason);
-    return;
+  if (req.restarts.max_restarts > 0) {
+    loss_reasons.emplace(h, reason);
+    // Silent (or relayed by a host that was lost): its agent may run on, cut off.
+    if (hs.timed_out || hs.lost_with_parent) fence_lost_host();
   }
-  if (hs.spare && !req.map.node_of_host(h)) quarantine(h, reason);
-  relay_parent_down(h);  // a host that never came up started none of its children
-  end_pushed_streams(h);
   // Its subtree is lost with it: one line names them all, and each is lost right after it.
   std::vector<std::uint32_t> with_it;
   for (const auto d : relayed_by(h)) {
     if (hosts[d].lost_with_parent && !hosts[d].lost_told) with_it.push_back(d);
   }
   std::sort(with_it.begin(), with_it.end());
+  const auto lose_subtree = [&] {
+    for (const auto d : with_it) {
+      lose(d, "host " + host_info(h).name + ", which relayed its link, was lost",
+           !hosts[d].agent.has_value());
+    }
+  };
+  // Asked to clear an incarnation (early, by clear_leftovers, or between two): its answer will
+  // not come.
+  if (hs.restart_waited) {
+    hs.restart_waited = false;
+    --inc.waiting;
+  }
+  if (inc.between) {
+    // No controller runs to be told: the restart is placed without this host (and the hosts it
+    // relayed, which no longer report a loss of their own), or given up.
+    relay_parent_down(h);
+    end_pushed_streams(h);
+    restart_host_lost(h, reason);
+    lose_subtree();
+    return;
+  }
+  if (hs.spare && !req.map.node_of_host(h)) quarantine(h, reason);
+  relay_parent_down(h);  // a host that never came up started none of its children
+  end_pushed_streams(h);
   std::string names;
   for (const auto d : with_it) names += (names.empty() ? "" : ", ") + host_info(d).name;
   queue.push_back(
       host_lost{h, with_it.empty() ? reason : reason + "; with it the hosts it relayed: " + names,
                 before_hello});
-  for (const auto d : with_it) {
-    lose(d, "host " + host_info(h).name + ", which relayed its link, was lost",
-         !hosts[d].agent.has_value());
-  }
+  lose_subtree();
   pmix_host_lost(h);
 }
 

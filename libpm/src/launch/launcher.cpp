@@ -322,6 +322,10 @@ void launcher::impl::own_timer_fired(const own_timer& t) {
       tree_child[t.host].close_timer = 0;
       relay_end(t.host, {});
       return;
+    case timer_kind::fence:
+      inc.fence_timer = 0;
+      maybe_start_incarnation();
+      return;
     case timer_kind::restart:
       inc.backoff_timer = 0;
       inc.backoff_over = true;

@@ -137,7 +137,16 @@ struct launcher::impl {
   std::deque<std::function<void()>> later;
 
   // The launcher's own timers.
-  enum class timer_kind : std::uint8_t { retry, loss, hurry, lookup, relay_close, restart, stall };
+  enum class timer_kind : std::uint8_t {
+    retry,
+    loss,
+    hurry,
+    lookup,
+    relay_close,
+    restart,
+    fence,
+    stall
+  };
   struct own_timer {
     timer_kind kind;
     std::uint32_t host = 0;
@@ -236,6 +245,10 @@ struct launcher::impl {
     bool between_ended = false;  // the launch ended between two (its last one listed already)
     std::uint32_t waiting = 0;   // agents whose `restarted` has not come
     std::uint64_t backoff_timer = 0;
+    // A lost host's agent may still be ending its ranks (restarts.cpp, fence_lost_host): no
+    // incarnation starts before this.
+    link_time fenced_until{};
+    std::uint64_t fence_timer = 0;
     std::uint16_t next_port = 0;       // rank 0's host's answer: the next MASTER_PORT
     std::uint16_t port = 0;            // the running one's MASTER_PORT from it (0: the hello's)
     link_time started_at{};            // the running incarnation's start
@@ -267,6 +280,7 @@ struct launcher::impl {
   void run_controller(event e);
   void execute(action& a);
   void give_up_setup();
+  void fence_lost_host();
   void tell_state_changes(const event& e);
   std::uint64_t start_own_timer(std::chrono::milliseconds after, own_timer t);
   void cancel_own_timer(std::uint64_t& id);

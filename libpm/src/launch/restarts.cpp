@@ -23,6 +23,9 @@ namespace {
 constexpr int incarnation_shift = 40;
 constexpr std::uint64_t timer_mask = (std::uint64_t{1} << incarnation_shift) - 1;
 
+// Beyond a lost host's silence bound and kill grace: its agent's reaction and SIGKILL's delivery.
+constexpr std::int64_t fence_margin_ms = 100;
+
 // "2-3", "0,4-6": ascending ranks in runs.
 std::string rank_ranges(std::span<const std::uint32_t> ranks) {
   std::string s;
@@ -373,6 +376,7 @@ void launcher::impl::end_restarts(job_report r, const std::string& line) {
   inc.between = false;
   inc.between_ended = true;
   cancel_own_timer(inc.backoff_timer);
+  cancel_own_timer(inc.fence_timer);
   decided(job_wide, "restart given up");
   out->push_back(say{line});
   finish_job(std::move(r));
@@ -393,10 +397,30 @@ void launcher::impl::interrupted_between(cause_kind cause, int signo, std::strin
   end_restarts(std::move(r), why);
 }
 
+// A host lost by its silence while the launch may restart: its agent, if it runs (a cut network),
+// ends its ranks by itself once it hears nothing from the launcher (the same silence bound,
+// noticed up to a heartbeat interval after ours) and the kill grace; the next incarnation waits
+// for that, so that no rank runs twice at once (a spare's copy beside the cut-off host's, writing
+// the same checkpoint). A host whose link ended is not waited for: its agent, if it lives, read
+// the same end and signalled its ranks already. mpirun and torchrun restart at once.
+void launcher::impl::fence_lost_host() {
+  const auto fence = req.control.kill_grace + req.remote.heartbeat_interval +
+                     std::chrono::milliseconds(fence_margin_ms);
+  inc.fenced_until = std::max(inc.fenced_until, now + fence);
+}
+
 void launcher::impl::maybe_start_incarnation() {
   if (!inc.between || inc.waiting > 0 || !inc.backoff_over || inc.discovering || inc.joining > 0 ||
       done || finishing)
     return;
+  if (now < inc.fenced_until) {
+    if (inc.fence_timer == 0) {
+      inc.fence_timer =
+          start_own_timer(std::chrono::ceil<std::chrono::milliseconds>(inc.fenced_until - now),
+                          own_timer{timer_kind::fence, 0, 0});
+    }
+    return;
+  }
   start_incarnation();
 }
 

@@ -215,6 +215,7 @@ void launcher::impl::relay_from_parent(std::uint32_t parent, link::message& m) {
       relay_release_slot(*c);
       auto& hs = hosts[h];
       if (hs.ep && !hs.down) {
+        hs.timed_out = true;
         events_lease lease(*this);
         hs.ep->peer_silent(std::chrono::milliseconds(x->silent_ms), lease.events);
         touch(h);
