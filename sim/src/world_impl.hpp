@@ -37,6 +37,7 @@
 #include "event_queue.hpp"
 #include "launch/launcher.hpp"
 #include "link/endpoint.hpp"
+#include "model/overloaded.hpp"
 #include "pm/sim/random.hpp"
 #include "pm/sim/world.hpp"
 #include "trace.hpp"
@@ -148,14 +149,6 @@ inline std::string_view carrier_said(const host_rec& h) {
 
 std::uint32_t encode(exit_status s);
 exit_status decode(std::uint32_t v);
-
-template <class... F>
-struct overloaded : F... {
-  using F::operator()...;
-};
-// Clang 14 does not deduce aggregate template arguments yet (the asan build uses it).
-template <class... F>
-overloaded(F...) -> overloaded<F...>;
 
 // The first failure the controller was fed, as the contract defines failures.
 struct failure_seen {

@@ -9,6 +9,7 @@
 #include "agent/program_lookup.hpp"
 #include "agent/rank_env.hpp"
 #include "env/compose.hpp"
+#include "model/overloaded.hpp"
 #include "pm/exit_status.hpp"
 
 // GCC 12 warns "may be used uninitialized" inside std::variant's move constructor when a vector
@@ -86,14 +87,6 @@ class rank_table {
   std::vector<rank_entry> entries_;
   std::size_t running_ = 0;  // entries not exited
 };
-
-template <class... F>
-struct overloaded : F... {
-  using F::operator()...;
-};
-// Clang 14 does not deduce aggregate template arguments yet (the asan build uses it).
-template <class... F>
-overloaded(F...) -> overloaded<F...>;
 
 // --stall-timeout (link::stall_watch): what the agent knows of each live rank's progress.
 struct progress {

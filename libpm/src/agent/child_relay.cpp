@@ -3,20 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "model/overloaded.hpp"
 #include "model/printable.hpp"
 
 namespace pm::agent {
-
-namespace {
-
-template <class... F>
-struct overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-overloaded(F...) -> overloaded<F...>;
-
-}  // namespace
 
 std::size_t child_relay::index(std::uint32_t host) const {
   const auto it = std::lower_bound(hosts_.begin(), hosts_.end(), host);

@@ -2,19 +2,13 @@
 
 #include <utility>
 
+#include "model/overloaded.hpp"
 #include "pm/error.hpp"
 #include "pm/topology.hpp"
 
 namespace pm::agent {
 
 namespace {
-
-template <class... F>
-struct overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-overloaded(F...) -> overloaded<F...>;
 
 bool pmix_message(const link::message& m) {
   return std::holds_alternative<link::fence_result>(m) ||

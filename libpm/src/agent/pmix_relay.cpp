@@ -1,17 +1,11 @@
 #include "agent/pmix_relay.hpp"
+#include "model/overloaded.hpp"
 
 #include <set>
 
 namespace pm::agent {
 
 namespace {
-
-template <class... F>
-struct overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-overloaded(F...) -> overloaded<F...>;
 
 pmix::status status_of(link::data_status s) {
   switch (s) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "link/codec/wire_codec.hpp"
 #include "pm/error.hpp"
 
 namespace pm::link {
@@ -18,9 +19,7 @@ std::string size_text(std::size_t bytes) {
   return std::to_string(bytes) + " bytes";
 }
 
-[[noreturn]] void fail(const std::string& what) {
-  throw error(errc::launch, "agent link: " + what);
-}
+using codec::fail;
 
 void put_u32(std::vector<std::uint8_t>& out, std::uint32_t n) {
   out.push_back(static_cast<std::uint8_t>(n >> 24));

@@ -10,14 +10,7 @@
 #include "pm/error.hpp"
 
 namespace pm {
-namespace {
-std::optional<std::uint32_t> find_in(const std::unordered_map<std::string, std::uint32_t>& index,
-                                     std::string_view name) {
-  const auto it = index.find(std::string(name));
-  if (it == index.end()) return std::nullopt;
-  return it->second;
-}
-}  // namespace
+using model::find_in;
 
 allocation parse_host_list(std::string_view text, std::string_view option) {
   allocation out;

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "pm/allocation.hpp"
 
@@ -42,6 +43,14 @@ inline bool valid_user_name(std::string_view name) {
     if (!ok) return false;
   }
   return true;
+}
+
+/// The position of `name` in an allocation's name index, or nullopt.
+inline std::optional<std::uint32_t> find_in(
+    const std::unordered_map<std::string, std::uint32_t>& index, std::string_view name) {
+  const auto it = index.find(std::string(name));
+  if (it == index.end()) return std::nullopt;
+  return it->second;
 }
 
 /// A TCP port, 1..65535 ("2222"), or nullopt ("0", "abc", "65536", "+1").

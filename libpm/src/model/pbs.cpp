@@ -9,14 +9,7 @@
 #include "pm/error.hpp"
 
 namespace pm {
-namespace {
-std::optional<std::uint32_t> find_in(const std::unordered_map<std::string, std::uint32_t>& index,
-                                     std::string_view name) {
-  const auto it = index.find(std::string(name));
-  if (it == index.end()) return std::nullopt;
-  return it->second;
-}
-}  // namespace
+using model::find_in;
 
 allocation parse_pbs_nodefile(std::string_view text, std::string_view filename) {
   allocation out;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "link/codec/wire_codec.hpp"
 #include "link/messages.hpp"
 #include "pm/error.hpp"
 
@@ -10,9 +11,7 @@ namespace pm::link {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& what) {
-  throw error(errc::launch, "agent link: " + what);
-}
+using codec::fail;
 
 std::string quoted(std::string_view type) {
   return "'" + std::string(type) + "'";
