@@ -310,7 +310,9 @@ inline std::string left_on_hosts(const multihost_fixture& f) {
   return out;
 }
 
-/// True once every host runs its agent and at least `ranks` ranks.
+/// True once every host runs its agent and at least `ranks` ranks. Not that pmrun has heard from
+/// every agent: a relayed host's ranks may run before its hello crossed its parent (a test that
+/// then cuts a host off waits for the ranks' output instead, as pmrun_tree_test does).
 inline bool every_host_busy(const multihost_fixture& f, std::size_t ranks,
                             std::chrono::milliseconds within = std::chrono::seconds(20)) {
   const auto until = std::chrono::steady_clock::now() + within;

@@ -224,12 +224,14 @@ spawned_process spawn(const spawn_request& request) {
     plan.affinity = mask.get();
   }
 
-  static bool clone_refused = false;  // remembered: the fallback is taken without retrying
+  // Remembered: the fallback is taken without retrying. ThreadSanitizer does not model a CLONE_VM
+  // child running on the caller's memory (from a thread other than the main one, a DVM's from
+  // pm_dvm_start, it reports the thread's teardown as racing with the joiner): its builds take
+  // posix_spawn, which it knows, from the start.
 #if defined(__SANITIZE_THREAD__)
-  // ThreadSanitizer does not model a CLONE_VM child running on the caller's memory: from a thread
-  // other than the main one (a DVM's, pm_dvm_start) it reports the thread's teardown as racing
-  // with the joiner. Its builds take posix_spawn, which it knows.
-  clone_refused = true;
+  static bool clone_refused = true;
+#else
+  static bool clone_refused = false;
 #endif
   if (!clone_refused) {
     // The child runs on this stack while we are suspended (CLONE_VFORK), until it execs or exits.
