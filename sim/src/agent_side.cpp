@@ -56,8 +56,8 @@ void world::on_agent_starts(std::uint32_t host, std::uint32_t start) {
     line("!! the call of the agent on " + host_name(host) + " is lost");
     return;
   }
-  if (h.agent) {
-    --agents_pending_;  // one agent per host at a time: the earlier one still runs
+  if (h.agent || h.agent_done) {
+    --agents_pending_;  // one agent per host: the earlier one still runs, or ran and exited
     return;
   }
   if (s_.connect_back) {
@@ -233,6 +233,9 @@ void world::agent_exits(std::uint32_t host, int code) {
   h.up.push_end(t);
   at(t, ek::link_arrival, host, 1);
   h.agent_end.reset();
+  // Its machine goes with it (about 700 bytes a host: at the shutdown of 100,000 hosts, the
+  // launcher's final report is built as the last agents exit, not beside all of them).
+  h.agent.reset();
 }
 
 }  // namespace pm::sim

@@ -17,13 +17,26 @@ bool world::rank_hit(std::uint32_t rank) const {
 }
 
 void world::check_report(const job_report& r) {
-  for (const auto& rr : r.ranks) {
-    if (rr.state == rank_state::pending || rr.state == rank_state::running) {
-      correctness("the job finished while rank " + std::to_string(rr.rank) + " was " +
-                  pm::to_string(rr.state));
-      break;
+  // Each rank's report until `f` says stop. The launcher's finish carries none
+  // (controller_options::finish_without_ranks: at 800,000 ranks they are 83 MB): then they come
+  // one by one from the finished controller.
+  const auto until = [&](auto&& f) {
+    if (!r.ranks.empty()) {
+      for (const auto& rr : r.ranks) {
+        if (f(rr)) return;
+      }
+      return;
     }
-  }
+    for (std::uint32_t rank = 0; rank < ctl().size(); ++rank) {
+      if (f(ctl().rank_report_of(rank))) return;
+    }
+  };
+  until([&](const rank_report& rr) {
+    if (rr.state != rank_state::pending && rr.state != rank_state::running) return false;
+    correctness("the job finished while rank " + std::to_string(rr.rank) + " was " +
+                pm::to_string(rr.state));
+    return true;
+  });
   const auto& f = first_failure_;
   const bool timeout_set = s_.control.timeout.count() > 0;
   if (r.cause == cause_kind::timeout) {
@@ -68,29 +81,28 @@ void world::check_report(const job_report& r) {
     if (!s_.control.abort_on_failure && r.cause != cause_kind::signal &&
         r.cause != cause_kind::timeout && forced_abort_at_ >= 0)
       began = forced_abort_at_;
-    for (const auto& rr : r.ranks) {
-      if (rr.state != rank_state::exited && rr.state != rank_state::killed) continue;
-      if (f.kind != cause_kind::none && rr.rank == f.rank) continue;
-      if (!rr.ended_at || rr.ended_at->count() <= began) continue;
-      if ((procs_[rr.rank].flags & signalled) != 0) continue;
+    until([&](const rank_report& rr) {
+      if (rr.state != rank_state::exited && rr.state != rank_state::killed) return false;
+      if (f.kind != cause_kind::none && rr.rank == f.rank) return false;
+      if (!rr.ended_at || rr.ended_at->count() <= began) return false;
+      if ((procs_[rr.rank].flags & signalled) != 0) return false;
       correctness("rank " + std::to_string(rr.rank) + " ended at " + format_duration(*rr.ended_at) +
                   ", after the abort began at " + format_duration(sim_time(began)) +
                   ", and was never signalled");
-      break;
-    }
+      return true;
+    });
   }
   // Without abort, every rank that no fault touched runs to completion and succeeds.
   if (!s_.control.abort_on_failure && !saw_abort_ && !saw_launcher_signal_ && !timeout_set &&
       forced_abort_at_ < 0) {
-    for (const auto& rr : r.ranks) {
-      if (rank_hit(rr.rank)) continue;
-      if (rr.state != rank_state::exited || !rr.status || !rr.status->success()) {
-        correctness("with abort off, rank " + std::to_string(rr.rank) +
-                    ", untouched by any fault, ended " + pm::to_string(rr.state) +
-                    (rr.status ? " (" + rr.status->describe() + ")" : std::string()));
-        break;
-      }
-    }
+    until([&](const rank_report& rr) {
+      if (rank_hit(rr.rank)) return false;
+      if (rr.state == rank_state::exited && rr.status && rr.status->success()) return false;
+      correctness("with abort off, rank " + std::to_string(rr.rank) +
+                  ", untouched by any fault, ended " + pm::to_string(rr.state) +
+                  (rr.status ? " (" + rr.status->describe() + ")" : std::string()));
+      return true;
+    });
   }
 }
 
@@ -142,7 +154,8 @@ void world::final_checks() {
       liveness("the agent on " + host_name(host) + " never exited");
     // A host cut off for good: its agent must give up on the launcher by itself, when the
     // silence runs out or, at the latest, when the launcher's closing reaches it after the heal.
-    if (h.partition_fired && h.lost && !h.shutdown_seen && !h.crashed && h.agent) {
+    if (h.partition_fired && h.lost && !h.shutdown_seen && !h.crashed &&
+        (h.agent || h.agent_done)) {
       // The launcher's closing travels through the host's tree parents: when one of them
       // crashed, it never comes, and what the heal let through (a heartbeat) starts the agent's
       // silence anew: it gives up a detection time after the heal.

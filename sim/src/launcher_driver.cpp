@@ -218,6 +218,10 @@ void world::on_finished(job_report&& report) {
     return;
   }
   finish_seen_ = true;
+  // Every process of every job, each once (the controller's finish left them out).
+  if (report.ranks.size() != ctl().size())
+    correctness("the launcher's report lists " + std::to_string(report.ranks.size()) + " of " +
+                std::to_string(ctl().size()) + " processes");
   result_.report = std::move(report);  // 100 bytes a rank: not copied
   line("-- finished");
 }

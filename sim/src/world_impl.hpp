@@ -93,7 +93,7 @@ enum class carrier : std::uint8_t {
 // One host: its agent, its end of the link and the streams to whoever started it (the launcher,
 // or the agent of its tree parent, which relays its bytes).
 struct host_rec {
-  std::optional<agent::host_machine> agent;  // pmd's machine: the agent, PMIx and child relays
+  std::optional<agent::host_machine> agent;  // pmd's machine, while it runs (agent_done: ran)
   std::optional<link::endpoint> agent_end;   // while its agent runs
   virtual_stream down;                       // starter -> agent
   virtual_stream up;                         // agent -> starter

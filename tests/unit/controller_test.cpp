@@ -228,6 +228,34 @@ TEST(Controller, KillGraceComesFromTheOptions) {
                      "emit 1 rank still running after the 0.25 s grace; sending SIGKILL"}));
 }
 
+// finish_without_ranks: the finish carries the report but its ranks (the counts and the cause as
+// always); report() has them, and they stay final after the finish whatever comes.
+TEST(Controller, AFinishWithoutRanksLeavesThemToReport) {
+  pm::controller_options o;
+  o.finish_without_ranks = true;
+  harness h(make_map({{"a", 4}}), o);
+  h.start_all();
+  h.end(0, pm::exit_status::exited(2));
+  for (std::uint32_t i = 1; i < 4; ++i) h.end(i, by_term);
+  ASSERT_TRUE(h.ctl.finished());
+  const auto f = *h.finished_report();
+  EXPECT_EQ(f.exit_code, 2);
+  EXPECT_EQ(f.failed_rank, 0u);
+  EXPECT_EQ(f.ranks_failed, 1u);
+  EXPECT_EQ(f.ranks_killed, 3u);
+  EXPECT_EQ(f.host_names, (strings{"a"}));
+  EXPECT_TRUE(f.ranks.empty());
+  h.feed(pm::rank_exited{1, ok});  // after the finish: taken by nothing
+  const auto r = h.ctl.report();
+  EXPECT_EQ(r.ranks_failed, 1u);
+  ASSERT_EQ(r.ranks.size(), 4u);
+  EXPECT_EQ(r.ranks[0].status, pm::exit_status::exited(2));
+  for (std::uint32_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(r.ranks[i].state, pm::rank_state::killed);
+    EXPECT_EQ(r.ranks[i].status, by_term);
+  }
+}
+
 TEST(Controller, KilledBySignalFailsWith128PlusSignal) {
   harness h(make_map({{"a", 2}}));
   h.start_all();

@@ -458,6 +458,11 @@ TEST(Launcher, TwoRemoteHostsRunEveryRankAndTheFirstFailureDecides) {
   ASSERT_TRUE(w.report);
   EXPECT_EQ(w.report->exit_code, 7);
   EXPECT_EQ(w.report->failed_rank, 3u);
+  // Every rank's report, taken from the finished controller at `finished`.
+  ASSERT_EQ(w.report->ranks.size(), 4u);
+  EXPECT_EQ(w.report->ranks[3].state, pm::rank_state::exited);
+  EXPECT_EQ(w.report->ranks[3].status, pm::exit_status::exited(7));
+  EXPECT_EQ(w.report->ranks[3].host, 1u);
   EXPECT_EQ(w.opens[0], 1);
   EXPECT_EQ(w.opens[1], 1);
   EXPECT_EQ(w.output, "hello from rank 0\n");
@@ -533,6 +538,7 @@ TEST(Launcher, AHostThatCannotMeetTheJobRefusesItBeforeAnySpawn) {
                          "host 'h0' has 2 GPUs; 2 ranks x 2 GPUs asked (--gpus-per-rank 2; add "
                          ":shared to share GPUs)"}));
   for (std::uint32_t h = 0; h < 2; ++h) EXPECT_TRUE(w.received<link::spawn_request>(h).empty());
+  ASSERT_EQ(w.report->ranks.size(), 4u);
   for (const auto& r : w.report->ranks) EXPECT_EQ(r.state, pm::rank_state::not_started);
 }
 

@@ -63,6 +63,11 @@ struct controller_options {
   /// action, its line, SIGKILL to its process group (what it left holds its output), and once
   /// every stream of the failed process ended, a spawn of that rank alone. Zero: never.
   std::uint32_t rank_restarts = 0;
+  /// finish::report without its `ranks` (the counts and everything else as always): a driver
+  /// that needs the ranks' reports later takes them from report(), final once finished(). At
+  /// 800,000 ranks they are 83 MB, which the launcher would otherwise build at the finish beside
+  /// every host's state and hold through the agents' shutdown (libpm's launcher sets it).
+  bool finish_without_ranks = false;
 };
 
 // ---- events: what happened ------------------------------------------------------------------
@@ -289,6 +294,7 @@ class PM_API controller {
   std::uint32_t restarts_of(std::uint32_t process) const noexcept;
 
  private:
+  job_report report(bool with_ranks) const;
   struct state;
   std::unique_ptr<state> state_;
 };

@@ -702,7 +702,7 @@ struct controller::state {
       timeout_timer = 0;
     }
     ph = phase::finished;
-    out.push_back(finish{self.report()});
+    out.push_back(finish{self.report(!options.finish_without_ranks)});
   }
 };
 
@@ -826,6 +826,10 @@ std::vector<std::uint32_t> controller::processes_on_host(std::uint32_t host) con
 }
 
 job_report controller::report() const {
+  return report(true);
+}
+
+job_report controller::report(bool with_ranks) const {
   const auto& s = *state_;
   job_report r;
   r.exit_code = s.exit_code;
@@ -838,7 +842,7 @@ job_report controller::report() const {
   r.rank_restarts = s.restarts;
   r.host_names.reserve(s.map->allocation().hosts.size());
   for (const auto& h : s.map->allocation().hosts) r.host_names.push_back(h.name);
-  r.ranks.reserve(s.ranks.size());
+  if (with_ranks) r.ranks.reserve(s.ranks.size());
   for (std::uint32_t i = 0; i < s.ranks.size(); ++i) {
     const auto& slot = s.ranks[i];
     auto rr = rank_report_of(i);
@@ -860,7 +864,7 @@ job_report controller::report() const {
           ++r.ranks_failed;
         break;
     }
-    r.ranks.push_back(std::move(rr));
+    if (with_ranks) r.ranks.push_back(std::move(rr));
   }
   return r;
 }

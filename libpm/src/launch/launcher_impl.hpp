@@ -165,6 +165,8 @@ struct launcher::impl {
   bool waiting_for_links = false;  // after the drain: `finished` once every link closed
   std::uint32_t interrupts = 0;
   std::optional<job_report> final_report;
+  // final_report's ranks are left to the finished controller until `finished` (finish_job).
+  bool ranks_in_ctl = false;
   std::vector<rank_state> told;
 
   std::vector<std::string> base_env;     // the local agent's environment
@@ -285,7 +287,7 @@ struct launcher::impl {
   std::uint64_t start_own_timer(std::chrono::milliseconds after, own_timer t);
   void cancel_own_timer(std::uint64_t& id);
   void own_timer_fired(const own_timer& t);
-  void finish_job(job_report report);
+  void finish_job(job_report report, bool from_ctl);
   void decided(std::uint32_t host, const std::string& what) const {
     if (cfg.decisions) cfg.decisions(host, what);
   }
