@@ -180,6 +180,9 @@ void world::carry_out(launch::launch_action& a) {
           [&](launch::discover_hosts&) {
             correctness("the launcher ran a host discovery command the scenario has none of");
           },
+          [&](launch::claim_slots&) {
+            correctness("the launcher claimed slots: the simulated hosts are no DVM's");
+          },
           [&](launch::finished& x) { on_finished(std::move(x.report)); },
       },
       a);

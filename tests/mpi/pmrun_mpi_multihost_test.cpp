@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -141,6 +142,32 @@ TEST(PmrunMpiMultihost, MpiJobsOnADvm) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("parent 1 of 2: sum 6"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("child 2 of 3: sum 3"), std::string::npos) << r.out;
+  {
+    // A spawn's slots come from the DVM's ledger too: job A (2 ranks) spawns 3 children only
+    // after job B took 3 of the 4 slots A left free; A's spawn is refused, B runs on alone.
+    const auto go = std::filesystem::path(dvm.uri_file()).parent_path().string() + "/go";
+    std::string a_cmd;
+    for (const auto& word :
+         dvm.job({"-np", "2", "/bin/sh", "-c",
+                  "echo waiting; while [ ! -e " + go + " ]; do sleep 0.05; done; exec " + mpi_dir +
+                      "/mpi_spawn 3"})) {
+      a_cmd += "'" + word + "' ";
+    }
+    pm::test::background a({"/bin/sh", "-c", a_cmd + "2>&1"});
+    a.wait_lines(2);
+    pm::test::background b(dvm.job({"-np", "3", "/bin/sh", "-c", "echo up; exec sleep 60"}));
+    b.wait_lines(3);
+    ASSERT_EQ(std::count(b.text.begin(), b.text.end(), '\n'), 3) << b.text;
+    std::ofstream(go).put('\n');
+    const int status = a.wait_status(60);
+    a.wait_lines(1000);  // the rest of its output
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status << a.text;
+    EXPECT_NE(a.text.find("MPI_Comm_spawn (PMIx_Spawn) refused: its slots could not be claimed: "
+                          "host node"),
+              std::string::npos)
+        << a.text;
+    EXPECT_EQ(a.text.find("child 0 of 3"), std::string::npos) << a.text;
+  }
   const auto stop = run_command({pm::test::pmrun_path(), "--allow-run-as-root", "--dvm", "stop",
                                  "--dvm-uri", "file:" + dvm.uri_file()},
                                 60s);

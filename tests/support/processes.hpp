@@ -94,10 +94,10 @@ struct background {
       }
     }
   }
-  /// Its wait status once it ended (within 10 s; else it is killed and -1 returned).
-  int wait_status() {
+  /// Its wait status once it ended (within `seconds`; else it is killed and -1 returned).
+  int wait_status(int seconds = 10) {
     int status = 0;
-    for (int i = 0; i < 1000; ++i) {
+    for (int i = 0; i < seconds * 100; ++i) {
       if (waitpid(pid, &status, WNOHANG) == pid) {
         pid = -1;
         return status;

@@ -101,6 +101,7 @@ struct world {
   std::deque<launch::launcher::discovery> discoveries;        // what each discovery run finds
   std::vector<std::string> commands;                          // the discovery commands run
   std::vector<std::chrono::milliseconds> bounds;              // and how long each may take
+  std::vector<launch::claim_slots> claims;                    // answered by the test
 
   template <class F>
   void feed(F&& f) {
@@ -426,6 +427,7 @@ struct world {
       feed([&](auto& a) { m.hosts_discovered(t, std::move(d), a); });
     });
   }
+  void carry_out(launch::claim_slots& x) { claims.push_back(x); }
   void carry_out(launch::finished& x) {
     EXPECT_FALSE(report) << "finished twice";
     report = x.report;
@@ -1175,6 +1177,59 @@ std::vector<std::uint32_t> spawned_ranks(const world& w, std::uint32_t h, std::s
   if (request >= spawns.size()) return v;
   for (const auto& r : spawns[request].ranks) v.push_back(r.rank);
   return v;
+}
+
+// On hosts shared with other jobs (a DVM's: launch_config::claims_spawn_slots) a spawn's slots
+// are claimed before any of its ranks is announced: refused, the caller hears why and nothing
+// starts; claimed, its ranks start there.
+TEST(LauncherSpares, ASpawnOnSharedHostsClaimsItsSlotsFirst) {
+  auto c = spare_job(1, 1, 2);  // h0 runs ranks 0 and 1; h1's 2 slots are free
+  c.request.restarts.max_restarts = 0;
+  c.request.pmix = true;
+  c.claims_spawn_slots = true;
+  world w(std::move(c));
+  w.keep_running = {0, 1};
+  w.start();
+  w.run(1s);
+  ASSERT_FALSE(w.report);
+  const auto ask = [&](std::uint64_t id) {
+    link::pmix_spawn q;
+    q.id = id;
+    q.apps.push_back(link::spawn_app_spec{{"child"}, {}, {}, 2, {}});
+    w.agents[0].ep->send(q);
+    w.flush_agent(0);
+    w.settle();
+  };
+  const auto answer = [&](std::size_t claim, std::string refusal) {
+    w.feed([&](auto& a) { w.m.slots_claimed(w.t, w.claims.at(claim).id, refusal, a); });
+    w.settle();
+  };
+  ask(1);
+  ASSERT_EQ(w.claims.size(), 1u);
+  EXPECT_EQ(w.claims[0].slots, (std::vector<std::pair<std::string, std::uint32_t>>{{"h1", 2}}));
+  EXPECT_FALSE(w.claims[0].share);
+  const auto added_on_h1 = [&] {
+    return w.agents.contains(1) ? w.received<link::job_add>(1).size() : std::size_t{0};
+  };
+  EXPECT_EQ(added_on_h1(), 0u);
+  answer(0, "host h1 has 0 free slots, not 2");
+  auto replies = w.received<link::pmix_spawn_reply>(0);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_FALSE(replies[0].ok);
+  EXPECT_EQ(replies[0].error, "its slots could not be claimed: host h1 has 0 free slots, not 2");
+  EXPECT_TRUE(w.said("MPI_Comm_spawn (PMIx_Spawn) refused: its slots could not be claimed"));
+  EXPECT_EQ(added_on_h1(), 0u);
+  // The next spawn asks for the same places (the refused one holds none) and gets them.
+  ask(2);
+  ASSERT_EQ(w.claims.size(), 2u);
+  EXPECT_EQ(w.claims[1].slots, w.claims[0].slots);
+  answer(1, "");
+  w.run(w.t + 1s);
+  EXPECT_EQ(added_on_h1(), 1u);
+  EXPECT_EQ(spawned_ranks(w, 1, 0), (std::vector<std::uint32_t>{2, 3}));
+  replies = w.received<link::pmix_spawn_reply>(0);
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_TRUE(replies[1].ok) << replies[1].error;
 }
 
 TEST(LauncherSpares, ALostHostsRanksMoveToASpareWithTheirNumbers) {

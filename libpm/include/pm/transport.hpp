@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pm/allocation.hpp"
@@ -68,6 +69,18 @@ class PM_API transport {
   /// The stream of `host` is over (the link closed its descriptors, or gave up on it): end what
   /// carried it if it still runs (after a short grace) and call `done` (posted) once it has ended.
   virtual void close(std::uint32_t host, std::function<void(agent_end)> done) = 0;
+  /// True when the hosts' slots are shared with other jobs (a DVM's, docs/dvm.md): the slots an
+  /// MPI_Comm_spawn places ranks on are claimed with claim_slots first.
+  virtual bool claims_slots() const { return false; }
+  /// Claims `slots` (host name, count) for this job, all or nothing (`share`: only what is free,
+  /// sharing the rest). Calls `done` (posted) with "" once they are this job's, else with one
+  /// line why not. Called only when claims_slots().
+  virtual void claim_slots(std::vector<std::pair<std::string, std::uint32_t>> slots, bool share,
+                           std::function<void(std::string refusal)> done) {
+    (void)slots;
+    (void)share;
+    done("this transport claims no slots");
+  }
 };
 
 }  // namespace pm

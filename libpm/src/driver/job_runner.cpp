@@ -103,6 +103,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       }
     }
     c.embedder_transport = req.remote_transport != nullptr;
+    c.claims_spawn_slots = req.remote_transport && req.remote_transport->claims_slots();
     c.pick_address = net::pick_address;
     c.rank_states = static_cast<bool>(cb.on_rank_state);
     c.decisions = driver::decision_log_from_environment();
@@ -367,6 +368,18 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
         m.hosts_discovered(t, launch::launcher::discovery{{}, why}, a);
       });
     }
+  }
+  void carry_out(launch::claim_slots& x) {
+    // The remote hosts' transport shares their slots (claims_spawn_slots is set only then).
+    req.remote_transport->claim_slots(
+        std::move(x.slots), x.share, [weak = weak_from_this(), id = x.id](std::string refusal) {
+          auto self = weak.lock();
+          if (!self) return;
+          self->feed_later([id, refusal = std::move(refusal)](
+                               launch::launcher& m, launch::link_time t, launch::actions& a) {
+            m.slots_claimed(t, id, refusal, a);
+          });
+        });
   }
   void carry_out(launch::finished& x) {
     done = true;

@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -558,6 +559,8 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
       s.waiting = true;
     } else if (*op == "claim") {
       claim(s, doc);
+    } else if (*op == "claim_more") {
+      claim_more(s, doc);
     } else if (*op == "start") {
       start_agents(s, doc);
     } else if (*op == "ps") {
@@ -592,6 +595,37 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     if (const auto cmd = strings_at(doc, "command")) s.command = *cmd;
     s.since = clock_type::now();
     s.channel->send({{"ok", true}, {"job", s.id}});
+  }
+
+  // More slots for a job that runs (its ranks' MPI_Comm_spawn): all or nothing, or with "share"
+  // what is free of them (an oversubscribing job's, as its first claim). They come back with
+  // the job's others.
+  void claim_more(session& s, const json& doc) {
+    const auto id = doc.find("id");
+    const auto slots = doc.find("slots");
+    if (id == doc.end() || !id->is_number_unsigned()) {
+      s.channel->send({{"ok", false}, {"error", "a claim_more needs an \"id\""}});
+      return;
+    }
+    const auto refuse = [&](const std::string& why) {
+      s.channel->send({{"ev", "claim_refused"}, {"id", *id}, {"why", why}});
+    };
+    if (!s.claimed) return refuse("the job has no claim yet");
+    if (slots == doc.end() || !slots->is_object()) return refuse("a claim needs \"slots\"");
+    const bool share = doc.value("share", false);
+    const auto free = ledger.free();
+    std::map<std::string, std::uint32_t> want;
+    for (const auto& [name, count] : slots->items()) {
+      if (!count.is_number_unsigned()) return refuse("a claim's counts are numbers");
+      auto n = count.get<std::uint32_t>();
+      if (share) {
+        const auto at = free.find(name);
+        n = std::min(n, at ? free.hosts[*at].slots : 0u);
+      }
+      if (n > 0) want[name] = n;
+    }
+    if (const auto why = ledger.claim(s.id, want)) return refuse(*why);
+    s.channel->send({{"ev", "claimed"}, {"id", *id}});
   }
 
   void start_agents(session& s, const json& doc) {

@@ -93,6 +93,21 @@ class dvm_transport final : public transport, public std::enable_shared_from_thi
     });
   }
 
+  // An MPI_Comm_spawn's slots come from the DVM's ledger too: other jobs share the hosts.
+  bool claims_slots() const override { return true; }
+  void claim_slots(std::vector<std::pair<std::string, std::uint32_t>> slots, bool share,
+                   std::function<void(std::string refusal)> done) override {
+    if (server_problem_) {
+      asio::post(io_, [done = std::move(done), why = *server_problem_] { done(why); });
+      return;
+    }
+    const auto id = next_claim_++;
+    json counts = json::object();
+    for (const auto& [name, n] : slots) counts[name] = n;
+    claims_.emplace(id, std::move(done));
+    channel_->send({{"op", "claim_more"}, {"id", id}, {"slots", counts}, {"share", share}});
+  }
+
  private:
   struct host_entry {
     std::string name;
@@ -170,6 +185,18 @@ class dvm_transport final : public transport, public std::enable_shared_from_thi
       }
       return;
     }
+    if (*ev == "claimed" || *ev == "claim_refused") {
+      const auto id = doc.find("id");
+      if (id == doc.end() || !id->is_number_unsigned()) return;
+      auto it = claims_.find(id->get<std::uint64_t>());
+      if (it == claims_.end()) return;
+      auto done = std::move(it->second);
+      claims_.erase(it);
+      const auto why =
+          *ev == "claimed" ? std::string() : string_at(doc, "why").value_or("no reason given");
+      asio::post(io_, [done = std::move(done), why] { done(why); });
+      return;
+    }
     const auto name = string_at(doc, "host");
     const auto host = name ? host_named(*name) : std::nullopt;
     if (!host) return;
@@ -220,6 +247,10 @@ class dvm_transport final : public transport, public std::enable_shared_from_thi
     for (auto& [index, h] : hosts_) {
       if (!h.ended) agent_ended(index, agent_end{h.connected ? "" : *server_problem_, false});
     }
+    for (auto& [id, done] : claims_) {
+      asio::post(io_, [done = std::move(done), why = *server_problem_] { done(why); });
+    }
+    claims_.clear();
   }
 
   asio::io_context& io_;
@@ -231,6 +262,8 @@ class dvm_transport final : public transport, public std::enable_shared_from_thi
   std::vector<std::string> args_;
   bool posted_ = false;
   std::optional<std::string> server_problem_;
+  std::map<std::uint64_t, std::function<void(std::string)>> claims_;  // claim_more awaited
+  std::uint64_t next_claim_ = 1;
 };
 
 }  // namespace

@@ -525,6 +525,10 @@ void launcher::hosts_discovered(link_time now, discovery found, actions& out) {
   impl_->step(now, out, [&] { impl_->on_discovered(std::move(found)); });
 }
 
+void launcher::slots_claimed(link_time now, std::uint64_t id, std::string refusal, actions& out) {
+  impl_->step(now, out, [&] { impl_->on_slots_claimed(id, refusal); });
+}
+
 std::span<const std::uint8_t> launcher::output(std::uint32_t host) const {
   const auto& hs = impl_->hosts.at(host);
   if (!hs.ep) return {};

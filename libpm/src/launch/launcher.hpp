@@ -27,6 +27,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -74,6 +75,9 @@ struct launch_config {
   bool shrink_idle_links = false;
   /// rank_changed actions (job_callbacks::on_rank_state); off: none are made.
   bool rank_states = true;
+  /// The hosts' slots are shared with other jobs (a DVM's, docs/dvm.md): the slots a spawned job
+  /// is placed on are claimed (claim_slots) before the job is offered to the controller.
+  bool claims_spawn_slots = false;
   /// For tests that compare worlds (tests/multihost/differential_test.cpp): every decision of the
   /// controller and the launcher that concerns a host (or the whole job: `job_wide`), one short
   /// line each ("spawn [0 1]", "signal [2] SIGTERM", "open 1" (the attempt), "retry",
@@ -197,6 +201,14 @@ struct discover_hosts {
   std::string command;
   std::chrono::milliseconds bound;  ///< killed (its process group too) after this long
 };
+/// launch_config::claims_spawn_slots: claim `slots` (host name, count) for this job, all or
+/// nothing; with `share` (the job oversubscribes) only what is free and share the rest, as the
+/// job's first claim did. Answer with slots_claimed(id, ...).
+struct claim_slots {
+  std::uint64_t id;
+  std::vector<std::pair<std::string, std::uint32_t>> slots;
+  bool share = false;
+};
 /// The job is over; every link is closed. Last action.
 struct finished {
   job_report report;
@@ -206,7 +218,7 @@ using launch_action =
     std::variant<open_host, host_established, write_host, pass_stdin, close_host, link_deadline,
                  start_timer_after, cancel_timer_id, say, rank_changed, take_pipes, output_open,
                  output_bytes, output_close, output_add_job, output_drain, pump_stdin, input_ready,
-                 restarting, rank_restarted, discover_hosts, finished>;
+                 restarting, rank_restarted, discover_hosts, claim_slots, finished>;
 using actions = std::vector<launch_action>;
 
 class launcher {
@@ -255,6 +267,9 @@ class launcher {
     std::string failure;
   };
   void hosts_discovered(link_time now, discovery found, actions& out);
+  /// claim_slots `id` was answered: the slots are this job's (`refusal` empty), or one line why
+  /// not (another job holds them, a host was lost, the DVM is gone).
+  void slots_claimed(link_time now, std::uint64_t id, std::string refusal, actions& out);
 
   // ---- the links' bytes toward the agents ----
   std::span<const std::uint8_t> output(std::uint32_t host) const;

@@ -208,6 +208,9 @@ struct launcher::impl {
   std::uint64_t next_modex = 0;
   std::vector<spawned_job> spawned;
   std::deque<spawned_job> offered;
+  // Placed, waiting for their slots (claims_spawn_slots): claim id -> job.
+  std::map<std::uint64_t, spawned_job> claiming;
+  std::uint64_t next_claim = 1;
   std::uint32_t spawned_apps = 0;
   control::data_store store;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> lookup_timers;
@@ -422,6 +425,8 @@ struct launcher::impl {
   void on_proc_table_request(std::uint32_t h, const link::proc_table_request& q);
   void on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q);
   void refuse_spawn(spawned_job& job, const std::string& why);
+  void offer_spawn(spawned_job job);
+  void on_slots_claimed(std::uint64_t id, const std::string& refusal);
   void spawn_taken(std::uint32_t before);
   void spawned_rank_reported(std::uint32_t h, std::uint32_t process, const std::string* failure);
   void answer_spawn_failed(spawned_job& j, const std::string& why);

@@ -3,6 +3,8 @@
 // jobs the ranks spawn (placed on free slots, offered to the controller, announced to every
 // agent), the data store (publish/lookup), the process table for tools, and what a lost host
 // means for each of them.
+#include <map>
+
 #include "agent/pmix/pmix_host.hpp"
 #include "launch/launcher_impl.hpp"
 #include "pm/error.hpp"
@@ -126,8 +128,12 @@ void launcher::impl::on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q) {
     const auto& hs = hosts[host];
     usable[host] = !hs.lost_told && !hs.quarantined && !hs.abandoned;
   }
-  // Jobs offered to the controller but not taken yet hold their slots too.
+  // Jobs offered to the controller but not taken yet, or waiting for their slots, hold their
+  // slots too.
   for (const auto& p : offered) {
+    for (std::uint32_t r = 0; r < p.size(); ++r) ++live[p.host_of(r)];
+  }
+  for (const auto& [id, p] : claiming) {
     for (std::uint32_t r = 0; r < p.size(); ++r) ++live[p.host_of(r)];
   }
   try {
@@ -146,11 +152,41 @@ void launcher::impl::on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q) {
   const auto caller = job.tool.empty() ? pmix_name_of(q.rank) : std::pair{job.tool, q.rank};
   job.facts->parent_nspace = caller.first;
   job.facts->parent_rank = caller.second;
+  if (!cfg.claims_spawn_slots) {
+    offer_spawn(std::move(job));
+    return;
+  }
+  // The hosts are shared with other jobs: the places are this job's once claimed.
+  std::map<std::string, std::uint32_t> counts;
+  for (std::uint32_t r = 0; r < job.size(); ++r) ++counts[host_info(job.host_of(r)).name];
+  const auto id = next_claim++;
+  out->push_back(
+      claim_slots{id, {counts.begin(), counts.end()}, req.mapping.oversubscribe.value_or(false)});
+  claiming.emplace(id, std::move(job));
+}
+
+void launcher::impl::offer_spawn(spawned_job job) {
   std::vector<std::uint32_t> places;
   places.reserve(job.size());
   for (std::uint32_t r = 0; r < job.size(); ++r) places.push_back(job.host_of(r));
   offered.push_back(std::move(job));
   queue.push_back(job_spawned{std::move(places)});
+}
+
+// A spawned job's slots were claimed (or not): it is offered to the controller, or refused.
+// Claimed slots stay the job's until the launch ends, also when the job is refused after all.
+void launcher::impl::on_slots_claimed(std::uint64_t id, const std::string& refusal) {
+  auto it = claiming.find(id);
+  if (it == claiming.end()) return;
+  auto job = std::move(it->second);
+  claiming.erase(it);
+  if (!refusal.empty()) {
+    refuse_spawn(job, "its slots could not be claimed: " + refusal);
+  } else if (!pmix_facts || finishing || ctl.finished() || ctl.ending()) {
+    refuse_spawn(job, "the job is ending");
+  } else {
+    offer_spawn(std::move(job));
+  }
 }
 
 void launcher::impl::refuse_spawn(spawned_job& job, const std::string& why) {

@@ -484,6 +484,7 @@ void launcher::impl::start_incarnation() {
     modex_routes.clear();
     spawned.clear();
     offered.clear();
+    claiming.clear();  // an answer for one of them is ignored
     spawned_apps = 0;
     store = control::data_store{};
     start_pmix();
