@@ -279,8 +279,7 @@ int start_run(const char* fn, pm_run** out, const pm_map& mapped, const pm_run_o
     if (run->requests.fd < 0)
       throw pm::error(pm::errc::system, std::string("eventfd: ") + std::strerror(errno));
     run->wake = std::make_unique<boost::asio::posix::stream_descriptor>(run->io, run->requests.fd);
-    if (remote) {
-      request.remote.tree = false;
+    if (remote) {  // no tree relay through it: the launcher's rule for an embedder's transport
       request.remote_transport = remote(run->io, request.remote);
     }
     run->runner = std::make_unique<pm::job_runner>(run->io, std::move(request), callbacks(*run));

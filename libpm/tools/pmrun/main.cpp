@@ -271,8 +271,8 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
 
   asio::io_context io(1);
   if (dvm != nullptr) {
-    // On a DVM: every host's agent comes from its daemon (dvm_client::make_transport).
-    request.remote.tree = false;
+    // On a DVM: every host's agent comes from its daemon (dvm_client::make_transport); no tree
+    // relay then (the launcher's rule for any transport an embedder brings).
     request.remote.notice = [](std::string_view line) {
       std::fprintf(stderr, "pmrun: %.*s\n", static_cast<int>(line.size()), line.data());
     };
