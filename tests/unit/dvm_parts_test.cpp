@@ -1,6 +1,8 @@
 // The DVM's pure parts (docs/dvm.md): the slot ledger and the JSON-line framing of its channels.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "dvm/json_lines.hpp"
 #include "dvm/slot_ledger.hpp"
 
@@ -42,6 +44,22 @@ TEST(DvmSlotLedger, ClaimsAreAllOrNothingAndComeBackWhenReleased) {
   l.release(1);
   EXPECT_EQ(l.free_slots(), 6u);
   EXPECT_TRUE(l.held(1).empty());
+}
+
+// A job that oversubscribes (and its spawns) takes what is free of each count and shares the
+// rest; a second claim of the same job adds to what it holds.
+TEST(DvmSlotLedger, ASharingClaimTakesWhatIsFreeAndAddsUp) {
+  slot_ledger l(three_hosts());
+  EXPECT_EQ(l.claim(1, {{"node1", 1}}), std::nullopt);
+  EXPECT_EQ(l.claim(2, {{"node1", 3}, {"node2", 1}}, true), std::nullopt);
+  EXPECT_EQ(l.held(2), (std::map<std::string, std::uint32_t>{{"node1", 1}, {"node2", 1}}));
+  EXPECT_EQ(l.claim(2, {{"node1", 1}, {"node3", 2}}, true), std::nullopt);  // node1 is full
+  EXPECT_EQ(l.held(2),
+            (std::map<std::string, std::uint32_t>{{"node1", 1}, {"node2", 1}, {"node3", 2}}));
+  EXPECT_EQ(*l.claim(1, {{"node2", 2}}), "host node2 has 1 free slots, not 2");
+  EXPECT_TRUE(l.lose("node2"));
+  EXPECT_EQ(*l.claim(1, {{"node2", 1}}, true), "host node2 was lost");
+  EXPECT_EQ(l.held(1), (std::map<std::string, std::uint32_t>{{"node1", 1}}));
 }
 
 TEST(DvmSlotLedger, ALostHostIsNeverFreeAgain) {

@@ -74,7 +74,7 @@ class PM_API transport {
   virtual bool claims_slots() const { return false; }
   /// Claims `slots` (host name, count) for this job, all or nothing (`share`: only what is free,
   /// sharing the rest). Calls `done` (posted) with "" once they are this job's, else with one
-  /// line why not. Called only when claims_slots().
+  /// line why not. Called only when claims_slots(); the default (never called) refuses at once.
   virtual void claim_slots(std::vector<std::pair<std::string, std::uint32_t>> slots, bool share,
                            std::function<void(std::string refusal)> done) {
     (void)slots;

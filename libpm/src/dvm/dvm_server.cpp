@@ -6,7 +6,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -612,19 +611,12 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     };
     if (!s.claimed) return refuse("the job has no claim yet");
     if (slots == doc.end() || !slots->is_object()) return refuse("a claim needs \"slots\"");
-    const bool share = doc.value("share", false);
-    const auto free = ledger.free();
     std::map<std::string, std::uint32_t> want;
     for (const auto& [name, count] : slots->items()) {
       if (!count.is_number_unsigned()) return refuse("a claim's counts are numbers");
-      auto n = count.get<std::uint32_t>();
-      if (share) {
-        const auto at = free.find(name);
-        n = std::min(n, at ? free.hosts[*at].slots : 0u);
-      }
-      if (n > 0) want[name] = n;
+      want[name] = count.get<std::uint32_t>();
     }
-    if (const auto why = ledger.claim(s.id, want)) return refuse(*why);
+    if (const auto why = ledger.claim(s.id, want, doc.value("share", false))) return refuse(*why);
     s.channel->send({{"ev", "claimed"}, {"id", *id}});
   }
 

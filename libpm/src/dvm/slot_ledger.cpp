@@ -1,5 +1,7 @@
 #include "dvm/slot_ledger.hpp"
 
+#include <algorithm>
+
 namespace pm::dvm_parts {
 
 slot_ledger::slot_ledger(allocation hosts) : hosts_(std::move(hosts)) {
@@ -45,7 +47,9 @@ std::uint32_t slot_ledger::free_slots() const {
 }
 
 std::optional<std::string> slot_ledger::claim(std::uint64_t job,
-                                              const std::map<std::string, std::uint32_t>& slots) {
+                                              const std::map<std::string, std::uint32_t>& slots,
+                                              bool share) {
+  std::map<std::string, std::uint32_t> taken;
   for (const auto& [name, count] : slots) {
     const auto found = hosts_.find(name);
     if (!found) return "'" + name + "' is no host of this DVM";
@@ -53,13 +57,14 @@ std::optional<std::string> slot_ledger::claim(std::uint64_t job,
     const auto& h = hosts_.hosts[*found];
     const auto u = used(name);
     const auto room = h.slots > u ? h.slots - u : 0;
-    if (count > room) {
+    if (count > room && !share) {
       return "host " + name + " has " + std::to_string(room) + " free slots, not " +
              std::to_string(count);
     }
+    if (const auto n = std::min(count, room); n > 0) taken[name] = n;
   }
   auto& mine = claims_[job];
-  for (const auto& [name, count] : slots) mine[name] += count;
+  for (const auto& [name, count] : taken) mine[name] += count;
   return std::nullopt;
 }
 

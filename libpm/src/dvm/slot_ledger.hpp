@@ -28,9 +28,12 @@ class slot_ledger {
   allocation whole() const;
   std::uint32_t free_slots() const;
 
-  /// Claims `slots` (host name -> count) for `job`: nullopt when done, else one line why not.
+  /// Claims `slots` (host name -> count) for `job`, added to what it holds: nullopt when done,
+  /// else one line why not. `share` (a job that oversubscribes): only what is free of each count,
+  /// the rest shared.
   std::optional<std::string> claim(std::uint64_t job,
-                                   const std::map<std::string, std::uint32_t>& slots);
+                                   const std::map<std::string, std::uint32_t>& slots,
+                                   bool share = false);
   /// `job`'s slots come back.
   void release(std::uint64_t job);
   /// What `job` holds.

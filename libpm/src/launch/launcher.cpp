@@ -225,11 +225,12 @@ void launcher::impl::execute(action& a) {
           rank_restart_begun(std::move(x.restart));
         } else if constexpr (std::is_same_v<T, finish>) {
           if (restartable(x.report)) {
-            // The failed incarnation's report is kept whole: the launch may end with it.
-            x.report.ranks = ctl.report().ranks;
+            // The failed incarnation's report is kept whole: the launch may end with it, after
+            // the next controller replaced this one.
+            ranks_of_final(x.report);
             begin_restart(std::move(x.report));
           } else {
-            finish_job(std::move(x.report), true);
+            finish_job(std::move(x.report));
           }
         }
       },
@@ -238,7 +239,7 @@ void launcher::impl::execute(action& a) {
 
 // Every stream reached its end: the output layer writes what it holds (output_drained), then
 // the agents clear what the ranks left behind, then `finished`.
-void launcher::impl::finish_job(job_report report, bool from_ctl) {
+void launcher::impl::finish_job(job_report report) {
   // Hosts kept being set up for a restart that does not come are given up now.
   if (setup_kept) {
     setup_kept = false;
@@ -254,11 +255,10 @@ void launcher::impl::finish_job(job_report report, bool from_ctl) {
     if (!inc.between_ended) report.incarnations.push_back(summary_of(report));
     report.quarantined = std::move(inc.quarantined);
   }
-  // The ranks' reports (104 bytes a rank: 83 MB at 800,000) are not built at the finish and held
-  // through the drain and the shutdown beside every host's state (finish_without_ranks): a
-  // finished controller's are final (it takes no event any more), so they are taken from it at
-  // `finished`, once the agents are gone.
-  ranks_in_ctl = from_ctl;
+  // A report from the controller's finish has no ranks' reports (finish_without_ranks: 104 bytes
+  // a rank, 83 MB at 800,000, not held through the drain and the shutdown beside every host's
+  // state). A finished controller's are final (it takes no event any more): they are taken from
+  // it at `finished` (ranks_of_final), once the agents are gone.
   final_report = std::move(report);
   finishing = true;
   for (auto& [id, t] : timers) {
@@ -280,7 +280,7 @@ void launcher::impl::maybe_all_closed() {
   done = true;
   // Moved, not copied: at 800,000 ranks the report is 80 MB. report() asks the controller after
   // this (its state is final).
-  if (ranks_in_ctl) final_report->ranks = ctl.report().ranks;
+  ranks_of_final(*final_report);
   out->push_back(finished{std::move(*final_report)});
   final_report.reset();
 }
@@ -568,7 +568,7 @@ const rank_map& launcher::map() const noexcept {
 job_report launcher::report() const {
   if (!impl_->final_report) return impl_->ctl.report();
   auto r = *impl_->final_report;
-  if (impl_->ranks_in_ctl) r.ranks = impl_->ctl.report().ranks;
+  impl_->ranks_of_final(r);
   return r;
 }
 

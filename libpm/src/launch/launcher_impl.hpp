@@ -164,9 +164,7 @@ struct launcher::impl {
   bool setup_kept = false;  // given up, but hosts still being set up go on: a restart may need them
   bool waiting_for_links = false;  // after the drain: `finished` once every link closed
   std::uint32_t interrupts = 0;
-  std::optional<job_report> final_report;
-  // final_report's ranks are left to the finished controller until `finished` (finish_job).
-  bool ranks_in_ctl = false;
+  std::optional<job_report> final_report;  // its ranks' reports from ctl at `finished`
   std::vector<rank_state> told;
 
   std::vector<std::string> base_env;     // the local agent's environment
@@ -290,7 +288,12 @@ struct launcher::impl {
   std::uint64_t start_own_timer(std::chrono::milliseconds after, own_timer t);
   void cancel_own_timer(std::uint64_t& id);
   void own_timer_fired(const own_timer& t);
-  void finish_job(job_report report, bool from_ctl);
+  void finish_job(job_report report);
+  // A report the controller finished with comes without its ranks' reports
+  // (finish_without_ranks): they are the finished controller's, taken when needed.
+  void ranks_of_final(job_report& r) const {
+    if (r.ranks.empty()) r.ranks = ctl.report().ranks;
+  }
   void decided(std::uint32_t host, const std::string& what) const {
     if (cfg.decisions) cfg.decisions(host, what);
   }

@@ -379,7 +379,7 @@ void launcher::impl::end_restarts(job_report r, const std::string& line) {
   cancel_own_timer(inc.fence_timer);
   decided(job_wide, "restart given up");
   out->push_back(say{line});
-  finish_job(std::move(r), false);
+  finish_job(std::move(r));
 }
 
 // A signal (signo) or an embedder's cancel (0) between two incarnations: no rank runs, so the
