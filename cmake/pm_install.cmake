@@ -45,7 +45,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/sim/include/pm/sim
 # pmd goes next to pmrun, in bin/: pmrun (and libpm-c, from its own ../bin) looks there first
 # (pm::local::default_agent_path), and a remote launch over ssh finds it on PATH, as Open MPI's
 # orted and Hydra's hydra_pmi_proxy are found.
-set(_pm_install_targets pm pm_sim pmrun pmd pmsim)
+set(_pm_install_targets pm pm_sim pmrun pmd pmd-helper pmsim)
 # pmd's PMIx server module, in lib/ (pmd finds it from its own bin/, docs/pmix.md).
 if(TARGET pm_pmix_module)
   install(TARGETS pm_pmix_module LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)

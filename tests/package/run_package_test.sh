@@ -71,7 +71,7 @@ echo "prefix $prefix, libdir ${libdir#"$prefix"/}, version $version"
 step_layout() {
   step "layout"
   local f
-  for f in bin/pmrun bin/pmd bin/pmsim include/pm/version.hpp include/pm/launcher.hpp \
+  for f in bin/pmrun bin/pmd bin/pmd-helper bin/pmsim include/pm/version.hpp include/pm/launcher.hpp \
            include/pm/sim/world.hpp; do
     [ -e "$prefix/$f" ] || fail "$f is not installed"
   done

@@ -1,7 +1,14 @@
 #include "host_shape.hpp"
 
-#include <dlfcn.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,25 +16,16 @@
 #include <optional>
 
 #include "agent/host_facts.hpp"
+#include "link/socket.hpp"
 #include "module_path.hpp"
 #include "pm/error.hpp"
 #include "pm/host_binding.hpp"
 #include "pm/topology.hpp"
-#include "topology/topology_module.hpp"
+
+extern char** environ;
 
 namespace pmd {
 namespace {
-
-namespace tm = pm::topo::module;
-
-// PM_TOPOLOGY_MODULE, else beside pmd's bin directory (as libpm-pmix.so), else the loader's path.
-std::string topology_module_path() {
-#ifdef PM_TOPOLOGY_MODULE_DIRS
-  return module_path("PM_TOPOLOGY_MODULE", PM_TOPOLOGY_MODULE_DIRS, tm::file);
-#else
-  return module_path("PM_TOPOLOGY_MODULE", "../lib", tm::file);
-#endif
-}
 
 // The cpus this process may run on, once.
 const std::vector<bool>& allowed_cpus() {
@@ -48,30 +46,58 @@ const std::vector<bool>& allowed_cpus() {
   return allowed;
 }
 
-pm::link::host_shape read_shape() {
-  const auto path = topology_module_path();
-  // hwloc's display, OpenCL and libxml2 plugins find nothing a placement needs (as the PMIx
-  // server's start says); the ranks' environment was taken before.
-  ::setenv("HWLOC_PLUGINS_BLACKLIST", "hwloc_gl,hwloc_opencl,hwloc_xml_libxml", 0);
-  void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (module == nullptr) {
-    const char* why = ::dlerror();
-    return {"", "cannot load " + path + ": " + (why != nullptr ? why : "?")};
+// pmd-helper reads it (pmd links statically and loads nothing): its stdout is the summary, or
+// with exit code 1 the line that says why there is none.
+pm::link::host_shape run_topology_helper() {
+  const std::string path = module_path("PM_PMD_HELPER", ".", "pmd-helper");
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    return {"", std::string("topology: pipe: ") + std::strerror(errno)};
+  pm::link::owned_fd readable(out[0]), writable(out[1]);
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  ::posix_spawn_file_actions_init(&fa);
+  ::posix_spawnattr_init(&attr);
+  ::posix_spawn_file_actions_adddup2(&fa, writable.get(), STDOUT_FILENO);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  ::posix_spawnattr_setsigmask(&attr, &none);
+  ::posix_spawnattr_setsigdefault(&attr, &all);
+  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  char* argv[] = {const_cast<char*>(path.c_str()), const_cast<char*>("topology"), nullptr};
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, path.c_str(), &fa, &attr, argv, ::environ);
+  ::posix_spawn_file_actions_destroy(&fa);
+  ::posix_spawnattr_destroy(&attr);
+  if (rc != 0) return {"", "topology: cannot start " + path + ": " + std::strerror(rc)};
+  writable.reset();
+  std::string text;
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(readable.get(), buf, sizeof buf);
+    if (n > 0) {
+      text.append(buf, static_cast<std::size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
   }
-  auto read = reinterpret_cast<tm::read_function>(::dlsym(module, tm::read_symbol));
-  if (read == nullptr) return {"", path + " has no " + tm::read_symbol};
-  int ok = 0;
-  std::unique_ptr<char, void (*)(void*)> text(read(&ok), std::free);
-  if (!text) return {"", "out of memory reading the topology"};
-  // The module stays loaded: hwloc's libraries would cost their loading again for nothing.
-  return ok != 0 ? pm::link::host_shape{text.get(), ""}
-                 : pm::link::host_shape{"", std::string("topology: ") + text.get()};
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {text, ""};
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 1) return {"", text};
+  return {"",
+          "topology: " + path +
+              (WIFSIGNALED(status) ? " was killed by signal " + std::to_string(WTERMSIG(status))
+                                   : " exited with code " + std::to_string(WEXITSTATUS(status)))};
 }
 
 }  // namespace
 
 pm::link::host_shape read_host_shape() {
-  static const pm::link::host_shape shape = read_shape();  // read once per host
+  static const pm::link::host_shape shape = run_topology_helper();  // read once per host
   return shape;
 }
 

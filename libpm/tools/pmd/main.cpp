@@ -8,10 +8,10 @@
 // and its child relay) and the link's in pm::link::endpoint; this is their driver: one thread, one
 // epoll loop over the link's descriptors, a signalfd (SIGCHLD, SIGTERM, SIGINT, SIGHUP), one pidfd
 // per running rank, the ranks' streams when they cross the link (rank_streams), the PMIx server's
-// descriptors (pmix_gateway) and the child agents' pipes (child_agents). Every event goes to the
-// machine, every action is carried out here. pmd is a child subreaper, so every descendant of a
-// rank that loses its parent becomes pmd's child, and the final sweep kills and reaps all of
-// them. docs/agent.md.
+// descriptors (pmix_helper: the server itself runs in pmd-helper) and the child agents' pipes
+// (child_agents). Every event goes to the machine, every action is carried out here. pmd is a child
+// subreaper, so every descendant of a rank that loses its parent becomes pmd's child, and the final
+// sweep kills and reaps all of them. docs/agent.md.
 //
 // No PR_SET_PDEATHSIG: the closed channel is the launcher's death notice (it also works when the
 // launcher is a thread of a bigger program, where the parent-death signal would fire when the
@@ -49,7 +49,7 @@
 #include "link/socket.hpp"
 #include "own_process.hpp"
 #include "pm/error.hpp"
-#include "pmix_gateway.hpp"
+#include "pmix_helper.hpp"
 #include "rank_processes.hpp"
 #include "rank_streams.hpp"
 #include "sys/local_files.hpp"
@@ -127,7 +127,7 @@ class driver {
   std::vector<std::string> addrs_;  // this host's addresses, as hello named them
   std::optional<rlimit> nofile_;
   pmd::rank_streams streams_;                    // ranks' streams as frames (remote agents)
-  std::unique_ptr<pmd::pmix_gateway> pmix_;      // when the job's ranks get PMIx
+  std::unique_ptr<pmd::pmix_helper> pmix_;       // when the job's ranks get PMIx
   std::unique_ptr<pmd::child_agents> children_;  // the tree launch: agents this one started
 };
 
@@ -189,8 +189,8 @@ void driver::execute(ag::host_action& a) {
 // The server itself starts when a rank connects; until then the gateway only listens.
 void driver::start_pmix(const ag::start_pmix& s) {
   try {
-    pmix_ = std::make_unique<pmd::pmix_gateway>(s.job,
-                                                [this](ag::pmix_event e) { feed(std::move(e)); });
+    pmix_ =
+        std::make_unique<pmd::pmix_helper>(s.job, [this](ag::pmix_event e) { feed(std::move(e)); });
   } catch (const std::exception& e) {
     pending_.push_back(ag::pmix_unavailable{e.what()});
     return;
@@ -225,18 +225,26 @@ void driver::execute(ag::action& a) {
     ranks_.reap_orphans(kept_elsewhere());
   } else if (std::holds_alternative<ag::sweep>(a)) {
     // Rank groups got SIGKILL before this action, so reaping their leaders is safe now; the
-    // child agents' stdin was closed before it (their ssh are waited for, not killed).
+    // child agents' stdin was closed before it (their ssh are waited for, not killed). The PMIx
+    // server goes with the ranks it served: pmd-helper is not left as a child (pmix_helper::stop).
+    if (pmix_) pmix_->stop();
     pending_.push_back(ag::swept{ranks_.sweep(kept_elsewhere())});
   } else if (std::holds_alternative<ag::sweep_ranks>(a)) {
     // A restart: the rank groups got SIGKILL before this action; the child agents' ssh stay.
     std::vector<std::pair<std::uint32_t, pm::exit_status>> exits;
     const auto left = ranks_.sweep_ranks(kept_elsewhere(), exits);
-    // Upcalls queued before the exits (a PMIx_Finalize) count: run them first (on_pidfd).
-    if (pmix_ && !exits.empty()) pmix_->on_ready();
-    for (auto& [rank, status] : exits) pending_.push_back(ag::event{ag::rank_exited{rank, status}});
-    // With nothing left: the next incarnation's port, picked as hello's.
-    const std::uint16_t port = left == 0 ? ag::free_port(addrs_) : 0;
-    pending_.push_back(ag::event{ag::ranks_swept{left, port}});
+    auto report = [this, exits = std::move(exits), left] {
+      for (const auto& [rank, status] : exits) feed(ag::event{ag::rank_exited{rank, status}});
+      // With nothing left: the next incarnation's port, picked as hello's.
+      const std::uint16_t port = left == 0 ? ag::free_port(addrs_) : 0;
+      feed(ag::event{ag::ranks_swept{left, port}});
+    };
+    // Upcalls the server queued before the exits (a PMIx_Finalize) count: reported first.
+    if (pmix_) {
+      pmix_->after_upcalls(std::move(report));
+    } else {
+      report();
+    }
   } else if (std::holds_alternative<ag::forget_ranks>(a)) {
     ranks_.forget();
     streams_.forget_ranks();
@@ -413,14 +421,21 @@ void driver::on_signals() {
 void driver::on_pidfd(std::uint32_t rank) {
   const auto status = ranks_.exit_of(rank);
   if (!status) return;
-  // Upcalls queued before the exit (its PMIx_Finalize) count: run them first.
-  if (pmix_) pmix_->on_ready();
+  // Upcalls the server queued before the exit (its PMIx_Finalize) count: reported first.
+  if (pmix_) {
+    pmix_->after_upcalls([this, rank, s = *status] { feed(ag::event{ag::rank_exited{rank, s}}); });
+    return;
+  }
   feed(ag::event{ag::rank_exited{rank, *status}});
 }
 
 pmd::rank_processes::kept driver::kept_elsewhere() const {
-  if (!children_ || children_->empty()) return {};
-  return [this](pid_t pid) { return children_->owns(pid); };
+  const pid_t helper = pmix_ ? pmix_->helper_pid() : 0;
+  const bool agents = children_ && !children_->empty();
+  if (!agents && helper == 0) return {};
+  return [this, helper, agents](pid_t pid) {
+    return pid == helper || (agents && children_->owns(pid));
+  };
 }
 
 int driver::next_timeout_ms() const {
@@ -503,13 +518,8 @@ int driver::run() {
     flush();
   }
   link_.last_words();
-  // The PMIx server's directories go; the server itself is not finalized (pmix_gateway::stop):
-  // if it ran, its threads still do, so end now, without the static destructors and atexit
-  // handlers that would meet them.
-  if (pmix_ && !pmix_->stop()) {
-    std::fflush(stderr);
-    std::_Exit(*exit_code_);
-  }
+  // pmd-helper's server ends and its directories go (pmix_helper::stop).
+  if (pmix_) pmix_->stop();
   pmix_.reset();
   return *exit_code_;
 }

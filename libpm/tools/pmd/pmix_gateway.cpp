@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -52,19 +51,6 @@ std::string pmix_module_path() {
 #endif
 }
 
-// Eight letters and digits from the kernel's random source.
-std::string random_word() {
-  static constexpr char alphabet[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  unsigned char bytes[8] = {};
-  if (::getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
-    fail("getrandom");
-  }
-  std::string word;
-  for (const unsigned char b : bytes) word += alphabet[b % (sizeof alphabet - 1)];
-  return word;
-}
-
 std::string value_of(const std::vector<std::string>& env, std::string_view name) {
   for (const auto& e : env) {
     if (e.size() > name.size() && e.compare(0, name.size(), name) == 0 && e[name.size()] == '=') {
@@ -76,10 +62,15 @@ std::string value_of(const std::vector<std::string>& env, std::string_view name)
 
 }  // namespace
 
-pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, reporter report)
+pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, pm::agent::pmix::server_place place,
+                           pm::link::owned_fd listener, reporter report,
+                           std::function<void()> await_agent)
     : job_(job),
       report_(std::move(report)),
+      await_agent_(std::move(await_agent)),
+      place_(std::move(place)),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      listener_(std::move(listener)),
       timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)),
       relay_(epoll_.get(), tag_relay,
              tcp_relay::options{::geteuid(), std::chrono::milliseconds(5000),
@@ -94,28 +85,6 @@ pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, reporter report)
   for (std::uint32_t r = 0; r < job_.rank_node.size(); ++r) {
     if (job_.rank_node[r] == job_.node) local_ranks_.push_back(r);
   }
-  // A host that runs none of the first job's ranks (one a spawned job brought in) learns its
-  // name for PMIx from that job (the relay's pmix_host_named).
-  if (job_.node < job_.nodes.size()) place_.hostname = job_.nodes[job_.node];
-  place_.server_pid = ::getpid();
-  // Named now (the ranks are told), made when the server starts: a job that never calls PMIx
-  // makes and removes nothing (measured: a directory on /tmp costs ms on a busy disk). The names
-  // carry a random part no other user can guess, and mkdir fails rather than follows a name
-  // someone made meanwhile.
-  const std::string stem = "pm-pmix." + std::to_string(::getpid()) + "." + random_word();
-  place_.dir = tmp_root() + "/" + stem;
-  place_.shm_dir = "/dev/shm/" + stem;
-  listener_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof sa;
-  if (!listener_ || ::bind(listener_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
-      ::listen(listener_.get(), 1024) != 0 ||
-      ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    fail("cannot listen on 127.0.0.1");
-  }
-  place_.port = ntohs(sa.sin_port);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = tag_listener;
@@ -181,16 +150,6 @@ void pmix_gateway::make_dirs() {
   shm_fd_ = pm::agent::make_private_dir(place_.shm_dir);
   made_shm_ = true;
   if (::mkdirat(shm_fd_.get(), job_.nspace.c_str(), 0700) != 0) fail("cannot create " + js);
-}
-
-pm::agent::pmix_host_facts pmix_gateway::facts() const {
-  pm::agent::pmix_host_facts f;
-  f.place = place_;
-  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-  f.cores = cores > 0 ? static_cast<unsigned>(cores) : 0;
-  f.rdma = pm::agent::has_rdma_devices();
-  f.gpus = pm::agent::has_gpu_devices();  // the host machine adds its summary's GPUs
-  return f;
 }
 
 void pmix_gateway::rank_bound(std::uint32_t rank, std::string cpus) {
@@ -414,8 +373,10 @@ bool pmix_gateway::ensure_server() {
     report_(pm::agent::pmix_server_failed{});
     return false;
   }
-  // Spawned namespaces known already and events that came early reach it now.
+  // Spawned namespaces known already and events that came early reach it now, before the
+  // connection that started it: a spawned job's rank would be refused as unknown.
   report_(pm::agent::pmix_server_up{});
+  if (await_agent_) await_agent_();
   return true;
 }
 
@@ -456,6 +417,8 @@ void pmix_gateway::start_server() {
   // Only pmd reaches the server; tools find pmd's port in PMIx's rendezvous files.
   opts.listener_path = server_path_;
   opts.tool_address = "tcp4://127.0.0.1:" + std::to_string(place_.port);
+  // Tools name pmd (pmrun --ps shows its pid), not this helper.
+  opts.agent_pid = place_.server_pid;
   // Every request is kept under an id and reported; the agent's relay decides (pmix_relay.hpp).
   namespace ag = pm::agent;
   opts.on.abort = [this](pmix::abort_request r) {

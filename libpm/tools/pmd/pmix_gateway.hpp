@@ -1,22 +1,22 @@
-// pmd's PMIx side (docs/pmix.md): the PMIx server of this host's ranks, started only when one of
-// them connects, and the libpmix calls. What to make of each request is decided by the agent's
-// PMIx relay (libpm/src/agent/pmix_relay.hpp); this is its driver towards libpmix.
+// The ranks' PMIx server as pmd-helper runs it (docs/pmix.md, "The server's process"): started
+// only when one of them connects, and the libpmix calls. What to make of each request is decided
+// by the agent's PMIx relay (libpm/src/agent/pmix_relay.hpp) in pmd; pmd's pmix_helper carries
+// the relay's actions here and the server's upcalls back.
 //
-// When the job's setup says the ranks get PMIx, the gateway names the private directories and
-// listens on 127.0.0.1 (facts() says where, for the ranks' variables). A job that never calls
-// PMIx costs a socket. The first connection of the job's owner that sends a whole PMIx handshake
-// loads libpm-pmix.so (pmd does not link libpmix), makes the directories, starts the server
-// (about 20 ms) on a Unix socket in the private directory instead of libpmix's TCP port,
-// registers the job and every local rank; every connection is relayed there (tcp_relay.hpp: the
-// owner check, the handshake buffering). A restart in place (pm::agent::pmix_restart)
-// deregisters the namespaces served so far and registers the new incarnation's like the first
-// job's, when the next connection comes (its ranks' bindings known by then).
+// pmd named the private directories and listens on 127.0.0.1 (the ranks were told where); the
+// helper gets that listener. The first connection of the job's owner that sends a whole PMIx
+// handshake loads libpm-pmix.so, makes the directories, starts the server (about 20 ms) on a
+// Unix socket in the private directory instead of libpmix's TCP port, registers the job and
+// every local rank; every connection is relayed there (tcp_relay.hpp: the owner check, the
+// handshake buffering). A restart in place (pm::agent::pmix_restart) deregisters the namespaces
+// served so far and registers the new incarnation's like the first job's, when the next
+// connection comes (its ranks' bindings known by then).
 //
 // Each request the server hands over (an upcall) is kept here under an id and reported as a
 // pm::agent::pmix_event; the relay's actions (complete a request, serve a modex, register a
-// namespace, notify) are carried out by execute(). Everything runs on pmd's thread: the gateway's
-// descriptors are in an epoll set of its own, which pmd watches as one descriptor (fd()) and
-// serves with on_ready().
+// namespace, notify) are carried out by execute(). Everything runs on the helper's thread: the
+// gateway's descriptors are in an epoll set of its own, watched as one descriptor (fd()) and
+// served with on_ready().
 #pragma once
 
 #include <chrono>
@@ -43,15 +43,19 @@ class pmix_gateway {
   /// What the server reported, for the agent's machine (pmd feeds it as an event).
   using reporter = std::function<void(pm::agent::pmix_event)>;
 
-  /// Makes the listener and names the private directories; throws pm::error naming what failed.
-  pmix_gateway(const pm::link::pmix_job& job, reporter report);
+  /// Serves the ranks that connect to `listener` (pmd made it and named the private
+  /// directories in `place`: the ranks were told); throws pm::error naming what failed.
+  /// `await_agent` returns once pmd acted on pmix_server_up (registered the spawned jobs it
+  /// knows, notified early events): only then does the first connection reach the server.
+  pmix_gateway(const pm::link::pmix_job& job, pm::agent::pmix::server_place place,
+               pm::link::owned_fd listener, reporter report, std::function<void()> await_agent);
   /// stop() unless it ran (its result ignored: pmd calls stop() itself).
   ~pmix_gateway();
-  /// pmd's end: closes every relayed connection, fails what is pending and removes the
+  /// The helper's end: closes every relayed connection, fails what is pending and removes the
   /// directories. The server itself (if it started) is not finalized: libpmix 4.2.2's
   /// PMIx_server_finalize has deadlocked (issue 20) and crashed (SIGSEGV inside it, and heap
   /// corruption, in about one in 30 runs of PmrunMpi.APmixToolSeesTheJobsRanksAndSpawns), and at
-  /// pmd's end it would release nothing the process's exit does not (PMIx's files are in the
+  /// the helper's end it would release nothing the process's exit does not (PMIx's files are in the
   /// directories removed here; its sockets and threads go with the process). Returns false when
   /// the server ran: its threads still do, so the process must end with std::_Exit (static
   /// destructors and libpmix's atexit handlers would meet them).
@@ -59,8 +63,6 @@ class pmix_gateway {
   pmix_gateway(const pmix_gateway&) = delete;
   pmix_gateway& operator=(const pmix_gateway&) = delete;
 
-  /// Where the server will be and what this host has (cores, RDMA devices, GPUs).
-  pm::agent::pmix_host_facts facts() const;
   /// Rank `rank` of the first job was started bound to `cpus` (a cpu list): the server registers
   /// its cpuset and locality string (docs/pmix.md, "Locality"). Ranks spawned with the job's
   /// spawn requests are known before any of them can reach the server, but for a request that
@@ -92,6 +94,7 @@ class pmix_gateway {
 
   pm::link::pmix_job job_;
   reporter report_;
+  std::function<void()> await_agent_;
   pm::agent::pmix::server_place place_;
   std::vector<std::uint32_t> local_ranks_;
   std::map<std::uint32_t, std::string> bound_;  // local ranks' applied cpus, until registered

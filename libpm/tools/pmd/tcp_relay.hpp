@@ -1,7 +1,8 @@
-// How the ranks and tools reach the PMIx server that pmd starts only when the first of them
+// How the ranks and tools reach the PMIx server that pmd-helper starts only when the first of them
 // connects (pmix_gateway.hpp, docs/pmix.md "Who reaches the server"). The ranks were told pmd's
-// port on 127.0.0.1 at exec; the server itself listens on a Unix socket in pmd's private 0700
-// directory, which no other user can reach. For each connection pmd accepts, the relay:
+// port on 127.0.0.1 at exec (the helper took over pmd's listener); the server itself listens on a
+// Unix socket in the agent's private 0700 directory, which no other user can reach. For each
+// connection the helper accepts, the relay:
 //   1. asks the kernel who made it (sock_diag, agent/peer_owner.hpp) and closes it at once unless
 //      it is the job's owner (a line per refused uid, the first time; the rest are counted);
 //   2. buffers its first message (the PMIx handshake, agent/pmix/handshake.hpp) within a deadline

@@ -78,7 +78,9 @@ void confine(server::impl& p, const std::vector<inet_listener>& before,
            " connection(s) made to the server's TCP port before it was replaced");
   }
   p.confined.store(true);
-  if (!p.opts.tool_address.empty()) point_rendezvous_files(pmix_dir, p.opts.tool_address);
+  if (!p.opts.tool_address.empty()) {
+    point_rendezvous_files(pmix_dir, p.opts.tool_address, p.opts.agent_pid);
+  }
 }
 
 }  // namespace

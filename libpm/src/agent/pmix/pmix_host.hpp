@@ -401,6 +401,10 @@ struct options {
   /// With listener_path: the address ("tcp4://127.0.0.1:PORT", pmd's relay) that the rendezvous
   /// files PMIx writes for tools in its tmpdir give instead of the server's shut TCP port.
   std::string tool_address;
+  /// With tool_address: the pid a tool names with PMIX_SERVER_PIDINFO, when the server runs in
+  /// another process than the agent users see (pmd-helper for pmd): each rendezvous file PMIx
+  /// wrote under the server's own pid is written under this one as well. 0: none.
+  std::int64_t agent_pid = 0;
   callbacks on;
 };
 

@@ -299,8 +299,11 @@ void on_tool_connected(pmix_info_t*, size_t, pmix_tool_connection_cbfunc_t cbfun
   const bool trusted = s == nullptr || s->opts.listener_path.empty() || s->confined.load();
   pmix_proc_t tool;
   char name[PMIX_MAX_NSLEN + 1];
-  std::snprintf(name, sizeof name, "%s.%ld.%u", trusted ? "pm-tool" : "pm-untrusted",
-                static_cast<long>(::getpid()), tools.fetch_add(1));
+  // Named after the agent users see (pmd), where the server runs in a helper of it.
+  const long agent = s != nullptr && s->opts.agent_pid > 0 ? static_cast<long>(s->opts.agent_pid)
+                                                           : static_cast<long>(::getpid());
+  std::snprintf(name, sizeof name, "%s.%ld.%u", trusted ? "pm-tool" : "pm-untrusted", agent,
+                tools.fetch_add(1));
   PMIX_PROC_LOAD(&tool, name, 0);
   if (!trusted && s != nullptr) {
     s->note(

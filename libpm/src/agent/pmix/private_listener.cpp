@@ -15,6 +15,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string>
+#include <string_view>
 
 #include "agent/pmix/pmix_host.hpp"
 #include "pm/error.hpp"
@@ -144,8 +146,12 @@ class probe {
 }  // namespace
 
 // The first line of each rendezvous file PMIx wrote for tools ("pmix.<host>.tool.<pid>", ...)
-// names the server's TCP address after a ';': it becomes `address` (pmd's relay).
-void point_rendezvous_files(const std::string& dir, const std::string& address) {
+// names the server's TCP address after a ';': it becomes `address` (pmd's relay). A file named
+// after this process's pid is written under `agent_pid` too (the pid tools are shown), never over
+// an existing name (O_EXCL), 0600 like PMIx's own.
+void point_rendezvous_files(const std::string& dir, const std::string& address,
+                            std::int64_t agent_pid) {
+  const std::string own_suffix = "." + std::to_string(::getpid());
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0) return;
   const int lfd = ::dup(dfd);
@@ -173,6 +179,17 @@ void point_rendezvous_files(const std::string& dir, const std::string& address) 
       text = text.substr(0, semi + 1) + address + text.substr(eol);
       if (::ftruncate(fd, 0) == 0) {
         [[maybe_unused]] const auto n = ::pwrite(fd, text.data(), text.size(), 0);
+      }
+      const std::string_view name = e->d_name;
+      if (agent_pid > 0 && agent_pid != ::getpid() && name.ends_with(own_suffix)) {
+        const std::string alias = std::string(name.substr(0, name.size() - own_suffix.size())) +
+                                  "." + std::to_string(agent_pid);
+        const int afd = ::openat(dfd, alias.c_str(),
+                                 O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (afd >= 0) {
+          [[maybe_unused]] const auto n = ::write(afd, text.data(), text.size());
+          ::close(afd);
+        }
       }
     }
     ::close(fd);

@@ -32,6 +32,7 @@ std::size_t replace_listener(const std::vector<inet_listener>& before, const std
                              std::vector<int>& decoys);
 
 /// The rendezvous files PMIx wrote for tools in `dir` name `address` (pmd's relay) instead.
-void point_rendezvous_files(const std::string& dir, const std::string& address);
+void point_rendezvous_files(const std::string& dir, const std::string& address,
+                            std::int64_t agent_pid = 0);
 
 }  // namespace pm::agent::pmix

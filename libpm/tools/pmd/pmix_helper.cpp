@@ -1,0 +1,383 @@
+#include "pmix_helper.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "agent/host_facts.hpp"
+#include "agent/private_dir.hpp"
+#include "module_path.hpp"
+#include "pm/error.hpp"
+#include "pmix_helper_frames.hpp"
+#include "sys/pidfd.hpp"
+
+extern char** environ;
+
+namespace pmd {
+
+namespace frames = helper_frames;
+
+namespace {
+
+constexpr std::uint64_t tag_listener = 1;
+constexpr std::uint64_t tag_channel = 2;
+constexpr std::uint64_t tag_helper = 3;
+
+// How long pmd's end waits for the helper to close its server's connections and remove its
+// directories before it kills it (libpmix 4.2.2 has hung at the end: issue 20).
+constexpr int stop_wait_ms = 5000;
+
+[[noreturn]] void fail(const std::string& what) {
+  throw pm::error(pm::errc::system, "PMIx: " + what + ": " + std::strerror(errno));
+}
+
+std::string tmp_root() {
+  const char* t = std::getenv("TMPDIR");
+  return t != nullptr && *t != '\0' ? std::string(t) : std::string("/tmp");
+}
+
+// Eight letters and digits from the kernel's random source.
+std::string random_word() {
+  static constexpr char alphabet[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  unsigned char bytes[8] = {};
+  if (::getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
+    fail("getrandom");
+  }
+  std::string word;
+  for (const unsigned char b : bytes) word += alphabet[b % (sizeof alphabet - 1)];
+  return word;
+}
+
+void watch(int epoll, int fd, std::uint32_t events, std::uint64_t tag) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = tag;
+  if (::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST) {
+    ::epoll_ctl(epoll, EPOLL_CTL_MOD, fd, &ev);
+  }
+}
+
+}  // namespace
+
+pmix_helper::pmix_helper(const pm::link::pmix_job& job, reporter report)
+    : job_(job), report_(std::move(report)), epoll_(::epoll_create1(EPOLL_CLOEXEC)) {
+  if (!epoll_) fail("epoll_create1");
+  // A host that runs none of the first job's ranks (one a spawned job brought in) learns its
+  // name for PMIx from that job (the relay's pmix_host_named).
+  if (job_.node < job_.nodes.size()) place_.hostname = job_.nodes[job_.node];
+  // The ranks name pmd as their server's process: the pid in the directories' names lets a later
+  // server tell this agent's leftovers (a SIGKILLed pmd takes its helper with it) from a live
+  // one's.
+  place_.server_pid = ::getpid();
+  // Named now (the ranks are told), made when the server starts: a job that never calls PMIx
+  // makes and removes nothing (measured: a directory on /tmp costs ms on a busy disk). The names
+  // carry a random part no other user can guess, and mkdir fails rather than follows a name
+  // someone made meanwhile.
+  const std::string stem = "pm-pmix." + std::to_string(::getpid()) + "." + random_word();
+  place_.dir = tmp_root() + "/" + stem;
+  place_.shm_dir = "/dev/shm/" + stem;
+  // Not close-on-exec: the helper inherits it (it is dup'ed to a fixed number there anyway).
+  listener_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  if (!listener_ || ::bind(listener_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(listener_.get(), 1024) != 0 ||
+      ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    fail("cannot listen on 127.0.0.1");
+  }
+  place_.port = ntohs(sa.sin_port);
+  watch(epoll_.get(), listener_.get(), EPOLLIN, tag_listener);
+  send(pm::agent::pmix_channel::setup{job_, place_});
+}
+
+pmix_helper::~pmix_helper() {
+  stop();
+}
+
+pm::agent::pmix_host_facts pmix_helper::facts() const {
+  pm::agent::pmix_host_facts f;
+  f.place = place_;
+  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  f.cores = cores > 0 ? static_cast<unsigned>(cores) : 0;
+  f.rdma = pm::agent::has_rdma_devices();
+  f.gpus = pm::agent::has_gpu_devices();  // the host machine adds its summary's GPUs
+  return f;
+}
+
+void pmix_helper::rank_bound(std::uint32_t rank, std::string cpus) {
+  send(pm::agent::pmix_channel::rank_bound{rank, std::move(cpus)});
+}
+
+void pmix_helper::execute(pm::agent::pmix_action& a) {
+  namespace ag = pm::agent;
+  if (std::holds_alternative<ag::send>(a)) return;  // pmd's
+  // A modex the server must answer starts it, as a rank's connection does.
+  if (const auto* m = std::get_if<ag::pmix_serve_modex>(&a); m && !started_) start_helper();
+  if (gone_ || failed_) {
+    if (const auto* m = std::get_if<ag::pmix_serve_modex>(&a)) {
+      report_(ag::pmix_local_modex_answered{m->link_id, false, {}});
+    }
+    return;
+  }
+  std::visit(
+      [&](auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (!std::is_same_v<T, ag::send>) send(pm::agent::pmix_channel::to_helper{x});
+      },
+      a);
+}
+
+void pmix_helper::after_upcalls(std::function<void()> then) {
+  if (!started_ || gone_ || failed_) {
+    then();
+    return;
+  }
+  const std::uint64_t n = next_sync_++;
+  waiting_.emplace_back(n, std::move(then));
+  std::string frame;
+  frames::append(frame, frames::sync, frames::sync_body(n));
+  out_ += frame;
+  flush();
+}
+
+void pmix_helper::send(const pm::agent::pmix_channel::to_helper& m) {
+  if (gone_ || failed_ || stopped_) return;
+  std::string frame;
+  frames::append(frame, frames::message, pm::agent::pmix_channel::encode(m));
+  if (!started_) {
+    kept_.push_back(std::move(frame));
+    return;
+  }
+  out_ += frame;
+  flush();
+}
+
+// pmd-helper beside pmd (PM_PMD_HELPER names another), with the channel as descriptor 3 and the
+// listener as 4; its signals as a fresh program's (pmd blocks the ones it reads from a signalfd).
+void pmix_helper::start_helper() {
+  if (started_ || failed_) return;
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    failed_ = true;
+    report_(pm::agent::pmix_server_said{std::string("PMIx server: socketpair: ") +
+                                        std::strerror(errno)});
+    report_(pm::agent::pmix_server_failed{});
+    return;
+  }
+  pm::link::owned_fd mine(pair[0]), theirs(pair[1]);
+  const std::string path = module_path("PM_PMD_HELPER", ".", "pmd-helper");
+  const std::string parent = std::to_string(::getpid());
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  ::posix_spawn_file_actions_init(&fa);
+  ::posix_spawnattr_init(&attr);
+  ::posix_spawn_file_actions_adddup2(&fa, theirs.get(), 3);
+  ::posix_spawn_file_actions_adddup2(&fa, listener_.get(), 4);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  ::posix_spawnattr_setsigmask(&attr, &none);
+  ::posix_spawnattr_setsigdefault(&attr, &all);
+  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  char* argv[] = {const_cast<char*>(path.c_str()), const_cast<char*>("pmix"),
+                  const_cast<char*>(parent.c_str()), nullptr};
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, path.c_str(), &fa, &attr, argv, ::environ);
+  ::posix_spawn_file_actions_destroy(&fa);
+  ::posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    failed_ = true;
+    report_(pm::agent::pmix_server_said{"PMIx server: cannot start " + path + ": " +
+                                        std::strerror(rc)});
+    report_(pm::agent::pmix_server_failed{});
+    return;
+  }
+  started_ = true;
+  pid_ = pid;
+  pidfd_.reset(pm::sys::open_pidfd(pid));
+  channel_ = std::move(mine);
+  // The helper accepts from now on; pmd's copy would only keep the port open after it ended.
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+  listener_.reset();
+  watch(epoll_.get(), channel_.get(), EPOLLIN, tag_channel);
+  if (pidfd_) watch(epoll_.get(), pidfd_.get(), EPOLLIN, tag_helper);
+  for (auto& f : kept_) out_ += f;
+  kept_.clear();
+  flush();
+}
+
+void pmix_helper::flush() {
+  while (!out_.empty() && channel_) {
+    const ssize_t n = ::send(channel_.get(), out_.data(), out_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      out_.erase(0, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    helper_gone(std::string("its channel broke: ") + std::strerror(errno));
+    return;
+  }
+  if (channel_) {
+    watch(epoll_.get(), channel_.get(), out_.empty() ? EPOLLIN : EPOLLIN | EPOLLOUT, tag_channel);
+  }
+}
+
+void pmix_helper::on_ready() {
+  epoll_event events[8];
+  const int n = ::epoll_wait(epoll_.get(), events, 8, 0);
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t tag = events[i].data.u64;
+    if (tag == tag_listener) {
+      start_helper();
+    } else if (tag == tag_channel) {
+      if ((events[i].events & EPOLLOUT) != 0) flush();
+      if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) read_channel();
+    } else if (tag == tag_helper) {
+      // Its last reports may still be in the channel.
+      if (channel_) read_channel();
+      helper_gone("it ended");
+    }
+  }
+}
+
+void pmix_helper::read_channel() {
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::recv(channel_.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      in_.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    // End of file or an error: what came before still counts.
+    std::size_t at = 0;
+    try {
+      while (const auto f = frames::next(std::string_view(in_).substr(at))) {
+        at += f->used;
+        on_frame(f->kind, f->body);
+      }
+    } catch (const std::exception& e) {
+      report_(pm::agent::pmix_server_said{e.what()});
+    }
+    in_.clear();
+    helper_gone(n == 0 ? "it closed its channel"
+                       : std::string("its channel: ") + std::strerror(errno));
+    return;
+  }
+  std::size_t at = 0;
+  try {
+    while (const auto f = frames::next(std::string_view(in_).substr(at))) {
+      at += f->used;
+      on_frame(f->kind, f->body);
+      if (gone_) return;
+    }
+  } catch (const std::exception& e) {
+    in_.clear();
+    ::kill(pid_, SIGKILL);
+    helper_gone(e.what());
+    return;
+  }
+  in_.erase(0, at);
+}
+
+void pmix_helper::on_frame(std::uint8_t kind, std::string_view body) {
+  if (kind == frames::message) {
+    auto e = pm::agent::pmix_channel::decode_event(body);
+    const bool up = std::holds_alternative<pm::agent::pmix_server_up>(e);
+    report_(std::move(e));
+    if (up) {
+      // What the agent did about it (registrations) went out above; the helper waits for this.
+      std::string frame;
+      frames::append(frame, frames::server_up_handled, {});
+      out_ += frame;
+      flush();
+    }
+  } else if (kind == frames::sync) {
+    const std::uint64_t n = frames::sync_number(body);
+    while (!waiting_.empty() && waiting_.front().first <= n) {
+      auto then = std::move(waiting_.front().second);
+      waiting_.pop_front();
+      then();
+    }
+  } else {
+    throw pm::error(pm::errc::launch,
+                    "PMIx helper channel: a frame of unknown kind " + std::to_string(kind));
+  }
+}
+
+// The helper is gone before pmd's end: its server with it. The ranks' connections to it closed;
+// what waits on an upcall's report is let go, and the agent hears it as a server that failed.
+void pmix_helper::helper_gone(const std::string& why) {
+  if (gone_) return;
+  gone_ = true;
+  if (channel_) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, channel_.get(), nullptr);
+  channel_.reset();
+  out_.clear();
+  if (!stopped_) {
+    report_(pm::agent::pmix_server_said{"PMIx server: pmd-helper " + why});
+    report_(pm::agent::pmix_server_failed{});
+  }
+  run_waiting();
+}
+
+void pmix_helper::run_waiting() {
+  while (!waiting_.empty()) {
+    auto then = std::move(waiting_.front().second);
+    waiting_.pop_front();
+    then();
+  }
+}
+
+void pmix_helper::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  waiting_.clear();
+  if (!started_) return;  // nothing was made
+  // The end of the channel tells the helper to stop; it closes its server's connections and
+  // removes the directories, then ends.
+  if (channel_) ::shutdown(channel_.get(), SHUT_WR);
+  bool killed = false;
+  if (pidfd_) {
+    pollfd p{pidfd_.get(), POLLIN, 0};
+    killed = ::poll(&p, 1, stop_wait_ms) != 1;
+    if (killed) pm::sys::send_signal(pidfd_.get(), SIGKILL);
+    siginfo_t info{};
+    ::waitid(pm::sys::pidfd_id, static_cast<id_t>(pidfd_.get()), &info, WEXITED);
+  } else if (pid_ > 0) {
+    int status = 0;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status, 0);
+  }
+  pid_ = 0;
+  channel_.reset();
+  if (killed) {
+    std::fprintf(stderr, "pmd: PMIx: pmd-helper did not end within %d ms: killed\n", stop_wait_ms);
+  }
+  // Gone already where the helper removed them; left where it was killed or crashed.
+  std::string why;
+  if (!pm::agent::remove_private_tree(place_.dir, &why)) {
+    std::fprintf(stderr, "pmd: PMIx: %s\n", why.c_str());
+  }
+  if (!pm::agent::remove_private_tree(place_.shm_dir, &why)) {
+    std::fprintf(stderr, "pmd: PMIx: %s\n", why.c_str());
+  }
+}
+
+}  // namespace pmd
