@@ -195,6 +195,9 @@ int main(int argc, char** argv) {
     // that died before the request took effect.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (std::to_string(::getppid()) != argv[2]) return 0;
+    // A terminal's Ctrl-C or hang-up is pmd's to act on (it clears the ranks, then ends this).
+    ::signal(SIGINT, SIG_IGN);
+    ::signal(SIGHUP, SIG_IGN);
     if (::fcntl(channel_fd, F_GETFD) < 0 || ::fcntl(listener_fd, F_GETFD) < 0) {
       std::fprintf(stderr, "pmd-helper: started without its descriptors (pmd starts it)\n");
       return 2;

@@ -233,18 +233,13 @@ void driver::execute(ag::action& a) {
     // A restart: the rank groups got SIGKILL before this action; the child agents' ssh stay.
     std::vector<std::pair<std::uint32_t, pm::exit_status>> exits;
     const auto left = ranks_.sweep_ranks(kept_elsewhere(), exits);
-    auto report = [this, exits = std::move(exits), left] {
-      for (const auto& [rank, status] : exits) feed(ag::event{ag::rank_exited{rank, status}});
-      // With nothing left: the next incarnation's port, picked as hello's.
-      const std::uint16_t port = left == 0 ? ag::free_port(addrs_) : 0;
-      feed(ag::event{ag::ranks_swept{left, port}});
-    };
-    // Upcalls the server queued before the exits (a PMIx_Finalize) count: reported first.
-    if (pmix_) {
-      pmix_->after_upcalls(std::move(report));
-    } else {
-      report();
-    }
+    // Upcalls the server queued before the exits (a PMIx_Finalize) count: reported first, and
+    // the answer follows at once (the launcher may place the incarnation anew meanwhile).
+    if (pmix_) pmix_->drain_upcalls();
+    for (auto& [rank, status] : exits) pending_.push_back(ag::event{ag::rank_exited{rank, status}});
+    // With nothing left: the next incarnation's port, picked as hello's.
+    const std::uint16_t port = left == 0 ? ag::free_port(addrs_) : 0;
+    pending_.push_back(ag::event{ag::ranks_swept{left, port}});
   } else if (std::holds_alternative<ag::forget_ranks>(a)) {
     ranks_.forget();
     streams_.forget_ranks();

@@ -11,7 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +40,8 @@ constexpr std::uint64_t tag_helper = 3;
 // How long pmd's end waits for the helper to close its server's connections and remove its
 // directories before it kills it (libpmix 4.2.2 has hung at the end: issue 20).
 constexpr int stop_wait_ms = 5000;
+// How long a restart's sweep waits for the upcalls queued before its ranks' ends.
+constexpr std::chrono::milliseconds drain_bound{2000};
 
 [[noreturn]] void fail(const std::string& what) {
   throw pm::error(pm::errc::system, "PMIx: " + what + ": " + std::strerror(errno));
@@ -143,7 +147,7 @@ void pmix_helper::execute(pm::agent::pmix_action& a) {
 }
 
 void pmix_helper::after_upcalls(std::function<void()> then) {
-  if (!started_ || gone_ || failed_) {
+  if (!started_ || gone_ || failed_ || stopped_) {
     then();
     return;
   }
@@ -230,7 +234,7 @@ void pmix_helper::flush() {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    helper_gone(std::string("its channel broke: ") + std::strerror(errno));
+    helper_gone(std::string("lost its channel: ") + std::strerror(errno));
     return;
   }
   if (channel_) {
@@ -251,14 +255,16 @@ void pmix_helper::on_ready() {
     } else if (tag == tag_helper) {
       // Its last reports may still be in the channel.
       if (channel_) read_channel();
-      helper_gone("it ended");
+      helper_gone("ended");
     }
   }
 }
 
 void pmix_helper::read_channel() {
   char buf[65536];
-  for (;;) {
+  bool ended = false;
+  int error = 0;
+  while (channel_) {
     const ssize_t n = ::recv(channel_.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n > 0) {
       in_.append(buf, static_cast<std::size_t>(n));
@@ -266,35 +272,61 @@ void pmix_helper::read_channel() {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    // End of file or an error: what came before still counts.
-    std::size_t at = 0;
-    try {
-      while (const auto f = frames::next(std::string_view(in_).substr(at))) {
-        at += f->used;
-        on_frame(f->kind, f->body);
-      }
-    } catch (const std::exception& e) {
-      report_(pm::agent::pmix_server_said{e.what()});
-    }
-    in_.clear();
-    helper_gone(n == 0 ? "it closed its channel"
-                       : std::string("its channel: ") + std::strerror(errno));
-    return;
+    ended = true;  // what came before still counts
+    error = n < 0 ? errno : 0;
+    break;
   }
-  std::size_t at = 0;
+  // Each frame leaves the buffer before it is carried out: carrying it out may read more
+  // (drain_upcalls, from an action the report led to).
   try {
-    while (const auto f = frames::next(std::string_view(in_).substr(at))) {
-      at += f->used;
-      on_frame(f->kind, f->body);
-      if (gone_) return;
+    while (!gone_) {
+      const auto f = frames::next(in_);
+      if (!f) break;
+      const std::uint8_t kind = f->kind;
+      std::string body(f->body);
+      in_.erase(0, f->used);
+      on_frame(kind, body);
     }
   } catch (const std::exception& e) {
     in_.clear();
-    ::kill(pid_, SIGKILL);
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
     helper_gone(e.what());
     return;
   }
-  in_.erase(0, at);
+  if (ended) {
+    in_.clear();
+    helper_gone(error == 0 ? "closed its channel"
+                           : std::string("lost its channel: ") + std::strerror(error));
+  }
+}
+
+void pmix_helper::drain_upcalls() {
+  if (!started_ || gone_ || failed_ || stopped_) return;
+  const std::uint64_t n = next_sync_++;
+  bool done = false;
+  waiting_.emplace_back(n, [&done] { done = true; });
+  std::string frame;
+  frames::append(frame, frames::sync, frames::sync_body(n));
+  out_ += frame;
+  const auto until = std::chrono::steady_clock::now() + drain_bound;
+  while (!done && !gone_ && channel_) {
+    flush();
+    if (!channel_) break;
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{channel_.get(), static_cast<short>(POLLIN | (out_.empty() ? 0 : POLLOUT)), 0};
+    const int r = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno != EINTR) break;
+    if (r > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_channel();
+  }
+  if (!done) {
+    // A helper that does not answer in time (its server stuck): the agent goes on without it,
+    // and this wait's marker must not outlive `done`.
+    std::erase_if(waiting_, [n](const auto& w) { return w.first == n; });
+    report_(pm::agent::pmix_server_said{"PMIx server: pmd-helper did not answer within " +
+                                        std::to_string(drain_bound.count()) + " ms"});
+  }
 }
 
 void pmix_helper::on_frame(std::uint8_t kind, std::string_view body) {
@@ -348,7 +380,7 @@ void pmix_helper::run_waiting() {
 void pmix_helper::stop() {
   if (stopped_) return;
   stopped_ = true;
-  waiting_.clear();
+  run_waiting();          // what waits on the server's reports is told now: none will come
   if (!started_) return;  // nothing was made
   // The end of the channel tells the helper to stop; it closes its server's connections and
   // removes the directories, then ends.

@@ -56,6 +56,10 @@ class pmix_helper {
   /// Runs `then` once every upcall the server queued by now was reported (at once without a
   /// running helper).
   void after_upcalls(std::function<void()> then);
+  /// The same, waited for here (2 s at most): every upcall queued by now, and every callback
+  /// after_upcalls queued before, has been reported when it returns. A restart's sweep uses it,
+  /// since its answer must follow its ranks' ends at once.
+  void drain_upcalls();
   /// The helper's pid while it runs (pmd's sweeps leave it alone), else 0.
   pid_t helper_pid() const noexcept { return pid_; }
 
