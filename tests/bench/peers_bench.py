@@ -201,8 +201,9 @@ def bench_output(build, rounds, mib):
 
 def tree_rss_kb(root_pid, exclude_exe):
     """Sum of VmRSS of the launcher and its direct children (its helpers: pmd, hydra_pmi_proxy),
-    leaving out the ranks (exclude_exe). Deeper processes are ranks, or a rank between clone and
-    exec, which still shows its parent's pages."""
+    leaving out the ranks (exclude_exe), plus pmd's own helper (pmd-helper: the PMIx server) a
+    level deeper. Other deeper processes are ranks, or a rank between clone and exec, which still
+    shows its parent's pages."""
     children = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -214,7 +215,15 @@ def tree_rss_kb(root_pid, exclude_exe):
         except (OSError, IndexError, ValueError):
             pass
     total = 0
-    for pid in [root_pid] + children.get(root_pid, []):
+    helpers = []
+    for child in children.get(root_pid, []):
+        for grandchild in children.get(child, []):
+            try:
+                if os.path.basename(os.readlink(f"/proc/{grandchild}/exe")) == "pmd-helper":
+                    helpers.append(grandchild)
+            except OSError:
+                pass
+    for pid in [root_pid] + children.get(root_pid, []) + helpers:
         try:
             if os.readlink(f"/proc/{pid}/exe") == exclude_exe:
                 continue
