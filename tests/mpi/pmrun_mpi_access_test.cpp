@@ -479,4 +479,46 @@ TEST_F(PmrunMpi, LeftoversOfKilledAgentsAreRemovedWithoutFollowingLinksOrTakingO
   expect_nothing_left();
 }
 
+// pmd-helper (the PMIx server's process) killed while the job runs: the agent says so in one line,
+// does not spin on the helper's end (it watched its pidfd, readable until reaped), reaps it and
+// removes the server's directories itself at the end; the job, past MPI_Finalize, ends as usual.
+TEST_F(PmrunMpi, AKilledServerProcessIsOneLineAndTheAgentGoesOnWithoutSpinning) {
+  held_job job(tmp_);
+  ASSERT_NO_FATAL_FAILURE(hold(job));
+  const pid_t pmd = job.pmd;
+  pid_t helper = 0;
+  {
+    std::ifstream children("/proc/" + std::to_string(pmd) + "/task/" + std::to_string(pmd) +
+                           "/children");
+    for (pid_t child = 0; children >> child;) {
+      std::ifstream comm("/proc/" + std::to_string(child) + "/comm");
+      std::string name;
+      if (std::getline(comm, name) && name == "pmd-helper") helper = child;
+    }
+  }
+  ASSERT_NE(helper, 0) << "the ranks called MPI_Init, yet pmd started no pmd-helper";
+  // pmd's CPU time (utime + stime, clock ticks) over a second after the kill.
+  const auto cpu_ticks = [](pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    std::istringstream fields(text.substr(text.rfind(')') + 2));
+    std::string f;
+    long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && fields >> f; ++i) {
+      if (i == 14) utime = std::stol(f);
+      if (i == 15) stime = std::stol(f);
+    }
+    return utime + stime;
+  };
+  ASSERT_EQ(::kill(helper, SIGKILL), 0);
+  std::this_thread::sleep_for(200ms);
+  const long before = cpu_ticks(pmd);
+  std::this_thread::sleep_for(1s);
+  // A spinning agent takes a whole core: 100 ticks a second.
+  EXPECT_LT(cpu_ticks(pmd) - before, 30) << "pmd spins after its helper ended";
+  EXPECT_TRUE(pm::test::alive(pmd));
+  ASSERT_NO_FATAL_FAILURE(release(job));
+  EXPECT_EQ(count_of(job.said, "PMIx server: pmd-helper was killed by SIGKILL"), 1u) << job.said;
+}
+
 }  // namespace

@@ -360,10 +360,20 @@ void pmix_helper::helper_gone(const std::string& why) {
   if (gone_) return;
   gone_ = true;
   if (channel_) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, channel_.get(), nullptr);
+  // Its pidfd stays readable until stop() reaps it: still watched, it would wake pmd for ever.
+  if (pidfd_) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, pidfd_.get(), nullptr);
   channel_.reset();
   out_.clear();
   if (!stopped_) {
-    report_(pm::agent::pmix_server_said{"PMIx server: pmd-helper " + why});
+    // How it ended, when it did: its channel closes just before it becomes a zombie.
+    std::string how = why;
+    if (pidfd_) {
+      pollfd p{pidfd_.get(), POLLIN, 0};
+      if (::poll(&p, 1, 100) == 1) {
+        how = pm::sys::describe(pm::sys::check_exit(pidfd_.get(), pm::sys::reap_mode::keep_zombie));
+      }
+    }
+    report_(pm::agent::pmix_server_said{"PMIx server: pmd-helper " + how});
     report_(pm::agent::pmix_server_failed{});
   }
   run_waiting();
