@@ -403,9 +403,18 @@ void pmix_helper::stop() {
     siginfo_t info{};
     ::waitid(pm::sys::pidfd_id, static_cast<id_t>(pidfd_.get()), &info, WEXITED);
   } else if (pid_ > 0) {
+    // No pidfd (a kernel or a sandbox that refuses pidfd_open): the same wait, by polling.
     int status = 0;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, &status, 0);
+    pid_t got = 0;
+    for (int waited = 0; (got = ::waitpid(pid_, &status, WNOHANG)) == 0 && waited < stop_wait_ms;
+         waited += 10) {
+      ::poll(nullptr, 0, 10);
+    }
+    if (got == 0) {
+      killed = true;
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+    }
   }
   pid_ = 0;
   channel_.reset();
