@@ -1,6 +1,7 @@
 #include "pmix_helper.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -93,7 +94,7 @@ pmix_helper::pmix_helper(const pm::link::pmix_job& job, reporter report)
   const std::string stem = "pm-pmix." + std::to_string(::getpid()) + "." + random_word();
   place_.dir = tmp_root() + "/" + stem;
   place_.shm_dir = "/dev/shm/" + stem;
-  // Not close-on-exec: the helper inherits it (it is dup'ed to a fixed number there anyway).
+  // Close-on-exec: only the helper gets it, as its descriptor 4 (start_helper).
   listener_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -184,14 +185,24 @@ void pmix_helper::start_helper() {
     return;
   }
   pm::link::owned_fd mine(pair[0]), theirs(pair[1]);
+  // Above 4 first, so that neither dup2 below overwrites the other's source.
+  pm::link::owned_fd channel_end(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 10));
+  pm::link::owned_fd listener_end(::fcntl(listener_.get(), F_DUPFD_CLOEXEC, 10));
+  if (!channel_end || !listener_end) {
+    failed_ = true;
+    report_(
+        pm::agent::pmix_server_said{std::string("PMIx server: fcntl: ") + std::strerror(errno)});
+    report_(pm::agent::pmix_server_failed{});
+    return;
+  }
   const std::string path = module_path("PM_PMD_HELPER", ".", "pmd-helper");
   const std::string parent = std::to_string(::getpid());
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   ::posix_spawn_file_actions_init(&fa);
   ::posix_spawnattr_init(&attr);
-  ::posix_spawn_file_actions_adddup2(&fa, theirs.get(), 3);
-  ::posix_spawn_file_actions_adddup2(&fa, listener_.get(), 4);
+  ::posix_spawn_file_actions_adddup2(&fa, channel_end.get(), 3);
+  ::posix_spawn_file_actions_adddup2(&fa, listener_end.get(), 4);
   sigset_t none, all;
   sigemptyset(&none);
   sigfillset(&all);
