@@ -2,6 +2,7 @@
 # relative to this file so that it does not depend on the includer.
 add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp ${CMAKE_CURRENT_LIST_DIR}/pmd/command_line.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/pmix_helper.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/helper_program.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/child_agents.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_streams.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/pmd/launcher_link.cpp

@@ -234,6 +234,18 @@ TEST_F(PmrunMpi, AJobThatNeverCallsPmixNeverStartsTheServer) {
             std::string::npos)
       << r.err;
   expect_nothing_left();
+  // The same when pmd-helper, the server's process, cannot start: the agent closes its port, so
+  // MPI_Init fails at once rather than waiting on a connection nobody accepts.
+  const auto start = std::chrono::steady_clock::now();
+  r = pmrun({"-np", "2", mpi_dir + "/mpi_hello", "2"}, 60s, {"PM_PMD_HELPER=/nonexistent/helper"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s) << r.err;
+  EXPECT_NE(
+      r.err.find("pmrun: " + std::string(host_name()) +
+                 ": PMIx server: cannot start /nonexistent/helper: No such file or directory"),
+      std::string::npos)
+      << r.err;
+  expect_nothing_left();
 }
 
 TEST_F(PmrunMpi, RanksEndedInTheMiddleOfMpiLeaveNothing) {

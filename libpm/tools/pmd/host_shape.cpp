@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,13 +15,11 @@
 #include <optional>
 
 #include "agent/host_facts.hpp"
+#include "helper_program.hpp"
 #include "link/socket.hpp"
-#include "module_path.hpp"
 #include "pm/error.hpp"
 #include "pm/host_binding.hpp"
 #include "pm/topology.hpp"
-
-extern char** environ;
 
 namespace pmd {
 namespace {
@@ -49,28 +46,14 @@ const std::vector<bool>& allowed_cpus() {
 // pmd-helper reads it (pmd links statically and loads nothing): its stdout is the summary, or
 // with exit code 1 the line that says why there is none.
 pm::link::host_shape run_topology_helper() {
-  const std::string path = module_path("PM_PMD_HELPER", ".", "pmd-helper");
   int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0)
+  if (::pipe2(out, O_CLOEXEC) != 0) {
     return {"", std::string("topology: pipe: ") + std::strerror(errno)};
+  }
   pm::link::owned_fd readable(out[0]), writable(out[1]);
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  ::posix_spawn_file_actions_init(&fa);
-  ::posix_spawnattr_init(&attr);
-  ::posix_spawn_file_actions_adddup2(&fa, writable.get(), STDOUT_FILENO);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  ::posix_spawnattr_setsigmask(&attr, &none);
-  ::posix_spawnattr_setsigdefault(&attr, &all);
-  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  char* argv[] = {const_cast<char*>(path.c_str()), const_cast<char*>("topology"), nullptr};
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, path.c_str(), &fa, &attr, argv, ::environ);
-  ::posix_spawn_file_actions_destroy(&fa);
-  ::posix_spawnattr_destroy(&attr);
-  if (rc != 0) return {"", "topology: cannot start " + path + ": " + std::strerror(rc)};
+  std::string why;
+  const pid_t pid = spawn_helper({"topology"}, {{writable.get(), STDOUT_FILENO}}, why);
+  if (pid < 0) return {"", "topology: " + why};
   writable.reset();
   std::string text;
   char buf[8192];
@@ -89,7 +72,7 @@ pm::link::host_shape run_topology_helper() {
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {text, ""};
   if (WIFEXITED(status) && WEXITSTATUS(status) == 1) return {"", text};
   return {"",
-          "topology: " + path +
+          "topology: " + helper_path() +
               (WIFSIGNALED(status) ? " was killed by signal " + std::to_string(WTERMSIG(status))
                                    : " exited with code " + std::to_string(WEXITSTATUS(status)))};
 }

@@ -38,11 +38,6 @@ constexpr std::uint64_t tag_relay = std::uint64_t{1} << 56;
   throw pm::error(pm::errc::system, "PMIx: " + what + ": " + std::strerror(errno));
 }
 
-std::string tmp_root() {
-  const char* t = std::getenv("TMPDIR");
-  return t != nullptr && *t != '\0' ? std::string(t) : std::string("/tmp");
-}
-
 std::string pmix_module_path() {
 #ifdef PM_PMIX_MODULE_DIRS
   return module_path("PM_PMIX_MODULE", PM_PMIX_MODULE_DIRS, pmix::module_file);
@@ -383,7 +378,8 @@ bool pmix_gateway::ensure_server() {
 void pmix_gateway::start_server() {
   // Directories of this user's agents killed by SIGKILL (no time to remove them): looked for
   // when a server starts, so that only jobs that use PMIx pay for the look.
-  pm::agent::remove_stale_private_dirs(tmp_root(), "pm-pmix.");
+  // pmd named place_.dir in its $TMPDIR (pmix_helper.cpp): that is where others' leftovers are.
+  pm::agent::remove_stale_private_dirs(place_.dir.substr(0, place_.dir.rfind('/')), "pm-pmix.");
   pm::agent::remove_stale_private_dirs("/dev/shm", "pm-pmix.");
   make_dirs();
   // The server's socket, in the private directory; named through the open directory when its

@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -21,12 +20,10 @@
 
 #include "agent/host_facts.hpp"
 #include "agent/private_dir.hpp"
-#include "module_path.hpp"
+#include "helper_program.hpp"
 #include "pm/error.hpp"
 #include "pmix_helper_frames.hpp"
 #include "sys/pidfd.hpp"
-
-extern char** environ;
 
 namespace pmd {
 
@@ -172,16 +169,12 @@ void pmix_helper::send(const pm::agent::pmix_channel::to_helper& m) {
   flush();
 }
 
-// pmd-helper beside pmd (PM_PMD_HELPER names another), with the channel as descriptor 3 and the
-// listener as 4; its signals as a fresh program's (pmd blocks the ones it reads from a signalfd).
+// pmd-helper with the channel as descriptor 3 and the listener as 4.
 void pmix_helper::start_helper() {
   if (started_ || failed_) return;
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-    failed_ = true;
-    report_(pm::agent::pmix_server_said{std::string("PMIx server: socketpair: ") +
-                                        std::strerror(errno)});
-    report_(pm::agent::pmix_server_failed{});
+    cannot_start(std::string("socketpair: ") + std::strerror(errno));
     return;
   }
   pm::link::owned_fd mine(pair[0]), theirs(pair[1]);
@@ -189,37 +182,14 @@ void pmix_helper::start_helper() {
   pm::link::owned_fd channel_end(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 10));
   pm::link::owned_fd listener_end(::fcntl(listener_.get(), F_DUPFD_CLOEXEC, 10));
   if (!channel_end || !listener_end) {
-    failed_ = true;
-    report_(
-        pm::agent::pmix_server_said{std::string("PMIx server: fcntl: ") + std::strerror(errno)});
-    report_(pm::agent::pmix_server_failed{});
+    cannot_start(std::string("fcntl: ") + std::strerror(errno));
     return;
   }
-  const std::string path = module_path("PM_PMD_HELPER", ".", "pmd-helper");
-  const std::string parent = std::to_string(::getpid());
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  ::posix_spawn_file_actions_init(&fa);
-  ::posix_spawnattr_init(&attr);
-  ::posix_spawn_file_actions_adddup2(&fa, channel_end.get(), 3);
-  ::posix_spawn_file_actions_adddup2(&fa, listener_end.get(), 4);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  ::posix_spawnattr_setsigmask(&attr, &none);
-  ::posix_spawnattr_setsigdefault(&attr, &all);
-  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  char* argv[] = {const_cast<char*>(path.c_str()), const_cast<char*>("pmix"),
-                  const_cast<char*>(parent.c_str()), nullptr};
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, path.c_str(), &fa, &attr, argv, ::environ);
-  ::posix_spawn_file_actions_destroy(&fa);
-  ::posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    failed_ = true;
-    report_(pm::agent::pmix_server_said{"PMIx server: cannot start " + path + ": " +
-                                        std::strerror(rc)});
-    report_(pm::agent::pmix_server_failed{});
+  std::string why;
+  const pid_t pid = spawn_helper({"pmix", std::to_string(::getpid())},
+                                 {{channel_end.get(), 3}, {listener_end.get(), 4}}, why);
+  if (pid < 0) {
+    cannot_start(why);
     return;
   }
   started_ = true;
@@ -234,6 +204,16 @@ void pmix_helper::start_helper() {
   for (auto& f : kept_) out_ += f;
   kept_.clear();
   flush();
+}
+
+// No server: the port closes, so that the ranks' connections are refused at once (their
+// PMIx_Init fails) instead of waiting in its backlog; the agent hears a server that failed.
+void pmix_helper::cannot_start(const std::string& why) {
+  failed_ = true;
+  if (listener_) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+  listener_.reset();
+  report_(pm::agent::pmix_server_said{"PMIx server: " + why});
+  report_(pm::agent::pmix_server_failed{});
 }
 
 void pmix_helper::flush() {

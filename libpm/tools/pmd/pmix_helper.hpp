@@ -69,6 +69,7 @@ class pmix_helper {
 
  private:
   void start_helper();
+  void cannot_start(const std::string& why);
   void send_frame(std::uint8_t kind, const std::string& body);
   void send(const pm::agent::pmix_channel::to_helper& m);
   void flush();
