@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "agent/pmix_channel.hpp"
 #include "host_shape.hpp"
@@ -89,6 +90,7 @@ class server_process {
           return end();
         }
       }
+      answer_deferred_syncs();
     }
   }
 
@@ -118,23 +120,46 @@ class server_process {
 
   // Until pmd says it acted on pmix_server_up, reading and carrying out what it sends meanwhile
   // (the spawned jobs' registrations): the gateway's first connection waits here.
+  // A sync that comes meanwhile is answered once the gateway is out of its connection's handling
+  // (answer_deferred_syncs): its on_ready() must not run inside itself.
   void await_agent() {
     char buf[65536];
-    for (;;) {
-      while (auto f = take_frame()) {
-        if (f->first == frames::server_up_handled) return;
-        on_frame(f->first, f->second);
+    ++awaiting_;
+    try {
+      for (;;) {
+        while (auto f = take_frame()) {
+          if (f->first == frames::server_up_handled) {
+            --awaiting_;
+            return;
+          }
+          on_frame(f->first, f->second);
+        }
+        const ssize_t got = ::recv(channel_fd, buf, sizeof buf, 0);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) end();  // pmd is gone
+        in_.append(buf, static_cast<std::size_t>(got));
       }
-      const ssize_t got = ::recv(channel_fd, buf, sizeof buf, 0);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) end();  // pmd is gone
-      in_.append(buf, static_cast<std::size_t>(got));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "pmd-helper: %s\n", e.what());
+      end();
+    }
+  }
+
+  void answer_deferred_syncs() {
+    while (!deferred_syncs_.empty()) {
+      const std::string body = std::move(deferred_syncs_.front());
+      deferred_syncs_.erase(deferred_syncs_.begin());
+      on_frame(frames::sync, body);
     }
   }
 
   void on_frame(std::uint8_t kind, std::string_view body) {
     if (kind == frames::server_up_handled) return;  // awaited in await_agent only
     if (kind == frames::sync) {
+      if (awaiting_ > 0) {
+        deferred_syncs_.emplace_back(body);
+        return;
+      }
       // Every upcall the server queued by now is reported before the echo (pmix_helper.hpp).
       if (gateway_) gateway_->on_ready();
       std::string frame;
@@ -182,6 +207,8 @@ class server_process {
 
   int epoll_ = -1;
   std::string in_;
+  int awaiting_ = 0;                         // inside await_agent
+  std::vector<std::string> deferred_syncs_;  // syncs that came meanwhile
   std::unique_ptr<pmd::pmix_gateway> gateway_;
 };
 
