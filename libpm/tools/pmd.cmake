@@ -46,8 +46,7 @@ pm_target_warnings(pmd-helper)
 add_dependencies(pmd pmd-helper)
 if(TARGET pm_pmix_module)
   file(RELATIVE_PATH _pm_bin_to_lib ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
-  target_compile_definitions(pmd-helper PRIVATE PM_WITH_PMIX_MODULE=1
-                             PM_PMIX_MODULE_DIRS="../lib:${_pm_bin_to_lib}")
+  target_compile_definitions(pmd-helper PRIVATE PM_PMIX_MODULE_DIRS="../lib:${_pm_bin_to_lib}")
   add_dependencies(pmd-helper pm_pmix_module)
 endif()
 # The topology reader (libpm-topology.so), loaded when a job asks for this host's shape.

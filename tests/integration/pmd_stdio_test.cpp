@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "support/command.hpp"
+
+extern char** environ;
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -165,6 +169,22 @@ TEST(PmdStdio, AnInputItCannotWaitOnIsRefusedInOneLine) {
   ::unlink(err_path);
   EXPECT_EQ(lines(said), 1u) << said;
   EXPECT_EQ(said.rfind("pmd: its input cannot be waited on", 0), 0u) << said;
+}
+
+// pmd reads this host's shape through pmd-helper (it loads nothing itself): the summary line, or,
+// when the helper cannot start, one line naming it and exit code 1.
+TEST(PmdStdio, TheTopologyComesFromItsHelperOrOneLineSaysWhyNot) {
+  const auto ok = pm::test::run_command({pmd_path(), "--topology"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ok.out.rfind("pmtopo1;", 0), 0u) << ok.out;
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  env.emplace_back("PM_PMD_HELPER=/nonexistent/pmd-helper");
+  const auto broken = pm::test::run_command({pmd_path(), "--topology"}, 30s, "", &env);
+  EXPECT_EQ(broken.exit_code, 1);
+  EXPECT_EQ(broken.out, "");
+  EXPECT_EQ(broken.err,
+            "pmd: topology: cannot start /nonexistent/pmd-helper: No such file or directory\n");
 }
 
 }  // namespace

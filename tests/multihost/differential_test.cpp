@@ -7,8 +7,8 @@
 // launch_config::decisions: pmrun appends them to the file PM_TEST_DECISION_LOG names as
 // "HOST DECISION" lines, the simulator hands them to run_options::decisions. A decision is about
 // a host (its allocation index) or the whole job ("*"): "spawn [0 1]", "signal [2] SIGTERM",
-// "notify ...", "open N" (the link's Nth attempt), "retry", "lost", "lost before its hello",
-// "given up", and "finish CODE CAUSE". No times.
+// "notify ...", "open N" (the link's Nth attempt), "retry", "greeted", "lost", "lost before its
+// hello", "given up", and "finish CODE CAUSE". No times.
 //
 // How they are compared: the order of decisions about different hosts depends on which host's
 // bytes arrive first, which no world fixes, so each host's own sequence is compared (real and
@@ -26,6 +26,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -166,11 +167,31 @@ std::string ssh_of(const multihost_fixture& f) {
   return "ssh -F " + f.ssh_config();
 }
 
-// A fault applied once every host runs its agent and `ranks` ranks (or after 20 s at the
-// latest), then `settle` later.
+// Whether the decision log at `path` says every one of `hosts` hosts was greeted.
+bool every_host_greeted(const std::string& path, std::size_t hosts) {
+  const auto d = read_log(path);
+  for (std::size_t h = 0; h < hosts; ++h) {
+    const auto seq = d.find(std::to_string(h));
+    if (seq == d.end() ||
+        std::find(seq->second.begin(), seq->second.end(), "greeted") == seq->second.end()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A fault applied once the launcher has admitted every host's agent (its hello: a host lost
+// before it is another decision, "lost before its hello", and a tree-relayed agent can run its
+// ranks well before its hello has crossed its parent on a loaded machine) and every host runs
+// `ranks` ranks, or after 20 s at the latest; then 300 ms later.
 std::function<void()> once_running(multihost_fixture& f, std::size_t ranks,
                                    std::function<void()> what) {
   return [&f, ranks, what = std::move(what)] {
+    const auto log = f.state_dir() + "/decisions.log";
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (!every_host_greeted(log, f.hosts().size()) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(20ms);
+    }
     every_host_busy(f, ranks);
     std::this_thread::sleep_for(300ms);
     what();

@@ -259,7 +259,7 @@ TEST(SimScenario, SshThatEndsWith255IsRetriedAndTheNextAttemptReachesTheHost) {
   EXPECT_EQ(r.report.exit_code, 0) << r.report.summary;
   EXPECT_EQ(r.stats.faults_fired[static_cast<int>(pm::sim::fault_kind::ssh_failure)], 2u);
   EXPECT_EQ(decided, (std::vector<std::string>{"spawn [1]", "open 1", "retry", "open 2", "retry",
-                                               "open 3"}));
+                                               "open 3", "greeted"}));
   // Four failures are one more than the retries (3): a set-up failure in ssh's words.
   for (int i = 0; i < 2; ++i) s.faults.push_back(parse_fault("ssh-fail:1"));
   const auto lost = pm::sim::run(s);

@@ -185,6 +185,7 @@ void launcher::impl::handle_link(std::uint32_t h, std::vector<link::link_event>&
 
 void launcher::impl::on_greeted(std::uint32_t h, const link::hello& agent) {
   hosts[h].agent = agent;
+  decided(h, "greeted");
   if (is_relayed(h)) {
     relay_established(h);
   } else {

@@ -80,8 +80,9 @@ struct launch_config {
   bool claims_spawn_slots = false;
   /// For tests that compare worlds (tests/multihost/differential_test.cpp): every decision of the
   /// controller and the launcher that concerns a host (or the whole job: `job_wide`), one short
-  /// line each ("spawn [0 1]", "signal [2] SIGTERM", "open 1" (the attempt), "retry",
-  /// "lost before its hello", "given up", "finish 7 rank_failed"). No times, no timer numbers.
+  /// line each ("spawn [0 1]", "signal [2] SIGTERM", "open 1" (the attempt), "retry", "greeted"
+  /// (its agent's hello admitted), "lost before its hello", "given up", "finish 7 rank_failed").
+  /// No times, no timer numbers.
   std::function<void(std::uint32_t host, const std::string& decision)> decisions;
   /// For tests (the simulator's checks of its own checks): sees every batch of the controller's
   /// actions before they are carried out, and may change it.

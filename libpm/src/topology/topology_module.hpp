@@ -1,5 +1,6 @@
-// libpm-topology.so: the hwloc reader as pmd loads it (dlopen), only when a job asks for its
-// host's shape. hwloc and libudev then never load for a plain job (docs/gpus.md, "Cost").
+// libpm-topology.so: the hwloc reader as `pmd-helper topology` loads it (dlopen), only when a job
+// asks for its host's shape. hwloc and libudev then never load for a plain job (docs/gpus.md,
+// "Cost").
 #pragma once
 
 namespace pm::topo::module {

@@ -89,11 +89,11 @@ pmix_gateway::pmix_gateway(const pm::link::pmix_job& job, pm::agent::pmix::serve
 }
 
 pmix_gateway::~pmix_gateway() {
-  stop();  // pmd calls it itself, and ends with _Exit when the server ran
+  stop();  // pmd-helper calls it itself, then ends with _Exit
 }
 
-bool pmix_gateway::stop() {
-  if (stopped_) return true;
+void pmix_gateway::stop() {
+  if (stopped_) return;
   stopped_ = true;
   // First every relayed connection: PMIx's progress thread must not be waiting on a connection
   // whose end only this thread would deliver.
@@ -114,7 +114,6 @@ bool pmix_gateway::stop() {
   // Unanswered requests fail (their completions' destructors) while the server still runs.
   pending_.clear();
   // Not finalized (above): abandoned to the process's end, which comes next.
-  const bool ran = server_ != nullptr;
   [[maybe_unused]] auto* abandoned = server_.release();
   // The module stays loaded: libpmix keeps atexit handlers and cannot be unloaded safely.
   dir_fd_.reset();
@@ -126,7 +125,6 @@ bool pmix_gateway::stop() {
   if (made_shm_ && !pm::agent::remove_private_tree(place_.shm_dir, &why)) {
     std::fprintf(stderr, "pmd: PMIx: %s\n", why.c_str());
   }
-  return !ran;
 }
 
 // Made when the server starts, each checked to be this user's alone and held open

@@ -49,17 +49,17 @@ class pmix_gateway {
   /// knows, notified early events): only then does the first connection reach the server.
   pmix_gateway(const pm::link::pmix_job& job, pm::agent::pmix::server_place place,
                pm::link::owned_fd listener, reporter report, std::function<void()> await_agent);
-  /// stop() unless it ran (its result ignored: pmd calls stop() itself).
+  /// stop() unless it ran.
   ~pmix_gateway();
   /// The helper's end: closes every relayed connection, fails what is pending and removes the
   /// directories. The server itself (if it started) is not finalized: libpmix 4.2.2's
   /// PMIx_server_finalize has deadlocked (issue 20) and crashed (SIGSEGV inside it, and heap
   /// corruption, in about one in 30 runs of PmrunMpi.APmixToolSeesTheJobsRanksAndSpawns), and at
   /// the helper's end it would release nothing the process's exit does not (PMIx's files are in the
-  /// directories removed here; its sockets and threads go with the process). Returns false when
-  /// the server ran: its threads still do, so the process must end with std::_Exit (static
-  /// destructors and libpmix's atexit handlers would meet them).
-  bool stop();
+  /// directories removed here; its sockets and threads go with the process). Its threads still
+  /// run afterwards, so pmd-helper ends with std::_Exit (static destructors and libpmix's atexit
+  /// handlers would meet them).
+  void stop();
   pmix_gateway(const pmix_gateway&) = delete;
   pmix_gateway& operator=(const pmix_gateway&) = delete;
 

@@ -1,8 +1,9 @@
-// The PMIx server as pmd loads it: a shared module (libpm-pmix.so) that pmd opens with dlopen
-// the first time a rank connects (docs/pmix.md). pmd itself does not link libpmix: linking it
-// costs every exec of pmd about 1 ms (libpmix pulls in hwloc, libevent, munge), and most jobs
-// never call PMIx. The module and pmd are built together, from the same sources and compiler,
-// so the interface is a C++ class; nothing throws across it.
+// The PMIx server as pmd-helper loads it: a shared module (libpm-pmix.so) that pmd-helper opens
+// with dlopen the first time a rank connects (docs/pmix.md, "The server's process"). pmd itself
+// neither links nor loads libpmix: it is static and starts pmd-helper only for a job whose ranks
+// call PMIx (libpmix pulls in hwloc, libevent, munge). The module and pmd-helper are built
+// together, from the same sources and compiler, so the interface is a C++ class; nothing throws
+// across it.
 #pragma once
 
 #include <chrono>
@@ -15,7 +16,7 @@
 
 namespace pm::agent::pmix {
 
-/// pmix_host.hpp's `server`, behind virtual calls. Every member is called on pmd's thread.
+/// pmix_host.hpp's `server`, behind virtual calls. Every member is called on pmd-helper's thread.
 class hosted_server {
  public:
   virtual ~hosted_server() = default;  ///< stops the server
