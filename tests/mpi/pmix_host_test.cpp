@@ -203,12 +203,16 @@ std::vector<std::string> base_env(std::uint32_t ranks, const std::vector<std::st
   return pm::test::merge_env(pm::test::own_environment(), add);
 }
 
-// Lines of `text` that match `re`, each split into its submatches.
-std::vector<std::smatch> matches(const std::string& text, const std::regex& re) {
-  std::vector<std::smatch> out;
+// Lines of `text` that match `re`, each split into its submatches. Copies, not std::smatch: a
+// match points into its text, which is often a temporary (all_output()) gone by the time the
+// submatches are read (a flaky comparison of freed memory, found in CI).
+std::vector<std::vector<std::string>> matches(const std::string& text, const std::regex& re) {
+  std::vector<std::vector<std::string>> out;
   for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
        ++it) {
-    out.push_back(*it);
+    std::vector<std::string> groups;
+    for (const auto& g : *it) groups.push_back(g.str());
+    out.push_back(std::move(groups));
   }
   return out;
 }
