@@ -169,7 +169,7 @@ void PmrunMpi::hold(held_job& job) {
   argv.insert(argv.begin() + 5, job.env.begin(), job.env.end());  // after /usr/bin/env
   job.run.emplace(argv);
   if (job.hellos_first) {
-    job.run->wait_lines(2);  // both ranks past MPI_Init and MPI_Finalize: the server runs
+    job.run->wait_lines(2);  // both ranks past MPI_Init (hello comes before MPI_Finalize)
     ASSERT_EQ(hellos(job.run->text, 2).size(), 2u) << job.run->text;
   }
   job.agent = agent_of(job.run->pid, job.status_dir, [](const nlohmann::json&) { return true; });
@@ -484,7 +484,15 @@ TEST_F(PmrunMpi, LeftoversOfKilledAgentsAreRemovedWithoutFollowingLinksOrTakingO
 // removes the server's directories itself at the end; the job, past MPI_Finalize, ends as usual.
 TEST_F(PmrunMpi, AKilledServerProcessIsOneLineAndTheAgentGoesOnWithoutSpinning) {
   held_job job(tmp_);
+  // Killed once both ranks are past MPI_Finalize (mpi_hello says hello before it): killed
+  // before a rank's, the rank's MPI_Finalize fails and its exit is rightly one "without calling
+  // MPI_Finalize" (it happened under load).
+  job.ranks = mpi_dir + "/mpi_hello 2 && echo finalized && " + after_file(job.go, "true");
+  job.hellos_first = false;
   ASSERT_NO_FATAL_FAILURE(hold(job));
+  job.run->wait_lines(4);
+  ASSERT_EQ(hellos(job.run->text, 2).size(), 2u) << job.run->text;
+  ASSERT_EQ(count_of(job.run->text, "finalized\n"), 2u) << job.run->text;
   const pid_t pmd = job.pmd;
   pid_t helper = 0;
   {

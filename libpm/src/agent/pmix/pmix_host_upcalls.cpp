@@ -144,11 +144,22 @@ pmix_status_t on_connected(const pmix_proc_t* p, void*, pmix_op_cbfunc_t cbfunc,
 }
 
 pmix_status_t on_finalized(const pmix_proc_t* p, void*, pmix_op_cbfunc_t cbfunc, void* cbdata) {
-  // Queued before the rank is released: a host that sees the rank exit next finds the notice
-  // already waiting (pmd ends a job whose rank left without finalizing).
+  // The rank is released only once the host has heard the notice (on the host's thread, right
+  // after its callback): a host that sees the rank exit next has it already (pmd ends a job whose
+  // rank left without finalizing). Released first, the notice could be lost with the server's
+  // process (pmd-helper killed right after the rank's MPI_Finalize returned) while the rank ran
+  // on and then exited as if it had never finalized.
   server::impl* s = current.load();
-  notify([](callbacks& on, const proc& who) { on.client_finalized(who); },
-         s != nullptr && s->opts.on.client_finalized, p);
+  if (s != nullptr && s->opts.on.client_finalized) {
+    try {
+      s->post([who = from_pmix(*p), cbfunc, cbdata](callbacks& on) {
+        on.client_finalized(who);
+        if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
+      });
+      return PMIX_SUCCESS;
+    } catch (...) {  // out of memory: the host misses the notice, the rank is released now
+    }
+  }
   if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
   return PMIX_SUCCESS;
 }
