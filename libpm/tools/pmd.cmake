@@ -1,33 +1,22 @@
 # pmd: the node agent (docs/agent.md). Included from libpm/tools/CMakeLists.txt; paths are
 # relative to this file so that it does not depend on the includer.
-# The agent's code (all but main) is an object library: pmd is it plus a main, and pmrun links it
-# too, to run it in the local agent it forks without an exec (pm::early_agent::fork).
-add_library(pmd_agent OBJECT ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp
-                             ${CMAKE_CURRENT_LIST_DIR}/pmd/command_line.cpp
-                             ${CMAKE_CURRENT_LIST_DIR}/pmd/pmix_helper.cpp
-                             ${CMAKE_CURRENT_LIST_DIR}/pmd/helper_program.cpp
-                             ${CMAKE_CURRENT_LIST_DIR}/pmd/child_agents.cpp
-                             ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_streams.cpp
-                             ${CMAKE_CURRENT_LIST_DIR}/pmd/launcher_link.cpp
-                             ${CMAKE_CURRENT_LIST_DIR}/pmd/own_process.cpp
-                             ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_processes.cpp
-                             ${CMAKE_CURRENT_LIST_DIR}/pmd/host_shape.cpp
-                             ${CMAKE_CURRENT_LIST_DIR}/pmd/module_path.cpp
-                             ${CMAKE_CURRENT_LIST_DIR}/pmd/dvm_host.cpp)
-target_link_libraries(pmd_agent PUBLIC libpm::libpm)
-# libpm/tools too: pmrun includes "pmd/agent_main.hpp".
-target_include_directories(pmd_agent PUBLIC ${PROJECT_SOURCE_DIR}/libpm/src
-                                            ${CMAKE_CURRENT_LIST_DIR})
+add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/main.cpp ${CMAKE_CURRENT_LIST_DIR}/pmd/command_line.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/pmix_helper.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/helper_program.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/child_agents.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_streams.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/launcher_link.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/own_process.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/rank_processes.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/host_shape.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/module_path.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/pmd/dvm_host.cpp)
+target_link_libraries(pmd PRIVATE libpm::libpm)
+target_include_directories(pmd PRIVATE ${PROJECT_SOURCE_DIR}/libpm/src)
 # A section per function, as in libpm: --gc-sections then drops what pmd never calls, and lld
 # can place each function where its list says (pm_order_code, libpm/CMakeLists.txt).
-target_compile_options(pmd_agent PRIVATE -ffunction-sections -fdata-sections)
-pm_target_warnings(pmd_agent)
-add_executable(pmd ${CMAKE_CURRENT_LIST_DIR}/pmd/pmd_main.cpp)
-target_link_libraries(pmd PRIVATE pmd_agent)
+target_compile_options(pmd PRIVATE -ffunction-sections -fdata-sections)
 pm_target_warnings(pmd)
-target_link_libraries(pmrun PRIVATE pmd_agent)
-# pmrun's code order is its list, then pmd's for the agent it forks.
-pm_order_code(pmrun pmrun pmd)
 # pmd is on every launch path and loads nothing (what it would load runs in pmd-helper, below):
 # linked wholly statically, as pmrun is (PM_STATIC_PMRUN's reasons, tools/CMakeLists.txt), it maps
 # no libc.so or ld.so; with a sanitizer, only libstdc++ and libgcc are static (measured before:

@@ -1,10 +1,8 @@
 // pmrun held against its docs and against mpirun 4.1.4, with real processes and files: each test
 // is a defect found by trying pmrun as a new user would (issue 14), fixed.
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -384,45 +382,4 @@ TEST(PmrunEarlyAgent, AnOuterJobsIdentityReachesNeitherPmdNorTheRanks) {
   EXPECT_EQ(env.find("PMIX_RANK="), std::string::npos) << env;
   EXPECT_EQ(env.find("OMPI_COMM_WORLD_RANK="), std::string::npos) << env;
   EXPECT_NE(env.find("PMIX_MCA_x=1"), std::string::npos) << env;
-}
-
-// Without PM_AGENT, this machine's agent is pmrun's own child, forked without an exec: pmd's code
-// linked into pmrun (docs/agent.md, "The local agent, forked"). Seen from a rank: its parent is
-// named pmd, runs pmrun's executable and is pmrun's child; an outer job's identity reaches
-// neither it nor the ranks, and a pmrun option's word among the program's arguments (which makes
-// pmrun fork the agent only after it read its command line) changes none of that.
-TEST(PmrunEarlyAgent, TheLocalAgentIsPmrunsForkedChildNamedPmd) {
-  // The rank's parent (the agent) and the agent's parent: name and executable of each.
-  const std::string rank_says =
-      "sh -c 'read -r a b c up rest < /proc/$PPID/stat; echo \"$(cat /proc/$PPID/comm) "
-      "$(readlink /proc/$PPID/exe) $(cat /proc/$up/comm) $(readlink /proc/$up/exe) "
-      "r=$PMIX_RANK w=$OMPI_COMM_WORLD_RANK\"'";
-  const std::string exe = fs::canonical(pm::test::pmrun_path()).string();
-  for (const std::string tail : {"", " -h"}) {
-    auto r = shell("/tmp", "PMIX_RANK=5 OMPI_COMM_WORLD_RANK=9 " + pmrun_words() +
-                               " --no-pmix -np 2 " + rank_says + tail + " | sort");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    // The ranks' own OMPI_COMM_WORLD_RANK is theirs (0, 1), not the outer job's 9.
-    const std::string agent = "pmd " + exe + " pmrun " + exe + " r= w=";
-    EXPECT_EQ(r.out, agent + "0\n" + agent + "1\n") << "tail '" << tail << "'";
-  }
-}
-
-// A command refused after the agent was forked (here -np 0, read after the fork) leaves no agent:
-// it is killed and reaped before pmrun exits. This test is the subreaper of everything it starts,
-// so an agent left behind would be its child.
-TEST(PmrunEarlyAgent, ARefusedCommandLeavesNoForkedAgent) {
-  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  auto r = run_command(pmrun({"-np", "0", "true"}));
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "pmrun: -np 0: at least one rank is needed\n");
-  std::string children;
-  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
-    children += read_file(task.path().string() + "/children");
-  }
-  EXPECT_EQ(children, "");
-  siginfo_t info{};
-  EXPECT_EQ(::waitid(P_ALL, 0, &info, WEXITED | WNOHANG), -1);  // not even a zombie
-  EXPECT_EQ(errno, ECHILD);
-  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
 }

@@ -91,17 +91,6 @@ class PM_API early_agent {
   /// effort: returns null when pmd cannot be found or started (the job's own start says why).
   /// Call it before the job's io_context runs its first job; not thread-safe.
   static std::shared_ptr<early_agent> start(const std::string& agent_path = {});
-  /// pmd's main as a function (pmd's agent_main), for a program that links pmd's code.
-  using agent_entry = int (*)(int argc, char** argv);
-  /// As start(), but this machine's agent is a child forked from this process that runs `entry`
-  /// (the program's own copy of pmd) without an exec: no second program start on the launch's
-  /// path (pmrun's local agent; docs/agent.md, "The local agent, forked"). The child starts as
-  /// start()'s exec'd pmd would: the same command line (argv and path(): the pmd beside this
-  /// executable), environment, descriptors, signals and process group, named "pmd". Only from a
-  /// single-threaded process (a fork copies one thread: another's locks would stay held in the
-  /// child). Where PM_AGENT is set, or the pmd found is not the one beside this executable (another
-  /// build's), or the child cannot be forked or watched: start()'s exec instead.
-  static std::shared_ptr<early_agent> fork(agent_entry entry);
   /// Kills and reaps the agent unless a job adopted it (blocking, about a millisecond).
   ~early_agent();
   early_agent(const early_agent&) = delete;

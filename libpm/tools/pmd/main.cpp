@@ -39,7 +39,6 @@
 #include "agent/children.hpp"
 #include "agent/host_facts.hpp"
 #include "agent/host_machine.hpp"
-#include "agent_main.hpp"
 #include "child_agents.hpp"
 #include "command_line.hpp"
 #include "dvm_host.hpp"
@@ -522,7 +521,7 @@ int driver::run() {
 
 }  // namespace
 
-int pmd::agent_main(int argc, char** argv) {
+int main(int argc, char** argv) {
   const auto parsed = pmd::parse_command_line(argc, argv);
   if (const int* code = std::get_if<int>(&parsed)) return *code;
   const auto& command = std::get<pmd::command_line>(parsed);

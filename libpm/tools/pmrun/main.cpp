@@ -11,13 +11,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <string_view>
 
 #include "cli/messages.hpp"
 #include "cli/remote_options.hpp"
@@ -35,7 +33,6 @@
 #include "pm/rank_map.hpp"
 #include "pm/report.hpp"
 #include "pm/version.hpp"
-#include "pmd/agent_main.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/local/nofile_limit.hpp"
 #include "transport/ssh/ssh_command.hpp"
@@ -379,34 +376,8 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
   return report->exit_code;
 }
 
-// Whether this command line may run a job on this machine's agent, as far as its words tell
-// before they are parsed: not when one of them asks for something else (--ps, --help, --version,
-// --do-not-launch, a DVM's command or job) or a DVM is named in the environment. A program's own
-// argument that spells one of these only has the agent start after the parse, as before.
-bool may_launch_here(const std::vector<std::string>& words) {
-  if (const char* uri = std::getenv("PM_DVM_URI"); uri != nullptr && *uri != '\0') return false;
-  for (std::string_view w : words) {
-    if (w.starts_with("--")) w.remove_prefix(1);  // Open MPI's single-dash spellings too
-    if (w == "-ps" || w == "-h" || w == "-help" || w == "-V" || w == "-version" ||
-        w == "-do-not-launch" || w.starts_with("-dvm")) {
-      return false;
-    }
-  }
-  return true;
-}
-
 int run(int argc, char** argv) {
   const std::vector<std::string> given(argv + 1, argv + argc);
-  // This machine's agent starts first of all, so that its start overlaps everything pmrun does
-  // before the job's first message (the command line, the allocation, the map, the environment);
-  // the job adopts it. It is a child forked from here that runs pmd's code, linked into pmrun
-  // (pmd::agent_main): no exec of pmd, no second program start on the launch's path, and forked
-  // this early it shares almost nothing with pmrun that either writes afterwards (docs/agent.md,
-  // "The local agent, forked"). One nobody adopts (the job runs on other hosts only, or is
-  // refused below) is killed and reaped when `early` goes. Null when there is no pmd to be
-  // found: the launch says so, with the places it looked.
-  std::shared_ptr<pm::early_agent> early;
-  if (may_launch_here(given)) early = pm::early_agent::fork(&pmd::agent_main);
   if (!given.empty() && given.front() == "--ps") {
     const std::vector<std::string> rest(given.begin() + 1, given.end());
     const auto env = pm::current_environment();
@@ -448,11 +419,11 @@ int run(int argc, char** argv) {
     }
     dvm.emplace(uri);
   }
-  if (options.do_not_launch || dvm) {
-    early.reset();
-  } else if (!early) {
-    early = pm::early_agent::fork(&pmd::agent_main);  // a word above misled may_launch_here
-  }
+  // This machine's pmd starts now, so that its exec overlaps the work below (the allocation, the
+  // map, the environment); the job adopts it. One nobody adopts (the job runs on other hosts
+  // only, or is refused below) is killed and reaped when `early` goes.
+  // Null when there is no pmd to be found: the launch says so, with the places it looked.
+  const auto early = options.do_not_launch || dvm ? nullptr : pm::early_agent::start();
 
   const auto me = pm::local_host_info();
   auto resolved = pm::resolve_job(options, env, me, pm::read_text_file);

@@ -22,7 +22,6 @@
 #include "sys/pidfd.hpp"
 #include "sys/spawner.hpp"
 #include "sys/watched_process.hpp"
-#include "transport/local/forked_agent.hpp"
 #include "transport/local/nofile_limit.hpp"
 
 extern char** environ;
@@ -146,81 +145,29 @@ struct early_agent_access {
 
 early_agent::early_agent(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
-namespace {
-
-// This process's environment without an outer job's identity (OMPI_COMM_WORLD_*, PMIX_*,
-// SLURM_STEP_*, ...), as the job's base environment would have it: pmd's own PMIx server must
-// not see the identity of a job the caller runs inside.
-std::vector<std::string> early_agent_environment() {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view entry = *e;
-    if (!is_outer_job_identity(entry.substr(0, entry.find('=')))) env.emplace_back(entry);
-  }
-  return env;
-}
-
-// The pmd beside this executable: the one whose code a program that links pmd's carries.
-bool beside_this_executable(const std::string& agent) {
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return !ec && std::filesystem::equivalent(exe.parent_path() / "pmd", agent, ec) && !ec;
-}
-
-// start() and fork(): `entry` null execs pmd, else forks (and execs when that fails). Null when
-// no nonce could be drawn; throws what spawn_agent throws.
-std::unique_ptr<early_agent::impl> start_early(const std::string& agent_path,
-                                               early_agent::agent_entry entry) {
-  const std::string path = agent_path.empty() ? local::default_agent_path() : agent_path;
-  std::uint64_t nonce = 0;
-  if (::getrandom(&nonce, sizeof nonce, 0) != static_cast<ssize_t>(sizeof nonce)) return nullptr;
-  auto p = std::make_unique<early_agent::impl>();
-  std::vector<std::string> argv{path, "--stdio", "--nonce", local::hex_nonce(nonce)};
-  link::owned_fd ours;
-  bool forked = false;
-  if (entry != nullptr) {
-    int sv[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
-      ours.reset(sv[0]);
-      link::owned_fd theirs(sv[1]);
-      try {
-        p->process = local::fork_agent(entry, argv, early_agent_environment(), theirs.get(),
-                                       local::original_nofile_limit());
-        forked = true;
-      } catch (const pm::error&) {
-        ours.reset();  // the exec below, as start()
-      }
-    }
-  }
-  if (!forked) p->process = local::spawn_agent(path, argv, early_agent_environment(), ours);
-  p->path = path;
-  p->nonce = nonce;
-  p->fd = ours.release();
-  return p;
-}
-
-}  // namespace
-
 std::shared_ptr<early_agent> early_agent::start(const std::string& agent_path) {
   try {
-    auto p = start_early(agent_path, nullptr);
-    if (!p) return nullptr;
+    const std::string path = agent_path.empty() ? local::default_agent_path() : agent_path;
+    std::uint64_t nonce = 0;
+    if (::getrandom(&nonce, sizeof nonce, 0) != static_cast<ssize_t>(sizeof nonce)) return nullptr;
+    // This process's environment without an outer job's identity (OMPI_COMM_WORLD_*, PMIX_*,
+    // SLURM_STEP_*, ...), as the job's base environment would have it: pmd's own PMIx server must
+    // not see the identity of a job the caller runs inside.
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view entry = *e;
+      if (!is_outer_job_identity(entry.substr(0, entry.find('=')))) env.emplace_back(entry);
+    }
+    link::owned_fd ours;
+    auto p = std::make_unique<impl>();
+    p->process = local::spawn_agent(path, {path, "--stdio", "--nonce", local::hex_nonce(nonce)},
+                                    std::move(env), ours);
+    p->path = path;
+    p->nonce = nonce;
+    p->fd = ours.release();
     return std::shared_ptr<early_agent>(new early_agent(std::move(p)));
   } catch (const pm::error&) {
     return nullptr;  // the job's own start finds the same problem and names it
-  }
-}
-
-std::shared_ptr<early_agent> early_agent::fork(agent_entry entry) {
-  try {
-    const char* chosen = std::getenv("PM_AGENT");
-    const bool own = chosen == nullptr || *chosen == '\0';
-    const std::string path = local::default_agent_path();
-    auto p = start_early(path, own && beside_this_executable(path) ? entry : nullptr);
-    if (!p) return nullptr;
-    return std::shared_ptr<early_agent>(new early_agent(std::move(p)));
-  } catch (const pm::error&) {
-    return nullptr;
   }
 }
 
