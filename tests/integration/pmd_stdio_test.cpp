@@ -16,8 +16,6 @@
 
 #include "support/command.hpp"
 
-extern char** environ;
-
 namespace {
 
 using namespace std::chrono_literals;
@@ -177,10 +175,8 @@ TEST(PmdStdio, TheTopologyComesFromItsHelperOrOneLineSaysWhyNot) {
   const auto ok = pm::test::run_command({pmd_path(), "--topology"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_EQ(ok.out.rfind("pmtopo1;", 0), 0u) << ok.out;
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  env.emplace_back("PM_PMD_HELPER=/nonexistent/pmd-helper");
-  const auto broken = pm::test::run_command({pmd_path(), "--topology"}, 30s, "", &env);
+  const auto broken = pm::test::run_command(
+      {"/usr/bin/env", "PM_PMD_HELPER=/nonexistent/pmd-helper", pmd_path(), "--topology"});
   EXPECT_EQ(broken.exit_code, 1);
   EXPECT_EQ(broken.out, "");
   EXPECT_EQ(broken.err,

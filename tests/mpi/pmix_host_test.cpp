@@ -120,7 +120,8 @@ struct upcalls {
   std::vector<px::connect_request> disconnects;
   px::status connect_answer = px::status::success;
   tiny_host* host = nullptr;
-  std::function<void(px::abort_request&)> on_abort;  // what the "pmd" does before releasing
+  std::function<void(px::abort_request&)> on_abort;   // what the "pmd" does before releasing
+  std::function<void(const px::proc&)> on_finalized;  // what it does on hearing a finalize
 };
 upcalls* recording = nullptr;  // the running test's
 
@@ -131,7 +132,9 @@ px::server& shared_server() {
       if (recording != nullptr) recording->connected.push_back(p);
     };
     opts.on.client_finalized = [](const px::proc& p) {
-      if (recording != nullptr) recording->finalized.push_back(p);
+      if (recording == nullptr) return;
+      recording->finalized.push_back(p);
+      if (recording->on_finalized) recording->on_finalized(p);
     };
     opts.on.abort = [](px::abort_request r) {
       if (recording == nullptr) return;  // released (with an error) when r goes
@@ -424,6 +427,30 @@ TEST_F(PmixHost, SigkilledRanksLeaveNothingBehind) {
   for (const auto& r : host_->ranks()) {
     EXPECT_EQ(r.signal, SIGKILL) << "rank " << r.rank << ": " << r.text;
   }
+}
+
+// A rank's PMIx_Finalize returns only once the host heard the notice: a host that sees the rank
+// exit has it already, even when the server's process (pmd-helper) dies meanwhile. Here the host
+// takes 200 ms over each notice; the rank must still be inside MPI_Finalize at its end (released
+// first, it would have exited meanwhile: a zombie nobody reaped yet, the host being busy here).
+TEST_F(PmixHost, FinalizeReturnsOnlyOnceTheHostHeardTheNotice) {
+  std::vector<std::string> states;
+  seen_.on_finalized = [&](const px::proc& p) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (const auto& r : host_->ranks()) {
+      if (r.rank != p.rank) continue;
+      std::ifstream stat("/proc/" + std::to_string(r.pid) + "/stat");
+      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      const auto close = text.rfind(')');
+      states.push_back(close == std::string::npos ? "gone" : text.substr(close + 2, 1));
+    }
+  };
+  run(job(2), {mpi_dir + "/mpi_hello", "2"}, base_env(2));
+  expect_all_exited_zero();
+  ASSERT_EQ(states.size(), 2u);
+  for (const auto& st : states)
+    EXPECT_NE(st, "Z") << "a rank left MPI_Finalize before the host heard it";
+  for (const auto& st : states) EXPECT_NE(st, "gone");
 }
 
 TEST_F(PmixHost, Mpi4pyHello) {

@@ -189,10 +189,14 @@ std::function<void()> once_running(multihost_fixture& f, std::size_t ranks,
   return [&f, ranks, what = std::move(what)] {
     const auto log = f.state_dir() + "/decisions.log";
     const auto until = std::chrono::steady_clock::now() + 20s;
-    while (!every_host_greeted(log, f.hosts().size()) && std::chrono::steady_clock::now() < until) {
+    bool greeted = false;
+    while (!(greeted = every_host_greeted(log, f.hosts().size())) &&
+           std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(20ms);
     }
-    every_host_busy(f, ranks);
+    // Said here: the comparison would only show that the worlds differ.
+    EXPECT_TRUE(greeted) << "not every agent was greeted within 20 s; the fault came anyway";
+    EXPECT_TRUE(every_host_busy(f, ranks)) << "not every host ran its ranks within 20 s";
     std::this_thread::sleep_for(300ms);
     what();
   };

@@ -149,18 +149,28 @@ pmix_status_t on_finalized(const pmix_proc_t* p, void*, pmix_op_cbfunc_t cbfunc,
   // rank left without finalizing). Released first, the notice could be lost with the server's
   // process (pmd-helper killed right after the rank's MPI_Finalize returned) while the rank ran
   // on and then exited as if it had never finalized.
+  // The release is an op_completion: after stop() it calls nothing into PMIx, and work that
+  // stop() drops unrun releases the rank with an error instead of leaving it blocked.
   server::impl* s = current.load();
-  if (s != nullptr && s->opts.on.client_finalized) {
-    try {
-      s->post([who = from_pmix(*p), cbfunc, cbdata](callbacks& on) {
-        on.client_finalized(who);
-        if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
-      });
-      return PMIX_SUCCESS;
-    } catch (...) {  // out of memory: the host misses the notice, the rank is released now
-    }
+  if (s == nullptr || !s->opts.on.client_finalized) {
+    if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
+    return PMIX_SUCCESS;
   }
-  if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
+  std::shared_ptr<completion> release;
+  try {
+    release = std::make_shared<completion>(op_completion(s->live, cbfunc, cbdata));
+  } catch (...) {  // out of memory: the host misses the notice, the rank is released now
+    if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, cbdata);
+    return PMIX_SUCCESS;
+  }
+  try {
+    s->post([who = from_pmix(*p), release](callbacks& on) {
+      on.client_finalized(who);
+      (*release)();
+    });
+  } catch (...) {
+    (*release)();  // out of memory: as above
+  }
   return PMIX_SUCCESS;
 }
 
