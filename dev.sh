@@ -38,6 +38,15 @@ build() {
   cmake --build --preset release -j "$(nproc)"
 }
 
+# Builds the given targets of a preset as one goal (PM_BUILD_SET in CMakeLists.txt), so that make
+# builds them side by side: given as several goals they would be built one after the other.
+build_set() {
+  local preset=$1 IFS=';'
+  shift
+  cmake --preset "$preset" -DPM_BUILD_BENCH=OFF -DPM_BUILD_EXAMPLES=OFF "-DPM_BUILD_SET=$*" >/dev/null
+  cmake --build --preset "$preset" -j "$(nproc)" --target pm_build_set
+}
+
 # What `./dev.sh test` runs under the sanitizers (docs/fuzzing.md, "Sanitizers in CI"), sized to
 # keep CI well under 30 minutes on 2 cores: under ASan+UBSan the code that reads what users and
 # peers send (parsers, the agent link, the agent and the controller, the output layer, the
@@ -120,13 +129,11 @@ case "${1:-}" in
     phase "release build"
     run_ctest release --preset release --output-on-failure
     phase "release tests"
-    cmake --preset asan -DPM_BUILD_BENCH=OFF -DPM_BUILD_EXAMPLES=OFF >/dev/null
-    cmake --build --preset asan -j "$(nproc)" --target "${ASAN_TARGETS[@]}"
+    build_set asan "${ASAN_TARGETS[@]}"
     phase "asan build"
     run_ctest asan --preset asan -R "$ASAN_TESTS"
     phase "asan tests"
-    cmake --preset tsan -DPM_BUILD_BENCH=OFF -DPM_BUILD_EXAMPLES=OFF >/dev/null
-    cmake --build --preset tsan -j "$(nproc)" --target "${TSAN_TARGETS[@]}"
+    build_set tsan "${TSAN_TARGETS[@]}"
     phase "tsan build"
     run_ctest tsan --preset tsan -R "$TSAN_TESTS"
     phase "tsan tests"

@@ -13,6 +13,7 @@
 
 #include "support/command.hpp"
 #include "support/processes.hpp"
+#include "sys/sanitizers.hpp"
 
 namespace {
 
@@ -140,7 +141,7 @@ TEST(PmrunRun, NothingSurvivesASuccessfulJobEither) {
 
 // ThreadSanitizer's runtime defers a signal that arrives while the thread sleeps in epoll_wait
 // until the next intercepted call, so a TSan-built pmrun does not see it: these run elsewhere.
-#if defined(__SANITIZE_THREAD__)
+#if defined(PM_THREAD_SANITIZER)
 #define PM_SKIP_UNDER_TSAN() GTEST_SKIP() << "signals to a sleeping TSan-built pmrun are deferred"
 #else
 #define PM_SKIP_UNDER_TSAN() (void)0

@@ -19,6 +19,7 @@
 
 #include "pm/error.hpp"
 #include "sys/pidfd.hpp"
+#include "sys/sanitizers.hpp"
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
@@ -228,7 +229,7 @@ spawned_process spawn(const spawn_request& request) {
   // child running on the caller's memory (from a thread other than the main one, a DVM's from
   // pm_dvm_start, it reports the thread's teardown as racing with the joiner): its builds take
   // posix_spawn, which it knows, from the start.
-#if defined(__SANITIZE_THREAD__)
+#if defined(PM_THREAD_SANITIZER)
   static bool clone_refused = true;
 #else
   static bool clone_refused = false;
