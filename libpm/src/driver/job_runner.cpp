@@ -5,20 +5,16 @@
 // carrying out an action is posted, never nested. docs/architecture.md.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <random>
 #include <unordered_map>
 
-#include "driver/decision_log.hpp"
 #include "driver/discovery_command.hpp"
 #include "driver/host_stream.hpp"
+#include "driver/launch_config_for.hpp"
 #include "driver/preflight.hpp"
 #include "driver/stdin_pump.hpp"
 #include "env/compose.hpp"
@@ -26,7 +22,6 @@
 #include "launch/launcher.hpp"
 #include "pm/error.hpp"
 #include "pm/launcher.hpp"
-#include "transport/host_address.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/routing.hpp"
 
@@ -34,30 +29,13 @@ namespace pm {
 
 namespace asio = boost::asio;
 
-namespace {
-
-// One getrandom() call: std::random_device probes the CPU (cpuid, which traps in a virtual
-// machine) before its first number, on every launch.
-std::uint64_t fresh_nonce() {
-  std::uint64_t v = 0;
-  if (::getrandom(&v, sizeof v, 0) == static_cast<ssize_t>(sizeof v)) return v;
-  std::random_device rd;
-  return (std::uint64_t{rd()} << 32) ^ rd();
-}
-
-bool is_open_descriptor(int fd) {
-  return fd >= 0 && ::fcntl(fd, F_GETFD) >= 0;
-}
-
-}  // namespace
-
 struct job_runner::impl : std::enable_shared_from_this<impl> {
   impl(asio::io_context& io_, job_request request, job_callbacks callbacks_)
       : io(io_),
         req(std::move(request)),
         cb(std::move(callbacks_)),
         epoch(std::chrono::steady_clock::now()),
-        nonce(req.prestarted ? req.prestarted->nonce() : fresh_nonce()) {}
+        nonce(req.prestarted ? req.prestarted->nonce() : driver::fresh_nonce()) {}
 
   asio::io_context& io;
   job_request req;
@@ -76,44 +54,6 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   bool done = false;
 
   launch::link_time now() const { return std::chrono::steady_clock::now() - epoch; }
-
-  launch::launch_config config(std::string agent_path) const {
-    launch::launch_config c;
-    c.request = req;
-    c.request.remote_transport.reset();
-    c.request.prestarted.reset();
-    c.nonce = nonce;
-    c.seed = fresh_nonce();
-    c.local_agent_path = std::move(agent_path);
-    std::error_code ec;
-    c.cwd = std::filesystem::current_path(ec).string();
-    char ns[64];
-    std::snprintf(ns, sizeof ns, "pmrun.%d.%08llx", static_cast<int>(::getpid()),
-                  static_cast<unsigned long long>(nonce & 0xffffffffu));
-    c.pmix_namespace = ns;
-    c.stdin_of.assign(req.map.size(), launch::stdin_source::none);
-    for (std::uint32_t r = 0; r < req.map.size(); ++r) {
-      if (!req.per_rank_stdin.empty()) {
-        if (r < req.per_rank_stdin.size() && is_open_descriptor(req.per_rank_stdin[r])) {
-          c.stdin_of[r] = launch::stdin_source::own;
-        }
-      } else if (static_cast<std::int64_t>(r) == req.stdin_rank &&
-                 is_open_descriptor(req.stdin_fd)) {
-        c.stdin_of[r] = launch::stdin_source::shared;
-      }
-    }
-    c.embedder_transport = req.remote_transport != nullptr;
-    c.claims_spawn_slots = req.remote_transport && req.remote_transport->claims_slots();
-    c.pick_address = net::pick_address;
-    c.rank_states = static_cast<bool>(cb.on_rank_state);
-    c.decisions = driver::decision_log_from_environment();
-    // Only prints: called inside the launcher's step.
-    if (auto line = cb.on_binding ? cb.on_binding : cb.on_message) {
-      c.report_binding = [line = std::move(line)](const std::string& l) { line(l); };
-    }
-    c.planned = cb.on_planned;
-    return c;
-  }
 
   int stdin_source_of(std::uint32_t rank) const {
     return req.per_rank_stdin.empty() ? req.stdin_fd : req.per_rank_stdin.at(rank);
@@ -402,7 +342,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     if (!req.remote.notice) req.remote.notice = cb.on_message;
     router =
         std::make_unique<transport_router>(io, req.remote, req.remote_transport, req.prestarted);
-    machine.emplace(config(agent));
+    machine.emplace(driver::launch_config_for(req, cb, nonce, agent));
     feed([](launch::launcher& m, launch::link_time t, launch::actions& a) { m.start(t, a); });
   }
 };
