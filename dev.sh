@@ -59,7 +59,8 @@ ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_
   link_endpoint_test link_messages_test command_line_test hostfile_test host_list_test slurm_test
   pbs_test output_forwarder_test output_forwarder_pushed_test output_forwarder_prompt_test
   line_assembler_test job_runner_test local_agent_test local_agent_link_test local_agent_restart_test
-  srun_transport_test fuzz_regressions_test pmd pm_payload
+  launcher_restarts_test controller_signals_test link_socket_test srun_transport_test
+  fuzz_regressions_test pmd pm_payload
   pmrun pmrun_compat_test pmrun_failure_test pmrun_map_test pmrun_output_test
   pmrun_output_modes_test pmrun_status_test
   c_allocation_test c_basics_test c_binding_test c_launch_test c_map_test c_resolve_test c_sim_test
@@ -67,7 +68,7 @@ ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_
   pmrun_stdin_test pmd_stdio_test launcher_test relayed_ssh_end_test sys_process_test spawner_test
   topology_reader_test host_binding_test proc_sample_test pmd_relay_test discovery_command_test
   pmrun_dvm_test dvm_parts_test c_dvm_test)
-ASAN_TESTS='^(Agent|AgentStall|LauncherStall|ProcSample|Controller|ControllerState|FenceTable|LinkEndpoint|LinkFrame|LinkFuzz|LinkMessages|LinkPreamble|LinkSocket|CommandLine|Hostfile|HostList|SlurmAllocation|SlurmHostlist|SlurmTasksPerNode|ManagedAllocation|Pbs|ReadTextFile|OutputForwarder|ForEachLine|LineAssembler|JobRunner|JobRunnerSetup|Launcher|LauncherDiscovery|LauncherSpares|PmdRelay|DiscoveryCommand|DiscoveredHosts|DvmSlotLedger|DvmJsonLines|RelayedSshEnd|LocalAgent|SafePath|PeerOwner|PrivateDir|PmixHandshake|PmdStdio|CallerGate|ConnectBack|SrunCommand|SrunTransport|SysPidfd|SysStopSequence|SysWatchedProcess|Spawner|Executable|FuzzRegressions|TopologyReader\.(HonoursHwlocXmlFile|AMissingFileIsOneLine)|EveryMachine|Machines|BindingOptions|Pmrun(Compat|Dvm|EarlyAgent|Files|Map|Output|OutputModes|Run|Status|Stdin))\.|^fuzz\.|^c\.c_'
+ASAN_TESTS='^(Agent|AgentStall|LauncherStall|ProcSample|Controller|ControllerRecovery|ControllerState|FenceTable|LinkEndpoint|LinkFrame|LinkFuzz|LinkMessages|LinkPreamble|LinkSocket|CommandLine|Hostfile|HostList|SlurmAllocation|SlurmHostlist|SlurmTasksPerNode|ManagedAllocation|Pbs|ReadTextFile|OutputForwarder|ForEachLine|LineAssembler|JobRunner|JobRunnerSetup|Launcher|LauncherDiscovery|LauncherRecovery|LauncherSpares|PmdRelay|DiscoveryCommand|DiscoveredHosts|DvmSlotLedger|DvmJsonLines|RelayedSshEnd|LocalAgent|SafePath|PeerOwner|PrivateDir|PmixHandshake|PmdStdio|CallerGate|ConnectBack|SrunCommand|SrunTransport|SysPidfd|SysStopSequence|SysWatchedProcess|Spawner|Executable|FuzzRegressions|TopologyReader\.(HonoursHwlocXmlFile|AMissingFileIsOneLine)|EveryMachine|Machines|BindingOptions|Pmrun(Compat|Dvm|EarlyAgent|Files|Map|Output|OutputModes|Run|Status|Stdin))\.|^fuzz\.|^c\.c_'
 TSAN_TARGETS=(output_forwarder_test output_forwarder_pushed_test output_forwarder_prompt_test
   local_agent_test local_agent_link_test job_runner_test pmix_job_info_test c_launch_test pmd
   pm_payload c_dvm_test)
