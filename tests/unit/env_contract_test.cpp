@@ -172,7 +172,8 @@ TEST(LaunchFacts, OneLocalHostUsesLoopbackAndAFreePort) {
 TEST(LaunchFacts, SeveralHostsNeverGetALoopbackMaster) {
   pm::allocation a;
   a.source = pm::allocation_source::host_list;
-  a.hosts = {pm::host{"me", 1, 0, true, true}, pm::host{"other", 1}};
+  // The other host by a numeric address: a made-up name would be asked of the DNS server.
+  a.hosts = {pm::host{"me", 1, 0, true, true}, pm::host{"192.0.2.77", 1}};
   pm::job_spec j;
   j.apps.push_back(pm::app_context{{"app"}, 2, {}, {}});
   auto facts = pm::decide_launch_facts(pm::map_job(j, a), pm::local_host_info(), 1000);

@@ -32,8 +32,9 @@ pm::job_request local_job(std::uint32_t np, std::vector<std::string> argv) {
   pm::job_request request;
   request.map = pm::map_job(spec, alloc);
   request.apps = spec.apps;
-  request.env = pm::make_job_env(pm::current_environment(), {}, pm::default_env_profiles,
-                                 pm::decide_launch_facts(request.map, me, std::nullopt));
+  request.env = pm::make_job_env(
+      pm::current_environment(), {}, pm::default_env_profiles,
+      pm::decide_launch_facts(request.map, me, std::nullopt, pm::default_env_profiles));
   request.agent_path = std::string(PM_BINARY_DIR) + "/bin/pmd";
   // The ranks' output is not this test's business.
   request.output.sink = [](std::uint32_t, pm::output_stream, std::string_view, pm::line_flags) {};
@@ -197,8 +198,9 @@ pm::job_request local_and_far(const std::shared_ptr<pm::transport>& transport) {
   pm::job_request request;
   request.map = pm::map_job(spec, alloc);
   request.apps = spec.apps;
-  request.env = pm::make_job_env(pm::current_environment(), {}, pm::default_env_profiles,
-                                 pm::decide_launch_facts(request.map, me, std::nullopt));
+  request.env = pm::make_job_env(
+      pm::current_environment(), {}, pm::default_env_profiles,
+      pm::decide_launch_facts(request.map, me, std::nullopt, pm::default_env_profiles));
   request.agent_path = std::string(PM_BINARY_DIR) + "/bin/pmd";
   request.remote_transport = transport;
   request.output.sink = [](std::uint32_t, pm::output_stream, std::string_view, pm::line_flags) {};
