@@ -14,6 +14,7 @@
 
 #include "support/command.hpp"
 #include "support/processes.hpp"
+#include "sys/sanitizers.hpp"
 
 namespace {
 
@@ -242,13 +243,7 @@ long agent_peak_kb(int np) {
 TEST(PmrunCompat, AgentMemoryDoesNotGrowPerRankWithALargeExport) {
   // Each rank's environment is composed when it starts, not for every queued rank at once: with
   // 32 queued ranks of 100 KB each pmd once peaked 1.7 MB above a one-rank job.
-  // GCC says __SANITIZE_ADDRESS__, clang (the asan preset) __has_feature(address_sanitizer).
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define PM_TEST_SANITIZED 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(PM_TEST_SANITIZED)
+#if defined(PM_ADDRESS_SANITIZER) || defined(PM_THREAD_SANITIZER)
   GTEST_SKIP()
       << "a sanitizer's allocator keeps freed memory (ASan's quarantine): peaks say nothing";
 #endif

@@ -9,3 +9,11 @@
 #define PM_THREAD_SANITIZER 1
 #endif
 #endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define PM_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PM_ADDRESS_SANITIZER 1
+#endif
+#endif
