@@ -330,6 +330,12 @@ bool run_until(boost::asio::io_context& io, Pred done, std::chrono::milliseconds
   return true;
 }
 
+// The nodes of the tests below by numeric address (TEST-NET-2): the listener resolves the first
+// node to order its connect-back addresses, and a made-up name would ask the name server.
+std::string node_name(std::uint32_t h) {
+  return "198.51.100." + std::to_string(h);
+}
+
 TEST(SrunTransport, CallersBecomeTheirNodesStreamsAndStrangersAreRefused) {
   stand_in fake;
   boost::asio::io_context io;
@@ -345,7 +351,7 @@ TEST(SrunTransport, CallersBecomeTheirNodesStreamsAndStrangersAreRefused) {
   for (std::uint32_t h = 1; h <= 3; ++h) {
     pm::agent_target target;
     target.host = h;
-    target.info.name = "node" + std::to_string(h);
+    target.info.name = node_name(h);
     target.agent_argv = {"/opt/pmd", "--stdio", "--nonce", "ab"};
     t->open(
         target, [&, h](pm::agent_stream s) { opened[h] = s; },
@@ -354,7 +360,8 @@ TEST(SrunTransport, CallersBecomeTheirNodesStreamsAndStrangersAreRefused) {
   ASSERT_TRUE(run_until(io, [&] { return std::filesystem::exists(fake.dir + "/env"); }));
   std::ifstream argv_file(fake.dir + "/argv");
   std::string argv((std::istreambuf_iterator<char>(argv_file)), {});
-  EXPECT_NE(argv.find("--nodelist=node1,node2,node3\n/opt/pmd\n--connect\n--nonce\nab\n"),
+  EXPECT_NE(argv.find("--nodelist=" + node_name(1) + "," + node_name(2) + "," + node_name(3) +
+                      "\n/opt/pmd\n--connect\n--nonce\nab\n"),
             std::string::npos)
       << argv;
   const auto env = fake.env();
@@ -362,8 +369,8 @@ TEST(SrunTransport, CallersBecomeTheirNodesStreamsAndStrangersAreRefused) {
   EXPECT_EQ(argv.find(token), std::string::npos);  // never on the command line
   const auto port = static_cast<std::uint16_t>(std::stoi(env.at("PM_AGENT_PORT")));
 
-  // node2 calls with the right token; the test then writes on the stream it became.
-  const int agent2 = sr::dial_launcher({"127.0.0.1"}, port, token, "node2");
+  // Node 2 calls with the right token; the test then writes on the stream it became.
+  const int agent2 = sr::dial_launcher({"127.0.0.1"}, port, token, node_name(2));
   ASSERT_TRUE(run_until(io, [&] { return opened.count(2) == 1; }));
   const char hello[] = "link bytes";
   ASSERT_EQ(::write(agent2, hello, sizeof hello - 1), static_cast<ssize_t>(sizeof hello - 1));
@@ -372,9 +379,9 @@ TEST(SrunTransport, CallersBecomeTheirNodesStreamsAndStrangersAreRefused) {
   EXPECT_STREQ(got, "link bytes");  // the greeting was taken, nothing after it
   EXPECT_FALSE(opened[2].socket);
 
-  // Refused: a wrong token, a second node2, a stranger; the job's nodes are not affected.
-  const int wrong = sr::dial_launcher({"127.0.0.1"}, port, std::string(64, 'f'), "node3");
-  const int twice = sr::dial_launcher({"127.0.0.1"}, port, token, "node2");
+  // Refused: a wrong token, a second node 2, a stranger; the job's nodes are not affected.
+  const int wrong = sr::dial_launcher({"127.0.0.1"}, port, std::string(64, 'f'), node_name(3));
+  const int twice = sr::dial_launcher({"127.0.0.1"}, port, token, node_name(2));
   const int stranger = sr::dial_launcher({"127.0.0.1"}, port, token, "elsewhere");
   ASSERT_TRUE(run_until(io, [&] {
     return std::count_if(notices.begin(), notices.end(), [](const std::string& n) {
@@ -387,11 +394,11 @@ TEST(SrunTransport, CallersBecomeTheirNodesStreamsAndStrangersAreRefused) {
     ::close(fd);
   }
   EXPECT_EQ(opened.size(), 1u);
-  // node3 calls after all.
-  const int agent3 = sr::dial_launcher({"127.0.0.1"}, port, token, "node3");
+  // Node 3 calls after all.
+  const int agent3 = sr::dial_launcher({"127.0.0.1"}, port, token, node_name(3));
   ASSERT_TRUE(run_until(io, [&] { return opened.count(3) == 1; }));
 
-  // srun ends: node1 never called and fails with srun's word; node2's and node3's streams end.
+  // srun ends: node 1 never called and fails with srun's word; nodes 2 and 3's streams end.
   std::ofstream(fake.dir + "/end").put('x');
   ASSERT_TRUE(run_until(io, [&] { return failed.count(1) == 1; }));
   EXPECT_NE(failed[1].find("srun exited with code 3: srun: error: stand-in speaking"),
@@ -425,7 +432,7 @@ TEST(SrunTransport, AMissingSrunFailsEveryNodeWithOneLine) {
   for (std::uint32_t h = 0; h < 2; ++h) {
     pm::agent_target target;
     target.host = h;
-    target.info.name = "n" + std::to_string(h);
+    target.info.name = node_name(h + 1);
     target.agent_argv = {"/opt/pmd", "--stdio"};
     t.open(
         target, [](pm::agent_stream) { FAIL(); }, [&, h](std::string why) { failed[h] = why; });
@@ -441,7 +448,7 @@ std::map<std::string, std::string> start_step(sr::srun_transport& t, boost::asio
   for (std::uint32_t h = 1; h <= n; ++h) {
     pm::agent_target target;
     target.host = h;
-    target.info.name = "node" + std::to_string(h);
+    target.info.name = node_name(h);
     target.agent_argv = {"/opt/pmd", "--stdio"};
     t.open(
         target, [](pm::agent_stream s) { ::close(s.read_fd); }, [](std::string) {});
