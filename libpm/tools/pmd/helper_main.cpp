@@ -8,6 +8,7 @@
 //                         is descriptor 3 (pmix_helper_frames.hpp), the socket the ranks connect
 //                         to is descriptor 4; it ends when pmd closes the channel or dies.
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
@@ -37,6 +38,8 @@ namespace channel = pm::agent::pmix_channel;
 
 constexpr int channel_fd = 3;
 constexpr int listener_fd = 4;
+// How long the server is quiet before it gives its freed memory back.
+constexpr int idle_trim_after_ms = 100;
 
 int run_topology() {
   const auto shape = pmd::read_topology_module();
@@ -71,9 +74,19 @@ class server_process {
     watch(channel_fd, 1);
     char buf[65536];
     epoll_event events[8];
+    bool busy = false;  // since the last trim
     for (;;) {
-      const int n = ::epoll_wait(epoll_, events, 8, -1);
+      const int n = ::epoll_wait(epoll_, events, 8, busy ? idle_trim_after_ms : -1);
       if (n < 0 && errno != EINTR) return fail(std::string("epoll_wait: ") + std::strerror(errno));
+      if (n == 0 && busy) {
+        // Quiet after a burst (the ranks' connections, a fence, their finalize): the server's
+        // freed per-client buffers go back to the system; glibc keeps them resident otherwise
+        // (about 8 KB a rank, 1 MB at 128 ranks: docs/benchmarks.md).
+        ::malloc_trim(0);
+        busy = false;
+        continue;
+      }
+      busy = busy || n > 0;
       for (int i = 0; i < n; ++i) {
         if (events[i].data.u64 == 2) {
           if (gateway_) gateway_->on_ready();
