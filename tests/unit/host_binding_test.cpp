@@ -9,6 +9,7 @@
 
 #include "pm/error.hpp"
 #include "pm/host_binding.hpp"
+#include "pm/topology.hpp"
 #include "support/topologies.hpp"
 #include "topology/read_hwloc.hpp"
 
@@ -238,6 +239,9 @@ TEST_F(Machines, ClusterOnDie) {
   EXPECT_EQ(cpus_of(p, 1), (cpus{7, 8, 9, 10, 11, 12, 13}));
   EXPECT_EQ(refusal([&] { plan_host(t, "cod", 2, policy("l3cache", "")); }),
             "host 'cod' has no l3cache (--map-by)");
+  // Bound to an object the host has none of: refused, never silently unbound.
+  EXPECT_EQ(refusal([&] { plan_host(t, "cod", 2, policy("", "l3cache")); }),
+            "host 'cod' has no l3cache (--bind-to)");
   EXPECT_EQ(refusal([&] { plan_host(t, "cod", 2, policy("", "", "1")); }),
             "host 'cod' has no GPUs (--gpus-per-rank 1)");
 }
@@ -288,6 +292,18 @@ TEST(BindingOptions, ErrorsNameTheOptionAndTheValue) {
             "--gpus-per-rank two: the GPU count must be a positive number, not 'two'");
   EXPECT_EQ(usage([] { parse_gpus_per_rank("1:sharde"); }),
             "--gpus-per-rank 1:sharde: unknown modifier 'sharde' (shared, reorder)");
+}
+
+// A summary where some cores lie in no NUMA node (hwloc's reader keeps what the machine says):
+// --bind-to numa refuses a rank placed there (found by SimTopologyProperty with a random seed:
+// the rank was planned bound yet given no cpus).
+TEST(HostBinding, ACoreInNoNumaNodeIsNotBoundToOne) {
+  const auto t = topology_from_text("pmtopo1;p=2;l=0;n=0;c=2*0._._,2*1.0._;u=4*1;o=0-3;g=;i=");
+  EXPECT_EQ(refusal([&] { plan_host(t, "h", 1, policy("package", "numa")); }),
+            "host 'h' has no NUMA node holding its core 0 (--bind-to numa)");
+  // Ranks on the package whose cores have a NUMA node are bound to it.
+  const auto p = plan_host(t, "h", 4, policy("core", "core"));
+  EXPECT_EQ(cpus_of(p, 3), (cpus{3}));
 }
 
 }  // namespace

@@ -401,6 +401,14 @@ host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t
         ++demand[o];
         if (std::find(objs.begin(), objs.end(), o) == objs.end()) objs.push_back(o);
       }
+      if (objs.empty()) {
+        // No such object holds the rank's place (a machine without an L3 cache, cores that
+        // hwloc put in no NUMA node): bound to nothing would be silently unbound.
+        const std::string obj = *bind == object::numa ? "NUMA node" : std::string(to_string(*bind));
+        refuse(host, "has no " + obj + " holding its " + std::string(u.name(1)) + " " +
+                         std::to_string(mine[0]) + " (--bind-to " + std::string(to_string(*bind)) +
+                         ")");
+      }
       cpus.clear();
       for (auto o : objs) {
         for (auto i = bind_first[o]; i < bind_first[o + 1]; ++i) {
