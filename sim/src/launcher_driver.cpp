@@ -173,6 +173,7 @@ void world::carry_out(launch::launch_action& a) {
             answer_later({launcher_answer::kind::output_drained, 0, 0, 0, {}});
           },
           [&](launch::pump_stdin&) {},
+          [&](launch::release_stdin&) {},
           [&](launch::input_ready&) {},
           [&](launch::restarting& x) { new_incarnation(std::move(x.ended)); },
           [&](launch::rank_restarted& x) { rank_restarted(std::move(x.restart)); },

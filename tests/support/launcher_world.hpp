@@ -75,6 +75,8 @@ struct world {
   std::map<std::uint32_t, std::uint32_t> starts;                        // child_open per host
   std::vector<std::chrono::milliseconds> timer_lengths;
   std::string output;
+  std::vector<std::uint32_t> pumped;    // pump_stdin, by rank
+  std::vector<std::uint32_t> released;  // release_stdin, by rank
 
   // What the test says about hosts and ranks.
   std::map<std::uint32_t, int> exit_code;                        // by rank (default: 0 at once)
@@ -410,7 +412,15 @@ struct world {
   void carry_out(launch::output_drain&) {
     answers.push_back([this] { feed([&](auto& a) { m.output_drained(t, a); }); });
   }
-  void carry_out(launch::pump_stdin&) { ADD_FAILURE() << "no stdin here"; }
+  void carry_out(launch::pump_stdin& x) { pumped.push_back(x.rank); }
+  void carry_out(launch::release_stdin& x) {
+    // A remote rank's stdin is pumped from the launcher until the rank ended.
+    for (const auto& [h, ag] : agents) {
+      EXPECT_FALSE(ag.running.contains(x.rank))
+          << "stdin of running rank " << x.rank << " released";
+    }
+    released.push_back(x.rank);
+  }
   void carry_out(launch::input_ready&) {}
   void carry_out(launch::restarting& x) { restarts.push_back(x.ended); }
   void carry_out(launch::rank_restarted& x) { rank_restarts.push_back(x.restart); }

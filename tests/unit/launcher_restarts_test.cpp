@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "support/launcher_world.hpp"
 
 namespace {
@@ -132,6 +134,33 @@ TEST(LauncherRecovery, AFailedRankIsSpawnedAgainAloneWithItsOwnCount) {
   EXPECT_NE(json.find("\"restarts\": 2"), std::string::npos) << json;
   EXPECT_NE(json.find("\"rank_restarts\""), std::string::npos) << json;
   EXPECT_EQ(json.find("incarnations"), std::string::npos) << json;
+}
+
+// Each rank's stdin is pumped from the launcher while it runs and released when it ended, once; a
+// rank restarted alone reads /dev/null (its first process had the input).
+TEST(LauncherRecovery, AStdinIsReleasedOnceItsRankEndedAndARestartDoesNotGetIt) {
+  auto c = remote_job(2, 2);
+  c.request.restarts.max_restarts = 1;
+  c.request.restarts.per_rank = true;
+  c.stdin_of.assign(4, launch::stdin_source::own);
+  world w(std::move(c));
+  w.fail_times[3] = 1;
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  auto pumped = w.pumped;
+  auto released = w.released;
+  std::sort(pumped.begin(), pumped.end());
+  std::sort(released.begin(), released.end());
+  EXPECT_EQ(pumped, (std::vector<std::uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(released, (std::vector<std::uint32_t>{0, 1, 2, 3}));
+  const auto spawns = w.received<link::spawn_request>(1);
+  ASSERT_EQ(spawns.size(), 2u);
+  EXPECT_TRUE(spawns[0].ranks[1].stdin_from_launcher);
+  ASSERT_EQ(spawns[1].ranks.size(), 1u);
+  EXPECT_EQ(spawns[1].ranks[0].rank, 3u);
+  EXPECT_FALSE(spawns[1].ranks[0].stdin_from_launcher);
 }
 
 // --enable-recovery without a budget (PRRTE's default): nothing restarts and the others run on

@@ -172,10 +172,14 @@ struct job_request {
   job_env env;                 ///< from pm::make_job_env
   controller_options control;  ///< failure policy, timeout, grace
   output_options output;       ///< how output is shown (pm/output.hpp)
-  /// The descriptor rank `stdin_rank` reads as stdin (-1: every rank reads /dev/null). Not owned.
+  /// The descriptor rank `stdin_rank` reads as stdin (-1: every rank reads /dev/null). Not owned:
+  /// the runner takes a copy of its own when it is made (the caller may close its own then), and
+  /// closes it once the rank needs it no more (a local rank started, a remote one ended), so that
+  /// a rank that is gone or stopped reading makes writes to a pipe fail rather than block.
   int stdin_fd = -1;
   std::int64_t stdin_rank = 0;
-  /// --stdin all: one descriptor per rank (index = rank), each rank's own copy. Not owned.
+  /// --stdin all: one descriptor per rank (index = rank), each rank's own copy. Not owned, copied
+  /// and released as stdin_fd is.
   std::vector<int> per_rank_stdin;
   std::string agent_path;  ///< pmd; empty: next to the program, or $PM_AGENT
   /// MASTER_PORT given by the user (--master-port): kept for a job whose rank 0 is elsewhere too.

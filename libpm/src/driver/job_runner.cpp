@@ -35,7 +35,17 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
         req(std::move(request)),
         cb(std::move(callbacks_)),
         epoch(std::chrono::steady_clock::now()),
-        nonce(req.prestarted ? req.prestarted->nonce() : driver::fresh_nonce()) {}
+        nonce(req.prestarted ? req.prestarted->nonce() : driver::fresh_nonce()) {
+    // The ranks' stdin descriptors are the caller's: the runner holds copies of its own, each
+    // until the launcher machine says the rank needs it no more (release_stdin).
+    const auto own = [this](int& fd) {
+      if (fd < 0) return;
+      fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+      if (fd >= 0) stdin_copies.emplace_back(fd);
+    };
+    own(req.stdin_fd);
+    for (int& fd : req.per_rank_stdin) own(fd);
+  }
 
   asio::io_context& io;
   job_request req;
@@ -48,6 +58,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   std::unordered_map<std::uint32_t, std::shared_ptr<driver::host_stream>> streams;
   std::unordered_map<std::uint64_t, std::unique_ptr<asio::steady_timer>> timers;
   std::unordered_map<std::uint32_t, std::uint64_t> held;  // output taken while congested
+  std::vector<link::owned_fd> stdin_copies;               // of req.stdin_fd and req.per_rank_stdin
   std::vector<std::unique_ptr<driver::stdin_pump>> pumps;
   std::unique_ptr<driver::discovery_command> discovery;  // --host-discovery-script, while it runs
   std::optional<job_report> final_report;
@@ -265,8 +276,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
         m.stdin_ended(t, h, r, a);
       });
     };
-    pumps.push_back(
-        std::make_unique<driver::stdin_pump>(io, x.host, stdin_source_of(x.rank), std::move(k)));
+    pumps.push_back(std::make_unique<driver::stdin_pump>(io, x.host, x.rank,
+                                                         stdin_source_of(x.rank), std::move(k)));
     asio::post(io, [weak, p = pumps.back().get()] {
       if (weak.lock()) p->pump();
     });
@@ -279,6 +290,17 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
         });
       }
     }
+  }
+  void carry_out(launch::release_stdin& x) {
+    int& fd = req.per_rank_stdin.empty() ? req.stdin_fd : req.per_rank_stdin.at(x.rank);
+    std::erase_if(stdin_copies, [fd](const link::owned_fd& c) { return c.get() == fd; });
+    fd = -1;
+    // Its pump may be the caller of this action (stdin_bytes): it goes once that returned.
+    asio::post(io, [weak = weak_from_this(), rank = x.rank] {
+      if (auto self = weak.lock()) {
+        std::erase_if(self->pumps, [rank](const auto& p) { return p->rank() == rank; });
+      }
+    });
   }
   void carry_out(launch::restarting& x) {
     if (cb.on_restart) cb.on_restart(x.ended);

@@ -12,8 +12,9 @@ namespace pm::driver {
 
 namespace asio = boost::asio;
 
-stdin_pump::stdin_pump(asio::io_context& io, std::uint32_t host, int source, stdin_pump_hooks hooks)
-    : io_(io), host_(host), hooks_(std::move(hooks)) {
+stdin_pump::stdin_pump(asio::io_context& io, std::uint32_t host, std::uint32_t rank, int source,
+                       stdin_pump_hooks hooks)
+    : io_(io), host_(host), rank_(rank), hooks_(std::move(hooks)) {
   fd_.reset(::fcntl(source, F_DUPFD_CLOEXEC, 3));
   struct stat st {};
   if (fd_ && ::fstat(fd_.get(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {

@@ -26,18 +26,21 @@ struct stdin_pump_hooks {
 class stdin_pump {
  public:
   /// Reads a private duplicate of `source` (the launcher's own description stays as it was).
-  stdin_pump(boost::asio::io_context& io, std::uint32_t host, int source, stdin_pump_hooks hooks);
+  stdin_pump(boost::asio::io_context& io, std::uint32_t host, std::uint32_t rank, int source,
+             stdin_pump_hooks hooks);
   ~stdin_pump();
   stdin_pump(const stdin_pump&) = delete;
   stdin_pump& operator=(const stdin_pump&) = delete;
 
   std::uint32_t host() const noexcept { return host_; }
+  std::uint32_t rank() const noexcept { return rank_; }
   /// Read and hand over what the credit allows; called again when credit comes back.
   void pump();
 
  private:
   boost::asio::io_context& io_;
   std::uint32_t host_;
+  std::uint32_t rank_;
   stdin_pump_hooks hooks_;
   link::owned_fd fd_;
   std::optional<boost::asio::posix::stream_descriptor> waiter_;  // pipes and ttys; none: a file

@@ -84,6 +84,7 @@ void launcher::impl::run_controller(event e) {
   if (cfg.watch_controller) cfg.watch_controller(e, acts);
   if (std::holds_alternative<job_spawned>(e)) spawn_taken(before);
   tell_state_changes(e);
+  release_stdin_after(e);
   // Ranks that end may leave only quiet hosts with live ranks.
   if (quiet_hosts > 0 &&
       (std::holds_alternative<rank_exited>(e) || std::holds_alternative<host_lost>(e) ||
@@ -156,6 +157,29 @@ void launcher::impl::give_up_setup() {
 
 // rank_changed for the ranks the event may have moved: only rank events, a lost host and
 // withdrawn spawns change a rank's state (the controller's rules), so this is O(1) per rank.
+// A rank's stdin is the launcher's to hold while the rank may still need it from here: until a
+// local rank started (its agent got its own copy with the spawn request) and until a remote one
+// ended (it is pumped over the link meanwhile).
+void launcher::impl::release_stdin_after(const event& e) {
+  if (const auto* started = std::get_if<rank_started>(&e)) {
+    if (started->rank < cfg.stdin_of.size() && host_info(ctl.host_of(started->rank)).local) {
+      release_stdin_of(started->rank);
+    }
+  } else if (const auto* exited = std::get_if<rank_exited>(&e)) {
+    release_stdin_of(exited->rank);
+  } else if (const auto* failed = std::get_if<rank_spawn_failed>(&e)) {
+    release_stdin_of(failed->rank);
+  } else if (const auto* lost = std::get_if<host_lost>(&e)) {
+    for (const auto rank : ctl.processes_on_host(lost->host)) release_stdin_of(rank);
+  }
+}
+
+void launcher::impl::release_stdin_of(std::uint32_t rank) {
+  if (rank >= cfg.stdin_of.size() || cfg.stdin_of[rank] == stdin_source::none) return;
+  cfg.stdin_of[rank] = stdin_source::none;
+  out->push_back(release_stdin{rank});
+}
+
 void launcher::impl::tell_state_changes(const event& e) {
   if (!cfg.rank_states) return;
   if (told.size() < ctl.size()) told.resize(ctl.size(), rank_state::pending);

@@ -185,6 +185,14 @@ struct pump_stdin {
 struct input_ready {
   std::uint32_t host;
 };
+/// The launcher's copy of `rank`'s stdin is needed no more: close it and end its pump_stdin. A
+/// local rank's agent holds its own copy once the rank started; a remote rank's stdin is pumped
+/// from here until it ends. Holding it longer would keep a rank that is gone, or never read,
+/// from ever looking full-and-dead to whatever writes its input (`--stdin all`). Any later start
+/// of the rank reads /dev/null.
+struct release_stdin {
+  std::uint32_t rank;
+};
 /// The launch restarts in place (restart_policy): `ended` is the incarnation that failed
 /// (job_callbacks::on_restart). Its line follows as a `say`.
 struct restarting {
@@ -219,7 +227,7 @@ using launch_action =
     std::variant<open_host, host_established, write_host, pass_stdin, close_host, link_deadline,
                  start_timer_after, cancel_timer_id, say, rank_changed, take_pipes, output_open,
                  output_bytes, output_close, output_add_job, output_drain, pump_stdin, input_ready,
-                 restarting, rank_restarted, discover_hosts, claim_slots, finished>;
+                 release_stdin, restarting, rank_restarted, discover_hosts, claim_slots, finished>;
 using actions = std::vector<launch_action>;
 
 class launcher {

@@ -285,6 +285,8 @@ struct launcher::impl {
   void give_up_setup();
   void fence_lost_host();
   void tell_state_changes(const event& e);
+  void release_stdin_after(const event& e);
+  void release_stdin_of(std::uint32_t rank);
   std::uint64_t start_own_timer(std::chrono::milliseconds after, own_timer t);
   void cancel_own_timer(std::uint64_t& id);
   void own_timer_fired(const own_timer& t);

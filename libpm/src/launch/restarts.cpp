@@ -462,6 +462,7 @@ void launcher::impl::start_incarnation() {
     stall_round.reset();
   }
   // Stdin went to the first incarnation; the next ones read /dev/null.
+  for (std::uint32_t r = 0; r < cfg.stdin_of.size(); ++r) release_stdin_of(r);
   cfg.stdin_of.assign(req.map.size(), stdin_source::none);
   req.env.facts.restart_count = inc.number;
   inc.port = inc.next_port;

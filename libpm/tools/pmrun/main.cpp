@@ -145,9 +145,12 @@ struct prepared_stdin {
   prepared_stdin() = default;
   prepared_stdin(const prepared_stdin&) = delete;
   prepared_stdin& operator=(const prepared_stdin&) = delete;
-  ~prepared_stdin() {
+  ~prepared_stdin() { close_rank_ends(); }
+  void close_rank_ends() {
     if (fd_for_ranks >= 0) close(fd_for_ranks);
+    fd_for_ranks = -1;
     for (int fd : per_rank) close(fd);
+    per_rank.clear();
   }
 };
 
@@ -293,6 +296,9 @@ int launch(const pm::run_options& options, const pm::resolved_job& resolved, pm:
             std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
           },
           std::move(on_planned)});
+  // The runner holds its own copies of the ranks' stdin now; ours would keep a pipe open for a
+  // rank that is gone, and the forwarder below would wait on it forever (`--stdin all`).
+  input.close_rank_ends();
   std::shared_ptr<pm::driver::stdin_forwarder> forwarder;
   if (!input.forward_targets.empty())
     forwarder = pm::driver::stdin_forwarder::start(io, 0, input.forward_targets);
@@ -497,9 +503,24 @@ int run(int argc, char** argv) {
   }
 }
 
+// A standard descriptor pmrun was started without (`pmrun ... >&-`) would be taken by the first
+// socket or pipe it makes, the agent's link: the ranks' output would be written into the link,
+// and rank 0's stdin would be the link. /dev/null takes its place, as it would for a daemon.
+void open_missing_standard_descriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    const int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (got >= 0 && got != fd) {
+      dup2(got, fd);
+      close(got);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  open_missing_standard_descriptors();
   try {
     return run(argc, argv);
   } catch (const pm::error& e) {
