@@ -292,6 +292,18 @@ TEST(PmrunMultihost, StdinReachesARemoteRankZeroAndEveryRankWithStdinAll) {
                                60s, input);
   ASSERT_EQ(all.exit_code, 0) << all.err;
   EXPECT_EQ(all.out, "200000\n200000\n200000\n200000\n");
+  // Ranks that read nothing (one here, one on the other host) hold up no other: more input than
+  // the pipes, the forwarder and the link's credit hold together.
+  std::string big(4u << 20, 'x');
+  const auto some = run_command(
+      pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "4", "--stdin", "all", "sh", "-c",
+                "if [ $((OMPI_COMM_WORLD_RANK % 2)) = 0 ]; then wc -c; else echo none; fi"}),
+      60s, big);
+  ASSERT_EQ(some.exit_code, 0) << some.err;
+  std::map<std::string, int> lines;
+  std::istringstream said(some.out);
+  for (std::string line; std::getline(said, line);) ++lines[line];
+  EXPECT_EQ(lines, (std::map<std::string, int>{{"4194304", 2}, {"none", 2}})) << some.out;
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 

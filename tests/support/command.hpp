@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -77,14 +78,18 @@ inline command_result run_command(const std::vector<std::string>& argv,
   }
   result.pid = pid;
   started_pids().push_back(pid);
-  // Feed stdin (small inputs only), then close it.
-  if (!input.empty()) {
+  // Stdin is fed beside the reading, a piece whenever the pipe takes one: a command that stops
+  // reading its input cannot hold the test past its deadline.
+  std::size_t fed = 0;
+  if (input.empty()) {
+    close(in[1]);
+    in[1] = -1;
+  } else {
     signal(SIGPIPE, SIG_IGN);
-    [[maybe_unused]] auto n = write(in[1], input.data(), input.size());
+    fcntl(in[1], F_SETFL, fcntl(in[1], F_GETFL) | O_NONBLOCK);
   }
-  close(in[1]);
   const auto until = std::chrono::steady_clock::now() + deadline;
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  pollfd fds[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {in[1], POLLOUT, 0}};
   int open_fds = 2;
   char buf[65536];
   while (open_fds > 0) {
@@ -95,7 +100,15 @@ inline command_result run_command(const std::vector<std::string>& argv,
       kill(-pid, SIGKILL);
       break;
     }
-    if (poll(fds, 2, static_cast<int>(left.count())) <= 0) continue;
+    if (poll(fds, 3, static_cast<int>(left.count())) <= 0) continue;
+    if (fds[2].fd >= 0 && fds[2].revents != 0) {
+      const ssize_t n = write(fds[2].fd, input.data() + fed, input.size() - fed);
+      if (n > 0) fed += static_cast<std::size_t>(n);
+      if ((n < 0 && errno != EAGAIN && errno != EINTR) || fed == input.size()) {
+        close(fds[2].fd);  // all of it, or the command closed its stdin
+        fds[2].fd = -1;
+      }
+    }
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
       const ssize_t n = read(fds[i].fd, buf, sizeof buf);
