@@ -97,6 +97,28 @@ TEST(PmrunRun, MissingProgramStartsNothing) {
   EXPECT_EQ(p.err, "pmrun: program 'no-such-program-xyz' not found in PATH\n");
 }
 
+TEST(PmrunRun, AMissingWorkingDirectoryStartsNothing) {
+  // The second app's directory: checked with its program, before the first app's ranks start.
+  auto r = run_command(pmrun({"-np", "2", "/bin/sh", "-c", "echo started; sleep 5", ":", "-np", "1",
+                              "--wdir", "/no/such/dir", "/bin/pwd"}));
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "pmrun: working directory '/no/such/dir' does not exist\n");
+  r = run_command(pmrun({"-np", "1", "--wdir", "/etc/passwd", "/bin/pwd"}));
+  EXPECT_EQ(r.exit_code, 126);
+  EXPECT_EQ(r.err, "pmrun: working directory '/etc/passwd' is not a directory\n");
+}
+
+TEST(PmrunRun, WhatTheUserTypedIsQuotedOnOneLine) {
+  // A newline or a terminal's escape in a program or directory name is spelled out.
+  auto r = run_command(pmrun({"-np", "1", "no\nsuch\x1b[31m"}));
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_EQ(r.err, "pmrun: program 'no\\nsuch\\x1b[31m' not found in PATH\n");
+  r = run_command(pmrun({"-np", "1", "--wdir", "/no\nsuch", "/bin/pwd"}));
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_EQ(r.err, "pmrun: working directory '/no\\nsuch' does not exist\n");
+}
+
 TEST(PmrunRun, ReportFile) {
   char tmpl[] = "/tmp/pmrun-report-XXXXXX";
   const std::string dir = mkdtemp(tmpl);

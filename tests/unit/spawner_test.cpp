@@ -129,6 +129,31 @@ TEST(Spawner, ExecFailuresAreReportedSynchronously) {
   EXPECT_EQ(pm::sys::exec_failure_code(EACCES), 126);
 }
 
+TEST(Spawner, AWorkingDirectoryThatFailsIsNamedNotTheProgram) {
+  spawn_request req;
+  req.path = "/bin/true";
+  req.argv = {"true"};
+  const auto failure = [&](const std::string& wdir) -> std::pair<pm::errc, std::string> {
+    req.wdir = wdir;
+    try {
+      spawn(req);
+    } catch (const pm::error& e) {
+      return {e.code(), e.what()};
+    }
+    return {pm::errc::usage, "(started)"};
+  };
+  EXPECT_EQ(failure("/no/such/dir"),
+            std::make_pair(pm::errc::not_found,
+                           std::string("cannot enter the working directory '/no/such/dir': No "
+                                       "such file or directory")));
+  EXPECT_EQ(failure("/etc/passwd"),
+            std::make_pair(pm::errc::not_executable,
+                           std::string("cannot enter the working directory '/etc/passwd': Not a "
+                                       "directory")));
+  EXPECT_EQ(failure("/no\nline").second,
+            "cannot enter the working directory '/no\\nline': No such file or directory");
+}
+
 TEST(Spawner, ManySpawnsLeakNoDescriptors) {
   auto count_fds = [] {
     int n = 0;

@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "agent/host_facts.hpp"
-#include "model/printable.hpp"
 #include "pm/error.hpp"
 #include "support/command.hpp"
 #include "support/other_user.hpp"
+#include "text/printable.hpp"
 #include "transport/srun/caller_gate.hpp"
 #include "transport/srun/connect_back.hpp"
 #include "transport/srun/refusal_log.hpp"
@@ -246,7 +246,7 @@ TEST(ConnectBack, WhatACallerSaysIsSanitizedBeforeItIsPrinted) {
   v = gate.judge("\x1b[2J");
   EXPECT_EQ(v.why, "not an agent's greeting");
   for (unsigned c = 0; c < 256; ++c) {
-    const auto shown = pm::model::untrusted(std::string(1, static_cast<char>(c)));
+    const auto shown = pm::text::untrusted(std::string(1, static_cast<char>(c)));
     for (const char ch : shown) {
       EXPECT_TRUE(ch >= 0x20 && ch < 0x7f && ch != '\'') << c;
     }

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "model/overloaded.hpp"
-#include "model/printable.hpp"
+#include "text/printable.hpp"
 
 namespace pm::agent {
 
@@ -152,7 +152,7 @@ void child_relay::handle(time now, child_event e, std::vector<child_action>& out
             if (i == none) return;
             std::string said;
             for (const auto& [h, tail] : stderr_tails_) {
-              if (h == x.host) said = model::last_line(tail);
+              if (h == x.host) said = text::last_line(tail);
             }
             link::child_closed closed{x.host, x.signo != 0 ? -1 : x.code, x.signo, std::move(said)};
             remove(i);

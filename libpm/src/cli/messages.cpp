@@ -1,13 +1,13 @@
 #include "cli/messages.hpp"
 
-#include "model/printable.hpp"
+#include "text/printable.hpp"
 
 namespace pm::cli {
 namespace {
 // Quoted with control characters spelled out: a value may hold a newline, the message stays one
 // line.
 std::string q(std::string_view s) {
-  return "'" + model::printable(s) + "'";
+  return "'" + text::printable(s) + "'";
 }
 }  // namespace
 
@@ -44,30 +44,29 @@ std::string unknown_output_mode(std::string_view option, std::string_view mode) 
          " (tag, timestamp, merge-stderr-to-stdout, json-lines, dir=DIR)";
 }
 std::string bad_boolean(std::string_view option, std::string_view key, std::string_view value) {
-  return std::string(option) + " " + model::printable(key) + " " + q(value) +
+  return std::string(option) + " " + text::printable(key) + " " + q(value) +
          ": expected a boolean (1, 0, true, false, yes or no)";
 }
 std::string misplaced_app_file(std::string_view option, std::string_view file) {
-  return model::printable(std::string(option) + " " + q(file) +
-                          ": an app file goes among the options before any program");
+  return text::printable(std::string(option) + " " + q(file) +
+                         ": an app file goes among the options before any program");
 }
 std::string app_file_and_program(std::string_view option, std::string_view file,
                                  std::string_view program) {
-  return model::printable(std::string(option) + " " + q(file) +
-                          ": the app file names the programs; " + q(program) +
-                          " follows on the command line");
+  return text::printable(std::string(option) + " " + q(file) +
+                         ": the app file names the programs; " + q(program) +
+                         " follows on the command line");
 }
 std::string empty_app_file(std::string_view option, std::string_view file) {
-  return model::printable(std::string(option) + " " + q(file) + ": no app context in the file");
+  return text::printable(std::string(option) + " " + q(file) + ": no app context in the file");
 }
 std::string empty_mca_key(std::string_view option, std::string_view value) {
-  return model::printable(std::string(option) + " '' " + q(value) +
-                          ": empty parameter name (expected " + std::string(option) +
-                          " KEY VALUE)");
+  return text::printable(std::string(option) + " '' " + q(value) +
+                         ": empty parameter name (expected " + std::string(option) + " KEY VALUE)");
 }
 std::string bad_variable_boolean(std::string_view variable, std::string_view value) {
-  return model::printable(std::string(variable) + "=" + q(value) +
-                          " in the environment: expected a boolean (1, 0, true, false, yes or no)");
+  return text::printable(std::string(variable) + "=" + q(value) +
+                         " in the environment: expected a boolean (1, 0, true, false, yes or no)");
 }
 std::string second_hostfile(std::string_view option, std::string_view first,
                             std::string_view second) {
@@ -75,16 +74,16 @@ std::string second_hostfile(std::string_view option, std::string_view first,
          ")";
 }
 std::string bad_interface(std::string_view option, std::string_view value, std::string_view item) {
-  return model::printable(
+  return text::printable(
       std::string(option) + " " + q(value) + ": " +
       (item.empty() ? std::string("empty item") : "invalid interface or network " + q(item)) +
       " (expected names such as eth0 or networks such as 10.0.0.0/24)");
 }
 std::string not_absolute(std::string_view option, std::string_view value) {
-  return model::printable(std::string(option) + " " + q(value) + ": expected an absolute path");
+  return text::printable(std::string(option) + " " + q(value) + ": expected an absolute path");
 }
 std::string bad_launch_shape(std::string_view option, std::string_view value) {
-  return model::printable(std::string(option) + " " + q(value) + ": expected auto, flat or tree");
+  return text::printable(std::string(option) + " " + q(value) + ": expected auto, flat or tree");
 }
 std::string no_program() {
   return "no program to run (usage: pmrun [OPTIONS] PROGRAM [ARGS...])";

@@ -10,9 +10,9 @@
 
 #include "cli/messages.hpp"
 #include "cli/remote_options.hpp"
-#include "model/printable.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 namespace {
@@ -81,7 +81,7 @@ auto topology_option(F&& parse) {
   try {
     return parse();
   } catch (const error& e) {
-    throw error(errc::usage, model::printable(e.what()));
+    throw error(errc::usage, text::printable(e.what()));
   }
 }
 
@@ -594,7 +594,7 @@ const std::vector<option_spec>& option_table() {
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
          if (v[0] != "start" && v[0] != "stop") {
            throw error(errc::usage,
-                       std::string(n) + " '" + model::untrusted(v[0]) + "': start or stop");
+                       std::string(n) + " '" + text::untrusted(v[0]) + "': start or stop");
          }
          st.opts.dvm_action = v[0];
        }},

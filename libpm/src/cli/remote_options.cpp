@@ -6,9 +6,9 @@
 #include <charconv>
 #include <string>
 
-#include "model/printable.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
 namespace pm {
@@ -17,8 +17,8 @@ namespace cli {
 namespace {
 
 error bad_words(std::string_view what, std::string_view text, std::string_view problem) {
-  return error(errc::usage, model::printable(std::string(what) + " '" + std::string(text) +
-                                             "': " + std::string(problem)));
+  return error(errc::usage, text::printable(std::string(what) + " '" + std::string(text) +
+                                            "': " + std::string(problem)));
 }
 
 // A quoted empty word ("" or '') would reach ssh as an empty argument, which no option takes:

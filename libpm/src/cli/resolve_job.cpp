@@ -2,9 +2,9 @@
 #include <algorithm>
 
 #include "model/parse_util.hpp"
-#include "model/printable.hpp"
 #include "pm/command_line.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 namespace {
@@ -74,8 +74,8 @@ resolved_job resolve_job(const run_options& options, const env_map& env, const l
           continue;
         }
         if (const auto conflict = model::reach_conflict(*it, h); !conflict.empty()) {
-          throw error(errc::parse, model::printable(option + " '" + text + "': host '" + h.name +
-                                                    "' is listed again " + conflict));
+          throw error(errc::parse, text::printable(option + " '" + text + "': host '" + h.name +
+                                                   "' is listed again " + conflict));
         }
         it->slots = std::max(it->slots, h.slots);
       }
@@ -89,9 +89,9 @@ resolved_job resolve_job(const run_options& options, const env_map& env, const l
   if (launcher == launcher_choice::local) {
     for (const auto& h : out.alloc.hosts) {
       if (!h.local) {
-        throw error(errc::usage, model::printable("--launcher local runs every rank on this "
-                                                  "machine; host '" +
-                                                  h.name + "' is not this machine"));
+        throw error(errc::usage, text::printable("--launcher local runs every rank on this "
+                                                 "machine; host '" +
+                                                 h.name + "' is not this machine"));
       }
     }
   }

@@ -1,10 +1,16 @@
 #include "driver/preflight.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "env/compose.hpp"
 #include "pm/error.hpp"
 #include "sys/executable.hpp"
+#include "text/printable.hpp"
 
 namespace pm::driver {
 
@@ -15,6 +21,23 @@ bool all_local(const job_request& req) {
     if (!req.map.allocation().hosts.at(req.map.host_of_node(n)).local) return false;
   }
   return true;
+}
+
+// An app's working directory on this machine, before any rank starts: else the ranks of the apps
+// before it would start and be aborted when its first rank's chdir failed.
+void check_working_directory(const std::string& wdir) {
+  if (wdir.empty()) return;
+  const std::string shown = "working directory '" + text::printable(wdir) + "'";
+  struct stat st {};
+  if (::stat(wdir.c_str(), &st) != 0) {
+    const int e = errno;
+    throw error(e == ENOENT ? errc::not_found : errc::not_executable,
+                shown + (e == ENOENT ? " does not exist" : std::string(": ") + std::strerror(e)));
+  }
+  if (!S_ISDIR(st.st_mode)) throw error(errc::not_executable, shown + " is not a directory");
+  if (::access(wdir.c_str(), X_OK) != 0) {
+    throw error(errc::not_executable, shown + " cannot be entered: " + std::strerror(errno));
+  }
 }
 
 }  // namespace
@@ -45,7 +68,9 @@ void check_programs(const job_request& req) {
   for (std::uint32_t i = 0; i < req.apps.size(); ++i) {
     const auto& app = req.apps[i];
     if (app.argv.empty()) throw error(errc::launch, "an app context has no program");
-    if (local) sys::resolve_executable(app.argv[0], program_path(req.env, i), app.wdir);
+    if (!local) continue;
+    check_working_directory(app.wdir);
+    sys::resolve_executable(app.argv[0], program_path(req.env, i), app.wdir);
   }
 }
 

@@ -11,9 +11,9 @@
 #include "dvm/dvm_transport.hpp"
 #include "dvm/json_lines.hpp"
 #include "link/socket.hpp"
-#include "model/printable.hpp"
 #include "pm/dvm.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 
@@ -48,7 +48,7 @@ std::string socket_of(const std::string& uri) {
     return text.substr(5);
   }
   throw error(errc::usage,
-              "--dvm-uri '" + model::untrusted(uri) + "': a DVM's URI is file:PATH or unix:PATH");
+              "--dvm-uri '" + text::untrusted(uri) + "': a DVM's URI is file:PATH or unix:PATH");
 }
 
 // The server's allocation ("whole" or "free" of its hosts answer): every host reached alike.

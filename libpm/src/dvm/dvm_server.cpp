@@ -16,12 +16,12 @@
 #include "dvm/line_channel.hpp"
 #include "dvm/slot_ledger.hpp"
 #include "link/socket.hpp"
-#include "model/printable.hpp"
 #include "pm/dvm.hpp"
 #include "pm/error.hpp"
 #include "sys/executable.hpp"
 #include "sys/spawner.hpp"
 #include "sys/watched_process.hpp"
+#include "text/printable.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/srun/callback_listener.hpp"
 #include "transport/srun/srun_command.hpp"
@@ -283,7 +283,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
           host.err_partial.append(host.err_buf.data(), n);
           for (auto nl = host.err_partial.find('\n'); nl != std::string::npos;
                nl = host.err_partial.find('\n')) {
-            auto line = model::last_line(host.err_partial.substr(0, nl));
+            auto line = text::last_line(host.err_partial.substr(0, nl));
             host.err_partial.erase(0, nl + 1);
             if (line.empty()) continue;
             host.last_said = line;
@@ -568,7 +568,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
       s.channel->send({{"ok", true}});
       stop("stopped on request (pmrun --dvm stop)");
     } else {
-      refuse("an unknown request '" + model::untrusted(*op) + "'");
+      refuse("an unknown request '" + text::untrusted(*op) + "'");
     }
   }
 

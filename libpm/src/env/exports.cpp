@@ -2,9 +2,9 @@
 #include <algorithm>
 
 #include "env/compose.hpp"
-#include "model/printable.hpp"
 #include "pm/env.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 
@@ -45,7 +45,7 @@ job_env make_job_env(const env_map& inherited, const env_exports& exports, env_p
   for (const auto& [key, value] : exports.mca) {
     if (key.empty() || !std::all_of(key.begin(), key.end(), is_word_char)) {
       // Quoted with control characters spelled out: the message stays one line.
-      throw error(errc::env, "-mca '" + model::printable(key) + "': invalid parameter name");
+      throw error(errc::env, "-mca '" + text::printable(key) + "': invalid parameter name");
     }
     mca.push_back({"OMPI_MCA_" + key, value});  // replaces an inherited OMPI_MCA_key
   }
@@ -54,8 +54,8 @@ job_env make_job_env(const env_map& inherited, const env_exports& exports, env_p
     const auto eq = x.find('=');
     const std::string name = x.substr(0, eq);
     if (!is_valid_env_name(name)) {
-      throw error(errc::env, "-x '" + model::printable(x) + "': invalid variable name '" +
-                                 model::printable(name) + "'");
+      throw error(errc::env, "-x '" + text::printable(x) + "': invalid variable name '" +
+                                 text::printable(name) + "'");
     }
     if (eq != std::string::npos) {
       set(env.overrides, name, x.substr(eq + 1));  // the value may hold anything, '=' included

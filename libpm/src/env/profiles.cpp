@@ -5,10 +5,10 @@
 #include <charconv>
 #include <string>
 
-#include "model/printable.hpp"
 #include "pm/env.hpp"
 #include "pm/error.hpp"
 #include "text/json_writer.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 
@@ -61,7 +61,7 @@ env_profile parse_env_profiles(std::string_view text) {
     }
     if (found == nullptr) {
       throw error(errc::usage,
-                  "--env-profiles: unknown profile '" + model::printable(word) +
+                  "--env-profiles: unknown profile '" + text::printable(word) +
                       "' (known: ompi, torch, tf, azureml, slurm, hydra, all, none, default)");
     }
     // Words apply left to right: "all,-tf" and "-tf,all" differ, as a user reading them expects;

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/printable.hpp"
+#include "text/printable.hpp"
 
 namespace pm::io {
 
@@ -29,7 +29,7 @@ namespace {
 constexpr int max_links = 40;
 
 std::string quoted(std::string_view path) {
-  return "'" + model::printable(path) + "'";
+  return "'" + text::printable(path) + "'";
 }
 
 std::string user_name(uid_t uid) {

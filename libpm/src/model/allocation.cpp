@@ -5,8 +5,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "model/printable.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 
@@ -45,7 +45,7 @@ std::string read_text_file(const std::string& path) {
   // POSIX calls rather than ifstream: errno is then the real reason, and a directory fails
   // (EISDIR) instead of reading as an empty file.
   auto fail = [&](int err) -> std::string {
-    throw error(errc::parse, model::printable("cannot read '" + path + "': " + std::strerror(err)));
+    throw error(errc::parse, text::printable("cannot read '" + path + "': " + std::strerror(err)));
   };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fail(errno);

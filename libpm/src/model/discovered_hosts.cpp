@@ -2,9 +2,9 @@
 // line, as Horovod's --host-discovery-script; blank lines and `#` comments are skipped.
 #include <string>
 
-#include "model/printable.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 
@@ -22,8 +22,8 @@ std::vector<host> parse_discovered_hosts(std::string_view text) {
     if (first == std::string_view::npos || line[first] == '#') continue;
     line = line.substr(first, line.find_last_not_of(" \t\r") - first + 1);
     if (line.find_first_of(" \t,") != std::string_view::npos) {
-      throw error(errc::parse, model::printable("line " + std::to_string(number) + ": '" +
-                                                std::string(line) + "' is not host[:slots]"));
+      throw error(errc::parse, text::printable("line " + std::to_string(number) + ": '" +
+                                               std::string(line) + "' is not host[:slots]"));
     }
     list += (list.empty() ? "" : ",") + std::string(line);
   }

@@ -5,9 +5,9 @@
 #include <unordered_map>
 
 #include "model/parse_util.hpp"
-#include "model/printable.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 using model::find_in;
@@ -18,14 +18,14 @@ allocation parse_host_list(std::string_view text, std::string_view option) {
   out.source = allocation_source::host_list;
   const std::string opt(option);
   const std::string whole = "'" + std::string(text) + "'";
-  if (text.empty()) throw error(errc::parse, model::printable(opt + ": empty host list"));
+  if (text.empty()) throw error(errc::parse, text::printable(opt + ": empty host list"));
   std::size_t pos = 0;
   while (pos <= text.size()) {
     auto comma = text.find(',', pos);
     auto item =
         text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
     if (item.empty())
-      throw error(errc::parse, model::printable(opt + " " + whole + ": empty host name"));
+      throw error(errc::parse, text::printable(opt + " " + whole + ": empty host name"));
     std::string_view name = item;
     std::uint32_t slots = 1;
     if (auto colon = item.find(':'); colon != std::string_view::npos) {
@@ -34,27 +34,27 @@ allocation parse_host_list(std::string_view text, std::string_view option) {
       auto parsed = model::positive_count(count);
       if (!parsed) {
         throw error(errc::parse,
-                    model::printable(opt + " " + whole + ": invalid slot count '" +
-                                     std::string(count) + "' (expected a positive integer)"));
+                    text::printable(opt + " " + whole + ": invalid slot count '" +
+                                    std::string(count) + "' (expected a positive integer)"));
       }
       slots = *parsed;
     }
     // bob@node1: ssh logs in as bob (mpirun takes the same spelling).
     const auto [user, host_name, has_at] = model::split_user_at_host(name);
     if (has_at && user.empty()) {
-      throw error(errc::parse, model::printable(opt + " " + whole + ": empty user name in '" +
-                                                std::string(name) + "'"));
+      throw error(errc::parse, text::printable(opt + " " + whole + ": empty user name in '" +
+                                               std::string(name) + "'"));
     }
     if (has_at && !model::valid_user_name(user)) {
-      throw error(errc::parse, model::printable(opt + " " + whole + ": invalid user name '" +
-                                                std::string(user) + "'"));
+      throw error(errc::parse, text::printable(opt + " " + whole + ": invalid user name '" +
+                                               std::string(user) + "'"));
     }
     name = host_name;
     if (name.empty())
-      throw error(errc::parse, model::printable(opt + " " + whole + ": empty host name"));
+      throw error(errc::parse, text::printable(opt + " " + whole + ": empty host name"));
     if (!model::valid_host_name(name)) {
-      throw error(errc::parse, model::printable(opt + " " + whole + ": invalid host name '" +
-                                                std::string(name) + "'"));
+      throw error(errc::parse, text::printable(opt + " " + whole + ": invalid host name '" +
+                                               std::string(name) + "'"));
     }
     host fresh{std::string(name), slots};
     fresh.user = std::string(user);
@@ -62,16 +62,15 @@ allocation parse_host_list(std::string_view text, std::string_view option) {
       auto& same = out.hosts[*i];
       if (const auto conflict = model::reach_conflict(same, fresh); !conflict.empty()) {
         throw error(errc::parse,
-                    model::printable(opt + " " + whole + ": host '" + std::string(name) +
-                                     "' is listed again " + conflict));
+                    text::printable(opt + " " + whole + ": host '" + std::string(name) +
+                                    "' is listed again " + conflict));
       }
       // A repeated host adds up, as in mpirun; past 2^32 - 1 it would wrap (to 0 for
       // a:4294967295,a:1, which fuzz_host_list found): refused instead.
       if (slots > UINT32_MAX - same.slots) {
-        throw error(errc::parse,
-                    model::printable(opt + " " + whole + ": host '" + std::string(name) +
-                                     "' adds up to more than " + std::to_string(UINT32_MAX) +
-                                     " slots (overflow)"));
+        throw error(errc::parse, text::printable(opt + " " + whole + ": host '" +
+                                                 std::string(name) + "' adds up to more than " +
+                                                 std::to_string(UINT32_MAX) + " slots (overflow)"));
       }
       same.slots += slots;
     } else {

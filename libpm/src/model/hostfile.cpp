@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "model/parse_util.hpp"
-#include "model/printable.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 using model::find_in;
@@ -85,25 +85,25 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
         "hostfile " + std::string(filename) + ":" + std::to_string(line_no) + ": ";
 
     if (fields[0].find('=') != std::string_view::npos) {
-      throw error(errc::parse, model::printable(where + "expected a host name before '" +
-                                                std::string(fields[0]) + "'"));
+      throw error(errc::parse, text::printable(where + "expected a host name before '" +
+                                               std::string(fields[0]) + "'"));
     }
     const auto [user, name, has_at] = model::split_user_at_host(fields[0]);
     if (has_at && user.empty()) {
       throw error(errc::parse,
-                  model::printable(where + "empty user name in '" + std::string(fields[0]) + "'"));
+                  text::printable(where + "empty user name in '" + std::string(fields[0]) + "'"));
     }
     if (has_at && !model::valid_user_name(user)) {
       throw error(errc::parse,
-                  model::printable(where + "invalid user name '" + std::string(user) + "'"));
+                  text::printable(where + "invalid user name '" + std::string(user) + "'"));
     }
     if (name.empty()) {
       throw error(errc::parse,
-                  model::printable(where + "empty host name in '" + std::string(fields[0]) + "'"));
+                  text::printable(where + "empty host name in '" + std::string(fields[0]) + "'"));
     }
     if (!model::valid_host_name(name)) {
       throw error(errc::parse,
-                  model::printable(where + "invalid host name '" + std::string(name) + "'"));
+                  text::printable(where + "invalid host name '" + std::string(name) + "'"));
     }
     std::optional<std::uint32_t> slots, max_slots;
     std::optional<std::string_view> username;
@@ -113,24 +113,24 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
     for (std::size_t f = 1; f < fields.size(); ++f) {
       const auto eq = fields[f].find('=');
       if (eq == std::string_view::npos) {
-        throw error(errc::parse, model::printable(where + "unexpected '" + std::string(fields[f]) +
-                                                  "'" + std::string(expected)));
+        throw error(errc::parse, text::printable(where + "unexpected '" + std::string(fields[f]) +
+                                                 "'" + std::string(expected)));
       }
       const auto key = fields[f].substr(0, eq);
       const auto value = fields[f].substr(eq + 1);
       // `name` is a structured binding, which clang 14 cannot capture: captured by copy.
       auto given_twice = [&, host_name = name] {
         return error(errc::parse,
-                     model::printable(where + "'" + std::string(key) + "' given twice for '" +
-                                      std::string(host_name) + "'"));
+                     text::printable(where + "'" + std::string(key) + "' given twice for '" +
+                                     std::string(host_name) + "'"));
       };
       // Open MPI's lexer also takes user_name= and user-name= (not user=: a parse error there).
       if (key == "username" || key == "user_name" || key == "user-name") {
         if (!model::valid_user_name(value)) {
-          throw error(errc::parse, model::printable(where + "invalid " + std::string(key) +
-                                                    " value '" + std::string(value) +
-                                                    "' (expected a user name: letters, digits, "
-                                                    "'.', '_', '-')"));
+          throw error(errc::parse, text::printable(where + "invalid " + std::string(key) +
+                                                   " value '" + std::string(value) +
+                                                   "' (expected a user name: letters, digits, "
+                                                   "'.', '_', '-')"));
         }
         if (username) throw given_twice();
         username = value;
@@ -140,8 +140,8 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
         const auto p = model::port_number(value);
         if (!p) {
           throw error(errc::parse,
-                      model::printable(where + "invalid port value '" + std::string(value) +
-                                       "' (expected a port number 1..65535)"));
+                      text::printable(where + "invalid port value '" + std::string(value) +
+                                      "' (expected a port number 1..65535)"));
         }
         if (port) throw given_twice();
         port = *p;
@@ -151,23 +151,23 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
       const bool is_slots = key == "slots" || key == "count" || key == "cpu";
       const bool is_max = key == "max_slots" || key == "max-slots";
       if (!is_slots && !is_max) {
-        throw error(errc::parse, model::printable(where + "unknown key '" + std::string(key) + "'" +
-                                                  std::string(expected)));
+        throw error(errc::parse, text::printable(where + "unknown key '" + std::string(key) + "'" +
+                                                 std::string(expected)));
       }
       auto n = model::positive_count(value);
       if (!n) {
         throw error(errc::parse,
-                    model::printable(where + "invalid " + std::string(key) + " value '" +
-                                     std::string(value) + "' (expected a positive integer)"));
+                    text::printable(where + "invalid " + std::string(key) + " value '" +
+                                    std::string(value) + "' (expected a positive integer)"));
       }
       auto& target = is_slots ? slots : max_slots;
       if (target) throw given_twice();
       target = *n;
     }
     if (username && has_at && *username != user) {
-      throw error(errc::parse, model::printable(where + "user '" + std::string(user) +
-                                                "' and username=" + std::string(*username) +
-                                                " disagree for '" + std::string(name) + "'"));
+      throw error(errc::parse, text::printable(where + "user '" + std::string(user) +
+                                               "' and username=" + std::string(*username) +
+                                               " disagree for '" + std::string(name) + "'"));
     }
     host reach;  // how ssh reaches the host, as this line says
     reach.user = std::string(username ? *username : user);
@@ -177,20 +177,19 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
     if (auto idx = find_in(index, name)) {
       h = &out.hosts[*idx];
       if (const auto conflict = model::reach_conflict(*h, reach); !conflict.empty()) {
-        throw error(errc::parse, model::printable(where + "host '" + std::string(name) +
-                                                  "' is listed again " + conflict));
+        throw error(errc::parse, text::printable(where + "host '" + std::string(name) +
+                                                 "' is listed again " + conflict));
       }
       if (slots) {
         throw error(errc::parse,
-                    model::printable(where + "host '" + std::string(name) +
-                                     "' is listed again; give its slots on one line only"));
+                    text::printable(where + "host '" + std::string(name) +
+                                    "' is listed again; give its slots on one line only"));
       }
       // A repeated line without slots= adds one slot; the count is now known.
       if (h->slots == UINT32_MAX) {
-        throw error(
-            errc::parse,
-            model::printable(where + "host '" + std::string(name) + "' adds up to more than " +
-                             std::to_string(UINT32_MAX) + " slots (overflow)"));
+        throw error(errc::parse, text::printable(where + "host '" + std::string(name) +
+                                                 "' adds up to more than " +
+                                                 std::to_string(UINT32_MAX) + " slots (overflow)"));
       }
       ++h->slots;
       h->slots_given = true;
@@ -209,15 +208,14 @@ allocation parse_hostfile(std::string_view text, std::string_view filename) {
       h = &out.hosts.back();
     }
     if (h->max_slots != 0 && h->max_slots < h->slots) {
-      throw error(errc::parse,
-                  model::printable(where + "max_slots=" + std::to_string(h->max_slots) +
-                                   " is below slots=" + std::to_string(h->slots) + " for '" +
-                                   std::string(name) + "'"));
+      throw error(errc::parse, text::printable(where + "max_slots=" + std::to_string(h->max_slots) +
+                                               " is below slots=" + std::to_string(h->slots) +
+                                               " for '" + std::string(name) + "'"));
     }
   }
   if (out.hosts.empty()) {
     throw error(errc::parse,
-                model::printable("hostfile " + std::string(filename) + ": no hosts in it"));
+                text::printable("hostfile " + std::string(filename) + ": no hosts in it"));
   }
   return out;
 }

@@ -4,9 +4,9 @@
 #include <unordered_map>
 
 #include "model/parse_util.hpp"
-#include "model/printable.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 using model::find_in;
@@ -24,17 +24,16 @@ allocation parse_pbs_nodefile(std::string_view text, std::string_view filename) 
     ++line_no;
     if (line.empty()) continue;
     if (!model::valid_host_name(line)) {
-      throw error(errc::parse, model::printable("PBS_NODEFILE " + std::string(filename) + ":" +
-                                                std::to_string(line_no) + ": invalid host name '" +
-                                                std::string(line) + "'"));
+      throw error(errc::parse, text::printable("PBS_NODEFILE " + std::string(filename) + ":" +
+                                               std::to_string(line_no) + ": invalid host name '" +
+                                               std::string(line) + "'"));
     }
     if (auto i = find_in(index, line)) {
       if (out.hosts[*i].slots == UINT32_MAX) {  // a line per slot: 2^32 lines would wrap
-        throw error(errc::parse,
-                    model::printable("PBS_NODEFILE " + std::string(filename) + ":" +
-                                     std::to_string(line_no) + ": host '" + std::string(line) +
-                                     "' adds up to more than " + std::to_string(UINT32_MAX) +
-                                     " slots (overflow)"));
+        throw error(errc::parse, text::printable("PBS_NODEFILE " + std::string(filename) + ":" +
+                                                 std::to_string(line_no) + ": host '" +
+                                                 std::string(line) + "' adds up to more than " +
+                                                 std::to_string(UINT32_MAX) + " slots (overflow)"));
       }
       ++out.hosts[*i].slots;
     } else {
@@ -44,7 +43,7 @@ allocation parse_pbs_nodefile(std::string_view text, std::string_view filename) 
   }
   if (out.hosts.empty())
     throw error(errc::parse,
-                model::printable("PBS_NODEFILE " + std::string(filename) + ": no hosts in it"));
+                text::printable("PBS_NODEFILE " + std::string(filename) + ": no hosts in it"));
   return out;
 }
 

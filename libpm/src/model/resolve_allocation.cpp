@@ -8,9 +8,9 @@
 
 #include "model/host_name.hpp"
 #include "model/parse_util.hpp"
-#include "model/printable.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 namespace {
@@ -39,8 +39,8 @@ allocation canonical(const allocation& in, const local_host& me) {
     host* same = &out.hosts[it->second];
     // One machine is reached one way: "bob@n1" and "n1.example.com" cannot both stand.
     if (const auto conflict = model::reach_conflict(*same, c); !conflict.empty()) {
-      throw error(errc::parse, model::printable("host '" + h.name + "' (" + same->name +
-                                                ") is listed again " + conflict));
+      throw error(errc::parse, text::printable("host '" + h.name + "' (" + same->name +
+                                               ") is listed again " + conflict));
     }
     // Two spellings of one host add up, like repeated entries in Open MPI ("localhost" and
     // "vm" in one hostfile give vm two slots there); the count is then explicit.
@@ -80,8 +80,8 @@ allocation select(const allocation& pick, const allocation& from, const std::str
     // How ssh reaches the host: the selecting source may say it, else the selected-from one.
     if (!h.user.empty() && !it->user.empty() && h.user != it->user) {
       throw error(errc::allocation,
-                  model::printable("host '" + h.name + "' is given with user '" + h.user +
-                                   "', the " + from_name + " has user '" + it->user + "'"));
+                  text::printable("host '" + h.name + "' is given with user '" + h.user +
+                                  "', the " + from_name + " has user '" + it->user + "'"));
     }
     if (h.port != 0 && it->port != 0 && h.port != it->port) {
       throw error(errc::allocation, "host '" + h.name + "' is given with port " +

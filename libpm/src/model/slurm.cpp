@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "model/parse_util.hpp"
-#include "model/printable.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
+#include "text/printable.hpp"
 
 namespace pm {
 namespace {
@@ -19,7 +19,7 @@ constexpr std::size_t max_names = 10'000'000;
 
 [[noreturn]] void bad(std::string_view variable, std::string_view expr, const std::string& what) {
   throw error(errc::parse,
-              model::printable(std::string(variable) + " '" + std::string(expr) + "': " + what));
+              text::printable(std::string(variable) + " '" + std::string(expr) + "': " + what));
 }
 
 [[noreturn]] void too_many(std::string_view variable, std::string_view expr) {

@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "text/printable.hpp"
+
 namespace pm::sys {
 namespace {
 
@@ -33,7 +35,7 @@ std::variant<std::string, program_refusal> find_program(std::string_view program
                                                         const host_files& files) {
   using kind = file_facts::kind;
   if (program.empty()) return program_refusal{127, "empty program name"};
-  const std::string shown = "'" + std::string(program) + "'";
+  const std::string shown = "'" + text::printable(program) + "'";
   if (program.find('/') != std::string_view::npos) {
     const std::string candidate =
         program.front() == '/' ? std::string(program) : join(wdir, program);
@@ -48,7 +50,7 @@ std::variant<std::string, program_refusal> find_program(std::string_view program
                 (f.error == ENOENT ? " does not exist"
                                    : std::string(": ") + std::strerror(f.error)) +
                 (wdir.empty() || program.front() == '/' ? ""
-                                                        : " (in '" + std::string(wdir) + "')")};
+                                                        : " (in '" + text::printable(wdir) + "')")};
       case kind::directory:
         return program_refusal{126, shown + " is a directory"};
       case kind::not_executable:
@@ -72,7 +74,8 @@ std::variant<std::string, program_refusal> find_program(std::string_view program
     start = end + 1;
   }
   if (!not_executable.empty()) {
-    return program_refusal{126, "'" + not_executable + "' is not executable (Permission denied)"};
+    return program_refusal{
+        126, "'" + text::printable(not_executable) + "' is not executable (Permission denied)"};
   }
   return program_refusal{127, "program " + shown + " not found in PATH"};
 }

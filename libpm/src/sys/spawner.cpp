@@ -20,6 +20,7 @@
 #include "pm/error.hpp"
 #include "sys/pidfd.hpp"
 #include "sys/sanitizers.hpp"
+#include "text/printable.hpp"
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
@@ -48,6 +49,7 @@ struct child_plan {
   std::size_t affinity_size;
   pid_t parent;            // the spawner's pid, to notice that it died before the signal was armed
   volatile int error = 0;  // written by the child when it fails: errno
+  volatile bool in_chdir = false;  // ... and whether it was the working directory that failed
 };
 
 // Moves a descriptor out of 0..2 so that the dup2 into 0..2 cannot clobber it.
@@ -93,7 +95,10 @@ int child_main(void* arg) {
       return fail();
     }
   }
-  if (plan->wdir != nullptr && chdir(plan->wdir) != 0) return fail();
+  if (plan->wdir != nullptr && chdir(plan->wdir) != 0) {
+    plan->in_chdir = true;
+    return fail();
+  }
   if (plan->restore_nofile) setrlimit(RLIMIT_NOFILE, &plan->nofile);
   // Every other descriptor, also those the embedding program opened without O_CLOEXEC.
   if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
@@ -136,19 +141,27 @@ std::optional<std::string> missing_interpreter(const spawn_request& request) {
   return interpreter;
 }
 
-[[noreturn]] void exec_failed(const spawn_request& request, int error_number) {
+[[noreturn]] void exec_failed(const spawn_request& request, int error_number,
+                              bool in_chdir = false) {
+  const auto code = error_number == ENOENT ? errc::not_found : errc::not_executable;
+  if (in_chdir) {
+    // Not the program's fault ("cannot execute '/usr/bin/pwd': Not a directory" said it was).
+    throw error(code, "cannot enter the working directory '" + text::printable(request.wdir) +
+                          "': " + std::strerror(error_number));
+  }
   if (error_number == ENOENT) {
     if (auto interpreter = missing_interpreter(request)) {
       const auto& shown = request.argv.empty() ? request.path : request.argv.front();
-      throw error(errc::not_found, "cannot execute '" + shown + "': its interpreter '" +
-                                       *interpreter + "' (#! line) does not exist");
+      throw error(errc::not_found, "cannot execute '" + text::printable(shown) +
+                                       "': its interpreter '" + text::printable(*interpreter) +
+                                       "' (#! line) does not exist");
     }
   }
   const std::string what = error_number == ENOENT && !request.wdir.empty()
-                               ? "cannot execute '" + request.path + "' in '" + request.wdir + "'"
-                               : "cannot execute '" + request.path + "'";
-  throw error(error_number == ENOENT ? errc::not_found : errc::not_executable,
-              what + ": " + std::strerror(error_number));
+                               ? "cannot execute '" + text::printable(request.path) + "' in '" +
+                                     text::printable(request.wdir) + "'"
+                               : "cannot execute '" + text::printable(request.path) + "'";
+  throw error(code, what + ": " + std::strerror(error_number));
 }
 
 // posix_spawn + pidfd_open: for systems that refuse clone with CLONE_PIDFD.
@@ -255,7 +268,7 @@ spawned_process spawn(const spawn_request& request) {
       if (plan.error != 0) {
         wait_exit(pidfd);
         close(pidfd);
-        exec_failed(request, plan.error);
+        exec_failed(request, plan.error, plan.in_chdir);
       }
       return {pid, pidfd};
     }

@@ -17,10 +17,10 @@
 #include "cli/remote_options.hpp"
 #include "io/safe_path.hpp"
 #include "job_status.hpp"
-#include "model/printable.hpp"
 #include "pm/dvm.hpp"
 #include "pm/error.hpp"
 #include "pm/exit_status.hpp"
+#include "text/printable.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
@@ -141,7 +141,7 @@ int start_dvm(const pm::run_options& options, const pm::resolved_job& resolved,
   }
   const auto dir = pm::tools::status_directory(env);
   if (!pm::tools::private_directory(dir)) {
-    throw pm::error(pm::errc::system, "--dvm start: " + pm::model::printable(dir) +
+    throw pm::error(pm::errc::system, "--dvm start: " + pm::text::printable(dir) +
                                           " is not a directory of this user closed to others");
   }
   pm::dvm_options o;
@@ -254,8 +254,8 @@ int show_dvm(const std::vector<std::string>& args, const pm::env_map& env) {
   for (const auto& h : doc.value("hosts", nlohmann::json::array())) {
     const std::string state =
         h.value("up", false) ? "up" : "lost: " + h.value("lost", std::string("?"));
-    std::printf("%-20s %6u %6u  %s\n", pm::model::printable(h.value("name", "")).c_str(),
-                h.value("slots", 0u), h.value("used", 0u), pm::model::printable(state).c_str());
+    std::printf("%-20s %6u %6u  %s\n", pm::text::printable(h.value("name", "")).c_str(),
+                h.value("slots", 0u), h.value("used", 0u), pm::text::printable(state).c_str());
   }
   std::printf("%-6s %8s %6s %9s  %s\n", "JOB", "PID", "SLOTS", "ELAPSED", "COMMAND");
   for (const auto& j : doc.value("jobs", nlohmann::json::array())) {
@@ -270,7 +270,7 @@ int show_dvm(const std::vector<std::string>& args, const pm::env_map& env) {
     std::printf("%-6llu %8lld %6u %8.1fs  %s\n",
                 static_cast<unsigned long long>(j.value("id", 0ull)),
                 static_cast<long long>(j.value("submitter_pid", 0)), slots,
-                j.value("elapsed_s", 0.0), pm::model::printable(command).c_str());
+                j.value("elapsed_s", 0.0), pm::text::printable(command).c_str());
   }
   return 0;
 }

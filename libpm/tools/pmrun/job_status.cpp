@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "model/printable.hpp"
+#include "text/printable.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
 namespace pm::tools {
@@ -122,16 +122,16 @@ std::string command_line(const nlohmann::json& doc) {
     if (!out.empty()) out += ' ';
     // As a shell would take it back, on one line.
     const auto& w = word.get_ref<const std::string&>();
-    out += w.find('\0') == std::string::npos ? model::printable(ssh::shell_quote(w))
-                                             : model::printable(w);
+    out += w.find('\0') == std::string::npos ? text::printable(ssh::shell_quote(w))
+                                             : text::printable(w);
   }
   return out;
 }
 
 // "running", "exited 7", "killed by SIGTERM", "lost", ...
 std::string rank_state_text(const nlohmann::json& r) {
-  const auto state = model::printable(get_or<std::string>(r, "state", "?"));
-  const auto signal = model::printable(get_or<std::string>(r, "signal", ""));
+  const auto state = text::printable(get_or<std::string>(r, "state", "?"));
+  const auto signal = text::printable(get_or<std::string>(r, "signal", ""));
   const auto code = get_or<int>(r, "exit_code", -1);
   if (!signal.empty()) return state + " (" + signal + ")";
   if (code >= 0) return state + " (" + std::to_string(code) + ")";
@@ -168,17 +168,17 @@ void print_job_ranks(const job_seen& j) {
               ranks.size() == 1 ? "" : "s", of_spawned.c_str(), hosts, hosts == 1 ? "" : "s",
               get_or<double>(j.doc, "elapsed_s", 0.0),
               get_or<bool>(j.doc, "running", false) ? "running" : "ending");
-  const auto summary = model::printable(get_or<std::string>(report, "summary", ""));
+  const auto summary = text::printable(get_or<std::string>(report, "summary", ""));
   if (!summary.empty()) std::printf("%s\n", summary.c_str());
   // Each host's agent (pmd), and where a PMIx tool on that host attaches (docs/pmix.md, "Tools").
   for (const auto& a : j.doc.value("agents", nlohmann::json::array())) {
     const auto pid = get_or<std::int64_t>(a, "pid", 0);
-    std::string line = "agent on " + model::printable(get_or<std::string>(a, "host", "?")) +
+    std::string line = "agent on " + text::printable(get_or<std::string>(a, "host", "?")) +
                        ": pid " + (pid != 0 ? std::to_string(pid) : std::string("-"));
-    const auto uri = model::printable(get_or<std::string>(a, "pmix_uri", ""));
+    const auto uri = text::printable(get_or<std::string>(a, "pmix_uri", ""));
     if (!uri.empty()) {
       line += ", PMIx " + uri + " (tmpdir " +
-              model::printable(get_or<std::string>(a, "pmix_tmpdir", "")) + ")";
+              text::printable(get_or<std::string>(a, "pmix_tmpdir", "")) + ")";
     }
     std::printf("%s\n", line.c_str());
   }
@@ -192,7 +192,7 @@ void print_job_ranks(const job_seen& j) {
              std::to_string(get_or<unsigned>(r, "job_rank", 0)) + "]";
     }
     std::printf("%6s  %-20s %9s  %s\n", rank.c_str(),
-                model::printable(get_or<std::string>(r, "host", "?")).c_str(),
+                text::printable(get_or<std::string>(r, "host", "?")).c_str(),
                 pid != 0 ? std::to_string(pid).c_str() : "-", rank_state_text(r).c_str());
   }
 }
@@ -315,7 +315,7 @@ int show_jobs(const std::vector<std::string>& args, const env_map& env) {
     // Another user could have made it: their sockets could say anything.
     std::fprintf(stderr,
                  "pmrun: --ps: %s is not a directory of this user closed to others; not read\n",
-                 model::printable(dir).c_str());
+                 text::printable(dir).c_str());
     return 1;
   }
   const auto jobs = read_jobs(dir, pid);

@@ -1,7 +1,7 @@
 #include "transport/srun/caller_gate.hpp"
 
 #include "model/host_name.hpp"
-#include "model/printable.hpp"
+#include "text/printable.hpp"
 #include "transport/srun/connect_back.hpp"
 
 namespace pm::srun {
@@ -39,7 +39,7 @@ caller_gate::verdict caller_gate::judge(std::string_view bytes) {
   }
   if (!g) return v;  // more
   v.kind = verdict::refuse;
-  const std::string node = model::untrusted(g->node);
+  const std::string node = text::untrusted(g->node);
   const auto refuse = [&](std::string why, const char* reason) {
     v.why = std::move(why);
     v.reason = reason;

@@ -17,13 +17,13 @@
 #include <unordered_map>
 
 #include "link/socket.hpp"
-#include "model/printable.hpp"
 #include "pm/error.hpp"
 #include "sys/executable.hpp"
 #include "sys/pidfd.hpp"
 #include "sys/spawner.hpp"
 #include "sys/stop_sequence.hpp"
 #include "sys/watched_process.hpp"
+#include "text/printable.hpp"
 #include "transport/srun/callback_listener.hpp"
 #include "transport/srun/connect_back.hpp"
 #include "transport/srun/srun_command.hpp"
@@ -234,13 +234,13 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
     std::size_t start = 0;
     for (auto nl = s.partial.find('\n'); nl != std::string::npos;
          nl = s.partial.find('\n', start)) {
-      std::string line = model::last_line(s.partial.substr(start, nl - start));
+      std::string line = text::last_line(s.partial.substr(start, nl - start));
       if (!line.empty() && opts.notice && worth_telling(line)) opts.notice(line);
       start = nl + 1;
     }
     s.partial.erase(0, start);
     if (s.partial.size() > 4096) {
-      if (opts.notice) opts.notice(model::last_line(s.partial));
+      if (opts.notice) opts.notice(text::last_line(s.partial));
       s.partial.clear();
     }
   }
@@ -290,7 +290,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
 
   agent_end end_of(const step& s) const {
     agent_end e;
-    const std::string said = model::last_line(s.output);
+    const std::string said = text::last_line(s.output);
     const auto& end = s.process->end();
     if (end.status && end.status->success()) return e;
     e.how = "srun " + sys::describe(end);
@@ -328,7 +328,7 @@ struct srun_transport::impl : std::enable_shared_from_this<impl> {
       // The step carries other hosts still: this one's stream is over, srun goes on.
       agent_end e;
       if (!was_connected) {
-        const auto said = model::last_line(s.output);
+        const auto said = text::last_line(s.output);
         e.how = "its agent never called back" + (said.empty() ? "" : "; srun said: " + said);
       }
       asio::post(io, [done = std::move(done), e] { done(e); });

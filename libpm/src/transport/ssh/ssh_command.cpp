@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "model/printable.hpp"
 #include "pm/error.hpp"
 #include "pm/exit_status.hpp"
+#include "text/printable.hpp"
 
 namespace pm::ssh {
 namespace {
@@ -36,9 +36,9 @@ std::string where(const pm::host& h) {
 
 std::string shell_quote(std::string_view word) {
   if (word.find('\0') != std::string_view::npos) {
-    throw error(errc::usage, model::printable("a word with a NUL byte cannot be passed to a remote "
-                                              "command: '" +
-                                              std::string(word) + "'"));
+    throw error(errc::usage, text::printable("a word with a NUL byte cannot be passed to a remote "
+                                             "command: '" +
+                                             std::string(word) + "'"));
   }
   if (word.empty()) return "''";
   bool safe = true;
@@ -90,8 +90,8 @@ std::optional<std::string> system_home(std::string_view user) {
 std::vector<std::string> split_agent_command(std::string_view text, std::string_view what,
                                              const home_lookup& home) {
   auto fail = [&](std::string_view problem) {
-    return error(errc::usage, model::printable(std::string(what) + " '" + std::string(text) +
-                                               "': " + std::string(problem)));
+    return error(errc::usage, text::printable(std::string(what) + " '" + std::string(text) +
+                                              "': " + std::string(problem)));
   };
   std::vector<std::string> words;
   std::string word;
@@ -186,12 +186,11 @@ std::vector<std::string> ssh_argv(const ssh_settings& settings, const pm::host& 
   }
   if (h.name.empty() || h.name.front() == '-') {
     // ssh would read it as an option (-F..., -o...).
-    throw error(errc::usage,
-                model::printable("host name '" + h.name + "' cannot be passed to ssh"));
+    throw error(errc::usage, text::printable("host name '" + h.name + "' cannot be passed to ssh"));
   }
   if (!h.user.empty() && h.user.front() == '-') {
-    throw error(errc::usage, model::printable("user name '" + h.user + "' of host '" + h.name +
-                                              "' cannot be passed to ssh"));
+    throw error(errc::usage, text::printable("user name '" + h.user + "' of host '" + h.name +
+                                             "' cannot be passed to ssh"));
   }
   if (remote_argv.empty()) {
     throw error(errc::usage, "no remote command for host '" + h.name + "'");
@@ -211,9 +210,9 @@ std::vector<std::string> ssh_argv(const ssh_settings& settings, const pm::host& 
   }
   if (!ssh && h.port != 0) {
     throw error(errc::usage,
-                model::printable("host '" + h.name + "' has port " + std::to_string(h.port) +
-                                 ", but the rsh agent '" + settings.agent[0] +
-                                 "' is not ssh: pmrun passes a port only to ssh"));
+                text::printable("host '" + h.name + "' has port " + std::to_string(h.port) +
+                                ", but the rsh agent '" + settings.agent[0] +
+                                "' is not ssh: pmrun passes a port only to ssh"));
   }
   argv.insert(argv.end(), settings.agent.begin() + 1, settings.agent.end());
   argv.insert(argv.end(), settings.extra_args.begin(), settings.extra_args.end());
@@ -249,8 +248,8 @@ std::string remote_agent_path(const std::optional<std::string>& launch_agent,
     return (dir == "/" ? std::string() : dir) + "/bin/pmd";
   }
   if (local_pmd.empty() || local_pmd.front() != '/') {
-    throw error(errc::internal, model::printable("the local pmd path '" + std::string(local_pmd) +
-                                                 "' is not absolute"));
+    throw error(errc::internal, text::printable("the local pmd path '" + std::string(local_pmd) +
+                                                "' is not absolute"));
   }
   return std::string(local_pmd);
 }
@@ -261,22 +260,22 @@ std::string agent_start_failure(const pm::host& h, std::string_view agent_path, 
                          "--launch-agent)";
   switch (exit_status) {
     case 127:
-      return model::printable("pmd was not found" + at);
+      return text::printable("pmd was not found" + at);
     case 126:
-      return model::printable("pmd is not executable" + at);
+      return text::printable("pmd is not executable" + at);
     case 255:
-      return model::printable("ssh to " + where(h) +
-                              " failed (unreachable, refused, or no key accepted: pmrun never "
-                              "asks for a password; ssh's message says why)");
+      return text::printable("ssh to " + where(h) +
+                             " failed (unreachable, refused, or no key accepted: pmrun never "
+                             "asks for a password; ssh's message says why)");
     default:
       if (exit_status > 128 && exit_status <= 128 + 64) {
-        return model::printable("pmd on " + h.name + " (" + std::string(agent_path) +
-                                ") was killed by " + signal_name(exit_status - 128) +
-                                " before it answered");
+        return text::printable("pmd on " + h.name + " (" + std::string(agent_path) +
+                               ") was killed by " + signal_name(exit_status - 128) +
+                               " before it answered");
       }
-      return model::printable("the agent on " + h.name + " (" + std::string(agent_path) +
-                              ") exited with status " + std::to_string(exit_status) +
-                              " before it answered");
+      return text::printable("the agent on " + h.name + " (" + std::string(agent_path) +
+                             ") exited with status " + std::to_string(exit_status) +
+                             " before it answered");
   }
 }
 
@@ -319,14 +318,14 @@ agent_end ssh_end(const pm::host& h, std::string_view agent_path, int code, int 
     e.how = agent_start_failure(h, agent_path, code);
   } else if (killed_remotely) {
     // The shell's own note ("bash: line 1: 123 Killed ...") says no more than this line.
-    e.how = model::printable("the agent pmd on " + h.name + " was killed by " +
-                             signal_name(code - 128));
+    e.how =
+        text::printable("the agent pmd on " + h.name + " was killed by " + signal_name(code - 128));
     return e;
   } else if (code == 255) {
     e.how = "ssh exited with code 255";
   } else {
-    e.how = model::printable("the agent pmd on " + h.name + " exited with code " +
-                             std::to_string(code));
+    e.how =
+        text::printable("the agent pmd on " + h.name + " exited with code " + std::to_string(code));
   }
   if (!said.empty() && !(killed_remotely && !established)) e.how += ": " + std::string(said);
   e.retryable = signo == 0 && code == 255 && !established && !ssh_failure_is_final(said);

@@ -14,13 +14,13 @@
 #include <unordered_map>
 
 #include "link/socket.hpp"
-#include "model/printable.hpp"
 #include "pm/error.hpp"
 #include "pm/exit_status.hpp"
 #include "sys/executable.hpp"
 #include "sys/spawner.hpp"
 #include "sys/stop_sequence.hpp"
 #include "sys/watched_process.hpp"
+#include "text/printable.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
 extern char** environ;
@@ -205,7 +205,7 @@ struct ssh_transport::impl : std::enable_shared_from_this<impl> {
     const int code = status && !status->is_signal() ? status->code() : -1;
     const int signo = status ? status->signal() : 0;
     return ssh_end(c.host, c.agent_path, code, signo, c.established,
-                   model::last_line(c.stderr_text));
+                   text::last_line(c.stderr_text));
   }
 
   void finish(std::uint32_t host) {

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace pm::model {
+namespace pm::text {
 
 /// `text` with control characters spelled out: "\n", "\r", "\t", "\x01", "\x7f".
 inline std::string printable(std::string_view text) {
@@ -73,4 +73,4 @@ inline std::string last_line(const std::string& text) {
   return line.size() > 300 ? line.substr(0, 300) + "..." : line;
 }
 
-}  // namespace pm::model
+}  // namespace pm::text
