@@ -109,4 +109,10 @@ TEST(ReadTextFile, ErrorsNameTheFileAndTheReason) {
   EXPECT_EQ(parse_error([] { pm::read_text_file("/"); }), "cannot read '/': Is a directory");
 }
 
+TEST(ReadTextFile, AnEndlessFileIsRefusedAtTheBound) {
+  // `--hostfile /dev/zero` grew pmrun's memory without end (about 600 MB a second).
+  EXPECT_EQ(parse_error([] { pm::read_text_file("/dev/zero"); }),
+            "'/dev/zero' holds more than 256 MiB (is it the file you meant?)");
+}
+
 }  // namespace

@@ -7,6 +7,7 @@
 // text in.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -106,9 +107,12 @@ PM_API std::optional<allocation> slurm_allocation(const env_map& env);
 /// PBS_NODEFILE contents: one host per line, a host's slots = how often it appears.
 PM_API allocation parse_pbs_nodefile(std::string_view text, std::string_view filename);
 
-/// Reads a whole file for the parsers (throws pm::error naming the file when it cannot).
+/// Reads a whole file for the parsers (throws pm::error naming the file when it cannot, or when it
+/// holds more than max_text_file_bytes: `--hostfile /dev/zero` would otherwise grow without end).
 using file_reader = std::function<std::string(const std::string& path)>;
 PM_API std::string read_text_file(const std::string& path);
+/// 256 MiB: a hostfile of the parsers' 10,000,000 hosts at about 20 bytes a line fits.
+inline constexpr std::size_t max_text_file_bytes = std::size_t{256} << 20;
 
 /// The allocation of the batch system this process runs in (Slurm, then PBS), if any.
 PM_API std::optional<allocation> managed_allocation(const env_map& env, const file_reader& read);

@@ -60,6 +60,12 @@ std::string read_text_file(const std::string& path) {
       return fail(err);
     }
     if (n == 0) break;
+    if (text.size() + static_cast<std::size_t>(n) > max_text_file_bytes) {
+      ::close(fd);
+      throw error(errc::parse, "'" + text::printable(path) + "' holds more than " +
+                                   std::to_string(max_text_file_bytes >> 20) +
+                                   " MiB (is it the file you meant?)");
+    }
     text.append(buf, static_cast<std::size_t>(n));
   }
   ::close(fd);
