@@ -192,6 +192,9 @@ TEST(CommandLine, BadInputGetsOneClearLine) {
             "--master-port '70000': out of range (1..65535)");
   EXPECT_EQ(usage_error({"--tag-output=yes", "a"}), "--tag-output takes no value with '='");
   EXPECT_EQ(usage_error({"-H", "", "a"}), "-H: empty value");
+  EXPECT_EQ(usage_error({"--map-by", "", "a"}), "--map-by: empty value");  // was slot, silently
+  EXPECT_EQ(usage_error({"-np", "1", "--ps"}),
+            "--ps lists jobs and goes first: pmrun --ps [--dvm-uri URI]");
   EXPECT_EQ(usage_error({"--hostfile", "a", "--hostfile", "b", "x"}),
             "--hostfile 'b': a hostfile was already given ('a')");
 }
@@ -567,6 +570,16 @@ TEST(CommandLine, AppFileExpands) {
     FAIL() << "no error";
   } catch (const pm::error& e) {
     EXPECT_EQ(std::string(e.what()), "--app 'e': no app context in the file");
+  }
+  // A second file would have replaced the first without a word.
+  const std::vector<std::string> twice = {"--app", "apps", "--app=other"};
+  try {
+    pm::expand_app_file(twice, read);
+    FAIL() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_EQ(e.code(), pm::errc::usage);
+    EXPECT_EQ(std::string(e.what()),
+              "--app given twice (the first: 'apps'): one app file names the whole job");
   }
 }
 

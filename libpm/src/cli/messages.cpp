@@ -12,6 +12,8 @@ std::string q(std::string_view s) {
 }  // namespace
 
 std::string unknown_option(std::string_view arg) {
+  // A command of its own, not an option of a launch (pmrun::run takes it first).
+  if (arg == "--ps") return "--ps lists jobs and goes first: pmrun --ps [--dvm-uri URI]";
   return "unknown option " + q(arg) + " (pmrun --help lists the options)";
 }
 std::string missing_value(std::string_view option, std::string_view metavar) {
@@ -56,6 +58,10 @@ std::string app_file_and_program(std::string_view option, std::string_view file,
   return text::printable(std::string(option) + " " + q(file) +
                          ": the app file names the programs; " + q(program) +
                          " follows on the command line");
+}
+std::string second_app_file(std::string_view option, std::string_view first) {
+  return text::printable(std::string(option) + " given twice (the first: " + q(first) +
+                         "): one app file names the whole job");
 }
 std::string empty_app_file(std::string_view option, std::string_view file) {
   return text::printable(std::string(option) + " " + q(file) + ": no app context in the file");

@@ -24,6 +24,7 @@ std::string bad_boolean(std::string_view option, std::string_view key, std::stri
 std::string misplaced_app_file(std::string_view option, std::string_view file);
 std::string app_file_and_program(std::string_view option, std::string_view file,
                                  std::string_view program);
+std::string second_app_file(std::string_view option, std::string_view first);
 std::string empty_app_file(std::string_view option, std::string_view file);
 std::string empty_mca_key(std::string_view option, std::string_view value);
 std::string bad_variable_boolean(std::string_view variable, std::string_view value);

@@ -88,10 +88,10 @@ auto topology_option(F&& parse) {
 // slot | node | ppr:N:OBJ | core | hwthread | l3cache | numa | package (socket), each with
 // Open MPI's modifiers (:pe=M, :OVERSUBSCRIBE, :NOOVERSUBSCRIBE). Across hosts, the object forms
 // place ranks as slot does; within each host plan_host follows them (docs/gpus.md).
-void apply_map_by(parse_state& st, std::string_view, std::string_view value) {
+void apply_map_by(parse_state& st, std::string_view name, std::string_view value) {
+  if (value.empty()) throw error(errc::usage, cli::empty_value(name));
   // ":OVERSUBSCRIBE" alone, or "slot:" as mpirun takes it: slot.
-  const std::string spec =
-      value.empty() || value.front() == ':' ? "slot" + std::string(value) : std::string(value);
+  const std::string spec = value.front() == ':' ? "slot" + std::string(value) : std::string(value);
   set_map_by(st.opts.job.mapping, topology_option([&] { return topo::parse_map_by(spec); }));
 }
 
@@ -839,6 +839,8 @@ std::vector<std::string> expand_app_file(std::span<const std::string> args,
     const std::size_t values =
         spec == nullptr || inline_value ? 0 : static_cast<std::size_t>(spec->arity);
     if (spec != nullptr && spec->names.front() == "--app") {
+      // One file names the whole job: a second would silently replace the first.
+      if (file) throw error(errc::usage, cli::second_app_file(file_option, *file));
       file_option = args[i].substr(0, args[i].find('='));
       if (inline_value) {
         file = *inline_value;

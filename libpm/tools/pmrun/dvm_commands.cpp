@@ -129,6 +129,11 @@ std::string dvm_uri(const pm::run_options& options, const pm::env_map& env) {
   std::string uri = options.dvm_uri;
   if (uri.empty()) {
     if (auto it = env.find("PM_DVM_URI"); it != env.end()) uri = it->second;
+    // Named as the user gave it: the client's own check would blame --dvm-uri.
+    if (!uri.empty() && uri != "search" && !uri.starts_with("file:") && !uri.starts_with("unix:")) {
+      throw pm::error(pm::errc::usage, "PM_DVM_URI '" + pm::text::untrusted(uri) +
+                                           "': a DVM's URI is file:PATH, unix:PATH or search");
+    }
   }
   if (uri == "search") uri = "file:" + default_uri_file(env);
   return uri;
