@@ -179,6 +179,8 @@ TEST(CommandLine, BadInputGetsOneClearLine) {
   EXPECT_EQ(usage_error({"--cpus-per-rank", "x", "a"}).substr(0, 18), "--cpus-per-rank x:");
   EXPECT_EQ(usage_error({"--timeout", "soon", "a"}),
             "--timeout 'soon': expected a positive number of seconds");
+  EXPECT_EQ(usage_error({"--timeout", "100000000", "a"}),
+            "--timeout '100000000': at most 366 days (31622400 seconds)");
   EXPECT_EQ(usage_error({"--timeout", "0", "a"}),
             "--timeout '0': expected a positive number of seconds");
   EXPECT_EQ(usage_error({"-mca", "orte_abort_on_non_zero_status", "maybe", "a"}),

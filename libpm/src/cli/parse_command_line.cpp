@@ -67,9 +67,12 @@ std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view 
   double seconds = 0;
   const auto* end = value.data() + value.size();
   auto [ptr, ec] = std::from_chars(value.data(), end, seconds);
-  if (value.empty() || ec != std::errc() || ptr != end || !(seconds >= 0) ||
-      seconds > 366.0 * 24 * 3600) {
+  if (value.empty() || ec != std::errc() || ptr != end || !(seconds >= 0)) {
     throw error(errc::usage, cli::bad_seconds(name, value));
+  }
+  if (seconds > 366.0 * 24 * 3600) {
+    throw error(errc::usage, std::string(name) + " '" + text::printable(value) +
+                                 "': at most 366 days (31622400 seconds)");
   }
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
 }

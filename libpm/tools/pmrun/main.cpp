@@ -465,6 +465,7 @@ int run(int argc, char** argv) {
     std::optional<pm::job_plan> got;
     if (planned) got = pmrun::plan_unlaunched(options, map, resolved.job.mapping);
     show_map(map, got ? &*got : nullptr);
+    if (options.report_file.empty()) return 0;  // about 100 bytes a rank: built only when asked
     auto unlaunched =
         unstarted_report(map, 0, pm::cause_kind::none, "not launched (--do-not-launch)");
     if (got) unlaunched.resources = std::move(got->resources);
