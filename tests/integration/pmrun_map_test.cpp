@@ -244,6 +244,11 @@ TEST(PmrunMap, DoNotLaunchShowsEachRanksBindingAndGpuFromTheTopologyFile) {
   auto launch = run_command(pmrun({"-np", "1", "--topology-file", shape, "true"}));
   EXPECT_EQ(launch.exit_code, 2);
   EXPECT_NE(launch.err.find("--topology-file is for --do-not-launch"), std::string::npos);
+  // A file nothing needs (no binding, no GPUs) is still read: a wrong path is said.
+  auto missing = run_command(pmrun(
+      {"-np", "1", "--do-not-launch", "--topology-file", (dir.path / "none").string(), "prog"}));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("cannot read '"), std::string::npos) << missing.err;
 }
 
 TEST(PmrunMap, ALaunchShowsItsPlannedBindingsBeforeTheRanksRun) {

@@ -195,6 +195,11 @@ TEST(CommandLine, BadInputGetsOneClearLine) {
   EXPECT_EQ(usage_error({"--tag-output=yes", "a"}), "--tag-output takes no value with '='");
   EXPECT_EQ(usage_error({"-H", "", "a"}), "-H: empty value");
   EXPECT_EQ(usage_error({"--map-by", "", "a"}), "--map-by: empty value");  // was slot, silently
+  EXPECT_EQ(usage_error({"--cpus-per-rank", "2", "--map-by", "core:pe=1", "a"}),
+            "--cpus-per-rank 2 and --map-by ...:pe=1 ask different numbers of cpus per rank: "
+            "give one");
+  EXPECT_EQ(parse({"--cpus-per-rank", "2", "--map-by", "core:pe=2", "a"}).job.mapping.host.map.pe,
+            2u);
   EXPECT_EQ(usage_error({"-np", "1", "--ps"}),
             "--ps lists jobs and goes first: pmrun --ps [--dvm-uri URI]");
   EXPECT_EQ(usage_error({"--hostfile", "a", "--hostfile", "b", "x"}),

@@ -463,7 +463,9 @@ int run(int argc, char** argv) {
   const bool shown = options.display_map || !options.display_map_json.empty();
   if (options.do_not_launch) {
     std::optional<pm::job_plan> got;
-    if (planned) got = pmrun::plan_unlaunched(options, map, resolved.job.mapping);
+    // A --topology-file is read even when nothing needs it: a wrong path is said, not ignored.
+    if (planned || !options.topology_file.empty())
+      got = pmrun::plan_unlaunched(options, map, resolved.job.mapping);
     show_map(map, got ? &*got : nullptr);
     if (options.report_file.empty()) return 0;  // about 100 bytes a rank: built only when asked
     auto unlaunched =
