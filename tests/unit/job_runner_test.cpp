@@ -2,6 +2,10 @@
 // the final report; controller::rank_report_of agrees with report() rank by rank.
 #include <signal.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 
 #include <gtest/gtest.h>
@@ -95,6 +99,51 @@ TEST(JobRunner, OnRankStateReportsEveryChangeOnceInOrder) {
   EXPECT_EQ(seen[2].back().state, pm::rank_state::exited);
   EXPECT_EQ(seen[2].back().status, pm::exit_status::exited(3));
   for (std::uint32_t r : {0u, 1u, 3u}) EXPECT_EQ(seen[r].back().state, pm::rank_state::killed);
+}
+
+// The ranks' stdin (`--stdin all`): the caller may close its copies once the runner exists, and
+// once a rank ended nothing holds its pipe open any more: writing to it fails at once, where it
+// used to fill up and stop pmrun's forwarder for every rank.
+TEST(JobRunner, ARanksStdinIsHeldOnlyWhileTheRankMayReadIt) {
+  ::signal(SIGPIPE, SIG_IGN);
+  int in0[2], in1[2];
+  ASSERT_EQ(pipe2(in0, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(in1, O_CLOEXEC), 0);
+  // Rank 0 reads its input to the end; rank 1 reads nothing and leaves.
+  auto request = local_job(
+      2, {"/bin/sh", "-c", "if [ $OMPI_COMM_WORLD_RANK = 0 ]; then wc -c; else echo gone; fi"});
+  request.per_rank_stdin = {in0[0], in1[0]};
+  std::vector<std::string> lines;
+  request.output.sink = [&](std::uint32_t, pm::output_stream, std::string_view line,
+                            pm::line_flags) { lines.emplace_back(line); };
+  boost::asio::io_context io;
+  std::optional<int> code;
+  int write_to_gone_rank = 0;
+  pm::job_callbacks cb;
+  cb.on_finish = [&](const pm::job_report& r) { code = r.exit_code; };
+  cb.on_rank_state = [&](const pm::rank_report& r) {
+    if (r.rank != 1 || r.state != pm::rank_state::exited) return;
+    // After the actions of the event that ended it (the release among them).
+    boost::asio::post(io, [&] {
+      write_to_gone_rank = ::write(in1[1], "x", 1) < 0 ? errno : 0;
+      ASSERT_EQ(::write(in0[1], "hello\n", 6), 6);
+      ::close(in0[1]);
+    });
+  };
+  {
+    pm::job_runner runner(io, std::move(request), cb);
+    ::close(in0[0]);
+    ::close(in1[0]);
+    runner.start();
+    io.run_for(20s);
+  }
+  ::close(in1[1]);
+  ASSERT_EQ(code, 0);
+  EXPECT_EQ(write_to_gone_rank, EPIPE);
+  std::sort(lines.begin(), lines.end());
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].substr(0, 1), "6");
+  EXPECT_EQ(lines[1].substr(0, 4), "gone");
 }
 
 TEST(JobRunner, WithoutOnRankStateTheJobRunsAsBefore) {

@@ -1,8 +1,8 @@
 // job_runner: the Asio driver of the launcher machine (launch/launcher.hpp). It decides nothing:
 // it stamps every input with the steady clock, moves the links' bytes (host_stream.hpp), opens
 // and closes what carries them through the transports, runs the timers, the output layer and
-// the stdin pumps, and carries out the machine's actions in order. An input that comes from
-// carrying out an action is posted, never nested. docs/architecture.md.
+// the ranks' stdin (rank_stdin.hpp), and carries out the machine's actions in order. An input
+// that comes from carrying out an action is posted, never nested. docs/architecture.md.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include "driver/host_stream.hpp"
 #include "driver/launch_config_for.hpp"
 #include "driver/preflight.hpp"
-#include "driver/stdin_pump.hpp"
+#include "driver/rank_stdin.hpp"
 #include "env/compose.hpp"
 #include "io/output_forwarder.hpp"
 #include "launch/launcher.hpp"
@@ -35,17 +35,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
         req(std::move(request)),
         cb(std::move(callbacks_)),
         epoch(std::chrono::steady_clock::now()),
-        nonce(req.prestarted ? req.prestarted->nonce() : driver::fresh_nonce()) {
-    // The ranks' stdin descriptors are the caller's: the runner holds copies of its own, each
-    // until the launcher machine says the rank needs it no more (release_stdin).
-    const auto own = [this](int& fd) {
-      if (fd < 0) return;
-      fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
-      if (fd >= 0) stdin_copies.emplace_back(fd);
-    };
-    own(req.stdin_fd);
-    for (int& fd : req.per_rank_stdin) own(fd);
-  }
+        nonce(req.prestarted ? req.prestarted->nonce() : driver::fresh_nonce()),
+        input(io_, req.stdin_fd, req.per_rank_stdin) {}
 
   asio::io_context& io;
   job_request req;
@@ -58,17 +49,12 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   std::unordered_map<std::uint32_t, std::shared_ptr<driver::host_stream>> streams;
   std::unordered_map<std::uint64_t, std::unique_ptr<asio::steady_timer>> timers;
   std::unordered_map<std::uint32_t, std::uint64_t> held;  // output taken while congested
-  std::vector<link::owned_fd> stdin_copies;               // of req.stdin_fd and req.per_rank_stdin
-  std::vector<std::unique_ptr<driver::stdin_pump>> pumps;
+  driver::rank_stdin input;  // the ranks' stdin: this runner's copies, the pumps
   std::unique_ptr<driver::discovery_command> discovery;  // --host-discovery-script, while it runs
   std::optional<job_report> final_report;
   bool done = false;
 
   launch::link_time now() const { return std::chrono::steady_clock::now() - epoch; }
-
-  int stdin_source_of(std::uint32_t rank) const {
-    return req.per_rank_stdin.empty() ? req.stdin_fd : req.per_rank_stdin.at(rank);
-  }
 
   // ---- inputs ----
 
@@ -156,9 +142,8 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   void carry_out(launch::host_established& x) { router->established(x.host); }
   void carry_out(launch::write_host& x) { stream(x.host).flush(); }
   void carry_out(launch::pass_stdin& x) {
-    const int fd = ::fcntl(stdin_source_of(x.rank), F_DUPFD_CLOEXEC, 3);
     std::vector<link::owned_fd> fds;
-    fds.emplace_back(fd);
+    fds.push_back(input.copy_for(x.rank));
     stream(x.host).attach_fds(x.offset, std::move(fds));
   }
   void carry_out(launch::close_host& x) {
@@ -276,32 +261,10 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
         m.stdin_ended(t, h, r, a);
       });
     };
-    pumps.push_back(std::make_unique<driver::stdin_pump>(io, x.host, x.rank,
-                                                         stdin_source_of(x.rank), std::move(k)));
-    asio::post(io, [weak, p = pumps.back().get()] {
-      if (weak.lock()) p->pump();
-    });
+    input.pump(x.host, x.rank, std::move(k));
   }
-  void carry_out(launch::input_ready& x) {
-    for (auto& p : pumps) {
-      if (p->host() == x.host) {
-        asio::post(io, [weak = weak_from_this(), pp = p.get()] {
-          if (weak.lock()) pp->pump();
-        });
-      }
-    }
-  }
-  void carry_out(launch::release_stdin& x) {
-    int& fd = req.per_rank_stdin.empty() ? req.stdin_fd : req.per_rank_stdin.at(x.rank);
-    std::erase_if(stdin_copies, [fd](const link::owned_fd& c) { return c.get() == fd; });
-    fd = -1;
-    // Its pump may be the caller of this action (stdin_bytes): it goes once that returned.
-    asio::post(io, [weak = weak_from_this(), rank = x.rank] {
-      if (auto self = weak.lock()) {
-        std::erase_if(self->pumps, [rank](const auto& p) { return p->rank() == rank; });
-      }
-    });
-  }
+  void carry_out(launch::input_ready& x) { input.resume(x.host); }
+  void carry_out(launch::release_stdin& x) { input.release(x.rank); }
   void carry_out(launch::restarting& x) {
     if (cb.on_restart) cb.on_restart(x.ended);
   }
