@@ -1,8 +1,7 @@
 // pm::job_runner on this machine: on_rank_state reports every change once, in order, matching
 // the final report; controller::rank_report_of agrees with report() rank by rank.
-#include <signal.h>
-
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
