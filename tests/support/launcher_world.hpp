@@ -6,6 +6,7 @@
 // for is fed after the batch, never nested.
 #include <signal.h>
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -412,10 +413,16 @@ struct world {
   void carry_out(launch::output_drain&) {
     answers.push_back([this] { feed([&](auto& a) { m.output_drained(t, a); }); });
   }
-  void carry_out(launch::pump_stdin& x) { pumped.push_back(x.rank); }
+  void carry_out(launch::pump_stdin& x) {
+    EXPECT_EQ(std::count(released.begin(), released.end(), x.rank), 0)
+        << "stdin of rank " << x.rank << " pumped after its release";
+    pumped.push_back(x.rank);
+  }
   void carry_out(launch::release_stdin& x) {
-    // A remote rank's stdin is pumped from the launcher until the rank ended.
+    // A remote rank's stdin is pumped from the launcher until the rank ended (this world has
+    // remote hosts only; a local rank's goes once it started).
     for (const auto& [h, ag] : agents) {
+      if (ag.gone) continue;  // a lost host's ranks count as ended
       EXPECT_FALSE(ag.running.contains(x.rank))
           << "stdin of running rank " << x.rank << " released";
     }

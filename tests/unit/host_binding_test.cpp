@@ -301,9 +301,9 @@ TEST(HostBinding, ACoreInNoNumaNodeIsNotBoundToOne) {
   const auto t = topology_from_text("pmtopo1;p=2;l=0;n=0;c=2*0._._,2*1.0._;u=4*1;o=0-3;g=;i=");
   EXPECT_EQ(refusal([&] { plan_host(t, "h", 1, policy("package", "numa")); }),
             "host 'h' has no NUMA node holding its core 0 (--bind-to numa)");
-  // Ranks on the package whose cores have a NUMA node are bound to it.
-  const auto p = plan_host(t, "h", 4, policy("core", "core"));
-  EXPECT_EQ(cpus_of(p, 3), (cpus{3}));
+  // A rank placed on the NUMA node that exists is bound to its cores.
+  const auto p = plan_host(t, "h", 1, policy("numa", "numa"));
+  EXPECT_EQ(cpus_of(p, 0), (cpus{2, 3}));
 }
 
 }  // namespace

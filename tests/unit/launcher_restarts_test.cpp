@@ -539,6 +539,37 @@ int spare_opens(void (*policy)(pm::restart_policy&)) {
   return w.opens[1];
 }
 
+// A lost host's ranks' stdin goes with the host, the others' at the restart; the next
+// incarnation (on the spare too) reads /dev/null.
+TEST(LauncherSpares, StdinIsReleasedWithALostHostAndAtTheRestart) {
+  auto c = spare_job(2, 1, 2);
+  c.stdin_of.assign(4, launch::stdin_source::own);
+  world w(std::move(c));
+  w.keep_running_in[0] = {0, 1, 2, 3};
+  w.start();
+  w.run(1s);
+  EXPECT_TRUE(w.released.empty());
+  crash(w, 1);
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 0);
+  ASSERT_GE(w.released.size(), 2u);
+  auto first = std::vector<std::uint32_t>(w.released.begin(), w.released.begin() + 2);
+  std::sort(first.begin(), first.end());
+  EXPECT_EQ(first, (std::vector<std::uint32_t>{2, 3}));  // with the host, before the restart
+  auto released = w.released;
+  std::sort(released.begin(), released.end());
+  EXPECT_EQ(released, (std::vector<std::uint32_t>{0, 1, 2, 3}));
+  auto pumped = w.pumped;
+  std::sort(pumped.begin(), pumped.end());
+  EXPECT_EQ(pumped, (std::vector<std::uint32_t>{0, 1, 2, 3}));  // incarnation 0 only
+  for (std::uint32_t h : {0u, 2u}) {
+    const auto spawns = w.received<link::spawn_request>(h);
+    ASSERT_FALSE(spawns.empty());
+    for (const auto& r : spawns.back().ranks) EXPECT_FALSE(r.stdin_from_launcher) << r.rank;
+  }
+}
+
 TEST(LauncherSpares, NoSpareStartsWithoutRestartsOrWhenTurnedOff) {
   EXPECT_EQ(spare_opens([](pm::restart_policy& p) { p.max_restarts = 0; }), 0);
   EXPECT_EQ(spare_opens([](pm::restart_policy& p) { p.spares = false; }), 0);

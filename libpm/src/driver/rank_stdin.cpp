@@ -2,15 +2,25 @@
 
 #include <fcntl.h>
 
-#include <algorithm>
 #include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "pm/error.hpp"
 
 namespace pm::driver {
 
 namespace {
 
 link::owned_fd copy_of(int fd) {
-  return link::owned_fd(fd < 0 ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 3));
+  if (fd < 0) return {};
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (copy < 0) {
+    throw error(errc::system,
+                std::string("cannot keep a copy of a rank's stdin: ") + std::strerror(errno));
+  }
+  return link::owned_fd(copy);
 }
 
 }  // namespace
@@ -39,25 +49,27 @@ link::owned_fd rank_stdin::copy_for(std::uint32_t rank) const {
 }
 
 void rank_stdin::pump(std::uint32_t host, std::uint32_t rank, stdin_pump_hooks hooks) {
-  pumps_.push_back(
+  pumps_[rank].push_back(
       std::make_unique<stdin_pump>(io_, host, rank, source_of(rank), std::move(hooks)));
+  ranks_of_host_[host].push_back(rank);
   pump_later(rank);
 }
 
 void rank_stdin::resume(std::uint32_t host) {
-  for (const auto& p : pumps_) {
-    if (p->host() == host) pump_later(p->rank());
-  }
+  const auto it = ranks_of_host_.find(host);
+  if (it == ranks_of_host_.end()) return;
+  for (const auto rank : it->second) pump_later(rank);
 }
 
 // Looked up when it runs, not held: a release may have ended the pump meanwhile. By index: a
-// pump's hand-over may add a pump (the erase of one is always posted).
+// pump's hand-over may add one (an erase is always posted).
 void rank_stdin::pump_later(std::uint32_t rank) {
   boost::asio::post(io_, [this, alive = alive_, rank] {
     if (!*alive) return;
-    for (std::size_t i = 0; i < pumps_.size(); ++i) {
-      if (pumps_[i]->rank() == rank) pumps_[i]->pump();
-    }
+    const auto it = pumps_.find(rank);
+    if (it == pumps_.end()) return;
+    auto& list = it->second;  // a reference survives a rehash; the iterator would not
+    for (std::size_t i = 0; i < list.size(); ++i) list[i]->pump();
   });
 }
 
@@ -68,7 +80,12 @@ void rank_stdin::release(std::uint32_t rank) {
     per_rank_[rank].reset();
   }
   boost::asio::post(io_, [this, alive = alive_, rank] {
-    if (*alive) std::erase_if(pumps_, [rank](const auto& p) { return p->rank() == rank; });
+    if (!*alive) return;
+    const auto it = pumps_.find(rank);
+    if (it == pumps_.end()) return;
+    const auto host = it->second.front()->host();
+    pumps_.erase(it);
+    std::erase(ranks_of_host_[host], rank);
   });
 }
 

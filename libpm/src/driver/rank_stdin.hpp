@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "driver/stdin_pump.hpp"
@@ -19,9 +20,10 @@ namespace pm::driver {
 
 class rank_stdin {
  public:
-  /// Copies `shared_fd` (what rank `shared_rank` reads; -1: none) and `per_rank` (`--stdin all`,
+  /// Copies `shared_fd` (what the one reading rank reads; -1: none) and `per_rank` (`--stdin all`,
   /// index = rank) and puts the copies in their place, so that whoever reads them from there
-  /// (the launch config) sees the descriptors that stay open.
+  /// (the launch config, once) sees descriptors that stay open. Throws pm::error when a copy
+  /// cannot be made (out of descriptors), rather than give that rank /dev/null.
   rank_stdin(boost::asio::io_context& io, int& shared_fd, std::vector<int>& per_rank);
   ~rank_stdin();
   rank_stdin(const rank_stdin&) = delete;
@@ -44,7 +46,10 @@ class rank_stdin {
   boost::asio::io_context& io_;
   link::owned_fd shared_;
   std::vector<link::owned_fd> per_rank_;
-  std::vector<std::unique_ptr<stdin_pump>> pumps_;
+  // By rank (a link retried before the rank started pumps it again) and the ranks of each host:
+  // a credit grant and a release touch only their own, with thousands of remote ranks.
+  std::unordered_map<std::uint32_t, std::vector<std::unique_ptr<stdin_pump>>> pumps_;
+  std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> ranks_of_host_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -155,8 +155,6 @@ void launcher::impl::give_up_setup() {
   if (!withdrawn.empty()) queue.push_back(spawn_withdrawn{std::move(withdrawn)});
 }
 
-// rank_changed for the ranks the event may have moved: only rank events, a lost host and
-// withdrawn spawns change a rank's state (the controller's rules), so this is O(1) per rank.
 // A rank's stdin is the launcher's to hold while the rank may still need it from here: until a
 // local rank started (its agent got its own copy with the spawn request) and until a remote one
 // ended (it is pumped over the link meanwhile).
@@ -180,6 +178,8 @@ void launcher::impl::release_stdin_of(std::uint32_t rank) {
   out->push_back(release_stdin{rank});
 }
 
+// rank_changed for the ranks the event may have moved: only rank events, a lost host and
+// withdrawn spawns change a rank's state (the controller's rules), so this is O(1) per rank.
 void launcher::impl::tell_state_changes(const event& e) {
   if (!cfg.rank_states) return;
   if (told.size() < ctl.size()) told.resize(ctl.size(), rank_state::pending);

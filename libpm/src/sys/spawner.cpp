@@ -193,7 +193,15 @@ spawned_process spawn_fallback(const spawn_request& request, child_plan& plan) {
   const int rc = posix_spawn(&pid, plan.path, &actions, &attr, plan.argv, plan.envp);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) exec_failed(request, rc);
+  if (rc != 0) {
+    // posix_spawn does not say whether the chdir or the exec failed: a directory that cannot be
+    // entered is the chdir's.
+    struct stat st {};
+    const bool bad_wdir =
+        !request.wdir.empty() && (::stat(request.wdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+                                  ::access(request.wdir.c_str(), X_OK) != 0);
+    exec_failed(request, rc, bad_wdir);
+  }
   // posix_spawn cannot bind: the new process is bound at once, before it can start a thread of
   // its own in all but the rarest interleaving (this path serves only kernels without CLONE_PIDFD).
   if (plan.affinity != nullptr) sched_setaffinity(pid, plan.affinity_size, plan.affinity);

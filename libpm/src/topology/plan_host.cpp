@@ -402,8 +402,8 @@ host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t
         if (std::find(objs.begin(), objs.end(), o) == objs.end()) objs.push_back(o);
       }
       if (objs.empty()) {
-        // No such object holds the rank's place (a machine without an L3 cache, cores that
-        // hwloc put in no NUMA node): bound to nothing would be silently unbound.
+        // The rank's cores lie outside every object of that kind while other cores have one
+        // (a summary with cores in no NUMA node): bound to nothing would be silently unbound.
         const std::string obj = *bind == object::numa ? "NUMA node" : std::string(to_string(*bind));
         refuse(host, "has no " + obj + " holding its " + std::string(u.name(1)) + " " +
                          std::to_string(mine[0]) + " (--bind-to " + std::string(to_string(*bind)) +

@@ -81,7 +81,7 @@ class server_process {
       if (n == 0 && busy) {
         // Quiet after a burst (the ranks' connections, a fence, their finalize): the server's
         // freed per-client buffers go back to the system; glibc keeps them resident otherwise
-        // (about 8 KB a rank, 1 MB at 128 ranks: docs/benchmarks.md).
+        // (about 8 KB a rank given back, 1.1 MB at 128 ranks: docs/benchmarks.md).
         ::malloc_trim(0);
         busy = false;
         continue;

@@ -9,7 +9,7 @@
 // yet; anything else is refused with one line. Late callers (after forget), duplicates (a second
 // caller for a host), forged ones (a wrong token) and strangers (a name that is no expected host)
 // are refused; a host whose agent never calls is the link's to notice (the hello timeout). A name
-// a caller sends is quoted in a refusal only through model::untrusted (printable ASCII, at most 64
+// a caller sends is quoted in a refusal only through text::untrusted (printable ASCII, at most 64
 // bytes): the caller is not authenticated yet.
 #pragma once
 
