@@ -306,4 +306,23 @@ TEST(HostBinding, ACoreInNoNumaNodeIsNotBoundToOne) {
   EXPECT_EQ(cpus_of(p, 0), (cpus{2, 3}));
 }
 
+// --cpus-per-rank and :pe= that disagree are refused by the planner itself, for an embedder that
+// fills the policy without pmrun's command line.
+TEST(HostBinding, CpusPerRankAndPeThatDisagreeAreRefused) {
+  const auto t = topology_from_text("pmtopo1;p=1;l=1;n=0;c=4*0.0.0;u=4*1;o=0-3;g=;i=");
+  auto p = policy("core:pe=1", "");
+  p.cpus_per_rank = 2;
+  try {
+    plan_host(t, "h", 1, p);
+    FAIL() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_EQ(e.code(), pm::errc::usage);
+    EXPECT_STREQ(e.what(),
+                 "--cpus-per-rank 2 and --map-by ...:pe=1 ask different numbers of cpus per rank: "
+                 "give one");
+  }
+  p.cpus_per_rank = 1;
+  EXPECT_EQ(cpus_of(plan_host(t, "h", 1, p), 0), (cpus{0}));
+}
+
 }  // namespace

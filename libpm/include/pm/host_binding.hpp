@@ -72,6 +72,10 @@ PM_API bind_option parse_bind_to(std::string_view value);
 PM_API object parse_rank_by(std::string_view value);
 PM_API gpu_option parse_gpus_per_rank(std::string_view value);
 PM_API std::uint32_t parse_cpus_per_rank(std::string_view value);
+/// Throws pm::error(errc::usage) when --cpus-per-rank and :pe=M both say how many cpus a rank
+/// gets, differently (the planner would otherwise take the larger without a word). plan_host
+/// checks it too, for every embedder; pmrun checks it as it reads its command line.
+PM_API void check_cpus_per_rank(const binding_policy& policy);
 
 // The option values back, as the parsers read them ("ppr:2:numa:pe=4", "core:overload-allowed",
 // "1:shared"): what a replay command or a report prints. The parser reads each back to the same

@@ -816,13 +816,7 @@ run_options parse_command_line(std::span<const std::string> args) {
     if (i >= args.size()) throw error(errc::usage, cli::no_program_in_segment(segment + 1));
   }
   if (!st.opts.hostfile) st.opts.hostfile = st.default_hostfile;
-  if (const auto& h = st.opts.job.mapping.host;
-      h.cpus_per_rank > 0 && h.map.pe > 0 && h.cpus_per_rank != h.map.pe) {
-    // Two answers to one question; the planner would take the larger without a word.
-    throw error(errc::usage, "--cpus-per-rank " + std::to_string(h.cpus_per_rank) +
-                                 " and --map-by ...:pe=" + std::to_string(h.map.pe) +
-                                 " ask different numbers of cpus per rank: give one");
-  }
+  topo::check_cpus_per_rank(st.opts.job.mapping.host);  // at once, not when hosts answer
   if (st.opts.enable_recovery && st.opts.max_restarts == 0 && !st.opts.abort_policy_given) {
     // PRRTE's meaning: recovery without restarts lets the job run on past a failed rank (unless
     // -mca orte_abort_on_non_zero_status said otherwise on the command line).

@@ -180,6 +180,15 @@ std::uint32_t parse_cpus_per_rank(std::string_view value) {
   return positive("--cpus-per-rank", value, value, "the cpu count");
 }
 
+void check_cpus_per_rank(const binding_policy& policy) {
+  if (policy.cpus_per_rank == 0 || policy.map.pe == 0 || policy.cpus_per_rank == policy.map.pe) {
+    return;
+  }
+  throw error(errc::usage, "--cpus-per-rank " + std::to_string(policy.cpus_per_rank) +
+                               " and --map-by ...:pe=" + std::to_string(policy.map.pe) +
+                               " ask different numbers of cpus per rank: give one");
+}
+
 std::string to_string(const map_option& m) {
   std::string out;
   if (m.ppr > 0) out = "ppr:" + std::to_string(m.ppr) + ":";

@@ -179,6 +179,7 @@ std::uint32_t ppr_ranks(const host_topology& t, std::string_view host, const map
 
 host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t n,
                     const binding_policy& policy) {
+  check_cpus_per_rank(policy);
   const map_option& map = policy.map;
   const bool pe_given = map.pe > 0 || policy.cpus_per_rank > 0;
   const std::uint32_t pe = std::max({map.pe, policy.cpus_per_rank, 1u});
