@@ -85,6 +85,15 @@ TEST(ResolveAllocation, LocalAliasesMergeIntoOneHostNamedByTheHostname) {
       "n2:2,localhost:2,127.0.0.1:1,node1.example.com:1,10.1.2.3:1,node1-ib,127.0.1.1");
   const auto a = pm::resolve_allocation(in, me());
   EXPECT_EQ(names(a), "n2:2,node1:7*");
+  // Spellings that add up past 2^32 - 1 slots are refused, not capped.
+  in.host_list = pm::parse_host_list("localhost:4294967295,node1:1");
+  try {
+    pm::resolve_allocation(in, me());
+    FAIL() << "no error";
+  } catch (const pm::error& e) {
+    EXPECT_EQ(e.code(), pm::errc::parse);
+    EXPECT_STREQ(e.what(), "host 'node1' adds up to more than 4294967295 slots (overflow)");
+  }
 }
 
 TEST(ResolveAllocation, NamesCompareByShortNameButAddressesExactly) {

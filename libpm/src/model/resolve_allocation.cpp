@@ -15,8 +15,17 @@
 namespace pm {
 namespace {
 
-std::uint32_t add_slots(std::uint32_t a, std::uint32_t b) {
-  return b > UINT32_MAX - a ? UINT32_MAX : a + b;
+// Two spellings of one machine add up; past 2^32 - 1 that is refused, as a host repeated in one
+// list is (model/host_list.cpp), not capped without a word.
+std::uint32_t add_slots(std::uint32_t a, std::uint32_t b, const std::string& named,
+                        const std::string& again) {
+  if (b > UINT32_MAX - a) {
+    const std::string also = again == named ? "" : " (" + named + ")";
+    throw error(errc::parse,
+                text::printable("host '" + again + "'" + also + " adds up to more than " +
+                                std::to_string(UINT32_MAX) + " slots (overflow)"));
+  }
+  return a + b;
 }
 
 // One host per machine: local aliases become the hostname; FQDN and short name are one host
@@ -44,8 +53,10 @@ allocation canonical(const allocation& in, const local_host& me) {
     }
     // Two spellings of one host add up, like repeated entries in Open MPI ("localhost" and
     // "vm" in one hostfile give vm two slots there); the count is then explicit.
-    same->slots = add_slots(same->slots, c.slots);
-    same->max_slots = same->max_slots && c.max_slots ? add_slots(same->max_slots, c.max_slots) : 0;
+    same->slots = add_slots(same->slots, c.slots, same->name, h.name);
+    same->max_slots = same->max_slots && c.max_slots
+                          ? add_slots(same->max_slots, c.max_slots, same->name, h.name)
+                          : 0;
     same->slots_given = true;
     same->local = same->local || c.local;
   }
