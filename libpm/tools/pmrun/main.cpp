@@ -157,8 +157,7 @@ struct prepared_stdin {
 // Where stdin goes: a regular file or pipe is handed straight to the one reading rank; a terminal
 // (or --stdin all) is read by pmrun and copied into pipes.
 void prepare_stdin(const pm::stdin_target& target, std::uint32_t size, prepared_stdin& p) {
-  if (target.kind == pm::stdin_target::none) return;
-  if (fcntl(0, F_GETFD) < 0) return;  // no stdin at all
+  if (target.kind == pm::stdin_target::none) return;  // fd 0 is open: main saw to it
   if (target.kind == pm::stdin_target::rank) {
     if (target.rank_index >= size) {
       throw pm::error(pm::errc::usage, pm::cli::stdin_rank_outside(target.rank_index, size));
