@@ -141,6 +141,19 @@ TEST(CommandLine, StallTimeout) {
             "--stall-timeout 'soon': expected a positive number of seconds");
 }
 
+// --no-spares changes something only with whole-job restarts; anywhere else it is refused, as
+// --min-hosts without --max-restarts is.
+TEST(CommandLine, NoSparesGoesWithWholeJobRestarts) {
+  EXPECT_FALSE(parse({"--max-restarts", "2", "--no-spares", "a"}).spares);
+  EXPECT_TRUE(parse({"--max-restarts", "2", "a"}).spares);
+  EXPECT_EQ(usage_error({"--no-spares", "a"}),
+            "--no-spares needs --max-restarts: hosts the map leaves empty get an agent only when "
+            "the whole job may restart");
+  EXPECT_EQ(usage_error({"--max-restarts", "2", "--enable-recovery", "--no-spares", "a"}),
+            "--no-spares goes with whole-job restarts; --enable-recovery restarts single ranks "
+            "where they ran, never on a spare");
+}
+
 TEST(CommandLine, HelpAndVersionNeedNoProgram) {
   EXPECT_TRUE(parse({"--help"}).help);
   EXPECT_TRUE(parse({"-V"}).version);

@@ -817,6 +817,14 @@ run_options parse_command_line(std::span<const std::string> args) {
   }
   if (!st.opts.hostfile) st.opts.hostfile = st.default_hostfile;
   topo::check_cpus_per_rank(st.opts.job.mapping.host);  // at once, not when hosts answer
+  if (!st.opts.spares && (st.opts.max_restarts == 0 || st.opts.enable_recovery)) {
+    // Said where it would change nothing, it is a misunderstanding: named, as --min-hosts is.
+    throw error(errc::usage, st.opts.max_restarts == 0
+                                 ? "--no-spares needs --max-restarts: hosts the map leaves empty "
+                                   "get an agent only when the whole job may restart"
+                                 : "--no-spares goes with whole-job restarts; --enable-recovery "
+                                   "restarts single ranks where they ran, never on a spare");
+  }
   if (st.opts.enable_recovery && st.opts.max_restarts == 0 && !st.opts.abort_policy_given) {
     // PRRTE's meaning: recovery without restarts lets the job run on past a failed rank (unless
     // -mca orte_abort_on_non_zero_status said otherwise on the command line).
