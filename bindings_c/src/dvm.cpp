@@ -14,6 +14,7 @@
 #include "handles.hpp"
 #include "pm/dvm.hpp"
 #include "pm/error.hpp"
+#include "pm/standard_descriptors.hpp"
 #include "run_start.hpp"
 
 struct pm_dvm {
@@ -59,6 +60,7 @@ int pm_dvm_start(pm_dvm** out, const pm_allocation* hosts, const pm_dvm_options*
     if (options == nullptr) options = &defaults;
     check_version(fn, "pm_dvm_options", options->version, PM_DVM_OPTIONS_VERSION);
     if (hosts->value.hosts.empty()) invalid(fn, "the allocation has no host");
+    pm::open_missing_standard_descriptors();  // before the io_context's eventfd (pm.h)
     auto d = std::make_unique<pm_dvm>();
     const char* runtime = std::getenv("XDG_RUNTIME_DIR");
     std::string tmpl =
@@ -122,6 +124,8 @@ int pm_dvm_running(const pm_dvm* dvm, int* out) {
 
 void pm_dvm_destroy(pm_dvm* dvm) {
   if (dvm == nullptr) return;
+  // On its own thread (its on_message) the join below could never return: nothing (pm.h).
+  if (std::this_thread::get_id() == dvm->thread.get_id()) return;
   boost::asio::post(dvm->io, [dvm] {
     if (dvm->server) dvm->server->stop("stopped (pm_dvm_destroy)");
   });

@@ -10,11 +10,13 @@
 // c_error.
 #pragma once
 
+#include <boost/system/system_error.hpp>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <new>
 #include <string>
+#include <system_error>
 #include <type_traits>
 #include <vector>
 
@@ -48,6 +50,11 @@ int guard(const char* function, Body&& body) noexcept {
     return set_error(status_of(e.code()), e.what());
   } catch (const std::bad_alloc&) {
     return set_error(PM_E_NOMEM, "out of memory");
+  } catch (const std::system_error& e) {
+    // The system refused (EMFILE, ENOMEM from a system call), not a bug of libpm.
+    return set_error(PM_E_SYSTEM, e.what(), function);
+  } catch (const boost::system::system_error& e) {
+    return set_error(PM_E_SYSTEM, e.what(), function);
   } catch (const std::exception& e) {
     return set_error(PM_E_INTERNAL, e.what(), function);
   } catch (...) {

@@ -1,6 +1,7 @@
 // Running a job on this machine: pm::job_runner on an io_context the run owns, driven inside
 // pm_run_poll / pm_run_wait on the caller's thread, with C callbacks for output, messages, rank
 // state changes and the end.
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "guard.hpp"
 #include "handles.hpp"
 #include "pm/launcher.hpp"
+#include "pm/standard_descriptors.hpp"
 #include "run_start.hpp"
 
 // Requests from any thread (pm_run_signal, pm_run_cancel) reach the loop's thread through a
@@ -93,6 +95,14 @@ void report_state_change(pm_run& run, const pm::rank_report& r) {
 }
 
 bool finished(const pm_run& run);
+
+// Output written to a descriptor that is not open would be lost, or land in whatever takes that
+// number later: refused at the start, as a missing program is.
+void check_output_descriptor(const char* fn, const char* name, int fd) {
+  if (fd < 0 || ::fcntl(fd, F_GETFD) < 0) {
+    invalid(fn, std::string(name) + " " + std::to_string(fd) + " is not an open descriptor");
+  }
+}
 
 // Keeps a wait on the eventfd armed; each wake-up hands the requests to the runner.
 void watch_requests(pm_run& run) {
@@ -179,8 +189,12 @@ bool step(pm_run& run, std::optional<std::chrono::steady_clock::time_point> dead
   return ran != 0;
 }
 
+// Handlers one pm_run_poll(run, 0, ...) runs at most (pm.h).
+constexpr std::size_t ready_batch = 256;
+
 // Runs until the job ended, or (with a deadline) until nothing is ready before it: a deadline
-// already past runs every handler that is ready, a later one stops once it has passed.
+// already past runs the handlers that are ready (at most ready_batch), a later one stops once it
+// has passed.
 void run_loop(const char* function, pm_run& run,
               std::optional<std::chrono::steady_clock::time_point> deadline) {
   if (run.in_loop) invalid(function, "called from inside one of the run's own callbacks");
@@ -190,11 +204,15 @@ void run_loop(const char* function, pm_run& run,
     ~leave() { r.in_loop = false; }
   } on_exit{run};
   const bool ready_only = deadline && *deadline <= std::chrono::steady_clock::now();
+  // Ranks that write without pause keep a handler ready at every turn: a poll for "what is ready"
+  // takes a bounded batch of them and returns, so that a caller polling several runs in turn
+  // gets its thread back.
+  std::size_t budget = ready_only ? ready_batch : 0;
   while (!finished(run)) {
     const bool ran = step(run, deadline);
     if (!deadline) continue;
     if (!ran) break;
-    if (!ready_only && std::chrono::steady_clock::now() >= *deadline) break;
+    if (ready_only ? --budget == 0 : std::chrono::steady_clock::now() >= *deadline) break;
   }
 }
 
@@ -244,6 +262,8 @@ int start_run(const char* fn, pm_run** out, const pm_map& mapped, const pm_run_o
     check_version(fn, "pm_run_options", options->version, PM_RUN_OPTIONS_VERSION);
     if (!remote) check_local(*map);
 
+    // First: the run's event loop makes an eventfd, which must not take a closed 1 or 2.
+    pm::open_missing_standard_descriptors();
     auto run = std::make_unique<pm_run>();
     // A version 1 caller's struct ends before the restart fields, a version 2 caller's before
     // the recovery fields: copy only what it has (the rest stays as PM_RUN_OPTIONS_INIT says).
@@ -269,7 +289,18 @@ int start_run(const char* fn, pm_run** out, const pm_map& mapped, const pm_run_o
     request.output.merge_stderr = options->merge_stderr != 0;
     request.output.stdout_fd = options->stdout_fd;
     request.output.stderr_fd = options->stderr_fd;
-    if (options->on_output != nullptr) request.output.sink = sink(*run);
+    if (options->on_output != nullptr) {
+      request.output.sink = sink(*run);
+    } else {
+      check_output_descriptor(fn, "stdout_fd", options->stdout_fd);
+      if (options->merge_stderr == 0) check_output_descriptor(fn, "stderr_fd", options->stderr_fd);
+    }
+    // A destination that fails (a closed pipe, a full disk) is said once, as pmrun says it.
+    request.output.on_error = [&r = *run](std::string_view line) {
+      if (r.options.on_message == nullptr) return;
+      r.line.assign(line);
+      r.options.on_message(r.line.c_str(), r.options.user_data);
+    };
     if (options->agent_path != nullptr) request.agent_path = options->agent_path;
     request.restarts.max_restarts = run->options.max_restarts;
     request.restarts.per_rank = run->options.enable_recovery != 0;
@@ -367,7 +398,10 @@ void pm_run_destroy(pm_run* run) {
   if (!finished(*run)) {
     try {
       run->runner->cancel();
-      run_loop(__func__, *run, std::chrono::steady_clock::now() + std::chrono::seconds(60));
+      // Bounded, against a bug: the ranks' grace (pm_run_options.kill_grace_ms) and a minute.
+      const auto grace = std::chrono::milliseconds(
+          run->options.kill_grace_ms != 0 ? run->options.kill_grace_ms : 3000);
+      run_loop(__func__, *run, std::chrono::steady_clock::now() + grace + std::chrono::seconds(60));
     } catch (...) {
     }
   }

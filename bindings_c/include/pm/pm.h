@@ -391,7 +391,10 @@ PM_C_API const char* pm_rank_state_name(pm_rank_state state);
 /* A run object: a job being run (and, once finished, its result). The run owns its event loop;
  * it makes progress only inside pm_run_poll(), pm_run_wait() and pm_launch(), on the calling
  * thread, where every callback is called. It installs no signal handler and no SIGCHLD handler:
- * its only child is the agent pmd (found next to the program, or through $PM_AGENT). */
+ * its only child is the agent pmd (found next to the program, or through $PM_AGENT). A process
+ * running with descriptor 0, 1 or 2 closed (a daemon) gets /dev/null opened on it by
+ * pm_run_start and pm_dvm_start, before they make descriptors of their own: else the first of
+ * those would take the number, and output meant for it would be written into it. */
 typedef struct pm_run pm_run;
 
 typedef enum pm_stream { PM_STDOUT = 0, PM_STDERR = 1 } pm_stream;
@@ -425,7 +428,9 @@ typedef struct pm_run_options {
   uint32_t kill_grace_ms;  /* between SIGTERM and SIGKILL in an abort; 0: 3000 */
   int tag_output;          /* prefix "[1,R]<stdout>:" (when written to the descriptors) */
   int merge_stderr;        /* the ranks' stderr is their stdout */
-  int stdout_fd;           /* where output goes without on_output (not closed) */
+  int stdout_fd;           /* where output goes without on_output (not closed; it must be open:
+                              else PM_E_INVALID); a destination that fails later is named once
+                              through on_message, and its further output discarded */
   int stderr_fd;
   pm_output_fn on_output; /* if set, lines go here instead of stdout_fd/stderr_fd */
   pm_message_fn on_message;
@@ -459,8 +464,9 @@ typedef struct pm_run_options {
  * pm_allocation_local()); any other map is PM_E_LAUNCH naming the first rank elsewhere. Ranks
  * start inside pm_run_poll/wait. */
 PM_C_API int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options);
-/* Runs the job's event loop for up to `timeout_ms` (0: only what is ready; -1: until the job
- * ends); *finished = 1 once the job ended and its on_finish was called. */
+/* Runs the job's event loop for up to `timeout_ms` (0: only what is ready, at most 256 handlers
+ * of it, so that ranks writing without pause cannot hold the thread; -1: until the job ends);
+ * *finished = 1 once the job ended and its on_finish was called. */
 PM_C_API int pm_run_poll(pm_run* run, int timeout_ms, int* finished);
 /* Runs the job to its end; *exit_code (may be NULL) = the report's exit code. */
 PM_C_API int pm_run_wait(pm_run* run, int* exit_code);
@@ -516,7 +522,8 @@ PM_C_API int pm_dvm_uri(const pm_dvm* dvm, char** out);
 /* 1 while the DVM runs (0 once it stopped: idle, every host lost). */
 PM_C_API int pm_dvm_running(const pm_dvm* dvm, int* out);
 /* Stops the DVM (every job on it ends with its agents) and frees it; blocks until every daemon
- * ended, a few seconds at most. */
+ * ended, a few seconds at most. From inside the DVM's own on_message (its thread) it does nothing:
+ * the DVM stays valid; destroy it from another thread. */
 PM_C_API void pm_dvm_destroy(pm_dvm* dvm);
 
 /* Runs `job` on the DVM at `uri`: maps it on the DVM's free slots and holds them for the run's

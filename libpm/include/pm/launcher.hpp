@@ -9,6 +9,9 @@
 // signals and children, and forwards the signals it wants the job to see with signal().
 // Thread safety: every member function must be called from the io_context's thread (or strand);
 // callbacks run there too.
+// Descriptors: a process that may run with 0, 1 or 2 closed calls
+// pm::open_missing_standard_descriptors() (pm/standard_descriptors.hpp) before it makes its
+// io_context, whose eventfd would otherwise take 1 and receive the ranks' output.
 #pragma once
 
 #include <chrono>

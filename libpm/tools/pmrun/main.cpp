@@ -32,6 +32,7 @@
 #include "pm/launcher.hpp"
 #include "pm/rank_map.hpp"
 #include "pm/report.hpp"
+#include "pm/standard_descriptors.hpp"
 #include "pm/version.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/local/nofile_limit.hpp"
@@ -505,24 +506,11 @@ int run(int argc, char** argv) {
   }
 }
 
-// A standard descriptor pmrun was started without (`pmrun ... >&-`) would be taken by the first
-// socket or pipe it makes, the agent's link: the ranks' output would be written into the link,
-// and rank 0's stdin would be the link. /dev/null takes its place, as it would for a daemon.
-void open_missing_standard_descriptors() {
-  for (int fd = 0; fd <= 2; ++fd) {
-    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
-    const int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
-    if (got >= 0 && got != fd) {
-      dup2(got, fd);
-      close(got);
-    }
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  open_missing_standard_descriptors();
+  // Before anything makes a descriptor: the agent's link would take a missing 1.
+  pm::open_missing_standard_descriptors();
   try {
     return run(argc, argv);
   } catch (const pm::error& e) {
