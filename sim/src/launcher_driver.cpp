@@ -153,6 +153,9 @@ void world::carry_out(launch::launch_action& a) {
           [&](launch::take_pipes&) {
             correctness("the launcher expected output pipes from a simulated (remote) host");
           },
+          [&](launch::end_orphaned_rank&) {
+            correctness("the launcher ended a process group of a simulated (remote) host");
+          },
           [&](launch::output_open&) {},
           // Output is counted by the scripts, not carried: taken at once, nothing kept.
           [&](launch::output_bytes& x) {

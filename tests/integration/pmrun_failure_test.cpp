@@ -197,6 +197,41 @@ TEST(PmrunRun, SigkilledPmrunLeavesNothingBehind) {
   for (auto p : pids) kill(p, SIGKILL);
 }
 
+// The parent of `pid`, from /proc (0 if it is gone).
+pid_t parent_of(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(text.substr(close + 2));
+  char state = 0;
+  pid_t ppid = 0;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+// The agent itself SIGKILLed (by the OOM killer, or a user): its ranks die with it (their
+// parent-death signal), but what they started kept running, held their output pipes, and pmrun
+// waited for those pipes for ever after naming the host lost. pmrun is on the same machine: it
+// ends each rank's process group and stops waiting.
+TEST(PmrunRun, AKilledLocalAgentLeavesNothingAndThePmrunEnds) {
+  background bg(job({"-np", "2"}, {"grandchild", "30", "pid", "echo", "before", "sleep", "30"}));
+  bg.wait_lines(6);
+  auto ranks = printed_pids(bg.text, "pid");
+  auto kids = printed_pids(bg.text, "grandchild");
+  ASSERT_EQ(ranks.size(), 2u) << bg.text;
+  ASSERT_EQ(kids.size(), 2u) << bg.text;
+  const pid_t agent = parent_of(ranks[0]);
+  ASSERT_GT(agent, 1);
+  ASSERT_EQ(parent_of(agent), bg.pid);  // pmd, pmrun's child
+  kill(agent, SIGKILL);
+  const int status = bg.wait_status(20);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 213) << status << "\n" << bg.text;
+  ranks.insert(ranks.end(), kids.begin(), kids.end());
+  EXPECT_TRUE(all_gone(ranks, 5s)) << "a rank or its child outlived its agent";
+  for (auto p : ranks) kill(p, SIGKILL);
+}
+
 TEST(PmrunRun, UsrSignalsAreForwarded) {
   PM_SKIP_UNDER_TSAN();
   // The rank dies by SIGUSR1 (default action): proof it was forwarded.

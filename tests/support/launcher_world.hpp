@@ -397,6 +397,7 @@ struct world {
   void carry_out(launch::say& x) { lines.push_back(x.line); }
   void carry_out(launch::rank_changed&) {}
   void carry_out(launch::take_pipes&) { ADD_FAILURE() << "no local host here"; }
+  void carry_out(launch::end_orphaned_rank&) { ADD_FAILURE() << "no local host here"; }
   void carry_out(launch::output_open&) {}
   void carry_out(launch::output_bytes& x) {
     output += x.bytes;

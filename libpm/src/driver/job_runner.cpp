@@ -196,6 +196,12 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
       out->attach(x.rank, k, fds[i].release(), ended(x.rank, k));
     }
   }
+  void carry_out(launch::end_orphaned_rank& x) {
+    // The group's number cannot be another's while a member of it lives (it holds the pipe).
+    if (x.pgid > 1) ::kill(static_cast<pid_t>(-x.pgid), SIGKILL);
+    out->abandon(x.rank, stream_kind::out);
+    out->abandon(x.rank, stream_kind::err);
+  }
   std::function<void(std::uint64_t)> ended(std::uint32_t rank, stream_kind k) {
     return [weak = weak_from_this(), rank, k](std::uint64_t bytes) {
       if (auto self = weak.lock()) {

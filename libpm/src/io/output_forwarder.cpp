@@ -299,6 +299,26 @@ void output_forwarder::impl::attach(std::uint32_t rank, output_stream which, int
   });
 }
 
+void output_forwarder::impl::abandon(std::uint32_t rank, output_stream which) {
+  const auto it = by_key.find(key_of(rank, which));
+  if (it == by_key.end() || it->second->pushed || it->second->eof) return;
+  stream_state& s = *it->second;
+  // What is in the pipe now, at most its size: a writer still running is not followed.
+  for (std::size_t taken = 0; taken < pipe_size() && !orphaned(s);) {
+    const ssize_t r = ::read(s.pipe->native_handle(), scratch.get(), scratch_size);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    taken += static_cast<std::size_t>(r);
+    s.bytes += static_cast<std::uint64_t>(r);
+    st.bytes_read += static_cast<std::uint64_t>(r);
+    consumer c{*this, s};
+    s.assembler.feed(std::string_view(scratch.get(), static_cast<std::size_t>(r)), c);
+    after_feed(s);
+  }
+  // A parked stream stays in its destination's list: resuming it finds it ended.
+  end_of_stream(s);
+}
+
 // ---- pushed streams ----------------------------------------------------------------------
 const stream_state& output_forwarder::impl::known(std::uint32_t rank, output_stream which) const {
   const auto it = by_key.find(key_of(rank, which));
@@ -399,6 +419,10 @@ output_forwarder::~output_forwarder() = default;
 
 void output_forwarder::add_job(std::uint32_t first, std::uint32_t size) {
   impl_->jobs.emplace_back(first, size);
+}
+
+void output_forwarder::abandon(std::uint32_t rank, output_stream stream) {
+  impl_->abandon(rank, stream);
 }
 
 void output_forwarder::attach(std::uint32_t rank, output_stream stream, int read_fd,

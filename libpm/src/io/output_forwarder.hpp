@@ -75,6 +75,12 @@ class output_forwarder {
   // throws pm::error(errc::internal) (a bug of the caller; a link checks a remote agent's messages
   // against its own table before it pushes).
 
+  /// Stops waiting for an attached pipe's end: its writers may never close it (the host's agent
+  /// was lost, and what the rank started may hold it). What the pipe holds now is read and passed
+  /// on, then it ends as at end-of-stream (on_eof is called). A stream never attached, pushed or
+  /// already ended: nothing.
+  void abandon(std::uint32_t rank, output_stream stream);
+
   /// Opens a pushed stream (per-rank files are created now, as for attach). on_eof(bytes pushed)
   /// follows close_stream as for attach: run on the io_context, posted, never inside a call to the
   /// forwarder.

@@ -180,6 +180,7 @@ struct output_forwarder::impl : std::enable_shared_from_this<impl> {
   label label_of(std::uint32_t rank) const;
   stream_state& add_stream(std::uint32_t rank, output_stream which,
                            std::function<void(std::uint64_t)> on_eof);
+  void abandon(std::uint32_t rank, output_stream which);
   void attach(std::uint32_t rank, output_stream which, int fd,
               std::function<void(std::uint64_t)> on_eof);
   const stream_state& known(std::uint32_t rank, output_stream which) const;

@@ -212,7 +212,11 @@ void launcher::impl::on_message(std::uint32_t h, link::message& m, std::uint32_t
           }
           for (const auto& r : x.ranks) {
             // Output first, so that the output layer owns the pipes before the rank counts.
-            if (fds > 0) out->push_back(take_pipes{h, r.rank, fds});
+            if (fds > 0) {
+              out->push_back(take_pipes{h, r.rank, fds});
+              if (piped.size() <= r.rank) piped.resize(std::size_t{r.rank} + 1, 0);
+              piped[r.rank] = fds >= 2 ? 3 : 1;
+            }
             queue.push_back(rank_started{r.rank, r.pid});
             spawned_rank_reported(h, r.rank, nullptr);
           }
@@ -408,6 +412,7 @@ void launcher::impl::lose(std::uint32_t h, const std::string& reason, bool befor
     // relayed, which no longer report a loss of their own), or given up.
     relay_parent_down(h);
     end_pushed_streams(h);
+    end_local_pipes(h);
     restart_host_lost(h, reason);
     lose_subtree();
     return;
@@ -415,6 +420,7 @@ void launcher::impl::lose(std::uint32_t h, const std::string& reason, bool befor
   if (hs.spare && !req.map.node_of_host(h)) quarantine(h, reason);
   relay_parent_down(h);  // a host that never came up started none of its children
   end_pushed_streams(h);
+  end_local_pipes(h);
   std::string names;
   for (const auto d : with_it) names += (names.empty() ? "" : ", ") + host_info(d).name;
   queue.push_back(

@@ -466,7 +466,12 @@ void launcher::timer_fired(link_time now, std::uint64_t timer, actions& out) {
 
 void launcher::output_ended(link_time now, std::uint32_t rank, stream_kind stream,
                             std::uint64_t bytes, actions& out) {
-  impl_->step(now, out, [&] { impl_->queue.push_back(stream_closed{rank, stream, bytes}); });
+  impl_->step(now, out, [&] {
+    auto& piped = impl_->piped;
+    if (rank < piped.size())
+      piped[rank] &= static_cast<std::uint8_t>(stream == stream_kind::out ? ~1u : ~2u);
+    impl_->queue.push_back(stream_closed{rank, stream, bytes});
+  });
 }
 
 void launcher::output_taken(link_time now, std::uint32_t host, std::uint64_t bytes, actions& out) {

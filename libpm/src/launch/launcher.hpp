@@ -153,6 +153,15 @@ struct take_pipes {
   std::uint32_t rank;
   std::uint32_t count;
 };
+/// The local agent of `host` was lost while `rank`'s output pipes (take_pipes) were open. What
+/// the rank left on this machine may hold them open for ever, with no agent left to end it: kill
+/// its process group (`pgid`, the rank's pid: each rank leads one) with SIGKILL, then read what
+/// the pipes hold and close them, reporting their ends with output_ended.
+struct end_orphaned_rank {
+  std::uint32_t host;
+  std::uint32_t rank;
+  std::int64_t pgid;
+};
 /// Output pushed over a link: a rank's stream opens, gets bytes, closes (report its end with
 /// output_ended). Answer each output_bytes with output_taken(host, n).
 struct output_open {
@@ -225,9 +234,10 @@ struct finished {
 
 using launch_action =
     std::variant<open_host, host_established, write_host, pass_stdin, close_host, link_deadline,
-                 start_timer_after, cancel_timer_id, say, rank_changed, take_pipes, output_open,
-                 output_bytes, output_close, output_add_job, output_drain, pump_stdin, input_ready,
-                 release_stdin, restarting, rank_restarted, discover_hosts, claim_slots, finished>;
+                 start_timer_after, cancel_timer_id, say, rank_changed, take_pipes,
+                 end_orphaned_rank, output_open, output_bytes, output_close, output_add_job,
+                 output_drain, pump_stdin, input_ready, release_stdin, restarting, rank_restarted,
+                 discover_hosts, claim_slots, finished>;
 using actions = std::vector<launch_action>;
 
 class launcher {

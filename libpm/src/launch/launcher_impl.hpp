@@ -214,6 +214,7 @@ struct launcher::impl {
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> lookup_timers;
 
   std::vector<std::uint8_t> pushed;  // per rank: bits 1/2 stdout/stderr open, 4/8 closed
+  std::vector<std::uint8_t> piped;   // per rank: bits 1/2 its local pipe of stdout/stderr is open
 
   // Within hosts (host_plans.cpp): each host's shape from its agent, and its plan, shared by
   // hosts of the same shape and rank count (planned once).
@@ -365,6 +366,7 @@ struct launcher::impl {
   bool pushed_stream_usable(std::uint32_t h, std::uint32_t rank, stream_kind stream);
   void close_pushed(std::uint32_t h, std::uint32_t rank, stream_kind stream);
   void end_pushed_streams(std::uint32_t h);
+  void end_local_pipes(std::uint32_t h);
 
   // ---- host_plans.cpp ----
   void on_shape(std::uint32_t h, const link::host_shape& s);

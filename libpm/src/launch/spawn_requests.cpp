@@ -165,6 +165,19 @@ void launcher::impl::end_pushed_streams(std::uint32_t h) {
   }
 }
 
+// A lost local agent (pmd SIGKILLed, by the OOM killer or a user) took its ranks with it (their
+// parent-death signal), but not what they started: a child in the rank's process group keeps
+// running, holds the rank's output pipe, and the job would wait for that pipe's end for ever.
+// The launcher is on the same machine: it ends the group and stops waiting.
+void launcher::impl::end_local_pipes(std::uint32_t h) {
+  if (piped.empty()) return;
+  for (const auto rank : ctl.processes_on_host(h)) {
+    if (rank >= piped.size() || piped[rank] == 0) continue;
+    piped[rank] = 0;
+    out->push_back(end_orphaned_rank{h, rank, ctl.rank_report_of(rank).pid});
+  }
+}
+
 void launcher::impl::on_output(std::uint32_t h, std::uint32_t rank, output_stream stream,
                                std::span<const std::uint8_t> bytes) {
   if (!pushed_stream_usable(h, rank, stream)) {
