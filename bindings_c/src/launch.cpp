@@ -56,6 +56,7 @@ struct pm_run {
   std::unique_ptr<pm::job_runner> runner;
   std::unique_ptr<pm_report> final_report;  // set by the runner's on_finish
   std::vector<pm::rank_state> seen;         // per rank: the state on_rank_state last reported
+  std::vector<std::int64_t> seen_pid;       // ... and its pid
   std::string line;                         // the NUL-terminated copy an output line is passed in
   std::uint32_t size = 0;
   bool in_loop = false;
@@ -86,9 +87,17 @@ void check_local(const pm_map& m) {
 void report_state_change(pm_run& run, const pm::rank_report& r) {
   if (run.options.on_rank_state == nullptr) return;
   // A spawned job's ranks (MPI_Comm_spawn) are numbered after the map's: they join here.
-  if (r.rank >= run.seen.size()) run.seen.resize(std::size_t{r.rank} + 1, pm::rank_state::pending);
-  if (run.seen[r.rank] == r.state) return;
+  if (r.rank >= run.seen.size()) {
+    run.seen.resize(std::size_t{r.rank} + 1, pm::rank_state::pending);
+    run.seen_pid.resize(run.seen.size(), 0);
+  }
+  // The same state again is news only as a new process: a rank restarted alone
+  // (enable_recovery) runs again under another pid.
+  if (run.seen[r.rank] == r.state &&
+      (r.state != pm::rank_state::running || r.pid == 0 || run.seen_pid[r.rank] == r.pid))
+    return;
   run.seen[r.rank] = r.state;
+  run.seen_pid[r.rank] = r.pid;
   pm_rank_info info = PM_RANK_INFO_INIT;
   fill_rank_info(r, info);
   run.options.on_rank_state(&info, run.options.user_data);
@@ -274,6 +283,7 @@ int start_run(const char* fn, pm_run** out, const pm_map& mapped, const pm_run_o
                                         : offsetof(pm_run_options, max_restarts));
     run->size = map->map.size();
     run->seen.assign(run->size, pm::rank_state::pending);
+    run->seen_pid.assign(run->size, 0);
 
     pm::job_request request;
     request.map = map->map;

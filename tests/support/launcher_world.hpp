@@ -78,6 +78,7 @@ struct world {
   std::string output;
   std::vector<std::uint32_t> pumped;    // pump_stdin, by rank
   std::vector<std::uint32_t> released;  // release_stdin, by rank
+  std::vector<rank_report> changes;     // rank_changed, in order
 
   // What the test says about hosts and ranks.
   std::map<std::uint32_t, int> exit_code;                        // by rank (default: 0 at once)
@@ -395,7 +396,7 @@ struct world {
   }
   void carry_out(launch::cancel_timer_id& x) { timers.erase(x.timer); }
   void carry_out(launch::say& x) { lines.push_back(x.line); }
-  void carry_out(launch::rank_changed&) {}
+  void carry_out(launch::rank_changed& x) { changes.push_back(std::move(x.rank)); }
   void carry_out(launch::take_pipes&) { ADD_FAILURE() << "no local host here"; }
   void carry_out(launch::end_orphaned_rank&) { ADD_FAILURE() << "no local host here"; }
   void carry_out(launch::output_open&) {}

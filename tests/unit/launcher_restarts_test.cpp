@@ -130,6 +130,15 @@ TEST(LauncherRecovery, AFailedRankIsSpawnedAgainAloneWithItsOwnCount) {
     EXPECT_FALSE(spawns[i].ranks[0].stdin_from_launcher);
   }
   EXPECT_EQ(env_of(spawns[0].ranks[0], "TORCHELASTIC_RESTART_COUNT"), "0");
+  // Every change of rank 3 is told, also the ends that a restart followed at once.
+  std::vector<std::string> told;
+  for (const auto& r : w.changes) {
+    if (r.rank != 3) continue;
+    told.push_back(std::string(pm::to_string(r.state)) +
+                   (r.status ? " " + std::to_string(r.status->shell_code()) : ""));
+  }
+  EXPECT_EQ(told, (std::vector<std::string>{"running", "exited 7", "running", "exited 7",
+                                            "running", "exited 0"}));
   const auto json = pm::to_json(*w.report);
   EXPECT_NE(json.find("\"restarts\": 2"), std::string::npos) << json;
   EXPECT_NE(json.find("\"rank_restarts\""), std::string::npos) << json;

@@ -183,17 +183,22 @@ void launcher::impl::release_stdin_of(std::uint32_t rank) {
 void launcher::impl::tell_state_changes(const event& e) {
   if (!cfg.rank_states) return;
   if (told.size() < ctl.size()) told.resize(ctl.size(), rank_state::pending);
-  const auto tell = [&](std::uint32_t rank) {
+  const auto tell = [&](std::uint32_t rank, const exit_status* ended = nullptr) {
     if (rank >= told.size()) return;
     auto rr = ctl.rank_report_of(rank);
     if (rr.state == told[rank]) return;
-    told[rank] = rr.state;
-    // A rank restarted alone (--enable-recovery) is pending again: its next start is told.
-    if (rr.state == rank_state::pending) return;
+    const auto was = std::exchange(told[rank], rr.state);
+    if (rr.state == rank_state::pending) {
+      // A rank restarted alone (--enable-recovery) is pending again at once: the end it had is
+      // told as it happened (its pid, its status), then its next start.
+      if (ended == nullptr || was != rank_state::running) return;
+      rr.state = rank_state::exited;
+      rr.status = *ended;
+    }
     out->push_back(rank_changed{std::move(rr)});
   };
   if (const auto* x = std::get_if<rank_started>(&e)) tell(x->rank);
-  if (const auto* x = std::get_if<rank_exited>(&e)) tell(x->rank);
+  if (const auto* x = std::get_if<rank_exited>(&e)) tell(x->rank, &x->status);
   if (const auto* x = std::get_if<rank_spawn_failed>(&e)) tell(x->rank);
   if (const auto* x = std::get_if<host_lost>(&e)) {
     for (auto rank : ctl.processes_on_host(x->host)) tell(rank);
