@@ -101,6 +101,17 @@ int pm_allocation_add_host(pm_allocation* allocation, const char* name, uint32_t
     require(fn, "allocation", allocation);
     require(fn, "name", name);
     if (*name == '\0') invalid(fn, "the host name is empty");
+    if (!pm::valid_host_name(name)) {
+      // As -H says it: a blank or a newline in a name would break every one-line message.
+      std::string shown;
+      for (const char* c = name; *c != '\0' && shown.size() < 200; ++c) {
+        const auto u = static_cast<unsigned char>(*c);
+        shown += u < 0x20 || u == 0x7f ? "\\x" + std::string(1, "0123456789abcdef"[u >> 4]) +
+                                             "0123456789abcdef"[u & 15]
+                                       : std::string(1, *c);
+      }
+      invalid(fn, "invalid host name '" + shown + "'");
+    }
     if (slots == 0) invalid(fn, std::string("host '") + name + "': slots must be at least 1");
     if (max_slots != 0 && max_slots < slots) {
       invalid(fn, std::string("host '") + name + "': max_slots " + std::to_string(max_slots) +
