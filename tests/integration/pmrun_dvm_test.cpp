@@ -6,6 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -265,6 +268,34 @@ TEST_F(PmrunDvm, AnotherUserCannotSubmitOrLook) {
 // A host daemon fed garbage (a broken server, or someone else's bytes) says so in one line and
 // ends, with the job agents it started; a start request for anything but pmd's dial-back is
 // refused.
+// A client gone before its answer is written (a submitter killed at the wrong moment, or anyone
+// who may use the DVM): the server's write raised SIGPIPE, which ended the DVM and every job on
+// it. And `pmrun --ps` (text) showed a job's slots from a destroyed temporary: a crash.
+TEST_F(PmrunDvm, AClientGoneBeforeItsAnswerLeavesTheDvmRunning) {
+  start(2);
+  background running(job({"-np", "1", "sh", "-c", "echo up; exec sleep 30"}));
+  running.wait_lines(1);
+  for (int i = 0; i < 50; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string ask = "{\"op\":\"hosts\"}\n";
+    ASSERT_EQ(::write(fd, ask.data(), ask.size()), static_cast<ssize_t>(ask.size()));
+    ::close(fd);
+  }
+  ASSERT_TRUE(pm::test::alive(server));
+  const auto text = run_command({pm::test::pmrun_path(), "--ps", "--dvm-uri", "file:" + uri_file});
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("sh -c echo up; exec sleep 30"), std::string::npos) << text.out;
+  ::kill(running.pid, SIGINT);
+  running.wait_status();
+  const auto next = run_command(job({"-np", "2", "true"}), 30s);
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+}
+
 TEST_F(PmrunDvm, AHostDaemonTakesNothingButItsProtocol) {
   const std::string pmd = std::string(PM_BINARY_DIR) + "/bin/pmd";
   auto r = run_command({pmd, "--dvm-host"}, 10s, "{\"op\":\"ping\"}\nnot json\n");

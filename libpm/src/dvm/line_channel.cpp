@@ -1,6 +1,10 @@
 #include "dvm/line_channel.hpp"
 
-#include <boost/asio/write.hpp>
+#include <sys/uio.h>
+
+#include <cerrno>
+
+#include "io/sigpipe_guard.hpp"
 
 namespace pm::dvm_parts {
 
@@ -62,27 +66,47 @@ void line_channel::send(const nlohmann::json& doc) {
   if (writing_.empty()) write();
 }
 
+// Written here, not with asio::async_write (a plain write(2)): a peer that went away before its
+// answer (a submitter killed at the wrong moment) made the write raise SIGPIPE, which killed the
+// DVM's server and every job on it. The write fails with EPIPE instead, and ends this channel.
 void line_channel::write() {
-  if (outbox_.empty()) {
-    if (closed_) {
+  for (;;) {
+    if (writing_.empty()) {
+      if (outbox_.empty()) {
+        if (closed_) {
+          boost::system::error_code ignored;
+          sd_.close(ignored);
+        }
+        return;
+      }
+      writing_ = std::move(outbox_);
+      outbox_.clear();
+      written_ = 0;
+    }
+    while (written_ < writing_.size()) {
+      const iovec part{writing_.data() + written_, writing_.size() - written_};
+      const ssize_t n = io::writev_guarded(sd_.native_handle(), &part, 1, guard_sigpipe_);
+      if (n > 0) {
+        written_ += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        sd_.async_wait(asio::posix::stream_descriptor::wait_write,
+                       [self = shared_from_this()](const boost::system::error_code& ec) {
+                         if (!ec) self->write();
+                       });
+        return;
+      }
+      // The peer is gone (EPIPE) or the descriptor failed: nothing more goes out.
+      writing_.clear();
+      outbox_.clear();
       boost::system::error_code ignored;
       sd_.close(ignored);
+      return;
     }
-    return;
+    writing_.clear();
   }
-  writing_ = std::move(outbox_);
-  outbox_.clear();
-  asio::async_write(sd_, asio::buffer(writing_),
-                    [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                      self->writing_.clear();
-                      if (ec) {
-                        self->outbox_.clear();
-                        boost::system::error_code ignored;
-                        self->sd_.close(ignored);
-                        return;
-                      }
-                      self->write();
-                    });
 }
 
 void line_channel::close() {

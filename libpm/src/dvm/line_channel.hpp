@@ -11,6 +11,7 @@
 #include <string>
 
 #include "dvm/json_lines.hpp"
+#include "io/sigpipe_guard.hpp"
 
 namespace pm::dvm_parts {
 
@@ -41,6 +42,8 @@ class line_channel : public std::enable_shared_from_this<line_channel> {
   std::array<char, 16384> buf_{};
   line_buffer lines_;
   std::string outbox_, writing_;
+  std::size_t written_ = 0;                      // of writing_
+  bool guard_sigpipe_ = !io::sigpipe_ignored();  // (io/sigpipe_guard.hpp)
   bool closed_ = false, ended_ = false;
   std::function<void(const nlohmann::json&)> on_object_;
   std::function<void(const std::string&)> on_end_;

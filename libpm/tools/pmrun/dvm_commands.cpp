@@ -265,8 +265,10 @@ int show_dvm(const std::vector<std::string>& args, const pm::env_map& env) {
   std::printf("%-6s %8s %6s %9s  %s\n", "JOB", "PID", "SLOTS", "ELAPSED", "COMMAND");
   for (const auto& j : doc.value("jobs", nlohmann::json::array())) {
     unsigned slots = 0;
-    for (const auto& [host, n] : j.value("slots", nlohmann::json::object()).items()) {
-      slots += n.get<unsigned>();
+    // Held here: items() of the temporary value() returns would outlive it (a crash).
+    const auto held = j.value("slots", nlohmann::json::object());
+    for (const auto& [host, n] : held.items()) {
+      if (n.is_number_unsigned()) slots += n.get<unsigned>();
     }
     std::string command;
     for (const auto& w : j.value("command", nlohmann::json::array())) {
