@@ -118,6 +118,20 @@ TEST(PmrunMultihost, ARemoteRanksExitCodeIsTheJobsAndNamesItsHost) {
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 
+// Ranks that end but leave a child holding their stdout: the agents clear it at the shutdown and
+// go; a stream its agent had not closed (a rank that wrote nothing never opened one) ended with
+// the link. pmrun waited for it for ever, deaf to SIGINT, with two ranks on a host.
+TEST(PmrunMultihost, LeftoversHoldingAStreamAreClearedAndTheJobEnds) {
+  NEED_HOSTS();
+  multihost_fixture f(2);
+  const auto r = run_command(pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "4", "sh", "-c",
+                                       "sleep 30 & sleep 0.5; exit 0"}),
+                             25s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
 TEST(PmrunMultihost, AKilledHostIsLostAndTheJobEnds) {
   NEED_HOSTS();
   multihost_fixture f(3);

@@ -214,6 +214,7 @@ void launcher::impl::on_message(std::uint32_t h, link::message& m, std::uint32_t
             // Output first, so that the output layer owns the pipes before the rank counts.
             if (fds > 0) {
               out->push_back(take_pipes{h, r.rank, fds});
+              hosts[h].passes_pipes = true;
               if (piped.size() <= r.rank) piped.resize(std::size_t{r.rank} + 1, 0);
               piped[r.rank] = fds >= 2 ? 3 : 1;
             }
@@ -325,6 +326,7 @@ void launcher::impl::carrier_done(std::uint32_t h, const agent_end& end) {
   hs.down = true;
   relayed_link_closed(h);
   if (end_expected(hs) || hs.loss_reported || hs.lost_with_parent || hs.lost_told) {
+    end_streams_after_shutdown(h);
     maybe_all_closed();
     return;
   }

@@ -105,6 +105,7 @@ struct launcher::impl {
     bool spare : 1 = false;             // started as a spare (restarts.cpp)
     bool quarantined : 1 = false;       // lost: never used again in this launch
     bool joining : 1 = false;           // named by the discovery command; the restart waits for it
+    bool passes_pipes : 1 = false;      // a local agent: its ranks' output comes as pipes
   };
   std::vector<host_state> hosts;  // by allocation index
   std::vector<std::uint32_t> touched;
@@ -367,6 +368,7 @@ struct launcher::impl {
   void close_pushed(std::uint32_t h, std::uint32_t rank, stream_kind stream);
   void end_pushed_streams(std::uint32_t h);
   void end_local_pipes(std::uint32_t h);
+  void end_streams_after_shutdown(std::uint32_t h);
 
   // ---- host_plans.cpp ----
   void on_shape(std::uint32_t h, const link::host_shape& s);

@@ -165,6 +165,19 @@ void launcher::impl::end_pushed_streams(std::uint32_t h) {
   }
 }
 
+// Nothing more comes from a host whose link ended after its shutdown: a stream its agent had not
+// closed (what the ranks left held the pipe until the shutdown's sweep; a rank that wrote
+// nothing never opened its stream) ends here, or the job would wait for it for ever. A local
+// agent's pipes end by themselves once the sweep ended their writers.
+void launcher::impl::end_streams_after_shutdown(std::uint32_t h) {
+  if (hosts[h].passes_pipes || hosts[h].lost_told) return;  // (a lost host's were dropped)
+  for (const auto rank : ctl.processes_on_host(h)) {
+    if (!ctl.rank_report_of(rank).pid) continue;  // never started: no stream
+    close_pushed(h, rank, stream_kind::out);
+    close_pushed(h, rank, stream_kind::err);
+  }
+}
+
 // A lost local agent (pmd SIGKILLed, by the OOM killer or a user) took its ranks with it (their
 // parent-death signal), but not what they started: a child in the rank's process group keeps
 // running, holds the rank's output pipe, and the job would wait for that pipe's end for ever.
