@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -238,6 +240,27 @@ TEST(PmrunMultihost, OutputOfRemoteRanksArrivesWholeAndComplete) {
   EXPECT_EQ(bad, 0u);
   ASSERT_EQ(lines.size(), 4u);
   for (const auto& [tag, n] : lines) EXPECT_EQ(n, 4000000u / 100) << tag;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
+// A relative -wdir is pmrun's: every host's rank starts in the same directory (a shared file
+// system here), not in the remote home directory's namesake.
+TEST(PmrunMultihost, ARelativeWdirIsTheSameDirectoryOnEveryHost) {
+  NEED_HOSTS();
+  multihost_fixture f(1);
+  char tmpl[] = "/tmp/pm-wdir-test.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_EQ(mkdir((dir + "/sub").c_str(), 0755), 0);
+  const auto here = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  const auto r = run_command(pmrun(f, {"-H", "localhost:1," + f.hosts()[0].name + ":1", "-np", "2",
+                                       "--wdir", "sub", "/bin/pwd"}),
+                             60s);
+  std::filesystem::current_path(here);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, dir + "/sub\n" + dir + "/sub\n");
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 

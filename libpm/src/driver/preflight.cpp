@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <filesystem>
 
 #include <cerrno>
 #include <cstdlib>
@@ -71,6 +72,16 @@ void check_programs(const job_request& req) {
     if (!local) continue;
     check_working_directory(app.wdir);
     sys::resolve_executable(app.argv[0], program_path(req.env, i), app.wdir);
+  }
+}
+
+void anchor_working_directories(job_request& request) {
+  std::error_code ec;
+  const auto here = std::filesystem::current_path(ec);
+  if (ec) return;  // this process's own directory is gone: left as given
+  for (auto& app : request.apps) {
+    if (app.wdir.empty() || app.wdir.front() == '/') continue;
+    app.wdir = (here / app.wdir).lexically_normal().string();
   }
 }
 

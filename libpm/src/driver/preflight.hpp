@@ -16,5 +16,9 @@ void check_programs(const job_request& request);
 /// Throws pm::error(errc::usage) with one line when the restart policy cannot be met as asked
 /// (--min-hosts above the hosts the job runs on, or without --max-restarts).
 void check_restart_policy(const job_request& request);
+/// A relative working directory (-wdir sub) is the launcher's: made absolute here, against this
+/// process's working directory, so that every host's agent enters the same one (as mpirun does);
+/// sent as given, each remote agent looked for it in its own home directory.
+void anchor_working_directories(job_request& request);
 
 }  // namespace pm::driver
