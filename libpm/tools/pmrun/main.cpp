@@ -120,6 +120,16 @@ class report_file {
   bool written_ = false;
 };
 
+// Whether a rank of the job's map runs on this machine (where the local agent would serve it).
+bool has_rank_here(const pm::rank_map& map, const pm::local_host& me) {
+  const auto& hosts = map.allocation().hosts;
+  for (std::uint32_t node = 0; node < map.num_nodes(); ++node) {
+    const auto& h = hosts[map.host_of_node(node)];
+    if (h.local || me.is_me(h.name)) return true;
+  }
+  return false;
+}
+
 // The report of a job that never started: every rank pending, with what stopped it.
 pm::job_report unstarted_report(const pm::rank_map& map, int exit_code, pm::cause_kind cause,
                                 std::string summary) {
@@ -429,7 +439,7 @@ int run(int argc, char** argv) {
   // map, the environment); the job adopts it. One nobody adopts (the job runs on other hosts
   // only, or is refused below) is killed and reaped when `early` goes.
   // Null when there is no pmd to be found: the launch says so, with the places it looked.
-  const auto early = options.do_not_launch || dvm ? nullptr : pm::early_agent::start();
+  auto early = options.do_not_launch || dvm ? nullptr : pm::early_agent::start();
 
   const auto me = pm::local_host_info();
   auto resolved = pm::resolve_job(options, env, me, pm::read_text_file);
@@ -484,6 +494,9 @@ int run(int argc, char** argv) {
   // What the report says if the launch fails before anything starts (built only when asked for).
   std::optional<pm::job_report> unstarted;
   if (!options.report_file.empty()) unstarted = unstarted_report(map, 0, pm::cause_kind::none, {});
+  // A job with no rank on this machine adopts no early agent: it goes now, not at the end (an
+  // interrupted job's exit left it to say that its link broke).
+  if (early && !has_rank_here(map, me)) early.reset();
   try {
     return launch(options, resolved, std::move(map), std::move(job_env), me, env, report_out,
                   command, early, std::move(on_planned), dvm ? &*dvm : nullptr);
