@@ -271,6 +271,27 @@ TEST_F(PmrunDvm, AnotherUserCannotSubmitOrLook) {
 // A client gone before its answer is written (a submitter killed at the wrong moment, or anyone
 // who may use the DVM): the server's write raised SIGPIPE, which ended the DVM and every job on
 // it. And `pmrun --ps` (text) showed a job's slots from a destroyed temporary: a crash.
+// Stopping the DVM while a job's ranks ignore SIGTERM and have children: the daemon gave each job
+// agent 2 s before its SIGKILL, less than the ranks' 3 s grace, so the agent died before it could
+// kill the ranks' groups, and their children ran on, orphaned.
+TEST_F(PmrunDvm, StoppingItEndsWhatRanksThatIgnoreTermStarted) {
+  start(2);
+  background victim(
+      job({"-np", "2", "sh", "-c", "trap '' TERM; sleep 60 & echo kid $!; echo pid $$; wait"}));
+  victim.wait_lines(4);
+  auto pids = pm::test::printed_pids(victim.text, "pid");
+  const auto kids = pm::test::printed_pids(victim.text, "kid");
+  ASSERT_EQ(pids.size(), 2u) << victim.text;
+  ASSERT_EQ(kids.size(), 2u) << victim.text;
+  pids.insert(pids.end(), kids.begin(), kids.end());
+  const auto stop = run_command(
+      {pm::test::pmrun_path(), "--allow-run-as-root", "--dvm", "stop", "--dvm-uri", "search"}, 30s);
+  EXPECT_EQ(stop.exit_code, 0) << stop.err;
+  EXPECT_TRUE(pm::test::all_gone(pids, 10s)) << "a rank or its child outlived the DVM";
+  for (auto p : pids) ::kill(p, SIGKILL);
+  victim.wait_status(20);
+}
+
 TEST_F(PmrunDvm, AClientGoneBeforeItsAnswerLeavesTheDvmRunning) {
   start(2);
   background running(job({"-np", "1", "sh", "-c", "echo up; exec sleep 30"}));
