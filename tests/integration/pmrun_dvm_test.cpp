@@ -292,6 +292,17 @@ TEST_F(PmrunDvm, StoppingItEndsWhatRanksThatIgnoreTermStarted) {
   victim.wait_status(20);
 }
 
+// A command line past the channel's 1 MiB line runs: it is only shown (cut); the server ended the
+// connection without a word.
+TEST_F(PmrunDvm, AVeryLongCommandLineRuns) {
+  start(1);
+  std::vector<std::string> args = {"-np", "1", "sh", "-c", "echo $#", "sh"};
+  for (int i = 0; i < 1100; ++i) args.push_back(std::string(1000, 'x'));
+  const auto r = run_command(job(args), 30s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "1100\n");
+}
+
 TEST_F(PmrunDvm, AClientGoneBeforeItsAnswerLeavesTheDvmRunning) {
   start(2);
   background running(job({"-np", "1", "sh", "-c", "echo up; exec sleep 30"}));
@@ -376,7 +387,16 @@ TEST_F(PmrunDvm, BadInputIsOneLine) {
   const auto stop_none = run_command({p, "--allow-run-as-root", "--dvm", "stop"}, 10s);
   EXPECT_EQ(stop_none.exit_code, 2);
   EXPECT_NE(stop_none.err.find("--dvm stop needs --dvm-uri"), std::string::npos) << stop_none.err;
-  for (const auto& r : {bad_action, with_program, nobody, scheme, stop_none}) {
+  // A URI file is a short regular file: a FIFO waited for a writer for ever, /dev/zero was read
+  // up to 256 MiB.
+  const auto fifo = root + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto from_fifo =
+      run_command({p, "--allow-run-as-root", "--dvm-uri", "file:" + fifo, "-np", "1", "true"}, 10s);
+  EXPECT_EQ(from_fifo.exit_code, 125);
+  EXPECT_EQ(from_fifo.err,
+            "pmrun: --dvm-uri file:" + fifo + ": it is not a regular file (is a DVM running?)\n");
+  for (const auto& r : {bad_action, with_program, nobody, scheme, stop_none, from_fifo}) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
 }

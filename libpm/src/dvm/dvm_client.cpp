@@ -1,7 +1,9 @@
 // A submitter's side of a DVM (pm/dvm.hpp): a blocking request/answer exchange over the DVM's
 // Unix socket until the job's slots are claimed; then the connection becomes the job's transport.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -32,23 +34,57 @@ std::string trimmed(std::string text) {
   return text;
 }
 
+// A URI file is one short line (--report-uri wrote it): opened without blocking (a FIFO would
+// wait for a writer for ever), a regular file only, at most 64 KiB.
+std::string read_uri_file(const std::string& uri, const std::string& path) {
+  const auto refuse = [&](const std::string& why) {
+    return error(errc::launch,
+                 "--dvm-uri " + text::untrusted(uri) + ": " + why + " (is a DVM running?)");
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) throw refuse(std::string("cannot read it: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > 65536) {
+    ::close(fd);
+    throw refuse(S_ISREG(st.st_mode) ? "it is larger than a DVM's URI file (64 KiB)"
+                                     : "it is not a regular file");
+  }
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  const auto n = ::read(fd, text.data(), text.size());
+  ::close(fd);
+  if (n < 0) throw refuse(std::string("cannot read it: ") + std::strerror(errno));
+  text.resize(static_cast<std::size_t>(n));
+  return text;
+}
+
 std::string socket_of(const std::string& uri) {
   if (uri.starts_with("unix:")) return uri.substr(5);
   if (uri.starts_with("file:")) {
-    const auto path = uri.substr(5);
-    std::string text;
-    try {
-      text = trimmed(read_text_file(path));
-    } catch (const pm::error& e) {
-      throw error(errc::launch, "--dvm-uri " + uri + ": " + e.what() + " (is a DVM running?)");
-    }
-    if (!text.starts_with("unix:")) {
+    const auto text = trimmed(read_uri_file(uri, uri.substr(5)));
+    if (!text.starts_with("unix:") || text.find('\n') != std::string::npos) {
       throw error(errc::launch, "--dvm-uri " + uri + ": the file does not hold a DVM's URI");
     }
     return text.substr(5);
   }
   throw error(errc::usage,
               "--dvm-uri '" + text::untrusted(uri) + "': a DVM's URI is file:PATH or unix:PATH");
+}
+
+// The command a job is shown with (pmrun --ps): only shown, so cut to fit well within a line of
+// the channel (1 MiB), where a long argv made the server end the connection without a word.
+std::vector<std::string> shown_command(const std::vector<std::string>& command) {
+  constexpr std::size_t budget = 4096;
+  std::vector<std::string> out;
+  std::size_t used = 0;
+  for (const auto& w : command) {
+    if (used + w.size() > budget) {
+      out.push_back(w.substr(0, budget > used ? budget - used : 0) + "...");
+      break;
+    }
+    used += w.size() + 1;
+    out.push_back(w);
+  }
+  return out;
 }
 
 // The server's allocation ("whole" or "free" of its hosts answer): every host reached alike.
@@ -190,7 +226,7 @@ rank_map dvm_client::claim(const job_spec& spec, bool wait, const std::vector<st
       }
       impl_->send({{"op", "claim"},
                    {"slots", slots},
-                   {"command", command},
+                   {"command", shown_command(command)},
                    {"pid", static_cast<std::int64_t>(::getpid())}});
       json answer;
       do {
