@@ -129,7 +129,8 @@ void world::step_agent(std::uint32_t host, agent::host_event e) {
                      if (h.agent_end)
                        h.agent_end->set_heartbeats(link::link_time(now_), x.every, x.silence);
                    },
-                   [&](agent::close_input&) {},  // no stdin is simulated
+                   [&](agent::close_input&) {},   // no stdin is simulated
+                   [&](agent::close_output&) {},  // nor a failing destination
                },
                a);
   }

@@ -134,6 +134,23 @@ TEST(PmrunMultihost, LeftoversHoldingAStreamAreClearedAndTheJobEnds) {
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 
+// `pmrun ... | head`: once head is gone, a remote rank's output has nowhere to go. Its agent is
+// told to close the rank's pipe, so the rank gets SIGPIPE as a local one does (docs/output.md);
+// it wrote into nothing until the timeout.
+TEST(PmrunMultihost, ARemoteRankWhoseOutputHasNowhereToGoGetsSigpipe) {
+  NEED_HOSTS();
+  multihost_fixture f(2);
+  std::string line;
+  for (const auto& a : pmrun(f, {"-H", hosts_with_slots(f, 2), "-np", "4", "yes"})) {
+    line += "'" + a + "' ";
+  }
+  const auto r =
+      run_command({"/bin/bash", "-c", line + "| head -2 >/dev/null; exit ${PIPESTATUS[0]}"}, 30s);
+  EXPECT_EQ(r.exit_code, 141) << r.err;
+  EXPECT_NE(r.err.find("was killed by SIGPIPE"), std::string::npos) << r.err;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
+}
+
 TEST(PmrunMultihost, AKilledHostIsLostAndTheJobEnds) {
   NEED_HOSTS();
   multihost_fixture f(3);

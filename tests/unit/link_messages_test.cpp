@@ -161,7 +161,9 @@ std::vector<message> samples() {
       stall_report{7,
                    {rank_activity{0, 4711, "S", "futex_wait_queue", 20, -1, 5300},
                     rank_activity{1u << 31, 1ll << 40, "D", "", 1ull << 40, 5300, 0}}},
-      stall_report{8, {}}};
+      stall_report{8, {}},
+      // Version 13: a rank whose output has nowhere to go (docs/output.md).
+      output_unwanted{3, output_stream::err}, output_unwanted{1u << 31, output_stream::out}};
 }
 
 // The --stall-timeout messages and field (version 11 too, added beside restarts; not in the
@@ -169,7 +171,7 @@ std::vector<message> samples() {
 bool after_version_10(const message& m) {
   if (const auto* j = std::get_if<job_setup>(&m)) return j->stall.has_value();
   return std::holds_alternative<stall_query>(m) || std::holds_alternative<host_quiet>(m) ||
-         std::holds_alternative<stall_report>(m);
+         std::holds_alternative<stall_report>(m) || std::holds_alternative<output_unwanted>(m);
 }
 
 // FNV-1a over encoded bodies: pins the wire format to the bytes version 7's encoder wrote before
@@ -185,14 +187,15 @@ constexpr std::uint64_t fnv_basis = 0xcbf29ce484222325ull;
 // optional fields (absent unless used: older samples' bodies are unchanged) and `topology`.
 // Version 11 added `restart` and `restarted` (older samples' bodies unchanged but the hello's).
 // Version 12 added child_closed's `silent_ms` (every child_closed carries it: 0 unless its parent
-// timed it out) and changed the hello's version.
-TEST(LinkMessages, WireBytesAreThoseOfVersion12) {
+// timed it out) and changed the hello's version. Version 13 added `output_unwanted` (not in the
+// pinned bytes) and changed the hello's version.
+TEST(LinkMessages, WireBytesAreThoseOfVersion13) {
   std::uint64_t h = fnv_basis;
   for (const auto& m : samples()) {
     if (after_version_10(m)) continue;
     h = fnv1a(h, encode(m, std::holds_alternative<spawn_request>(m) ? 1 : 0));
   }
-  EXPECT_EQ(h, 0x31e9e5510a4e9184ull) << std::hex << h;
+  EXPECT_EQ(h, 0xdaae35b46ee82fd8ull) << std::hex << h;
   // {"ranks": [{"pid": 123456, "rank": 3}], "type": "started"}: keys sorted (in each map), the
   // shortest integers.
   EXPECT_EQ(encode(started{{{3, 123456}}}),
@@ -738,7 +741,8 @@ TEST(LinkMessages, EveryMessageTakesItsNameAndSenderFromItsWireForm) {
       {"restarted", agent},
       {"stall_query", launcher},
       {"quiet", agent},
-      {"stall_report", agent}};
+      {"stall_report", agent},
+      {"output_unwanted", launcher}};
   ASSERT_EQ(std::variant_size_v<message>, version_7.size());
   std::vector<bool> sampled(std::variant_size_v<message>, false);
   for (const auto& m : samples()) {
@@ -885,7 +889,7 @@ TEST(LinkMessages, RandomMessagesRoundTrip) {
       ASSERT_EQ(decode(b).msg, m) << type_name(m);
     }
   }
-  EXPECT_EQ(wire, 0xdad50b18f2e36458ull) << std::hex << wire;  // version 12: the hello, silent_ms
+  EXPECT_EQ(wire, 0xfcdc8172188c46dcull) << std::hex << wire;  // version 13: the hello
 }
 
 }  // namespace

@@ -464,7 +464,8 @@ struct agent::state {
                 spawned_apps.push_back(std::make_unique<link::app_spec>(std::move(a)));
               }
             },
-            [&](const link::input_closed&) {},  // the driver closes the rank's stdin pipe
+            [&](const link::input_closed&) {},     // the driver closes the rank's stdin pipe
+            [&](const link::output_unwanted&) {},  // ... and that output pipe
             // The driver's PMIx server takes these.
             [&](const link::fence_result&) {},
             [&](const link::modex_request&) {},

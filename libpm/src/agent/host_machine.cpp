@@ -241,6 +241,9 @@ struct host_machine::state {
               restart_pmix = r.pmix;
             },
             [&](const link::input_closed& c) { out->push_back(close_input{c.rank}); },
+            [&](const link::output_unwanted& c) {
+              out->push_back(close_output{c.rank, c.stream});
+            },
             [&](const auto&) {},
         },
         m);

@@ -68,10 +68,17 @@ struct close_input {
   std::uint32_t rank = 0;
 };
 
+/// Nothing receives this output stream of the rank any more (link::output_unwanted): close the
+/// pipe's read end (the rank gets SIGPIPE at its next write) and report its end.
+struct close_output {
+  std::uint32_t rank = 0;
+  output_stream stream = output_stream::out;
+};
+
 /// Every `send`, whichever part decided it, comes out as an `action` (agent.hpp): the driver
 /// finds each message in one place.
-using host_action =
-    std::variant<action, pmix_action, child_action, start_pmix, set_heartbeats, close_input>;
+using host_action = std::variant<action, pmix_action, child_action, start_pmix, set_heartbeats,
+                                 close_input, close_output>;
 
 class host_machine {
  public:

@@ -216,6 +216,12 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   }
   void carry_out(launch::output_bytes& x) {
     out->push(x.rank, x.stream, std::span<const char>(x.bytes.data(), x.bytes.size()));
+    if (out->discarding(x.rank, x.stream)) {
+      // Its destination failed: the rank gets SIGPIPE, as on this machine (the machine tells
+      // its agent once).
+      feed_later([r = x.rank, k = x.stream](launch::launcher& m, launch::link_time t,
+                                            launch::actions& a) { m.output_unwanted(t, r, k, a); });
+    }
     if (out->congested(x.rank, x.stream)) {
       held[x.host] += x.bytes.size();  // the agent stops once its window is used up
       return;

@@ -488,6 +488,21 @@ void launcher::output_taken(link_time now, std::uint32_t host, std::uint64_t byt
   });
 }
 
+void launcher::output_unwanted(link_time now, std::uint32_t rank, stream_kind stream,
+                               actions& out) {
+  impl_->step(now, out, [&] {
+    auto& m = *impl_;
+    if (rank >= m.pushed.size() || rank >= m.ctl.size()) return;
+    // Bits 1/2: open, 4/8: closed, 16/32: its agent was told.
+    const std::uint8_t open = stream == stream_kind::out ? 1 : 2;
+    auto& bits = m.pushed[rank];
+    if ((bits & open) == 0 || (bits & (open << 2)) != 0 || (bits & (open << 4)) != 0) return;
+    bits |= static_cast<std::uint8_t>(open << 4);
+    const auto host = m.ctl.host_of(rank);
+    if (m.link_usable(host)) m.send_to(host, link::output_unwanted{rank, stream});
+  });
+}
+
 void launcher::output_drained(link_time now, actions& out) {
   impl_->step(now, out, [&] {
     auto& m = *impl_;

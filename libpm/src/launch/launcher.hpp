@@ -269,6 +269,10 @@ class launcher {
   /// The output layer took `bytes` of host's output (output_bytes): at once when it is not
   /// congested, else once the congestion drained. The agent may send that much more.
   void output_taken(link_time now, std::uint32_t host, std::uint64_t bytes, actions& out);
+  /// Nothing receives a pushed stream any more (its destination failed and it has no file or
+  /// sink): its rank's agent is told to close the pipe, so that the rank gets SIGPIPE as a local
+  /// rank does. Once per stream; nothing for a stream not pushed, closed, or of a host gone.
+  void output_unwanted(link_time now, std::uint32_t rank, stream_kind stream, actions& out);
   void output_drained(link_time now, actions& out);
   /// Stdin read for `rank` on `host` (at most input_credit(host) bytes), and its end.
   void stdin_bytes(link_time now, std::uint32_t host, std::uint32_t rank,

@@ -214,7 +214,8 @@ struct launcher::impl {
   control::data_store store;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> lookup_timers;
 
-  std::vector<std::uint8_t> pushed;  // per rank: bits 1/2 stdout/stderr open, 4/8 closed
+  std::vector<std::uint8_t> pushed;  // per rank: bits 1/2 stdout/stderr open, 4/8 closed, 16/32
+                                     // its agent was told nothing receives it
   std::vector<std::uint8_t> piped;   // per rank: bits 1/2 its local pipe of stdout/stderr is open
 
   // Within hosts (host_plans.cpp): each host's shape from its agent, and its plan, shared by

@@ -41,7 +41,7 @@ using message =
                  child_close, child_closed, pmix_server, proc_table_request, proc_table_reply,
                  pmix_notify, job_add, pmix_spawn_reply, pmix_data_reply, pmix_spawn, pmix_publish,
                  pmix_lookup, pmix_unpublish, host_shape, restart_request, restarted, stall_query,
-                 host_quiet, stall_report>;
+                 host_quiet, stall_report, output_unwanted>;
 
 /// Which side may send a message (its wire form's `sender`).
 sender sent_by(const message& m) noexcept;

@@ -183,6 +183,8 @@ void driver::execute(ag::host_action& a) {
     link_.endpoint().set_heartbeats(now(), h->every, h->silence);
   } else if (auto* i = std::get_if<ag::close_input>(&a)) {
     streams_.close_input(i->rank);
+  } else if (auto* o = std::get_if<ag::close_output>(&a)) {
+    streams_.close_output(o->rank, o->stream);
   }
 }
 

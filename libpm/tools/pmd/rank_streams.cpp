@@ -123,6 +123,15 @@ void rank_streams::close_input(std::uint32_t rank) {
   write_input(rank);
 }
 
+void rank_streams::close_output(std::uint32_t rank, pm::output_stream stream) {
+  auto it = forwarded_.find(key(rank, stream));
+  if (it == forwarded_.end() || !it->second.fd) return;
+  if (it->second.watched) events_.unwatch(it->second.fd.get());
+  const auto bytes = it->second.bytes;
+  forwarded_.erase(it);  // closes the read end; a paused key left in paused_ finds nothing
+  ended_(rank, stream, bytes);
+}
+
 void rank_streams::resume() {
   auto keys = std::move(paused_);
   paused_.clear();

@@ -48,6 +48,9 @@ class rank_streams {
   void input(std::uint32_t rank, std::span<const std::uint8_t> bytes);
   /// The launcher's input for the rank ended: close its pipe once written.
   void close_input(std::uint32_t rank);
+  /// Nothing receives this stream any more: its read end closes (the rank gets SIGPIPE at its
+  /// next write) and its end is reported with the bytes sent so far.
+  void close_output(std::uint32_t rank, pm::output_stream stream);
   /// The link granted credit: read the paused pipes again.
   void resume();
   /// The link is gone: stop reading output (the ranks block in write() until they are ended).

@@ -21,6 +21,20 @@ struct input_closed {
   }
 };
 
+/// Launcher -> agent (version 13): nothing receives this stream of the rank any more (the
+/// launcher's destination failed, `pmrun ... | head`, and it has no per-rank file or sink): close
+/// the pipe's read end, so that the rank gets SIGPIPE at its next write, as a rank on the
+/// launcher's machine does; its end is reported as any stream's.
+struct output_unwanted {
+  std::uint32_t rank = 0;
+  output_stream stream = output_stream::out;
+  friend bool operator==(const output_unwanted&, const output_unwanted&) = default;
+  static constexpr auto wire() {
+    return wire_message("output_unwanted", sender::launcher, field("rank", &output_unwanted::rank),
+                        field("stream", &output_unwanted::stream, 1, 2));
+  }
+};
+
 /// A forwarded output stream that reached end-of-stream after `bytes` bytes (every output frame
 /// of it was sent before the message that names it).
 struct closed_stream {

@@ -22,8 +22,9 @@ namespace pm::link {
 // name lists of ranks, what happened in one turn of the agent's loop; 11: restarts in place
 // (restart, restarted) and --stall-timeout (job.stall, stall_query, quiet, stall_report); 12:
 // heartbeats hop by hop in the tree launch (a parent times its children and reports a silent one,
-// child_closed.silent_ms; the launcher times only the hosts it reaches itself)
-inline constexpr std::uint32_t protocol_version = 12;
+// child_closed.silent_ms; the launcher times only the hosts it reaches itself); 13:
+// output_unwanted (a rank whose output has nowhere to go gets SIGPIPE, as a local one does)
+inline constexpr std::uint32_t protocol_version = 13;
 
 /// First message each way, right after the magic. The nonce is the job's: the launcher hands it
 /// to the agent when it starts it (its command line), and each side refuses a hello with another
