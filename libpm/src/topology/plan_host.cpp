@@ -339,8 +339,9 @@ host_plan plan_host(const host_topology& t, std::string_view host, std::uint32_t
     if (map.ppr > 0 && std::uint64_t{n} > std::uint64_t{map.ppr} * objs) {
       refuse(host, "has " + objects_named(objs, map.by) + "; ppr:" + std::to_string(map.ppr) + ":" +
                        std::string(to_string(map.by)) + " places at most " +
-                       std::to_string(map.ppr * objs) + " ranks there, " + std::to_string(n) +
-                       " mapped");
+                       std::to_string(map.ppr * objs) +
+                       (map.ppr * objs == 1 ? " rank there, " : " ranks there, ") +
+                       std::to_string(n) + " mapped");
     }
     for (std::uint32_t i = 0; i < n; ++i) {
       const std::uint32_t o = used[map.ppr > 0 ? i / map.ppr : i % objs];
