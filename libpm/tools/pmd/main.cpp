@@ -99,7 +99,7 @@ class driver {
   void on_pidfd(std::uint32_t rank);
   pmd::rank_processes::kept kept_elsewhere() const;
   void flush(bool writable = false);
-  void lose_link(const std::string& reason);
+  void lose_link(const std::string& reason, bool quiet = false);
   int next_timeout_ms() const;
 
   // epoll tags: the kind in the top byte, the rank below.
@@ -354,18 +354,20 @@ void driver::do_spawn(const ag::process_spec& spec) {
 void driver::flush(bool writable) {
   std::string error;
   if (!link_.flush(writable, error)) {
-    lose_link("the link broke: " + error);
+    // The launcher went away (a run destroyed before its loop ran, a killed pmrun): there is
+    // nobody to tell, and the embedding program's stderr is no place for it.
+    lose_link("the link broke: " + error, /*quiet=*/true);
     return;
   }
   if (children_) children_->resume();  // the queue toward the launcher may have drained
 }
 
-void driver::lose_link(const std::string& reason) {
+void driver::lose_link(const std::string& reason, bool quiet) {
   if (!link_.open()) return;
   link_.close();
   // Before the launcher's hello, pmd has no launcher to tell: one line on its stderr (garbage on
   // its input, another job's nonce, a silent input past --hello-ms, an input that ended).
-  if (!link_.endpoint().greeted()) std::fprintf(stderr, "pmd: %s\n", reason.c_str());
+  if (!quiet && !link_.endpoint().greeted()) std::fprintf(stderr, "pmd: %s\n", reason.c_str());
   pipes_to_pass_.clear();  // read ends nobody will receive
   // Forwarded output has nowhere to go now: the ranks block in write() until the stop sequence
   // ends them.
