@@ -137,8 +137,8 @@ TEST(LauncherRecovery, AFailedRankIsSpawnedAgainAloneWithItsOwnCount) {
     told.push_back(std::string(pm::to_string(r.state)) +
                    (r.status ? " " + std::to_string(r.status->shell_code()) : ""));
   }
-  EXPECT_EQ(told, (std::vector<std::string>{"running", "exited 7", "running", "exited 7",
-                                            "running", "exited 0"}));
+  EXPECT_EQ(told, (std::vector<std::string>{"running", "exited 7", "running", "exited 7", "running",
+                                            "exited 0"}));
   const auto json = pm::to_json(*w.report);
   EXPECT_NE(json.find("\"restarts\": 2"), std::string::npos) << json;
   EXPECT_NE(json.find("\"rank_restarts\""), std::string::npos) << json;
