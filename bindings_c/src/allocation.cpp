@@ -1,5 +1,6 @@
 // Allocations: from -H strings, hostfiles, the Slurm/PBS environment, or host by host.
 #include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include "guard.hpp"
@@ -101,8 +102,10 @@ int pm_allocation_add_host(pm_allocation* allocation, const char* name, uint32_t
     require(fn, "allocation", allocation);
     require(fn, "name", name);
     if (*name == '\0') invalid(fn, "the host name is empty");
-    if (!pm::valid_host_name(name)) {
-      // As -H says it: a blank or a newline in a name would break every one-line message.
+    // A blank, a newline or another control character would break every one-line message (and
+    // is no host's name); IPv6 literals and user@host stay as this call always took them.
+    if (std::any_of(name, name + std::strlen(name),
+                    [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; })) {
       std::string shown;
       for (const char* c = name; *c != '\0' && shown.size() < 200; ++c) {
         const auto u = static_cast<unsigned char>(*c);

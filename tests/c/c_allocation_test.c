@@ -183,6 +183,7 @@ static void host_by_host(void) {
   uint64_t slots = 0;
   CHECK_OK(pm_allocation_total_slots(a, &slots));
   CHECK(slots == 13);
+  CHECK_OK(pm_allocation_add_host(a, "bob@gpu4", 1, 0)); /* a user, as this call always took */
   pm_allocation_source source = PM_SOURCE_LOCAL;
   CHECK_OK(pm_allocation_source_of(a, &source));
   CHECK(source == PM_SOURCE_API);

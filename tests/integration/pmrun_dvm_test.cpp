@@ -265,9 +265,6 @@ TEST_F(PmrunDvm, AnotherUserCannotSubmitOrLook) {
   EXPECT_EQ(ps().value("jobs", nlohmann::json::array()).size(), 0u);
 }
 
-// A host daemon fed garbage (a broken server, or someone else's bytes) says so in one line and
-// ends, with the job agents it started; a start request for anything but pmd's dial-back is
-// refused.
 // A client gone before its answer is written (a submitter killed at the wrong moment, or anyone
 // who may use the DVM): the server's write raised SIGPIPE, which ended the DVM and every job on
 // it. And `pmrun --ps` (text) showed a job's slots from a destroyed temporary: a crash.
@@ -328,6 +325,9 @@ TEST_F(PmrunDvm, AClientGoneBeforeItsAnswerLeavesTheDvmRunning) {
   EXPECT_EQ(next.exit_code, 0) << next.err;
 }
 
+// A host daemon fed garbage (a broken server, or someone else's bytes) says so in one line and
+// ends, with the job agents it started; a start request for anything but pmd's dial-back is
+// refused.
 TEST_F(PmrunDvm, AHostDaemonTakesNothingButItsProtocol) {
   const std::string pmd = std::string(PM_BINARY_DIR) + "/bin/pmd";
   auto r = run_command({pmd, "--dvm-host"}, 10s, "{\"op\":\"ping\"}\nnot json\n");

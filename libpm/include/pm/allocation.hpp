@@ -76,10 +76,6 @@ struct local_host {
 /// Probes this machine (gethostname, getifaddrs, sched_getaffinity).
 PM_API local_host local_host_info();
 
-/// A host name as -H, hostfiles and the C API take it: letters, digits, '-', '.' and '_' (IPv4
-/// addresses included); anything else (a blank, a newline, a ':') is refused where it is read.
-PM_API bool valid_host_name(std::string_view name) noexcept;
-
 /// -H/--host: "a,b:4,bob@c,10.0.0.2:2". A host without ":n" has one slot; a repeated host adds
 /// up (with the same user: another one is an error). `option` names the flag in messages ("-H").
 PM_API allocation parse_host_list(std::string_view text, std::string_view option = "-H");

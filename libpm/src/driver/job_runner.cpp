@@ -197,7 +197,9 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
     }
   }
   void carry_out(launch::end_orphaned_rank& x) {
-    // The group's number cannot be another's while a member of it lives (it holds the pipe).
+    // The group's pipes are open, so a member of it most likely lives and holds its number (one
+    // that left the group with setsid holds the pipe, not the number: then the number is free
+    // again only once the kernel's pids wrapped around, ~4 million forks later).
     if (x.pgid > 1) ::kill(static_cast<pid_t>(-x.pgid), SIGKILL);
     out->abandon(x.rank, stream_kind::out);
     out->abandon(x.rank, stream_kind::err);

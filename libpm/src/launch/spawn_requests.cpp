@@ -170,7 +170,9 @@ void launcher::impl::end_pushed_streams(std::uint32_t h) {
 // nothing never opened its stream) ends here, or the job would wait for it for ever. A local
 // agent's pipes end by themselves once the sweep ended their writers.
 void launcher::impl::end_streams_after_shutdown(std::uint32_t h) {
-  if (hosts[h].passes_pipes || hosts[h].lost_told) return;  // (a lost host's were dropped)
+  // Only for an end that was expected: a host being lost (its tree parent gone, its loss not yet
+  // told) has its streams dropped by the controller with it.
+  if (hosts[h].passes_pipes || !end_expected(hosts[h])) return;
   for (const auto rank : ctl.processes_on_host(h)) {
     if (!ctl.rank_report_of(rank).pid) continue;  // never started: no stream
     close_pushed(h, rank, stream_kind::out);

@@ -5,15 +5,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "model/parse_util.hpp"
 #include "pm/error.hpp"
 #include "text/printable.hpp"
 
 namespace pm {
-
-bool valid_host_name(std::string_view name) noexcept {
-  return model::valid_host_name(name);
-}
 
 const char* to_string(allocation_source source) noexcept {
   switch (source) {

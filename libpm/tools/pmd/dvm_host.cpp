@@ -35,26 +35,12 @@ using namespace pm::dvm_parts;
 // The server pings every half second; this long without a line from it means it is gone (a host
 // cut off, a server stopped) and the daemon ends its jobs.
 constexpr std::chrono::seconds server_silence{10};
-// A job agent given SIGTERM ends its ranks (SIGTERM, the job's --kill-grace, SIGKILL) and sweeps
-// what they left before it exits: its own grace must be longer, or the SIGKILL that ends it
-// comes first and what the ranks started runs on, orphaned.
-pm::sys::stop_sequence job_agent_stop(std::chrono::milliseconds job_grace) {
-  return {.first_signal = SIGTERM,
-          .grace = job_grace + std::chrono::milliseconds(2000),
-          .last_signal = SIGKILL};
-}
-// The job's kill grace from a job agent's arguments (--grace-ms N), else pmd's default.
-std::chrono::milliseconds grace_in(const std::vector<std::string>& args) {
-  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
-    if (args[i] != "--grace-ms") continue;
-    try {
-      return std::chrono::milliseconds(std::min<long long>(std::stoll(args[i + 1]), 86'400'000));
-    } catch (const std::exception&) {
-      break;
-    }
-  }
-  return std::chrono::milliseconds(3000);
-}
+// A job agent given SIGTERM ends its ranks (SIGTERM, the job's kill grace, SIGKILL) and sweeps
+// what they left before it exits: its own grace must be longer than the ranks' default 3 s, or
+// the SIGKILL that ends it comes first and what the ranks started runs on, orphaned. (A job's
+// larger --kill-grace travels in the agent link's setup; the daemon does not see it.)
+constexpr pm::sys::stop_sequence job_agent_stop{
+    .first_signal = SIGTERM, .grace = std::chrono::milliseconds(5000), .last_signal = SIGKILL};
 
 // What a job agent's command line may hold: pmd's own flags for a dial-back agent, nothing that
 // could make it something else.
@@ -168,7 +154,7 @@ class daemon {
     } else if (*op == "stop") {
       const auto tag = string_at(*doc, "tag");
       if (auto it = tag ? jobs_.find(*tag) : jobs_.end(); it != jobs_.end()) {
-        it->second->stop(job_agent_stop(graces_[*tag]));
+        it->second->stop(job_agent_stop);
       }
     } else {
       end("the server sent an unknown \"op\"");
@@ -216,11 +202,9 @@ class daemon {
         const bool clean = how.status && how.status->success();
         send({{"ev", "ended"}, {"tag", t}, {"how", clean ? "" : "pmd " + pm::sys::describe(how)}});
         jobs_.erase(t);
-        graces_.erase(t);
         if (ending_ && jobs_.empty()) io_.stop();
       });
       jobs_.emplace(*tag, std::move(p));
-      graces_[*tag] = grace_in(*args);
       send({{"ev", "started"}, {"tag", *tag}, {"pid", static_cast<std::int64_t>(pid)}});
     } catch (const pm::error& e) {
       fail(e.what());
@@ -243,7 +227,7 @@ class daemon {
       io_.stop();
       return;
     }
-    for (auto& [tag, p] : jobs_) p->stop(job_agent_stop(graces_[tag]));
+    for (auto& [tag, p] : jobs_) p->stop(job_agent_stop);
   }
 
   asio::io_context io_{1};
@@ -256,7 +240,6 @@ class daemon {
   std::string program_;
   std::vector<std::string> base_env_;
   std::map<std::string, std::unique_ptr<pm::sys::watched_process>> jobs_;
-  std::map<std::string, std::chrono::milliseconds> graces_;  // each job's kill grace
   bool ending_ = false;
   int code_ = 0;
 };
