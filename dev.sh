@@ -64,6 +64,7 @@ ASAN_TARGETS=(fuzz agent_test controller_test controller_state_test fence_table_
   pmrun pmrun_compat_test pmrun_failure_test pmrun_map_test pmrun_output_test
   pmrun_output_modes_test pmrun_status_test
   c_allocation_test c_basics_test c_binding_test c_launch_test c_map_test c_resolve_test c_sim_test
+  c_descriptors_test
   safe_path_test peer_owner_test private_dir_test pmix_handshake_test pmrun_files_test
   pmrun_stdin_test pmd_stdio_test launcher_test relayed_ssh_end_test sys_process_test spawner_test
   topology_reader_test host_binding_test proc_sample_test pmd_relay_test discovery_command_test
