@@ -200,6 +200,7 @@ bool step(pm_run& run, std::optional<std::chrono::steady_clock::time_point> dead
 
 // Handlers one pm_run_poll(run, 0, ...) runs at most (pm.h).
 constexpr std::size_t ready_batch = 256;
+constexpr std::chrono::milliseconds ready_time{5};  // ... and for about this long
 
 // Runs until the job ended, or (with a deadline) until nothing is ready before it: a deadline
 // already past runs the handlers that are ready (at most ready_batch), a later one stops once it
@@ -216,12 +217,15 @@ void run_loop(const char* function, pm_run& run,
   // Ranks that write without pause keep a handler ready at every turn: a poll for "what is ready"
   // takes a bounded batch of them and returns, so that a caller polling several runs in turn
   // gets its thread back.
+  // (One handler may pass on a whole chunk of lines: the batch is bounded in time too.)
   std::size_t budget = ready_only ? ready_batch : 0;
+  const auto ready_until = std::chrono::steady_clock::now() + ready_time;
   while (!finished(run)) {
     const bool ran = step(run, deadline);
     if (!deadline) continue;
     if (!ran) break;
-    if (ready_only ? --budget == 0 : std::chrono::steady_clock::now() >= *deadline) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (ready_only ? --budget == 0 || now >= ready_until : now >= *deadline) break;
   }
 }
 

@@ -123,7 +123,8 @@ PM_C_API int pm_allocation_from_environment(pm_allocation** out, const char* con
 PM_C_API void pm_allocation_destroy(pm_allocation* allocation);
 
 /* Appends a host. `slots` >= 1; `max_slots` 0 (no limit) or >= slots. A name already in the
- * allocation is PM_E_ALLOCATION; one holding a blank or a control character PM_E_INVALID. The host is marked local when the name is this machine's. */
+ * allocation is PM_E_ALLOCATION; one holding a blank or a control character PM_E_INVALID. The host
+ * is marked local when the name is this machine's. */
 PM_C_API int pm_allocation_add_host(pm_allocation* allocation, const char* name, uint32_t slots,
                                     uint32_t max_slots);
 PM_C_API int pm_allocation_host_count(const pm_allocation* allocation, size_t* out);
@@ -465,7 +466,8 @@ typedef struct pm_run_options {
  * start inside pm_run_poll/wait. */
 PM_C_API int pm_run_start(pm_run** out, const pm_map* map, const pm_run_options* options);
 /* Runs the job's event loop for up to `timeout_ms` (0: only what is ready, at most 256 handlers
- * of it, so that ranks writing without pause cannot hold the thread; -1: until the job ends);
+ * of it or about 5 ms of them, so that ranks writing without pause cannot hold the thread; -1:
+ * until the job ends);
  * *finished = 1 once the job ended and its on_finish was called. */
 PM_C_API int pm_run_poll(pm_run* run, int timeout_ms, int* finished);
 /* Runs the job to its end; *exit_code (may be NULL) = the report's exit code. */
