@@ -103,17 +103,11 @@ int pm_allocation_add_host(pm_allocation* allocation, const char* name, uint32_t
     require(fn, "name", name);
     if (*name == '\0') invalid(fn, "the host name is empty");
     // A blank, a newline or another control character would break every one-line message (and
-    // is no host's name); IPv6 literals and user@host stay as this call always took them.
+    // is no host's name; the name is not echoed for that reason); IPv6 literals and user@host
+    // stay as this call always took them.
     if (std::any_of(name, name + std::strlen(name),
                     [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; })) {
-      std::string shown;
-      for (const char* c = name; *c != '\0' && shown.size() < 200; ++c) {
-        const auto u = static_cast<unsigned char>(*c);
-        shown += u < 0x20 || u == 0x7f ? "\\x" + std::string(1, "0123456789abcdef"[u >> 4]) +
-                                             "0123456789abcdef"[u & 15]
-                                       : std::string(1, *c);
-      }
-      invalid(fn, "invalid host name '" + shown + "'");
+      invalid(fn, "invalid host name: it holds a blank or a control character");
     }
     if (slots == 0) invalid(fn, std::string("host '") + name + "': slots must be at least 1");
     if (max_slots != 0 && max_slots < slots) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "local_map.h"
 
 static const char* payload;
 
@@ -28,22 +29,6 @@ static void on_output(uint32_t rank, pm_stream stream, const char* line, size_t 
                       unsigned flags, void* user_data) {
   (void)rank, (void)stream, (void)line, (void)length, (void)flags;
   ((seen*)user_data)->lines++;
-}
-
-static pm_map* local_map(const char* const* argv, int64_t np) {
-  pm_allocation* a = NULL;
-  CHECK_OK(pm_allocation_from_hosts(&a, "localhost:4"));
-  pm_job* job = NULL;
-  CHECK_OK(pm_job_new(&job));
-  pm_app_options app = PM_APP_OPTIONS_INIT;
-  app.argv = argv;
-  app.np = np;
-  CHECK_OK(pm_job_add_app(job, &app));
-  pm_map* map = NULL;
-  CHECK_OK(pm_map_job(&map, job, a));
-  pm_job_destroy(job);
-  pm_allocation_destroy(a);
-  return map;
 }
 
 /* Runs `body` in a child; the case passed when the child exits 0. */
@@ -72,7 +57,7 @@ static void closed_standard_descriptors(void) {
   close(2);
   const char* argv[] = {payload,     "echo",     "one-line", "echo",
                         "two-lines", "echo-err", "three",    NULL};
-  pm_map* map = local_map(argv, 2);
+  pm_map* map = local_map(2, argv, NULL);
   pm_report* report = NULL;
   pm_run_options o = PM_RUN_OPTIONS_INIT;
   if (pm_launch(&report, map, &o) != PM_OK) {
@@ -97,7 +82,7 @@ static void closed_standard_descriptors(void) {
 /* An output descriptor that is not open is refused at the start, by name. */
 static void output_descriptor_not_open(void) {
   const char* argv[] = {payload, "echo", "x", NULL};
-  pm_map* map = local_map(argv, 1);
+  pm_map* map = local_map(1, argv, NULL);
   pm_run* run = NULL;
   pm_run_options o = PM_RUN_OPTIONS_INIT;
   o.stdout_fd = 999;
@@ -124,7 +109,7 @@ static void destination_that_fails(void) {
   close(p[0]);
   signal(SIGPIPE, SIG_IGN);
   const char* argv[] = {"/bin/sh", "-c", "while :; do echo a; sleep 0.05; done", NULL};
-  pm_map* map = local_map(argv, 1);
+  pm_map* map = local_map(1, argv, NULL);
   seen s;
   memset(&s, 0, sizeof s);
   pm_run_options o = PM_RUN_OPTIONS_INIT;
@@ -147,7 +132,7 @@ static void destination_that_fails(void) {
  * became ready, which was the job's whole life. */
 static void ready_poll_returns(void) {
   const char* argv[] = {"/usr/bin/yes", NULL};
-  pm_map* map = local_map(argv, 2);
+  pm_map* map = local_map(2, argv, NULL);
   seen s;
   memset(&s, 0, sizeof s);
   pm_run_options o = PM_RUN_OPTIONS_INIT;

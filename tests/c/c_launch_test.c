@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "local_map.h"
 
 static const char* payload;
 
@@ -88,24 +89,6 @@ static pm_run_options options_for(capture* c) {
   o.user_data = c;
   o.kill_grace_ms = 500;
   return o;
-}
-
-/* A map of `np` ranks of argv on this machine. */
-static pm_map* local_map(int64_t np, const char* const* argv, const char* const* app_env) {
-  pm_allocation* a = NULL;
-  CHECK_OK(pm_allocation_from_hosts(&a, "localhost:8"));
-  pm_job* job = NULL;
-  CHECK_OK(pm_job_new(&job));
-  pm_app_options app = PM_APP_OPTIONS_INIT;
-  app.argv = argv;
-  app.np = np;
-  app.env = app_env;
-  CHECK_OK(pm_job_add_app(job, &app));
-  pm_map* map = NULL;
-  CHECK_OK(pm_map_job(&map, job, a));
-  pm_job_destroy(job);
-  pm_allocation_destroy(a);
-  return map;
 }
 
 static double now_seconds(void) {

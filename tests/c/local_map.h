@@ -1,0 +1,25 @@
+/* The C tests' job on this machine: a map of `np` ranks of argv (each with `app_env`, may be
+ * NULL) on "localhost:8". Fails the test (check.h) where a call fails. */
+#ifndef PM_TESTS_C_LOCAL_MAP_H
+#define PM_TESTS_C_LOCAL_MAP_H
+
+#include "check.h"
+
+static pm_map* local_map(int64_t np, const char* const* argv, const char* const* app_env) {
+  pm_allocation* a = NULL;
+  CHECK_OK(pm_allocation_from_hosts(&a, "localhost:8"));
+  pm_job* job = NULL;
+  CHECK_OK(pm_job_new(&job));
+  pm_app_options app = PM_APP_OPTIONS_INIT;
+  app.argv = argv;
+  app.np = np;
+  app.env = app_env;
+  CHECK_OK(pm_job_add_app(job, &app));
+  pm_map* map = NULL;
+  CHECK_OK(pm_map_job(&map, job, a));
+  pm_job_destroy(job);
+  pm_allocation_destroy(a);
+  return map;
+}
+
+#endif
