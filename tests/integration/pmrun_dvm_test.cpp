@@ -351,6 +351,53 @@ TEST_F(PmrunDvm, AHostDaemonTakesNothingButItsProtocol) {
   EXPECT_EQ(r.err, "");
 }
 
+// A second start never overwrites the only record of a DVM that still runs: the first would run on
+// unseen (and its slots with it).
+TEST_F(PmrunDvm, ASecondStartLeavesTheFirstDvmsUriAlone) {
+  start(1);
+  const auto first = read_file(uri_file);
+  const auto default_file = dir + "/dvm.uri";
+  ASSERT_EQ(read_file(default_file), first);
+  const auto p = pm::test::pmrun_path();
+  const std::vector<std::string> again = {p,    "--allow-run-as-root", "--dvm", "start",
+                                          "-H", "localhost:1"};
+  // Over the same --report-uri, or with none (the default file names the first): refused.
+  auto same = again;
+  same.insert(same.end(), {"--report-uri", uri_file});
+  for (const auto& argv : {same, again}) {
+    const auto r = run_command(argv, 30s);
+    EXPECT_EQ(r.exit_code, 125) << r.err;
+    EXPECT_NE(r.err.find("pmrun: --dvm start: a DVM already runs at " +
+                         first.substr(0, first.size() - 1)),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_EQ(read_file(uri_file), first);
+  EXPECT_EQ(read_file(default_file), first);
+  // Recorded elsewhere: it runs, and the default file still names the first.
+  const auto other = root + "/other.uri";
+  auto elsewhere = again;
+  elsewhere.insert(elsewhere.end(), {"--report-uri", other});
+  const auto r = run_command(elsewhere, 30s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  const auto second = read_file(other);
+  ASSERT_TRUE(std::regex_search(second, m, std::regex(R"(dvm\.(\d+)\.sock)"))) << second;
+  const auto second_server = static_cast<pid_t>(std::stoi(m[1]));
+  EXPECT_EQ(read_file(default_file), first);
+  const auto stop =
+      run_command({p, "--allow-run-as-root", "--dvm", "stop", "--dvm-uri", "file:" + other}, 30s);
+  EXPECT_EQ(stop.exit_code, 0) << stop.err;
+  if (!pm::test::all_gone({second_server}, 10s)) ::kill(second_server, SIGKILL);
+  EXPECT_EQ(read_file(default_file), first);
+  // A URI file whose DVM is gone is overwritten as before.
+  ::kill(server, SIGKILL);
+  ASSERT_TRUE(pm::test::all_gone({server}, 10s));
+  start(1);
+  EXPECT_NE(read_file(uri_file), first);
+}
+
 TEST_F(PmrunDvm, BadInputIsOneLine) {
   const auto p = pm::test::pmrun_path();
   const auto bad_action = run_command({p, "--allow-run-as-root", "--dvm", "begin"}, 10s);

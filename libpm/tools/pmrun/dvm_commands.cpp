@@ -85,7 +85,7 @@ int serve(pm::dvm_options options, int status, const std::string& uri_file,
   server.start([&](std::string problem) {
     if (problem.empty()) {
       try {
-        write_private_file(uri_file, uri_text, "--dvm start");
+        if (!uri_file.empty()) write_private_file(uri_file, uri_text, "--dvm start");
         if (report_uri == "-") {
           std::fputs(uri_text.c_str(), stdout);
           std::fflush(stdout);
@@ -110,13 +110,29 @@ int serve(pm::dvm_options options, int status, const std::string& uri_file,
   signals.cancel();
   std::fprintf(stderr, "pmrun --dvm: %s\n", why_stopped.c_str());
   // The default URI file goes with this DVM, unless another DVM wrote it since.
-  if (read_small_file(uri_file) == uri_text) ::unlink(uri_file.c_str());
+  if (!uri_file.empty() && read_small_file(uri_file) == uri_text) ::unlink(uri_file.c_str());
   // A DVM stopped as asked leaves no log; one that ended for another reason (every host lost, a
   // signal) keeps it for whoever wonders why.
   if (why_stopped.starts_with("stopped on request") || why_stopped.starts_with("idle")) {
     ::unlink(log.c_str());
   }
   return 0;
+}
+
+// A URI file that names a DVM still answering: starting another one there would overwrite the
+// only record of the first, which would then run on unseen. Empty when none answers.
+std::string live_dvm_named_in(const std::string& path) {
+  if (path.empty() || path == "-") return {};
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  try {
+    pm::dvm_client client("file:" + path);
+    auto uri = read_small_file(path).substr(0, 256);
+    while (!uri.empty() && uri.back() == '\n') uri.pop_back();
+    return pm::text::printable(uri);
+  } catch (const std::exception&) {
+    return {};  // unreadable, not a URI, or nothing answers: a stale file is overwritten
+  }
 }
 
 }  // namespace
@@ -148,6 +164,22 @@ int start_dvm(const pm::run_options& options, const pm::resolved_job& resolved,
   if (!pm::tools::private_directory(dir)) {
     throw pm::error(pm::errc::system, "--dvm start: " + pm::text::printable(dir) +
                                           " is not a directory of this user closed to others");
+  }
+  // The URI files this start would overwrite: never one naming a DVM that still answers. The
+  // default one is left to that DVM when --report-uri records the new one elsewhere.
+  auto uri_file = default_uri_file(env);
+  for (const auto& file : {options.report_uri, uri_file}) {
+    const auto uri = live_dvm_named_in(file);
+    if (uri.empty()) continue;
+    if (file == uri_file && !options.report_uri.empty() && options.report_uri != uri_file) {
+      uri_file.clear();
+      continue;
+    }
+    throw pm::error(
+        pm::errc::launch,
+        "--dvm start: a DVM already runs at " + uri + " (named in " + pm::text::printable(file) +
+            "); stop it first (pmrun --dvm stop --dvm-uri file:" + pm::text::printable(file) +
+            ") or give another --report-uri");
   }
   pm::dvm_options o;
   o.hosts = resolved.alloc;
@@ -190,7 +222,7 @@ int start_dvm(const pm::run_options& options, const pm::resolved_job& resolved,
     // stdout stays for `--report-uri -` until the DVM is up, then goes to the log too.
     int code = 0;
     try {
-      code = serve(o, pipe_fds[1], default_uri_file(env), options.report_uri, log);
+      code = serve(o, pipe_fds[1], uri_file, options.report_uri, log);
     } catch (const std::exception& e) {
       const std::string line = std::string(e.what()) + "\n";
       (void)!::write(pipe_fds[1], line.data(), line.size());
