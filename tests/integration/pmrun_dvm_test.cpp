@@ -63,8 +63,8 @@ class PmrunDvm : public ::testing::Test {
                                      "--report-uri",
                                      uri_file};
     argv.insert(argv.end(), more.begin(), more.end());
-    const auto r = run_command(argv, 30s);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    started = run_command(argv, 30s);
+    ASSERT_EQ(started.exit_code, 0) << started.err;
     const auto uri = read_file(uri_file);
     std::smatch m;
     ASSERT_TRUE(std::regex_search(uri, m, std::regex(R"(^unix:(.*/dvm\.(\d+)\.sock)\n$)"))) << uri;
@@ -99,6 +99,7 @@ class PmrunDvm : public ::testing::Test {
 
   std::string root, dir, uri_file, socket;
   pid_t server = -1;
+  pm::test::command_result started;  // the last start's
 };
 
 TEST_F(PmrunDvm, JobsRunWithTheContractEnvironmentAndStopLeavesNothing) {
@@ -396,6 +397,20 @@ TEST_F(PmrunDvm, ASecondStartLeavesTheFirstDvmsUriAlone) {
   ASSERT_TRUE(pm::test::all_gone({server}, 10s));
   start(1);
   EXPECT_NE(read_file(uri_file), first);
+}
+
+// A host left out at the start is said where the user looks, not only in the DVM's log.
+TEST_F(PmrunDvm, AHostLeftOutAtTheStartIsNamedOnTheTerminal) {
+  setenv("PM_RSH_AGENT", "/bin/false", 1);  // the other host's daemon never starts
+  start(1, {"-H", "localhost:1,nohost:1"});
+  unsetenv("PM_RSH_AGENT");
+  EXPECT_EQ(started.err,
+            "pmrun: --dvm start: host nohost is left out of the DVM: its daemon's channel ended\n");
+  const auto hosts = ps().value("hosts", nlohmann::json::array());
+  ASSERT_EQ(hosts.size(), 2u) << hosts.dump();
+  // The DVM runs on what came up.
+  const auto r = run_command(job({"-np", "1", "hostname"}), 30s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST_F(PmrunDvm, BadInputIsOneLine) {

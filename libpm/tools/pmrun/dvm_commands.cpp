@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <cerrno>
@@ -70,6 +71,16 @@ bool wait_gone(pid_t pid, int ms) {
 int serve(pm::dvm_options options, int status, const std::string& uri_file,
           const std::string& report_uri, const std::string& log) {
   asio::io_context io(1);
+  // Until the DVM is up, its lines (a host left out) also go to `status`: the user who started it
+  // reads them on the terminal, not only in the log.
+  bool up = false;
+  auto to_log = options.on_message;
+  options.on_message = [&up, status, to_log](std::string_view line) {
+    if (to_log) to_log(line);
+    if (up) return;
+    const auto note = "note " + std::string(line) + "\n";
+    (void)!::write(status, note.data(), note.size());
+  };
   pm::dvm_server server(io, options);
   std::string why_stopped;
   bool stopped = false;
@@ -104,6 +115,7 @@ int serve(pm::dvm_options options, int status, const std::string& uri_file,
     const auto line = problem.empty() ? std::string("ok\n") : problem + "\n";
     (void)!::write(status, line.data(), line.size());
     ::close(status);
+    up = true;
   });
   while (!stopped && io.run_one() > 0) {
   }
@@ -241,8 +253,19 @@ int start_dvm(const pm::run_options& options, const pm::resolved_job& resolved,
     said.append(buf, static_cast<std::size_t>(n));
   }
   ::close(pipe_fds[0]);
+  // "note LINE" lines first (hosts left out), then "ok" or the one line of trouble, which names
+  // them again.
   while (!said.empty() && said.back() == '\n') said.pop_back();
-  if (said == "ok") return 0;
+  std::string notes;
+  while (said.starts_with("note ")) {
+    const auto end = std::min(said.find('\n'), said.size());
+    notes += "pmrun: --dvm start: " + said.substr(5, end - 5) + "\n";
+    said.erase(0, std::min(end + 1, said.size()));
+  }
+  if (said == "ok") {
+    std::fputs(notes.c_str(), stderr);
+    return 0;
+  }
   if (said.empty()) said = "the DVM's server ended before it was up";
   std::fprintf(stderr, "pmrun: --dvm start: %s\n", said.c_str());
   return pm::exit_codes::launch_failed;
