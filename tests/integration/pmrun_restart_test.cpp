@@ -103,6 +103,39 @@ TEST(PmrunRestart, TheBudgetIsTheLaunchsAndTheLastFailureDecides) {
   EXPECT_EQ(report["cause"], "rank_failed");
 }
 
+// --timeout bounds the whole launch, also while no incarnation runs (a discovery command that
+// takes its time): the launch ends at the deadline, no incarnation starts after it, and the line
+// names the user's timeout, not what was left of it.
+TEST(PmrunRestart, TheTimeoutAlsoRunsBetweenIncarnations) {
+  scratch s("pm-restart");
+  const auto discover = "echo $$ > " + s.file("discovery.pid") + "; sleep 30; echo localhost:2";
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command(
+      job({"-np", "2", "--max-restarts", "2", "--timeout", "2", "--host-discovery-script", discover,
+           "--report", s.file("r.json")},
+          {"if-restart", "0", "if-rank", "1", "exit", "7", "echo", "started", "sleep", "30"}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 6s);
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_NE(r.err.find("pmrun: job timed out after 2 s, before its restart (1 of 2) could start\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(count_of(r.out, "started"), 1u) << r.out;  // rank 0 of the first incarnation only
+  const auto report = read_json(s.file("r.json"));
+  EXPECT_EQ(report["cause"], "timeout");
+  std::ifstream pid_file(s.file("discovery.pid"));
+  pid_t discovery = 0;
+  pid_file >> discovery;
+  ASSERT_GT(discovery, 0);
+  EXPECT_TRUE(pm::test::all_gone({discovery}, 2s));
+
+  // The timer of a later incarnation runs for what is left; its line says the user's figure.
+  auto later = run_command(job({"-np", "2", "--max-restarts", "2", "--timeout", "2.5"},
+                               {"if-restart", "0", "if-rank", "1", "exit", "7", "sleep", "30"}));
+  EXPECT_EQ(later.exit_code, 124) << later.err;
+  EXPECT_NE(later.err.find("pmrun: job timed out after 2.5 s; aborting the job"), std::string::npos)
+      << later.err;
+}
+
 TEST(PmrunRestart, AProgramThatCannotStartOrAnInterruptIsNotRestarted) {
   auto missing = run_command({pm::test::pmrun_path(), "--allow-run-as-root", "-np", "2",
                               "--max-restarts", "3", "/no/such/program"});

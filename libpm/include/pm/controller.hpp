@@ -44,6 +44,9 @@ struct controller_options {
   std::chrono::milliseconds kill_grace{3000};
   /// --timeout: end the job (exit_codes::timeout) after this long; zero: never.
   std::chrono::milliseconds timeout{0};
+  /// The --timeout the user gave, named in the timeout's line when it is not `timeout` (a later
+  /// incarnation's timer runs for what the earlier ones left of it); zero: `timeout`.
+  std::chrono::milliseconds timeout_said{0};
   /// --stall-timeout: the job is stalled when no rank of it progressed (used CPU or wrote) for
   /// this long; its launcher then names every live rank's state and feeds job_stalled, which
   /// ends the job (exit_codes::stalled). Zero: not watched (docs/resilience.md, "Stalls").

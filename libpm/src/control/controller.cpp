@@ -13,6 +13,7 @@
 #include "pm/controller.hpp"
 
 #include "pm/error.hpp"
+#include "text/seconds_text.hpp"
 
 #include <signal.h>
 
@@ -60,11 +61,7 @@ struct rank_slot {
 static_assert(sizeof(rank_slot) == 32,
               "keep the per-rank state compact (docs/failure-semantics.md)");
 
-std::string seconds_text(std::chrono::milliseconds ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(ms.count()) / 1000.0);
-  return buf;
-}
+using text::seconds_text;
 
 std::string ranks_text(std::uint32_t n) {
   return std::to_string(n) + (n == 1 ? " rank" : " ranks");
@@ -533,7 +530,8 @@ struct controller::state {
       timeout_timer = 0;
       // During an abort, or once every rank ended (only output is pending): nothing to add.
       if (ph == phase::aborting || not_ended == 0) return;
-      const auto line = "job timed out after " + seconds_text(options.timeout) + " s";
+      const auto said = options.timeout_said.count() > 0 ? options.timeout_said : options.timeout;
+      const auto line = "job timed out after " + seconds_text(said) + " s";
       decide(cause_kind::timeout, exit_codes::timeout, line);
       notify_survivors(notice_kind::job_ending, {}, exit_code, line, out);
       const auto n = begin_abort(SIGTERM, out);

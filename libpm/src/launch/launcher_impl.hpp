@@ -146,7 +146,8 @@ struct launcher::impl {
     relay_close,
     restart,
     fence,
-    stall
+    stall,
+    deadline  // --timeout while no incarnation runs
   };
   struct own_timer {
     timer_kind kind;
@@ -255,6 +256,7 @@ struct launcher::impl {
     // incarnation starts before this.
     link_time fenced_until{};
     std::uint64_t fence_timer = 0;
+    std::uint64_t deadline_timer = 0;  // --timeout between two incarnations
     std::uint16_t next_port = 0;       // rank 0's host's answer: the next MASTER_PORT
     std::uint16_t port = 0;            // the running one's MASTER_PORT from it (0: the hello's)
     link_time started_at{};            // the running incarnation's start
@@ -412,6 +414,8 @@ struct launcher::impl {
   void readmit(std::uint32_t h);
   void end_restarts(job_report r, const std::string& line);
   void interrupted_between(cause_kind cause, int signo, std::string why);
+  std::chrono::milliseconds timeout_left() const;
+  void timed_out_between();
   void maybe_start_incarnation();
   void start_incarnation();
   incarnation_report summary_of(const job_report& r) const;

@@ -13,6 +13,7 @@
 #include "agent/pmix/pmix_host.hpp"
 #include "launch/launcher_impl.hpp"
 #include "pm/error.hpp"
+#include "text/seconds_text.hpp"
 
 namespace pm::launch {
 
@@ -326,7 +327,38 @@ void launcher::impl::begin_restart(job_report r) {
   } else {
     inc.backoff_timer = start_own_timer(wait, own_timer{timer_kind::restart, 0, 0});
   }
+  // --timeout bounds the whole launch: also the backoff, the discovery, the hosts awaited.
+  if (req.control.timeout.count() > 0) {
+    const auto left = timeout_left();
+    if (left.count() <= 0) {
+      timed_out_between();
+      return;
+    }
+    inc.deadline_timer = start_own_timer(left, own_timer{timer_kind::deadline, 0, 0});
+  }
   maybe_start_incarnation();
+}
+
+// What --timeout leaves of the launch now (every incarnation and the waits between them).
+std::chrono::milliseconds launcher::impl::timeout_left() const {
+  return req.control.timeout -
+         std::chrono::ceil<std::chrono::milliseconds>(now - inc.launch_started);
+}
+
+// --timeout ran out between two incarnations: no rank runs, so the launch ends here, 124.
+void launcher::impl::timed_out_between() {
+  auto r = std::move(*inc.failed);
+  r.cause = cause_kind::timeout;
+  r.exit_code = exit_codes::timeout;
+  r.signal = 0;
+  r.failed_rank.reset();
+  r.failed_host.reset();
+  r.failed_status.reset();
+  r.summary = "job timed out after " + text::seconds_text(req.control.timeout) +
+              " s, before its restart (" + std::to_string(inc.number + 1) + " of " +
+              std::to_string(req.restarts.max_restarts) + ") could start";
+  const auto line = r.summary;
+  end_restarts(std::move(r), line);
 }
 
 void launcher::impl::on_restarted(std::uint32_t h, const link::restarted& r) {
@@ -377,6 +409,7 @@ void launcher::impl::end_restarts(job_report r, const std::string& line) {
   inc.between_ended = true;
   cancel_own_timer(inc.backoff_timer);
   cancel_own_timer(inc.fence_timer);
+  cancel_own_timer(inc.deadline_timer);
   decided(job_wide, "restart given up");
   out->push_back(say{line});
   finish_job(std::move(r));
@@ -433,13 +466,14 @@ void launcher::impl::start_incarnation() {
   inc.failed.reset();
   ++inc.number;
   inc.started_at = now;
+  cancel_own_timer(inc.deadline_timer);
   decided(job_wide, "incarnation " + std::to_string(inc.number));
   auto options = control_of(req);
   if (options.timeout.count() > 0) {
-    // --timeout bounds the whole launch, every incarnation together.
-    const auto left = options.timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
-                                            now - inc.launch_started);
-    options.timeout = std::max(left, std::chrono::milliseconds(1));
+    // --timeout bounds the whole launch, every incarnation together (the deadline timer ends
+    // the launch before a start with nothing left).
+    options.timeout_said = options.timeout;
+    options.timeout = std::max(timeout_left(), std::chrono::milliseconds(1));
   }
   const bool moved = inc.next_map.has_value();
   if (moved) {
