@@ -171,6 +171,50 @@ TEST(PmrunRecovery, ARestartedRanksOutputIsKept) {
   EXPECT_EQ(count_of(text.str(), "hello\n"), 2u) << text.str();
 }
 
+// What a failed rank left outside its process group (setsid) and holds its output: the group's
+// SIGKILL misses it, and the restart waited for it to end (for ever, for a daemon). After the kill
+// grace its output is cut and the rank starts again; it is ended with the job's leftovers.
+TEST(PmrunRecovery, ADaemonHoldingAFailedRanksOutputDoesNotHoldItsRestartUp) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_command(pmrun({"-np",
+                              "2",
+                              "--enable-recovery",
+                              "--max-restarts",
+                              "1",
+                              "--kill-grace",
+                              "1",
+                              pm::test::payload_path(),
+                              "if-restart",
+                              "0",
+                              "if-rank",
+                              "1",
+                              "daemon",
+                              "300",
+                              "if-restart",
+                              "0",
+                              "if-rank",
+                              "1",
+                              "exit",
+                              "3",
+                              "sleep",
+                              "2",
+                              "env",
+                              "TORCHELASTIC_RESTART_COUNT"}),
+                       60s);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("pmrun: rank 1 on \\S+: what its failed process left running still "
+                        "holds its output after 1 s; its output is cut there and the rank "
+                        "starts again\n")))
+      << r.err;
+  EXPECT_EQ(count_of(r.out, "TORCHELASTIC_RESTART_COUNT=1\n"), 1u) << r.out;
+  const auto daemons = pm::test::printed_pids(r.out, "daemon");
+  ASSERT_EQ(daemons.size(), 1u) << r.out;
+  EXPECT_TRUE(pm::test::all_gone(daemons, 2s));
+}
+
 TEST(PmrunRecovery, EnableAndDisableTogetherIsAUsageError) {
   auto r = run_command(pmrun({"--enable-recovery", "--disable-recovery", "-np", "1", "true"}));
   EXPECT_EQ(r.exit_code, 2) << r.err;  // docs/exit-codes.md: usage

@@ -634,7 +634,8 @@ TEST(PmrunMultihost, MinHostsAboveTheJobsHostsIsRefusedInOneLine) {
 }
 
 // --enable-recovery across hosts (docs/resilience.md, "Recovering single ranks"): rank 3 on the
-// second host fails once (leaving a grandchild); it alone starts again there, under the same
+// second host fails once (leaving a grandchild, and a daemon outside its group that holds its
+// output: its agent cuts that after the kill grace); it alone starts again there, under the same
 // agent, while the other five ranks run their one process to its end; nothing is left anywhere.
 TEST(PmrunMultihost, ARecoveredRankStartsAgainAloneOnItsHost) {
   NEED_HOSTS();
@@ -647,6 +648,8 @@ TEST(PmrunMultihost, ARecoveredRankStartsAgainAloneOnItsHost) {
                             "--enable-recovery",
                             "--max-restarts",
                             "2",
+                            "--kill-grace",
+                            "1",
                             "sh",
                             "-c",
                             "echo \"host=$(hostname) agent=$PPID rank=$OMPI_COMM_WORLD_RANK "
@@ -662,10 +665,16 @@ TEST(PmrunMultihost, ARecoveredRankStartsAgainAloneOnItsHost) {
                             "0",
                             "if-rank",
                             "3",
+                            "daemon",
+                            "300",
+                            "if-restart",
+                            "0",
+                            "if-rank",
+                            "3",
                             "exit",
                             "7",
                             "sleep",
-                            "0.5",
+                            "2",
                             "echo",
                             "done"}),
                   60s);
@@ -693,6 +702,10 @@ TEST(PmrunMultihost, ARecoveredRankStartsAgainAloneOnItsHost) {
   for (auto at = r.out.find("done\n"); at != std::string::npos; at = r.out.find("done\n", at + 1))
     ++done;
   EXPECT_EQ(done, 6u) << r.out;
+  EXPECT_NE(r.err.find("rank 3 on " + f.hosts()[1].name +
+                       ": what its failed process left running still holds its output"),
+            std::string::npos)
+      << r.err;
   EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 

@@ -371,6 +371,9 @@ void launcher::impl::own_timer_fired(const own_timer& t) {
     case timer_kind::stall:
       stall_timer_fired(t.id);
       return;
+    case timer_kind::restart_leftover:
+      restart_held_up(static_cast<std::uint32_t>(t.id), t.host);
+      return;
     case timer_kind::deadline:
       inc.deadline_timer = 0;
       if (inc.between) timed_out_between();

@@ -147,7 +147,8 @@ struct launcher::impl {
     restart,
     fence,
     stall,
-    deadline  // --timeout while no incarnation runs
+    deadline,         // --timeout while no incarnation runs
+    restart_leftover  // a rank restarted alone whose old streams are still held (id: rank)
   };
   struct own_timer {
     timer_kind kind;
@@ -426,6 +427,9 @@ struct launcher::impl {
   // ---- rank_recovery.cpp ----
   void rank_restart_begun(rank_restart_report r);
   void respawning(const std::vector<std::uint32_t>& ranks);
+  void restart_held_up(std::uint32_t rank, std::uint32_t count);
+  // Ranks restarted alone whose spawn waits for the old process's streams: rank -> its count.
+  std::map<std::uint32_t, std::uint32_t> awaiting_respawn;
   link::rank_spec respawn_spec_of(std::uint32_t r, std::uint32_t restarts) const;
 
   // ---- pmix_routing.cpp ----
