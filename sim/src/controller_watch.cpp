@@ -152,14 +152,14 @@ void world::note_event(const event& e) {
               // The launcher's own (a PMIx fence that cannot complete): no rank, no host.
               if (ctl_finished_) return;
               note_failure(cause_kind::abort_requested, no_host, no_host,
-                           x.status == 0 ? 1 : x.status);
+                           x.status >= 1 && x.status <= 255 ? x.status : 1);
               saw_abort_ = true;
               return;
             }
             if (*x.rank >= procs_.size()) return;
             if ((procs_[*x.rank].flags & end_known) != 0 || ctl_finished_) return;
             note_failure(cause_kind::abort_requested, *x.rank, procs_[*x.rank].host,
-                         x.status == 0 ? 1 : x.status);
+                         x.status >= 1 && x.status <= 255 ? x.status : 1);
             saw_abort_ = true;
           },
           [&](const signal_received& x) {

@@ -395,8 +395,8 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
               if (!aborting) {
                 x.abort_accepted = true;
                 ++failed;
-                failure(pm::cause_kind::abort_requested, status == 0 ? 1 : status, r, ranks[r].host,
-                        true);
+                failure(pm::cause_kind::abort_requested, status >= 1 && status <= 255 ? status : 1,
+                        r, ranks[r].host, true);
               }
               feed(pm::abort_requested{r, status, "model"});
             });

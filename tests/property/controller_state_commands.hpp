@@ -483,14 +483,14 @@ struct abort_call_cmd final : command {
   std::string message;
   explicit abort_call_cmd(const Model& m)
       : rank(pick_rank(m, [](auto, const rank_model& x) { return !ended(x.ph); })),
-        status(*rc::gen::inRange(0, 4)),
+        status(*rc::gen::element(0, 1, 2, 3, 256)),
         message(*rc::gen::element(std::string(), std::string("bad input"))) {}
   void checkPreconditions(const Model& m) const override {
     RC_PRE(rank < m.np() && !ended(m.ranks[rank].ph));
   }
   void step(Model& m, expect& ex) const override {
-    if (m.finished || m.aborting) return;  // the job is ending already
-    const int st = status == 0 ? 1 : status;
+    if (m.finished || m.aborting) return;                      // the job is ending already
+    const int st = status >= 1 && status <= 255 ? status : 1;  // 8 bits, never 0
     auto& x = m.ranks[rank];
     x.called_abort = true;
     if (!message.empty()) x.reason = message;
@@ -522,7 +522,7 @@ struct cancel_cmd final : command {
         message(*rc::gen::element(std::string(), std::string("preempted"))) {}
   void step(Model& m, expect& ex) const override {
     if (m.finished || m.aborting) return;
-    const int st = status == 0 ? 1 : status;
+    const int st = status >= 1 && status <= 255 ? status : 1;  // 8 bits, never 0
     const auto line = "the job was cancelled" + (message.empty() ? "" : ": " + message);
     m.decide(cause_kind::abort_requested, st, line);
     ex.lines.push_back(line + m.tail(m.begin_abort(SIGTERM, ex)));

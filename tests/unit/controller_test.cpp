@@ -379,6 +379,20 @@ TEST(Controller, SpawnFailureDuringTheAbortIsNotACause) {
             (strings{"cancel_timer 1", "finish 4 rank_failed"}));
 }
 
+// An exit code holds 8 bits: an abort status of 256 must not read as 0, a success.
+TEST(Controller, AnAbortStatusAnExitCodeCannotHoldIsOne) {
+  for (const int status : {256, 512, 300, -1, 0}) {
+    harness h(make_map({{"a", 2}}));
+    h.start_all();
+    h.feed(pm::abort_requested{1, status, ""});
+    for (std::uint32_t r = 0; r < 2; ++r) h.end(r, by_term);
+    const auto r = *h.finished_report();
+    EXPECT_EQ(r.exit_code, 1) << status;
+    EXPECT_EQ(r.summary, "rank 1 on a called abort with status " + std::to_string(status))
+        << status;
+  }
+}
+
 TEST(Controller, AbortRequestedByARank) {
   harness h(make_map({{"a", 3}}));
   h.start_all();

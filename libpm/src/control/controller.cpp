@@ -601,7 +601,9 @@ struct controller::state {
 
   void on(job_time, const abort_requested& e, std::vector<action>& out) {
     if (ph == phase::aborting) return;  // the job is ending already
-    const int status = e.status == 0 ? 1 : e.status;
+    // An exit code is 8 bits: 256 would read as 0, a success. What does not fit (0 included: an
+    // abort is never a success) is 1, as under mpirun; the line keeps the status the rank gave.
+    const int status = e.status >= 1 && e.status <= 255 ? e.status : 1;
     const auto message = e.message.empty() ? std::string() : ": " + e.message;
     if (e.rank) {
       if (!valid(*e.rank)) return;
