@@ -141,6 +141,13 @@ TEST(PmrunRestart, AProgramThatCannotStartOrAnInterruptIsNotRestarted) {
                               "--max-restarts", "3", "/no/such/program"});
   EXPECT_EQ(missing.exit_code, 127);
   EXPECT_EQ(missing.err.find("restarting"), std::string::npos) << missing.err;
+  // A rank's own 126 or 127 is a shell's "cannot execute" or "not found": not restarted either.
+  for (const auto* code : {"126", "127"}) {
+    auto shell = run_command(
+        job({"-np", "2", "--max-restarts", "3"}, {"if-rank", "1", "exit", code, "sleep", "30"}));
+    EXPECT_EQ(shell.exit_code, std::stoi(code)) << shell.err;
+    EXPECT_EQ(shell.err.find("restarting"), std::string::npos) << shell.err;
+  }
 
   scratch s("pm-restart");
   pm::test::background b(job({"-np", "2", "--max-restarts", "3", "--report", s.file("r.json")},

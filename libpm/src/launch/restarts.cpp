@@ -61,7 +61,12 @@ bool launcher::impl::restartable(const job_report& r) const {
     return r.cause == cause_kind::spawn_failed && r.failed_host &&
            hosts[*r.failed_host].lost_told && !hosts[*r.failed_host].agent;
   };
-  const bool failed = r.cause == cause_kind::rank_failed || r.cause == cause_kind::stalled ||
+  // 126 and 127 are a shell's "cannot execute" and "not found": a program that cannot start
+  // (--enable-recovery does not restart them either).
+  const bool cannot_start = r.cause == cause_kind::rank_failed && r.failed_status &&
+                            (r.failed_status->code() == 126 || r.failed_status->code() == 127);
+  const bool failed = (r.cause == cause_kind::rank_failed && !cannot_start) ||
+                      r.cause == cause_kind::stalled ||
                       (r.cause == cause_kind::abort_requested && r.failed_rank) || host_failed();
   // A discovery command may name hosts that give the ranks a place, and hosts still being set up
   // may come: the place is decided once they answered.
