@@ -175,6 +175,7 @@ void world::carry_out(launch::launch_action& a) {
           [&](launch::output_drain&) {
             answer_later({launcher_answer::kind::output_drained, 0, 0, 0, {}});
           },
+          [&](launch::output_give_up&) {},  // virtual output never congests
           [&](launch::pump_stdin&) {},
           [&](launch::release_stdin&) {},
           [&](launch::input_ready&) {},

@@ -321,4 +321,22 @@ TEST(PmrunRun, TheCloudDocsLines) {
   }
 }
 
+// Nothing reads pmrun's stdout (`pmrun ... | less` left open, a stopped consumer): the ranks'
+// output fills the pipe and the ranks block. The first interrupt ends the ranks; their output
+// still waits for the reader. The second ends pmrun at once, its unwritten output named
+// (docs/failure-semantics.md, "Signals"): it had waited for the reader for ever.
+TEST(PmrunRun, ASecondInterruptEndsPmrunWhileNothingReadsItsOutput) {
+  pm::test::background b(
+      {pm::test::pmrun_path(), "--allow-run-as-root", "-np", "2", "sh", "-c", "yes x"});
+  std::this_thread::sleep_for(1s);  // the pipe is full: b never reads it
+  ::kill(b.pid, SIGINT);
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(pm::test::alive(b.pid));  // the output waits for its reader
+  ::kill(b.pid, SIGINT);
+  const auto asked = std::chrono::steady_clock::now();
+  const int status = b.wait_status(10);
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+}
+
 }  // namespace

@@ -412,6 +412,7 @@ struct world {
     });
   }
   void carry_out(launch::output_add_job&) {}
+  void carry_out(launch::output_give_up&) {}  // its output is never congested
   void carry_out(launch::output_drain&) {
     answers.push_back([this] { feed([&](auto& a) { m.output_drained(t, a); }); });
   }

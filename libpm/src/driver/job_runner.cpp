@@ -234,6 +234,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
   }
   void carry_out(launch::output_close& x) { out->close_stream(x.rank, x.stream); }
   void carry_out(launch::output_add_job& x) { out->add_job(x.first, x.size); }
+  void carry_out(launch::output_give_up&) { out->give_up(); }
   void carry_out(launch::output_drain&) {
     out->async_drain([weak = weak_from_this()] {
       if (auto self = weak.lock()) {

@@ -460,6 +460,17 @@ void output_forwarder::async_drain(std::function<void()> handler) {
   impl_->check_drain();
 }
 
+void output_forwarder::give_up() {
+  for (auto& d : impl_->terminals) {
+    // Only a congested one: a terminal that is read keeps what it holds.
+    if (d->failed || d->blocking || d->queued < impl_->limits.queue_limit) continue;
+    impl_->fail_with(*d, std::to_string(d->queued) +
+                             " bytes of the ranks' output were not written: " + d->name +
+                             " is not being read; the rest of it is discarded");
+  }
+  impl_->check_drain();
+}
+
 output_forwarder::statistics output_forwarder::stats() const {
   return impl_->st;
 }

@@ -124,6 +124,11 @@ class output_forwarder {
   /// destination).
   void async_drain(std::function<void()> handler);
 
+  /// Stops waiting for terminal destinations that hold output nobody reads (a launcher
+  /// interrupted twice): what each holds is discarded and named through on_error, and so is what
+  /// the streams still bring, which are read to their ends; async_drain's handler may then run.
+  void give_up();
+
   struct statistics {
     std::uint64_t bytes_read = 0;       ///< from all pipes and pushed streams
     std::uint64_t bytes_written = 0;    ///< to stdout/stderr (not counting per-rank files)

@@ -185,6 +185,10 @@ struct output_add_job {
 };
 /// Every stream ended: write what the output layer holds, then answer output_drained.
 struct output_drain {};
+/// A second interrupt: stop waiting for a terminal destination nobody reads (`| less` left
+/// open, a stopped consumer). What it holds is discarded and named, and so is what the ranks
+/// still write to it: their pipes are read to their ends, so the job can end.
+struct output_give_up {};
 /// Read the stdin of `rank` (on `host`, reached over a link) and hand it over with stdin_bytes
 /// as far as input_credit(host) allows; stdin_ended at its end. Resume at input_ready(host).
 struct pump_stdin {
@@ -236,8 +240,8 @@ using launch_action =
     std::variant<open_host, host_established, write_host, pass_stdin, close_host, link_deadline,
                  start_timer_after, cancel_timer_id, say, rank_changed, take_pipes,
                  end_orphaned_rank, output_open, output_bytes, output_close, output_add_job,
-                 output_drain, pump_stdin, input_ready, release_stdin, restarting, rank_restarted,
-                 discover_hosts, claim_slots, finished>;
+                 output_drain, output_give_up, pump_stdin, input_ready, release_stdin, restarting,
+                 rank_restarted, discover_hosts, claim_slots, finished>;
 using actions = std::vector<launch_action>;
 
 class launcher {
