@@ -21,6 +21,7 @@
 #include "support/command.hpp"
 #include "support/multihost.hpp"
 #include "support/playground.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace {
 
@@ -470,6 +471,29 @@ std::map<std::string, std::string> placements(const std::string& out, const std:
                         std::string((*it)[4]) + " " + std::string((*it)[5]);
   }
   return by_rank;
+}
+
+// A spare whose host does not answer (cut off before the job) never delays the job: neither a
+// restart in place (no host of the job was lost: no spare is needed) nor the end (the spare's
+// ssh is given up, not waited for until its connect timeout).
+TEST(PmrunMultihost, ASpareThatDoesNotAnswerDelaysNothing) {
+  NEED_HOSTS();
+  multihost_fixture f(3);
+  const auto spare = f.hosts()[2].name;
+  f.partition(spare);
+  const auto start = std::chrono::steady_clock::now();
+  const auto r =
+      run_command(pmrun(f, {"-H", hosts_with_slots(f, 1), "-np", "2", "--max-restarts", "1",
+                            pm::test::payload_path(), "if-restart", "0", "if-rank", "1", "exit",
+                            "7", "sleep", "0.5", "env", "TORCHELASTIC_RESTART_COUNT"}),
+                  60s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  f.heal(spare);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(took, 6s) << r.err;  // ssh's connect timeout is 10 s
+  EXPECT_NE(r.err.find("restarting the job (1 of 1)"), std::string::npos) << r.err;
+  EXPECT_EQ(pm::test::count_of(r.out, "TORCHELASTIC_RESTART_COUNT=1\n"), 2u) << r.out;
+  EXPECT_TRUE(hosts_clean(f)) << left_on_hosts(f);
 }
 
 TEST(PmrunMultihost, ALostHostsRanksMoveToASpareAndTheJobRestarts) {

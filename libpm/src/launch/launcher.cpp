@@ -269,12 +269,12 @@ void launcher::impl::execute(action& a) {
 // Every stream reached its end: the output layer writes what it holds (output_drained), then
 // the agents clear what the ranks left behind, then `finished`.
 void launcher::impl::finish_job(job_report report) {
-  // Hosts kept being set up for a restart that does not come are given up now.
-  if (setup_kept) {
-    setup_kept = false;
-    for (std::uint32_t h = 0; h < hosts.size(); ++h) {
-      if (setting_up(h)) abandon(h);
-    }
+  // Hosts still being set up (kept for a restart that does not come, or spares whose ssh still
+  // tries a host that does not answer) are given up now: no rank will start anywhere, and the
+  // end must not wait for ssh's connect timeout.
+  setup_kept = false;
+  for (std::uint32_t h = 0; h < hosts.size(); ++h) {
+    if (setting_up(h)) abandon(h);
   }
   fill_resources(report);
   report.recovery = req.restarts.per_rank;

@@ -303,16 +303,20 @@ void launcher::impl::begin_restart(job_report r) {
   out->push_back(restarting{ended});
   out->push_back(say{"restarting the job (" + std::to_string(next) + " of " +
                      std::to_string(req.restarts.max_restarts) + "): " + inc.failed->summary});
-  // Hosts still being set up are awaited: each is up or lost before the place is decided.
-  for (std::uint32_t h = 0; h < hosts.size(); ++h) {
+  // Hosts still being set up are awaited when the place may need them (a host of the job was
+  // lost, or never came up): each is up or lost before the place is decided. A restart in place
+  // waits for no spare (a spare whose ssh tries a silent host held it up for ssh's timeout).
+  const bool discovering = !req.restarts.host_discovery.empty();
+  const auto here = discovering ? std::nullopt : place_next();
+  const bool in_place = here && !here->map;
+  for (std::uint32_t h = 0; h < hosts.size() && !in_place; ++h) {
     if (!setting_up(h) || hosts[h].joining) continue;
     hosts[h].joining = true;
     ++inc.joining;
   }
   // With a discovery command, or hosts awaited, the place waits for them (place_after_discovery).
-  const bool discovering = !req.restarts.host_discovery.empty();
   const bool waits = discovering || inc.joining > 0;
-  auto place = waits ? std::nullopt : place_next();  // restartable() found one
+  auto place = waits ? std::nullopt : here;  // restartable() found one
   const bool moved = place && place->map;
   if (moved) replace_lost(std::move(*place));
   if (discovering) discover();
