@@ -483,6 +483,16 @@ TEST_F(PmrunMpi, ASpawnBeyondTheFreeSlotsIsRefusedInOneLine) {
       pmrun({"--oversubscribe", "-H", "localhost:2", "-np", "1", mpi_dir + "/mpi_spawn", "2"}, 60s);
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   expect_nothing_left();
+  // More than PMIx can number on one node (local ranks are 16-bit): this spawn is refused, as
+  // any; it used to end the whole launch with exit 2 ("usage") and an empty report.
+  const auto huge = pmrun({"--oversubscribe", "-np", "1", mpi_dir + "/mpi_spawn", "70000"}, 60s);
+  EXPECT_NE(huge.exit_code, 0);
+  EXPECT_NE(huge.exit_code, 2) << huge.err;
+  EXPECT_NE(huge.err.find("pmrun: MPI_Comm_spawn (PMIx_Spawn) refused: PMIx: more than 65536 "
+                          "ranks on node"),
+            std::string::npos)
+      << huge.err;
+  expect_nothing_left();
 }
 
 TEST_F(PmrunMpi, PsShowsASpawnedJobsRanksAsOpenMpiNumbersThem) {

@@ -204,6 +204,11 @@ TEST(MapJob, BadRequests) {
   EXPECT_EQ(mapping_error(pm::job_spec{}, hosts({{"a", 2}})), "the job has no app context");
   EXPECT_EQ(mapping_error(job(1), pm::allocation{}), "the allocation has no hosts");
   EXPECT_THROW(pm::map_job(job(1), hosts({{"a", 2}})).at(1), pm::error);
+  // A mistyped -np is refused before any map is built (it took gigabytes), with the bound.
+  auto huge = job(100000000);
+  huge.mapping.oversubscribe = true;
+  EXPECT_EQ(mapping_error(huge, hosts({{"a", 2}})),
+            "too many ranks: 100000000 (a job has at most 16777216)");
 }
 
 TEST(MapJob, JsonMapListsUserAndPortOnlyWhenSet) {

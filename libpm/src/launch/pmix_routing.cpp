@@ -141,12 +141,14 @@ void launcher::impl::on_pmix_spawn(std::uint32_t h, const link::pmix_spawn& q) {
     placed.asker_host = job.asker_host;
     placed.asker_id = job.asker_id;
     placed.tool = std::move(job.tool);
+    // Its PMIx facts too: a map PMIx cannot describe (over 65,536 ranks on one node) is a
+    // refusal of this spawn, not the end of the launch.
+    placed.facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(placed.map, "", 0));
     job = std::move(placed);
   } catch (const std::exception& e) {  // a mapping error, or no memory for a huge request
     refuse_spawn(job, e.what());
     return;
   }
-  job.facts = agent::pmix::pmix_job_of(agent::pmix::make_job_info(job.map, "", 0));
   job.facts->universe = pmix_facts->universe;  // MPI_UNIVERSE_SIZE: the allocation's slots
   // PMIX_PARENT_ID: the rank, or the tool, that asked.
   const auto caller = job.tool.empty() ? pmix_name_of(q.rank) : std::pair{job.tool, q.rank};

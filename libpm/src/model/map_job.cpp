@@ -11,7 +11,10 @@ namespace pm {
 namespace {
 
 constexpr std::uint32_t no_node = std::numeric_limits<std::uint32_t>::max();
-constexpr std::uint64_t max_ranks = std::numeric_limits<std::uint32_t>::max() - 1;
+// Twice the cores of the largest machine there is (about 9 million), and 8 million in the
+// simulator: a mistyped -np is refused here at once, not after gigabytes of map (a rank costs
+// about 55 bytes of map and far more downstream: -np 100000000 took 5.5 GB before a refusal).
+constexpr std::uint64_t max_ranks = std::uint64_t{1} << 24;
 
 [[noreturn]] void fail(const std::string& message) {
   throw error(errc::mapping, message);
@@ -201,7 +204,10 @@ rank_map map_job(const job_spec& job, const allocation& alloc) {
       np = app.np.value_or(slots_total);
     }
     if (np == 0) fail(who + "no ranks to start (-np must be at least 1)");
-    if (map.size() + np > max_ranks) fail(who + "too many ranks: " + std::to_string(np));
+    if (map.size() + np > max_ranks) {
+      fail(who + "too many ranks: " + std::to_string(np) + " (a job has at most " +
+           std::to_string(max_ranks) + ")");
+    }
 
     if (job.mapping.by == map_by::ppr_node) {
       count = counts_ppr(hosts, job.mapping.ppr, np);
