@@ -248,6 +248,38 @@ TEST_F(PmrunMpi, AJobThatNeverCallsPmixNeverStartsTheServer) {
   expect_nothing_left();
 }
 
+// The server's process (pmd-helper) dies while the job runs: its port is free again, for any
+// local user to listen on and answer the ranks that connect next. The agent gives the job up at
+// once, and the loss names why (it used to run on without a server).
+TEST_F(PmrunMpi, AJobWhosePmixServerDiesEndsAndSaysWhy) {
+  pm::test::background b(
+      {pm::test::pmrun_path(), "--allow-run-as-root", "-np", "2", mpi_dir + "/pmix_touch", "30"});
+  b.wait_lines(2);  // both ranks connected
+  // pmrun -> pmd -> pmd-helper: the helper by its name among pmd's children.
+  const auto children = [](pid_t pid) {
+    std::vector<pid_t> out;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+    for (pid_t c = 0; in >> c;) out.push_back(c);
+    return out;
+  };
+  pid_t helper = 0;
+  for (const auto pmd : children(b.pid)) {
+    for (const auto c : children(pmd)) {
+      std::ifstream comm("/proc/" + std::to_string(c) + "/comm");
+      std::string name;
+      std::getline(comm, name);
+      if (name == "pmd-helper") helper = c;
+    }
+  }
+  ASSERT_GT(helper, 0) << b.text;
+  ::kill(helper, SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  const int status = b.wait_status(20);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 5s);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 213) << status;
+  expect_nothing_left();
+}
+
 TEST_F(PmrunMpi, RanksEndedInTheMiddleOfMpiLeaveNothing) {
   // --timeout ends ranks that are busy in barriers (SIGTERM, then SIGKILL after the grace).
   const auto r = pmrun({"--timeout", "2", "--kill-grace", "0.2", "-np", "3",

@@ -290,8 +290,16 @@ struct host_machine::state {
                    [&](event& a) { on_agent_event(std::move(a)); },
                    [&](pmix_event& p) {
                      if (!pmix) return;
+                     const bool was_serving = pmix->server_running();
+                     const bool fails = std::holds_alternative<pmix_server_failed>(p);
                      pmix->handle(std::move(p), buf->pmix_out);
                      take_pmix();
+                     // The server went while the job ran: ranks that connect next would find
+                     // its port free for anyone to listen on, and the connected ones lost it.
+                     // The job cannot go on here: the agent ends its ranks and says why.
+                     if (was_serving && fails) {
+                       feed_agent(bad_message{"its PMIx server ended while the job ran"});
+                     }
                    },
                    [&](child_event& c) {
                      relay().handle(now, std::move(c), buf->child_out);

@@ -192,6 +192,8 @@ class pmix_relay {
   /// on counting: a late answer to a dropped request completes nothing.
   void restart(link::pmix_job job, std::vector<pmix_action>& out);
 
+  /// The server is up and serving (it said so, and has not failed since).
+  bool server_running() const noexcept { return server_ == server_state::running; }
   /// Where a tool on this host reaches the server, sent once when the relay starts.
   link::pmix_server server_info() const;
   /// The variables process `rank` gets on top of its job's ("NAME=value"): what the server will
