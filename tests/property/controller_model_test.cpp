@@ -438,8 +438,10 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
               x.unfinalized_sent = true;
               saw_unfinalized = true;
               const int code = x.exit->shell_code();
-              if (!aborting)
+              if (!aborting) {
+                if (x.exit->success()) ++failed;  // a failed exit was counted already
                 failure(pm::cause_kind::rank_failed, code != 0 ? code : 1, r, x.host, true);
+              }
               feed(pm::rank_unfinalized{r, *x.exit});
             });
           }

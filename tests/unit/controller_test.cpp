@@ -685,13 +685,24 @@ TEST(Controller, AnUnfinalizedRankEndsTheJobNamedAsItsCause) {
   EXPECT_EQ(r.failed_rank, 1u);
   EXPECT_EQ(r.summary,
             "rank 1 on a exited with code 0 without calling MPI_Finalize (PMIx_Finalize)");
-  // By a signal: 128 + the signal, with the abort policy on as well.
+  EXPECT_EQ(r.ranks_failed, 1u);  // the cause, though its exit said 0
+  EXPECT_EQ(r.ranks_killed, 2u);
+  // By a signal: 128 + the signal, with the abort policy on as well. The notice comes before the
+  // exit's report: the rank ended then, by its own failure, and is neither signalled nor counted
+  // a victim.
   harness k(make_map({{"a", 2}}), pm::controller_options{});
   k.start_all();
-  k.feed(pm::rank_unfinalized{0, pm::exit_status::signaled(SIGKILL)});
+  EXPECT_EQ(k.feed(pm::rank_unfinalized{0, pm::exit_status::signaled(SIGKILL)}),
+            (strings{"signal 0 [1] SIGCONT", "signal 0 [1] SIGTERM", "start_timer 1 3000ms",
+                     "emit rank 0 on a was killed by SIGKILL without calling MPI_Finalize "
+                     "(PMIx_Finalize); aborting the job (SIGTERM to 1 rank)"}));
   k.end(0, pm::exit_status::signaled(SIGKILL));
   k.end(1, pm::exit_status::signaled(SIGTERM));
-  EXPECT_EQ(k.finished_report()->exit_code, 128 + SIGKILL);
+  const auto kr = *k.finished_report();
+  EXPECT_EQ(kr.exit_code, 128 + SIGKILL);
+  EXPECT_EQ(kr.ranks_failed, 1u);
+  EXPECT_EQ(kr.ranks_killed, 1u);
+  EXPECT_EQ(kr.ranks[0].state, pm::rank_state::exited);
   harness u(make_map({{"a", 1}}), pm::controller_options{});
   u.start_all();
   EXPECT_TRUE(u.feed(pm::rank_unfinalized{7, ok}).empty());  // no such rank

@@ -35,7 +35,7 @@ constexpr std::uint8_t closed_out = 1u << 0;
 constexpr std::uint8_t closed_err = 1u << 1;
 constexpr std::uint8_t closed_all = closed_out | closed_err;
 constexpr std::uint8_t streams_counted = 1u << 2;  // its open streams are in the job's counter
-constexpr std::uint8_t called_abort = 1u << 3;     // it failed by calling abort
+constexpr std::uint8_t called_abort = 1u << 3;     // it failed by itself (abort, unfinalized)
 // Recovery (controller_options::rank_restarts): its failed process is to be replaced once every
 // stream of that process ended; the rank is pending meanwhile.
 constexpr std::uint8_t respawn_due = 1u << 4;
@@ -627,7 +627,7 @@ struct controller::state {
     out.push_back(emit{line + abort_tail(n)});
   }
 
-  void on(job_time, const rank_unfinalized& e, std::vector<action>& out) {
+  void on(job_time now, const rank_unfinalized& e, std::vector<action>& out) {
     if (ph == phase::aborting || !valid(e.rank)) return;  // the job is ending already
     auto& r = ranks[e.rank];
     // Its failed process was recovered already (its exit came first): the notice is about that
@@ -643,6 +643,15 @@ struct controller::state {
       recover(e.rank, e.status, out, " without calling MPI_Finalize (PMIx_Finalize)");
       return;
     }
+    if (!is_terminal(r.state)) {
+      // The notice comes with the process's end, before its exit report: it ended, by its own
+      // failure. Not a victim of the abort it begins (it was counted killed), nor signalled.
+      if (r.started_at.count() < 0) r.started_at = now;
+      count_streams(r);
+      r.set_status(e.status);
+      end_rank(r, rank_state::exited, now);
+    }
+    r.flags |= called_abort;  // counted failed, also when its exit (code 0) came first
     const int code = e.status.shell_code();
     failure(cause_kind::rank_failed, e.rank, host_of(e.rank), e.status, code != 0 ? code : 1,
             rank_where(e.rank) + " " + e.status.describe() +
