@@ -113,6 +113,7 @@ TEST(PeerOwner, APeerThatClosedHasNoOwner) {
   const auto who = pm::agent::tcp_peer_owner(server.get());
   EXPECT_FALSE(who.uid.has_value()) << "uid " << who.uid.value_or(12345);
   EXPECT_FALSE(who.why.empty());
+  EXPECT_TRUE(who.closed);  // nobody there: pmd closes it without a word
 }
 
 TEST(PeerOwner, NotATcpConnectionHasNoOwner) {
@@ -122,6 +123,7 @@ TEST(PeerOwner, NotATcpConnectionHasNoOwner) {
   const auto who = pm::agent::tcp_peer_owner(a.get());
   EXPECT_FALSE(who.uid.has_value());
   EXPECT_FALSE(who.why.empty());
+  EXPECT_FALSE(who.closed);  // not known to be gone: refused and said
 }
 
 }  // namespace

@@ -121,8 +121,9 @@ peer_owner tcp_peer_owner(int fd, int diag_fd) noexcept {
       if (h.nlmsg_type == NLMSG_ERROR) {
         nlmsgerr e{};
         std::memcpy(&e, data, std::min(size, sizeof e));
-        out.why = e.error == -ENOENT ? std::string("the peer's socket is closed")
-                                     : std::string("sock_diag: ") + std::strerror(-e.error);
+        out.closed = e.error == -ENOENT;
+        out.why = out.closed ? std::string("the peer's socket is closed")
+                             : std::string("sock_diag: ") + std::strerror(-e.error);
         return out;
       }
       if (h.nlmsg_type != SOCK_DIAG_BY_FAMILY || size < sizeof(inet_diag_msg)) continue;
@@ -135,6 +136,7 @@ peer_owner tcp_peer_owner(int fd, int diag_fd) noexcept {
       // A closed peer: a time-wait socket (uid 0, no inode) or an orphan (no inode). Neither
       // owner may be trusted, and no honest client has closed before it got its answer.
       if (m.idiag_inode == 0 || m.idiag_state == TCP_TIME_WAIT) {
+        out.closed = true;
         out.why = "the peer's socket is closed";
         return out;
       }

@@ -23,6 +23,7 @@ namespace pm::agent {
 struct peer_owner {
   std::optional<uid_t> uid;  ///< set when the kernel named a live peer socket
   std::string why;           ///< otherwise: what failed ("the peer's socket is closed", ...)
+  bool closed = false;       ///< the peer's socket is closed: nobody is there to refuse
 };
 
 /// Looks up the owner of the peer of `fd` (a connected AF_INET or AF_INET6 TCP socket whose peer

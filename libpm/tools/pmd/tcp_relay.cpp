@@ -75,7 +75,9 @@ void tcp_relay::add(pm::link::owned_fd accepted) {
   if (!diag_) diag_.reset(pm::agent::open_sock_diag());
   const auto who = pm::agent::tcp_peer_owner(accepted.get(), diag_.get());
   if (!who.uid) {
-    refuse(-1, who.why);
+    // A peer already gone is most likely one of the job's own ranks that died while it
+    // connected: closed unread, and not reported as a stranger refused (which read like an attack).
+    if (!who.closed) refuse(-1, who.why);
     return;  // closed here: not one byte was read
   }
   if (*who.uid != opts_.owner) {
