@@ -174,8 +174,10 @@ int start_dvm(const pm::run_options& options, const pm::resolved_job& resolved,
   }
   const auto dir = pm::tools::status_directory(env);
   if (!pm::tools::private_directory(dir)) {
-    throw pm::error(pm::errc::system, "--dvm start: " + pm::text::printable(dir) +
-                                          " is not a directory of this user closed to others");
+    throw pm::error(
+        pm::errc::system,
+        "--dvm start: " + pm::text::printable(dir) +
+            " is not a directory of this user closed to others (set PM_STATUS_DIR to one)");
   }
   // The URI files this start would overwrite: never one naming a DVM that still answers. The
   // default one is left to that DVM when --report-uri records the new one elsewhere.
