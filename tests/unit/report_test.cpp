@@ -204,6 +204,17 @@ TEST(Report, JsonNamesAHostOutsideTheListByIndexAndEscapesText) {
   EXPECT_EQ(doc["summary"], r.summary);
 }
 
+// A quarantined host a discovery command named is in no list the report keeps: its own name is.
+TEST(Report, JsonNamesAQuarantinedHostByItsOwnName) {
+  pm::job_report r;
+  pm::incarnation_report i;
+  r.incarnations = {i};
+  r.quarantined = {pm::quarantined_host{3, "its ssh failed", 0, "nosuchhost"}};
+  const auto doc = nlohmann::json::parse(pm::to_json(r));
+  ASSERT_EQ(doc["quarantined"].size(), 1u);
+  EXPECT_EQ(doc["quarantined"][0]["host"], "nosuchhost");
+}
+
 // A spawned job's rank carries its job and its rank there, right after "rank" (its process
 // number); the first job's ranks keep the schema they had.
 TEST(Report, JsonNamesTheJobOfASpawnedJobsRankOnly) {

@@ -92,6 +92,8 @@ struct quarantined_host {
   std::uint32_t host = 0;         ///< allocation index
   std::string reason;             ///< why it was lost
   std::uint32_t incarnation = 0;  ///< the incarnation it was lost in
+  /// Its name: a host a discovery command named may be in no incarnation's map the report keeps.
+  std::string name;
   friend bool operator==(const quarantined_host&, const quarantined_host&) = default;
 };
 

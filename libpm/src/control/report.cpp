@@ -154,7 +154,7 @@ std::string to_json(const job_report& report) {
     w.key("quarantined").begin_array();
     for (const auto& q : report.quarantined) {
       w.begin_object();
-      w.member("host", host_name(report, q.host));
+      w.member("host", q.name.empty() ? host_name(report, q.host) : q.name);
       w.member("reason", q.reason);
       w.member("incarnation", q.incarnation);
       w.end_object();

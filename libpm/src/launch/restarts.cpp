@@ -209,7 +209,7 @@ void launcher::impl::quarantine(std::uint32_t h, const std::string& reason) {
   if (hs.quarantined) return;
   hs.quarantined = true;
   decided(h, "quarantined");
-  inc.quarantined.push_back(quarantined_host{h, reason, inc.number});
+  inc.quarantined.push_back(quarantined_host{h, reason, inc.number, host_info(h).name});
   if (!req.map.node_of_host(h) && !map_of_next().node_of_host(h)) {
     out->push_back(say{"spare host " + host_info(h).name + " was lost (" + reason +
                        "); it is not used again"});
