@@ -656,6 +656,25 @@ TEST(LauncherDiscovery, WhenItNamesNoHostTheRestartEndsInOneLine) {
   EXPECT_TRUE(
       w.said("cannot restart the job: no spare or discovered host takes the ranks of lost host h1"))
       << w.lines.back();
+  // Never "restarting the job" before it: that restart had no place yet, and did not come.
+  EXPECT_FALSE(w.said("restarting the job")) << ::testing::PrintToString(w.lines);
+  EXPECT_TRUE(w.said("; the job's restart (1 of 2) waits for --host-discovery-script"))
+      << ::testing::PrintToString(w.lines);
+}
+
+// A host lost with budget left but nowhere for its ranks (no spare, no --min-hosts): the launch
+// ends with the loss, and says why it did not restart (it ended in silence).
+TEST(LauncherSpares, ALossWithNoPlaceSaysWhyItIsNotRestarted) {
+  auto c = remote_job(2, 2);
+  c.request.restarts.max_restarts = 2;
+  world w(std::move(c));
+  w.keep_running_in[0] = {0, 1, 2, 3};
+  crash_midrun(w, 1);
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, pm::exit_codes::host_lost);
+  EXPECT_TRUE(w.said("cannot restart the job: no spare takes the ranks of lost host h1"))
+      << ::testing::PrintToString(w.lines);
+  EXPECT_FALSE(w.said("restarting the job")) << ::testing::PrintToString(w.lines);
 }
 
 TEST(LauncherDiscovery, AFailedCommandIsOneLineAndTheSpareTakesTheRanks) {

@@ -103,26 +103,39 @@ void launcher::impl::place_after_discovery() {
   }
   inc.comeback.clear();
   if (!place) {
-    std::vector<std::string> lost;
-    const auto& base = map_of_next();
-    for (std::uint32_t n = 0; n < base.num_nodes(); ++n) {
-      const auto h = base.host_of_node(n);
-      const auto& hs = hosts[h];
-      if (hs.quarantined || hs.lost_told || !hs.agent || hs.down) lost.push_back(host_info(h).name);
-    }
     auto r = std::move(*inc.failed);
-    end_restarts(std::move(r),
-                 "cannot restart the job: no spare" +
-                     std::string(req.restarts.host_discovery.empty() ? "" : " or discovered host") +
-                     " takes the ranks of " + (lost.size() == 1 ? "lost host " : "lost hosts ") +
-                     names_of(lost));
+    end_restarts(std::move(r), "cannot restart the job: " + no_place_reason());
     return;
+  }
+  if (inc.announce) {
+    inc.announce = false;
+    out->push_back(say{"restarting the job (" + std::to_string(inc.number + 1) + " of " +
+                       std::to_string(req.restarts.max_restarts) + ")"});
   }
   if (place->map) {
     replace_lost(std::move(*place));
     request_restart();
   }
   maybe_start_incarnation();
+}
+
+// Why the next incarnation has no place: the lost hosts whose ranks nothing takes.
+std::string launcher::impl::no_place_reason() const {
+  std::vector<std::string> lost;
+  const auto& base = map_of_next();
+  for (std::uint32_t n = 0; n < base.num_nodes(); ++n) {
+    const auto h = base.host_of_node(n);
+    const auto& hs = hosts[h];
+    if (hs.quarantined || hs.lost_told || !hs.agent || hs.down) lost.push_back(host_info(h).name);
+  }
+  std::string why =
+      "no spare" + std::string(req.restarts.host_discovery.empty() ? "" : " or discovered host") +
+      " takes the ranks of " + (lost.size() == 1 ? "lost host " : "lost hosts ") + names_of(lost);
+  if (req.restarts.min_hosts > 0) {
+    why += ", and fewer than --min-hosts " + std::to_string(req.restarts.min_hosts) +
+           " hosts are left";
+  }
+  return why;
 }
 
 // A quarantined host comes back: a new agent, as a joining host's.

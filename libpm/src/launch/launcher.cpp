@@ -253,7 +253,7 @@ void launcher::impl::execute(action& a) {
         } else if constexpr (std::is_same_v<T, rank_restarting>) {
           rank_restart_begun(std::move(x.restart));
         } else if constexpr (std::is_same_v<T, finish>) {
-          if (restartable(x.report)) {
+          if (restartable(x.report, true)) {
             // The failed incarnation's report is kept whole: the launch may end with it, after
             // the next controller replaced this one.
             ranks_of_final(x.report);

@@ -251,6 +251,7 @@ struct launcher::impl {
     bool requested = false;      // this incarnation's restart requests went out
     bool backoff_over = false;   // the wait before the next one is over
     bool between_ended = false;  // the launch ended between two (its last one listed already)
+    bool announce = false;       // its "restarting the job" line waits for a place
     std::uint32_t waiting = 0;   // agents whose `restarted` has not come
     std::uint64_t backoff_timer = 0;
     // A lost host's agent may still be ending its ranks (restarts.cpp, fence_lost_host): no
@@ -387,7 +388,9 @@ struct launcher::impl {
     std::optional<rank_map> map;
     std::string line;
   };
-  bool restartable(const job_report& r) const;
+  // `tell`: when only a place is missing, say so (at the finish; not at a clear_leftovers).
+  bool restartable(const job_report& r, bool tell = false);
+  std::string no_place_reason() const;
   // The launch may restart once more (the budget, not the failure's kind).
   bool may_restart() const;
   // Its agent is being started (ssh connecting or retrying) and has not said hello.

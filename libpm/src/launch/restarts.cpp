@@ -53,7 +53,7 @@ bool launcher::impl::may_restart() const {
          !refused && !done;
 }
 
-bool launcher::impl::restartable(const job_report& r) const {
+bool launcher::impl::restartable(const job_report& r, bool tell) {
   if (!may_restart()) return false;
   const auto host_failed = [&] {
     if (r.cause == cause_kind::host_lost) return true;
@@ -75,7 +75,10 @@ bool launcher::impl::restartable(const job_report& r) const {
   for (std::uint32_t h = 0; h < hosts.size(); ++h) {
     if (setting_up(h)) return true;
   }
-  return place_next().has_value();
+  if (place_next().has_value()) return true;
+  // A failure a restart was for, with budget left, but no place: said, not silent.
+  if (tell) out->push_back(say{"cannot restart the job: " + no_place_reason()});
+  return false;
 }
 
 // A host a lost one's ranks may move to: its agent is up and holds none of the next
@@ -301,14 +304,23 @@ void launcher::impl::begin_restart(job_report r) {
   inc.between = true;
   decided(job_wide, "restart " + std::to_string(next));
   out->push_back(restarting{ended});
-  out->push_back(say{"restarting the job (" + std::to_string(next) + " of " +
-                     std::to_string(req.restarts.max_restarts) + "): " + inc.failed->summary});
   // Hosts still being set up are awaited when the place may need them (a host of the job was
   // lost, or never came up): each is up or lost before the place is decided. A restart in place
   // waits for no spare (a spare whose ssh tries a silent host held it up for ssh's timeout).
   const bool discovering = !req.restarts.host_discovery.empty();
-  const auto here = discovering ? std::nullopt : place_next();
-  const bool in_place = here && !here->map;
+  auto here = place_next();
+  const bool in_place = !discovering && here && !here->map;
+  // Said as it is: a restart with no place yet may still not come ("cannot restart the job"
+  // followed a "restarting the job" line); it is announced once placed.
+  const auto count = std::to_string(next) + " of " + std::to_string(req.restarts.max_restarts);
+  inc.announce = !here.has_value();
+  if (inc.announce) {
+    out->push_back(say{inc.failed->summary + "; the job's restart (" + count + ") waits for " +
+                       (discovering ? "--host-discovery-script" : "the hosts being set up")});
+  } else {
+    out->push_back(say{"restarting the job (" + count + "): " + inc.failed->summary});
+  }
+  if (discovering) here.reset();
   for (std::uint32_t h = 0; h < hosts.size() && !in_place; ++h) {
     if (!setting_up(h) || hosts[h].joining) continue;
     hosts[h].joining = true;
@@ -316,7 +328,7 @@ void launcher::impl::begin_restart(job_report r) {
   }
   // With a discovery command, or hosts awaited, the place waits for them (place_after_discovery).
   const bool waits = discovering || inc.joining > 0;
-  auto place = waits ? std::nullopt : here;  // restartable() found one
+  auto place = waits ? std::nullopt : std::move(here);  // restartable() found one
   const bool moved = place && place->map;
   if (moved) replace_lost(std::move(*place));
   if (discovering) discover();
