@@ -95,6 +95,44 @@ TEST(LineAssembler, ALongerLineComesInMarkedPiecesOfMaxLineBytes) {
   }
 }
 
+// A cut never falls inside a UTF-8 character: the piece ends before it (--json-lines turned both
+// halves of a cut 'é' into U+FFFD), for any chunking, in both paths; bytes that are not UTF-8
+// are cut at max_line.
+TEST(LineAssembler, ACutNeverSplitsAUtf8Character) {
+  const std::string e_acute = "\xc3\xa9", euro = "\xe2\x82\xac", emoji = "\xf0\x9f\x98\x80";
+  for (const auto& ch : {e_acute, euro, emoji}) {
+    const std::string line = std::string(9, 'a') + ch + std::string(12, 'b') + "\n";
+    for (std::size_t chunk : {1u, 2u, 5u, 9u, 10u, 100u}) {
+      const auto r = run(line, 10, {chunk});
+      std::vector<std::string> pieces;
+      for (const auto& e : r.events) {
+        if (e.whole) {
+          pm::io::for_each_line(
+              "", e.text, 10, [&](std::string_view a, std::string_view b, pm::line_flags f) {
+                pieces.push_back(std::string(a) + std::string(b) + (f.continued ? "+" : ""));
+              });
+        } else {
+          pieces.push_back(e.text + "+");
+        }
+      }
+      ASSERT_GE(pieces.size(), 2u);
+      EXPECT_EQ(pieces[0], std::string(9, 'a') + "+") << "chunk " << chunk;
+      EXPECT_EQ(pieces[1].substr(0, ch.size()), ch) << "chunk " << chunk;
+      std::string joined;
+      for (auto p : pieces) joined += p.back() == '+' ? p.substr(0, p.size() - 1) : p;
+      EXPECT_EQ(joined + "\n", line) << "chunk " << chunk;
+    }
+  }
+  // Not UTF-8 (continuation bytes only): cut at max_line as before.
+  const std::string binary = std::string(12, '\x80') + "\n";
+  pm::io::for_each_line("", binary, 10,
+                        [&](std::string_view a, std::string_view b, pm::line_flags f) {
+                          if (f.continued) {
+                            EXPECT_EQ(a.size() + b.size(), 10u);
+                          }
+                        });
+}
+
 TEST(LineAssembler, KeepsAtMostMaxLineBytesOfAnUnterminatedLine) {
   pm::io::line_assembler a(10);
   recorder r;

@@ -7,8 +7,9 @@
 //   - whole(prefix, body): prefix + body is one or more complete lines, ending with '\n'. prefix is
 //     the kept tail of earlier chunks (possibly empty), body a slice of the chunk just fed.
 //   - piece(prefix, body, flags): bytes of a line that has no '\n' yet, either because it grew
-//     past max_line (flags.continued: exactly max_line bytes; the line goes on) or because the
-//     stream ended (flags.partial, from finish()).
+//     past max_line (flags.continued: max_line bytes, up to 3 fewer so that a UTF-8 character
+//     is never cut in two: --json-lines turned each half into U+FFFD; the line goes on) or
+//     because the stream ended (flags.partial, from finish()).
 //   - a line of at most max_line bytes before its '\n' is never cut.
 // The views are valid only during the call.
 #pragma once
@@ -21,6 +22,24 @@
 #include "pm/output.hpp"
 
 namespace pm::io {
+
+/// Where to cut the text a + b (longer than n) at most n bytes in: n, or up to 3 bytes before
+/// it when byte n continues a UTF-8 character that began before it. Bytes that are not UTF-8
+/// are cut at n.
+inline std::size_t utf8_cut(std::string_view a, std::string_view b, std::size_t n) {
+  const auto at = [&](std::size_t i) {
+    return static_cast<unsigned char>(i < a.size() ? a[i] : b[i - a.size()]);
+  };
+  if ((at(n) & 0xC0) != 0x80) return n;  // a character starts at n
+  for (std::size_t back = 1; back <= 3 && back < n; ++back) {
+    const unsigned char c = at(n - back);
+    if ((c & 0xC0) == 0x80) continue;  // another continuation byte
+    if ((c & 0xC0) != 0xC0) return n;  // not a lead byte: not UTF-8
+    const std::size_t length = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    return length > back ? n - back : n;
+  }
+  return n;
+}
 
 class line_assembler {
  public:
@@ -36,15 +55,18 @@ class line_assembler {
       data.remove_prefix(upto);
     }
     // No newline left in `data`: cut pieces while the unterminated line exceeds max_line.
-    if (tail_.size() + data.size() > max_line_) {
-      const std::size_t take = max_line_ - tail_.size();
+    while (tail_.size() + data.size() > max_line_) {
+      const std::size_t cut = utf8_cut(tail_, data, max_line_);
+      if (cut <= tail_.size()) {  // within the kept tail (a character cut there): rare
+        out.piece(std::string_view(tail_).substr(0, cut), std::string_view(),
+                  line_flags{false, true});
+        tail_.erase(0, cut);
+        continue;
+      }
+      const std::size_t take = cut - tail_.size();
       out.piece(std::string_view(tail_), data.substr(0, take), line_flags{false, true});
       tail_.clear();
       data.remove_prefix(take);
-      while (data.size() > max_line_) {
-        out.piece(std::string_view(), data.substr(0, max_line_), line_flags{false, true});
-        data.remove_prefix(max_line_);
-      }
     }
     tail_.append(data);
     // Give memory back after a long line: a tail is normally short.
@@ -78,8 +100,9 @@ void for_each_line(std::string_view prefix, std::string_view body, std::size_t m
   if (max_line == 0) max_line = 1;
   auto emit = [&](std::string_view a, std::string_view b) {
     while (a.size() + b.size() > max_line) {
-      const std::size_t ta = a.size() < max_line ? a.size() : max_line;
-      const std::size_t tb = max_line - ta;
+      const std::size_t cut = utf8_cut(a, b, max_line);
+      const std::size_t ta = a.size() < cut ? a.size() : cut;
+      const std::size_t tb = cut - ta;
       fn(a.substr(0, ta), b.substr(0, tb), line_flags{false, true});
       a.remove_prefix(ta);
       b.remove_prefix(tb);
