@@ -615,6 +615,13 @@ const link::job_setup* agent::setup() const noexcept {
   return state_->setup.get();
 }
 
+bool agent::any_live_rank(const std::function<bool(std::uint32_t rank)>& pred) const {
+  for (const auto& r : state_->ranks) {
+    if (!r.exited && pred(r.rank)) return true;
+  }
+  return false;
+}
+
 // Its layers for the one composer (env/compose.hpp): its precedence decides both.
 std::vector<std::string> process_spec::environment() const {
   return compose_environment(layers_of(*this));

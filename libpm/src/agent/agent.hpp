@@ -268,6 +268,8 @@ class agent {
   bool done() const noexcept;
   /// The job's setup, once it came (null before).
   const link::job_setup* setup() const noexcept;
+  /// True when a rank this agent started and that has not exited satisfies `pred`.
+  bool any_live_rank(const std::function<bool(std::uint32_t rank)>& pred) const;
 
  private:
   struct state;

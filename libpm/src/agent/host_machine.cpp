@@ -296,8 +296,10 @@ struct host_machine::state {
                      take_pmix();
                      // The server went while the job ran: ranks that connect next would find
                      // its port free for anyone to listen on, and the connected ones lost it.
-                     // The job cannot go on here: the agent ends its ranks and says why.
-                     if (was_serving && fails) {
+                     // The job cannot go on here: the agent ends its ranks and says why. Unless
+                     // every rank still running here is past PMIx_Finalize (it needs no server).
+                     const auto needs_server = [&](std::uint32_t r) { return !pmix->finalized(r); };
+                     if (was_serving && fails && ranks.any_live_rank(needs_server)) {
                        feed_agent(bad_message{"its PMIx server ended while the job ran"});
                      }
                    },

@@ -216,6 +216,9 @@ class pmix_relay {
   bool unfinalized(std::uint32_t rank) const noexcept {
     return rank < client_state_.size() && client_state_[rank] == 1;
   }
+  bool finalized(std::uint32_t rank) const noexcept {
+    return rank < client_state_.size() && client_state_[rank] == 2;
+  }
   /// More of the job's ranks here than cores; neither RDMA devices nor GPUs here (docs/pmix.md).
   bool oversubscribed() const noexcept { return oversubscribed_; }
   bool tcp_only_host() const noexcept { return !facts_.rdma && !facts_.gpus; }
