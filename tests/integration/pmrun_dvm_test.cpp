@@ -199,6 +199,31 @@ TEST_F(PmrunDvm, AKilledSubmitterEndsItsRanksNotTheDvm) {
   EXPECT_EQ(next.exit_code, 0) << next.err;
 }
 
+// A job agent killed outright (SIGKILL, the OOM killer): its ranks die with it (their
+// parent-death signal), and what they started in sessions of their own comes to the host's
+// daemon (a child subreaper), which ends it. It went to init and ran on. The job fails, the DVM
+// goes on.
+TEST_F(PmrunDvm, AKilledJobAgentLeavesNothingOfItsRanks) {
+  start(2);
+  const auto daemon = daemon_pid();
+  ASSERT_GT(daemon, 0);
+  background victim(job({"-np", "2", pm::test::payload_path(), "daemon", "300", "sleep", "300"}));
+  victim.wait_lines(2);
+  const auto left = pm::test::printed_pids(victim.text, "daemon");
+  ASSERT_EQ(left.size(), 2u) << victim.text;
+  std::ifstream children("/proc/" + std::to_string(daemon) + "/task/" + std::to_string(daemon) +
+                         "/children");
+  pid_t agent = 0;
+  children >> agent;
+  ASSERT_GT(agent, 0);
+  ::kill(agent, SIGKILL);
+  EXPECT_TRUE(pm::test::all_gone(left, 5s));
+  const int status = victim.wait_status();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 213) << status;
+  EXPECT_TRUE(pm::test::alive(daemon));
+  EXPECT_EQ(run_command(job({"-np", "1", "true"}), 30s).exit_code, 0);
+}
+
 TEST_F(PmrunDvm, ASigkilledServerLeavesNothingRunning) {
   start(2);
   const auto daemon = daemon_pid();

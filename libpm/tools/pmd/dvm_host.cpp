@@ -1,6 +1,7 @@
 #include "dvm_host.hpp"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -13,8 +14,10 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
+#include "agent/children.hpp"
 #include "dvm/json_lines.hpp"
 #include "pm/error.hpp"
 #include "sys/spawner.hpp"
@@ -77,10 +80,15 @@ class daemon {
       : in_(io_, channel >= 0 ? ::dup(channel) : ::dup(0)),
         out_(channel >= 0 ? channel : 1),
         silence_(io_),
+        sweeps_(io_),
         signals_(io_, SIGTERM, SIGINT, SIGHUP) {}
 
   int run() {
     ::signal(SIGPIPE, SIG_IGN);
+    // A job agent killed outright (SIGKILL, the OOM killer) takes its ranks with it (their
+    // parent-death signal), but not what they started: reparented here, it is ended
+    // (sweep_orphans). Without this it went to init and ran on.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     program_ = own_program();
     for (char** e = ::environ; *e != nullptr; ++e) {
       const std::string_view v(*e);
@@ -202,13 +210,44 @@ class daemon {
         const bool clean = how.status && how.status->success();
         send({{"ev", "ended"}, {"tag", t}, {"how", clean ? "" : "pmd " + pm::sys::describe(how)}});
         jobs_.erase(t);
-        if (ending_ && jobs_.empty()) io_.stop();
+        sweep_orphans();
+        if (ending_ && jobs_.empty()) {
+          io_.stop();
+          return;
+        }
+        // The ranks die by their parent-death signal a moment after the agent; what they
+        // started comes here only then.
+        sweeps_left_ = 5;
+        arm_sweep();
       });
       jobs_.emplace(*tag, std::move(p));
       send({{"ev", "started"}, {"tag", *tag}, {"pid", static_cast<std::int64_t>(pid)}});
     } catch (const pm::error& e) {
       fail(e.what());
     }
+  }
+
+  // Every child that is not a running job agent: left by the ranks of one that was killed
+  // (nothing else is a child of this daemon). SIGKILL, then reaped; what it started comes here in
+  // turn and goes at the next sweep.
+  void sweep_orphans() {
+    std::set<pid_t> agents;
+    for (const auto& [tag, p] : jobs_) agents.insert(p->pid());
+    std::vector<pid_t> strays;
+    for (const auto pid : pm::agent::list_children()) {
+      if (!agents.contains(pid)) strays.push_back(pid);
+    }
+    for (const auto pid : strays) ::kill(pid, SIGKILL);
+    pm::agent::reap_ended(strays);
+  }
+
+  void arm_sweep() {
+    sweeps_.expires_after(std::chrono::milliseconds(200));
+    sweeps_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      sweep_orphans();
+      if (--sweeps_left_ > 0) arm_sweep();
+    });
   }
 
   // Every job agent ends (SIGTERM, grace, SIGKILL), then the daemon.
@@ -223,7 +262,9 @@ class daemon {
     signals_.cancel();
     boost::system::error_code ignored;
     in_.close(ignored);
+    sweeps_.cancel();
     if (jobs_.empty()) {
+      sweep_orphans();
       io_.stop();
       return;
     }
@@ -234,6 +275,8 @@ class daemon {
   asio::posix::stream_descriptor in_;
   int out_;
   asio::steady_timer silence_;
+  asio::steady_timer sweeps_;  // sweep_orphans again, a few times after a job agent ended
+  int sweeps_left_ = 0;
   asio::signal_set signals_;
   std::array<char, 65536> buf_{};
   line_buffer lines_;
