@@ -245,6 +245,12 @@ TEST(Launcher, ALostTreeParentIsReportedWithItsSubtreeInOneLine) {
   ASSERT_TRUE(w.report);
   EXPECT_EQ(w.report->exit_code, 213);
   EXPECT_TRUE(w.said("with it the hosts it relayed: h2")) << ::testing::PrintToString(w.lines);
+  // Its line counts the relayed host's rank as failed with its own, and signals only rank 0
+  // (the others were lost: not "SIGTERM to 3 ranks").
+  EXPECT_TRUE(w.said("); their 2 ranks failed; aborting the job (SIGTERM to 1 rank)"))
+      << ::testing::PrintToString(w.lines);
+  EXPECT_EQ(w.report->ranks_failed, 2u);
+  EXPECT_EQ(w.report->ranks_killed, 1u);
 }
 
 TEST(Launcher, AFenceAcrossHostsIsAnsweredToEveryHostOnceAllContributed) {

@@ -111,6 +111,10 @@ struct host_lost {
   std::uint32_t host;  ///< allocation host index
   std::string reason;  ///< e.g. "no heartbeat for 1.0 s", "agent channel closed"
   bool before_hello = false;
+  /// Hosts lost with it, in the same step (a tree parent's: those whose links it relayed and whose
+  /// agents had said hello): their ranks are lost now, counted in its line, and left out of the
+  /// abort it begins. Each may still get its own host_lost (a duplicate then, ignored).
+  std::vector<std::uint32_t> with{};
 };
 /// A timer started by a start_timer action expired.
 struct timer_fired {

@@ -455,25 +455,39 @@ struct controller::state {
       never_joined(now, e, out);
       return;
     }
-    host_gone[e.host] = true;
     std::uint32_t lost = 0;
     std::optional<std::uint32_t> first;
     std::vector<std::uint32_t> taken;  // for the survivors' notice
-    for_each_process_on(e.host, [&](std::uint32_t rank) {
-      auto& r = ranks[rank];
-      // Output still in flight from that host is gone with it, also for ranks that had ended.
-      drop_streams(r);
-      if (!end_rank(r, rank_state::lost, now)) return;
-      if (!first) first = rank;
-      ++lost;
-      if (notifying()) taken.push_back(rank);
-    });
-    if (lost == 0) return;  // a duplicate, or a host whose ranks had all ended
+    bool with_any = false;             // a host lost with it had ranks to lose
+    const auto lose_ranks_of = [&](std::uint32_t host) {
+      if (host >= map->allocation().hosts.size()) return false;
+      host_gone[host] = true;
+      bool any = false;
+      for_each_process_on(host, [&](std::uint32_t rank) {
+        auto& r = ranks[rank];
+        // Output still in flight from that host is gone with it, also for ranks that had ended.
+        drop_streams(r);
+        if (!end_rank(r, rank_state::lost, now)) return;
+        if (!first) first = rank;
+        ++lost;
+        any = true;
+        if (notifying()) taken.push_back(rank);
+      });
+      return any;
+    };
+    lose_ranks_of(e.host);
+    for (const auto w : e.with) {
+      if (w == e.host || !lose_ranks_of(w)) continue;
+      with_any = true;
+      host_reasons.try_emplace(w,
+                               "host " + host_name(e.host) + ", which relayed its link, was lost");
+    }
+    if (lost == 0) return;  // a duplicate, or hosts whose ranks had all ended
     host_reasons[e.host] = e.reason;
     if (ph == phase::aborting) return;
     failure(cause_kind::host_lost, first, e.host, std::nullopt, exit_codes::host_lost,
-            "host " + host_name(e.host) + " was lost (" + e.reason + "); its " + ranks_text(lost) +
-                " failed",
+            "host " + host_name(e.host) + " was lost (" + e.reason + "); " +
+                (with_any ? "their " : "its ") + ranks_text(lost) + " failed",
             false, out, notice_kind::host_lost, std::move(taken), 0);
   }
 

@@ -431,10 +431,14 @@ void launcher::impl::lose(std::uint32_t h, const std::string& reason, bool befor
   end_pushed_streams(h);
   end_local_pipes(h);
   std::string names;
-  for (const auto d : with_it) names += (names.empty() ? "" : ", ") + host_info(d).name;
+  std::vector<std::uint32_t> greeted;  // lost in the same step: counted in its line
+  for (const auto d : with_it) {
+    names += (names.empty() ? "" : ", ") + host_info(d).name;
+    if (hosts[d].agent) greeted.push_back(d);
+  }
   queue.push_back(
       host_lost{h, with_it.empty() ? reason : reason + "; with it the hosts it relayed: " + names,
-                before_hello});
+                before_hello, std::move(greeted)});
   lose_subtree();
   pmix_host_lost(h);
 }
