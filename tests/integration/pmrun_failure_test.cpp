@@ -13,6 +13,7 @@
 
 #include "support/command.hpp"
 #include "support/processes.hpp"
+#include "support/scratch_dir.hpp"
 #include "sys/sanitizers.hpp"
 
 namespace {
@@ -337,6 +338,26 @@ TEST(PmrunRun, ASecondInterruptEndsPmrunWhileNothingReadsItsOutput) {
   const int status = b.wait_status(10);
   EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+}
+
+// ^Z at once, before the ranks start: the job is suspended, also the ranks that start after the
+// stop (their agent stops them, told by the launcher's link; they ran on). ^Z's continuation
+// runs them to their ends.
+TEST(PmrunRun, AStopDuringTheLaunchSuspendsTheRanksThatStartAfterIt) {
+  pm::test::scratch_dir s("pm-tstp");
+  pm::test::background b({pm::test::pmrun_path(), "--allow-run-as-root", "--oversubscribe", "-np",
+                          "32", "sh", "-c", "sleep 0.3; touch " + s.file("done.") + "$RANK"});
+  ::kill(b.pid, SIGTSTP);
+  std::this_thread::sleep_for(1500ms);
+  std::size_t done = 0;
+  for (const auto& e : std::filesystem::directory_iterator(s.dir)) done += e.is_regular_file();
+  EXPECT_EQ(done, 0u) << "ranks ran while the job was stopped";
+  ::kill(b.pid, SIGCONT);
+  const int status = b.wait_status(20);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  done = 0;
+  for (const auto& e : std::filesystem::directory_iterator(s.dir)) done += e.is_regular_file();
+  EXPECT_EQ(done, 32u);
 }
 
 }  // namespace

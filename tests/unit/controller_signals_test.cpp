@@ -410,6 +410,30 @@ TEST(ControllerRecovery, ARankEndingWithoutFinalizeStartsAgain) {
   EXPECT_EQ(report->exit_code, 0);
 }
 
+// The real order: the agent sends the notice with the process's end, before its exit report.
+// The rank starts again at the notice; the exit report that follows is the failed process's,
+// dropped (taken for the new process's, it ended the rank at once).
+TEST(ControllerRecovery, ARankEndingWithoutFinalizeStartsAgainWhenTheNoticeComesFirst) {
+  harness h(recovering(1));
+  h.start_all();
+  EXPECT_EQ(h.feed(pm::rank_unfinalized{0, ok}),
+            (strings{"restart_rank 0 on 0 #1 (its 1)",
+                     "emit restarting rank 0 on a (1 of 1): rank 0 on a exited with code 0 "
+                     "without calling MPI_Finalize (PMIx_Finalize)",
+                     "signal 0 [0] SIGKILL"}));
+  // Its streams' ends let the spawn go; the failed process's own report that follows is dropped.
+  const auto before = h.all<pm::spawn>().size();
+  EXPECT_TRUE(h.end(0, ok).empty());
+  EXPECT_EQ(h.all<pm::spawn>().size(), before + 1);
+  EXPECT_EQ(h.ctl.rank_report_of(0).state, pm::rank_state::pending);
+  h.feed(pm::rank_started{0, 2000});
+  for (std::uint32_t r = 0; r < 8; ++r) h.end(r, ok);
+  const auto report = h.finished_report();
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->exit_code, 0);
+  EXPECT_EQ(report->ranks_failed, 0u);
+}
+
 TEST(ControllerRecovery, WithoutABudgetNothingChanges) {
   harness h;
   h.start_all();

@@ -43,6 +43,7 @@ enum class phase {
 struct rank_entry {
   std::uint32_t rank = 0;
   bool exited = false;
+  bool held = false;     // stopped here at its start: the launcher was stopped (^Z)
   std::int64_t pid = 0;  // 0 while spawning
 };
 
@@ -78,6 +79,8 @@ class rank_table {
   bool empty() const noexcept { return entries_.empty(); }
   auto begin() const { return entries_.begin(); }
   auto end() const { return entries_.end(); }
+  auto begin() { return entries_.begin(); }
+  auto end() { return entries_.end(); }
 
  private:
   std::vector<rank_entry>::iterator lower(std::uint32_t rank) {
@@ -145,6 +148,10 @@ struct agent::state {
   phase ph = phase::running;
   bool channel_open = true;
   bool shutdown_asked = false;
+  // The launcher said it is stopped (^Z: link::suspend, until link::resume). It forwarded the
+  // stop to the ranks it knew of; one that starts meanwhile is stopped here, and continued at
+  // the resume (a job "suspended" during its launch ran on).
+  bool launcher_stopped = false;
   int exit_code = exit_after_launcher_lost;
   std::uint64_t timer = 0;  // the latest timer started; older ones are ignored
   agent_time now{0};        // of the event being handled
@@ -438,6 +445,15 @@ struct agent::state {
                 }
               }
             },
+            [&](const link::suspend&) { launcher_stopped = true; },
+            [&](const link::resume&) {
+              launcher_stopped = false;
+              for (auto& r : ranks) {
+                if (!r.held) continue;
+                r.held = false;
+                if (!r.exited && r.pid > 0) out->push_back(signal_group{r.pid, SIGCONT});
+              }
+            },
             [&](const link::signal_request& s) {
               if (ph != phase::running) return;  // the agent's own kill sequence rules now
               for (std::uint32_t rank : s.ranks) {
@@ -499,6 +515,10 @@ struct agent::state {
                        stall->live.insert(stall->lower(s.rank), std::move(p));
                        judge();  // a host that was quiet is not any more
                        look_later();
+                     }
+                     if (launcher_stopped && ph == phase::running) {
+                       out->push_back(signal_group{s.pid, SIGTSTP});
+                       r->held = true;
                      }
                      // Spawned while the end had begun: it gets what the others got.
                      if (ph == phase::terminating) out->push_back(signal_group{s.pid, SIGTERM});

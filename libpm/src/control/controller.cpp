@@ -39,6 +39,9 @@ constexpr std::uint8_t called_abort = 1u << 3;     // it failed by itself (abort
 // Recovery (controller_options::rank_restarts): its failed process is to be replaced once every
 // stream of that process ended; the rank is pending meanwhile.
 constexpr std::uint8_t respawn_due = 1u << 4;
+// Recovered on its unfinalized notice, which comes before its exit's report: that report, still
+// to come, is the failed process's, not the new one's.
+constexpr std::uint8_t exit_to_come = 1u << 5;
 
 // Per rank: 32 bytes, so that a simulated 800,000-rank job needs 25.6 MB here.
 struct rank_slot {
@@ -393,6 +396,8 @@ struct controller::state {
     r.state = rank_state::running;
     r.pid = e.pid;
     r.started_at = now;
+    // The failed process's exit came before this start on the same link, or never will.
+    r.flags = static_cast<std::uint8_t>(r.flags & ~exit_to_come);
     count_streams(r);
     if (ph == phase::aborting) {
       // It started after the abort began: it gets what the others got.
@@ -425,6 +430,10 @@ struct controller::state {
   void on(job_time now, const rank_exited& e, std::vector<action>& out) {
     if (!valid(e.rank)) return;
     auto& r = ranks[e.rank];
+    if ((r.flags & exit_to_come) != 0) {  // the recovered process's own (see exit_to_come)
+      r.flags = static_cast<std::uint8_t>(r.flags & ~exit_to_come);
+      return;
+    }
     if (is_terminal(r.state)) return;
     if (r.started_at.count() < 0) r.started_at = now;  // its exit overtook its start
     count_streams(r);  // its streams close later, also when its start was never reported
@@ -654,6 +663,15 @@ struct controller::state {
       // It exited 0 without MPI_Finalize: started again alone as any failed process.
       ++not_ended;
       ++not_ended_on_host[host_of(e.rank)];
+      recover(e.rank, e.status, out, " without calling MPI_Finalize (PMIx_Finalize)");
+      return;
+    }
+    const auto as_failure = e.status.success() ? exit_status::exited(1) : e.status;
+    if (r.state == rank_state::running && recoverable(e.rank, as_failure)) {
+      // The notice comes with the process's end, before its exit report: started again alone
+      // now, the report that follows dropped.
+      count_streams(r);
+      r.flags |= exit_to_come;
       recover(e.rank, e.status, out, " without calling MPI_Finalize (PMIx_Finalize)");
       return;
     }

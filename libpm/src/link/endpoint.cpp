@@ -325,14 +325,12 @@ void endpoint::handle_message(link_time now, envelope e, std::vector<link_event>
     }
     return;
   }
-  if (std::holds_alternative<link::suspend>(e.msg)) {
-    peer_suspended_ = true;
-    return;
-  }
+  // Suspend and resume also go on to the agent: ranks that start while its launcher is stopped
+  // are stopped too (agent.cpp).
+  if (std::holds_alternative<link::suspend>(e.msg)) peer_suspended_ = true;
   if (std::holds_alternative<link::resume>(e.msg)) {
     peer_suspended_ = false;
     last_heard_ = now;
-    return;
   }
   out.push_back(message_in{std::move(e.msg), e.fds});
 }

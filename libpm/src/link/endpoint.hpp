@@ -62,7 +62,8 @@ struct endpoint_options {
 struct peer_greeted {
   hello peer;
 };
-/// A control message other than the link's own (hello, heartbeat, ack, suspend, resume).
+/// A control message other than the link's own (hello, heartbeat, ack); suspend and resume
+/// come too, after the link acted on them.
 struct message_in {
   message msg;
   std::uint32_t fds = 0;
