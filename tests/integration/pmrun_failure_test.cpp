@@ -338,6 +338,17 @@ TEST(PmrunRun, ASecondInterruptEndsPmrunWhileNothingReadsItsOutput) {
   const int status = b.wait_status(10);
   EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+  // Less output than makes the terminal "congested" (the ranks never blocked): the same.
+  pm::test::background c({pm::test::pmrun_path(), "--allow-run-as-root", "-np", "1", "sh", "-c",
+                          "yes x | head -c 300000; exec sleep 30"});
+  std::this_thread::sleep_for(1s);
+  ::kill(c.pid, SIGINT);
+  std::this_thread::sleep_for(300ms);
+  ::kill(c.pid, SIGINT);
+  const auto asked_again = std::chrono::steady_clock::now();
+  const int small = c.wait_status(10);
+  EXPECT_LT(std::chrono::steady_clock::now() - asked_again, 3s);
+  EXPECT_TRUE(WIFSIGNALED(small) && WTERMSIG(small) == SIGINT) << small;
 }
 
 // ^Z at once, before the ranks start: the job is suspended, also the ranks that start after the

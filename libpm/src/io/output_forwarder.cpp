@@ -462,8 +462,8 @@ void output_forwarder::async_drain(std::function<void()> handler) {
 
 void output_forwarder::give_up() {
   for (auto& d : impl_->terminals) {
-    // Only a congested one: a terminal that is read keeps what it holds.
-    if (d->failed || d->blocking || d->queued < impl_->limits.queue_limit) continue;
+    // One that holds output: a terminal that is read holds next to nothing at any moment.
+    if (d->failed || d->blocking || d->queued == 0) continue;
     impl_->fail_with(*d, std::to_string(d->queued) +
                              " bytes of the ranks' output were not written: " + d->name +
                              " is not being read; the rest of it is discarded");

@@ -551,7 +551,7 @@ void launcher::signal(link_time now, int signo, actions& out) {
       if (++m.interrupts >= 2) {
         m.queue.push_back(signal_received{signo});
         m.hurry();
-        if (m.interrupts == 2) m.out->push_back(output_give_up{});
+        m.out->push_back(output_give_up{});  // again at each: what came since is let go too
         return;
       }
     }
