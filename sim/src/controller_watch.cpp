@@ -270,14 +270,23 @@ void world::note_host_lost(const host_lost& x) {
   if (x.before_hello) ++result_.stats.lost_before_hello;
   bool any_live = false;
   std::uint32_t first = 0;
-  for_ranks_on_host(x.host, [&](std::uint32_t rank) {
-    auto& p = procs_[rank];
-    if ((p.flags & end_known) == 0 && !any_live) {
-      any_live = true;
-      first = rank;
+  const auto lose_ranks_on = [&](std::uint32_t host) {
+    for_ranks_on_host(host, [&](std::uint32_t rank) {
+      auto& p = procs_[rank];
+      if ((p.flags & end_known) == 0 && !any_live) {
+        any_live = true;
+        first = rank;
+      }
+      p.flags |= end_known;
+    });
+  };
+  lose_ranks_on(x.host);
+  // The hosts it relayed go with it, in its failure (host_lost.with).
+  if (!x.before_hello) {
+    for (const auto w : x.with) {
+      if (w < hosts_.size()) lose_ranks_on(w);
     }
-    p.flags |= end_known;
-  });
+  }
   // Before its agent's hello the host never joined the launch: a set-up failure (125), which
   // ends the job whatever the policy; after it, a lost host (213).
   const bool ending_before =

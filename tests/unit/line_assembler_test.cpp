@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -125,12 +126,20 @@ TEST(LineAssembler, ACutNeverSplitsAUtf8Character) {
   }
   // Not UTF-8 (continuation bytes only): cut at max_line as before.
   const std::string binary = std::string(12, '\x80') + "\n";
+  std::vector<std::size_t> sizes;
   pm::io::for_each_line("", binary, 10,
-                        [&](std::string_view a, std::string_view b, pm::line_flags f) {
-                          if (f.continued) {
-                            EXPECT_EQ(a.size() + b.size(), 10u);
-                          }
+                        [&](std::string_view a, std::string_view b, pm::line_flags) {
+                          sizes.push_back(a.size() + b.size());
                         });
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{10, 2}));
+  // A character longer than max_line is cut (nothing else is possible), every piece at most it.
+  std::vector<std::size_t> tiny;
+  pm::io::for_each_line("", "\xf0\x9f\x98\x80\xf0\x9f\x98\x80\n", 3,
+                        [&](std::string_view a, std::string_view b, pm::line_flags) {
+                          tiny.push_back(a.size() + b.size());
+                        });
+  for (const auto n : tiny) EXPECT_LE(n, 3u);
+  EXPECT_EQ(std::accumulate(tiny.begin(), tiny.end(), std::size_t{0}), 8u);
 }
 
 TEST(LineAssembler, KeepsAtMostMaxLineBytesOfAnUnterminatedLine) {

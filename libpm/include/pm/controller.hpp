@@ -113,7 +113,7 @@ struct host_lost {
   bool before_hello = false;
   /// Hosts lost with it, in the same step (a tree parent's: those whose links it relayed and whose
   /// agents had said hello): their ranks are lost now, counted in its line, and left out of the
-  /// abort it begins. Each may still get its own host_lost (a duplicate then, ignored).
+  /// abort it begins. Each gets its own host_lost after it, for its reason (nothing else).
   std::vector<std::uint32_t> with{};
 };
 /// A timer started by a start_timer action expired.

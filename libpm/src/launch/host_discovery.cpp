@@ -109,8 +109,7 @@ void launcher::impl::place_after_discovery() {
   }
   if (inc.announce) {
     inc.announce = false;
-    out->push_back(say{"restarting the job (" + std::to_string(inc.number + 1) + " of " +
-                       std::to_string(req.restarts.max_restarts) + ")"});
+    out->push_back(say{restarting_text()});
   }
   if (place->map) {
     replace_lost(std::move(*place));

@@ -238,7 +238,11 @@ void launcher::impl::on_message(std::uint32_t h, link::message& m, std::uint32_t
           // The agent gives the job up: it ends its ranks and exits. Their ends, which may come
           // over the link before its own, are not the cause; its reason is (a rank "killed by
           // SIGTERM" was named instead).
-          if (!end_expected(hosts[h])) lose(h, "the agent said: " + x.text);
+          if (!end_expected(hosts[h])) {
+            const bool greeted = hosts[h].agent.has_value();
+            if (greeted) mark_subtree(h);  // the links it relays end with it: lost in its line
+            lose(h, "the agent said: " + x.text, !greeted);
+          }
         } else if constexpr (std::is_same_v<T, link::agent_notice>) {
           out->push_back(say{host_info(h).name + ": " + x.text});
         } else if constexpr (std::is_same_v<T, link::host_shape>) {

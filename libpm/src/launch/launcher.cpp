@@ -371,8 +371,9 @@ void launcher::impl::own_timer_fired(const own_timer& t) {
     case timer_kind::stall:
       stall_timer_fired(t.id);
       return;
-    case timer_kind::restart_leftover:
-      restart_held_up(static_cast<std::uint32_t>(t.id), t.host);
+    case timer_kind::restart_leftover:  // id: the rank's restart count above, the rank below
+      restart_held_up(static_cast<std::uint32_t>(t.id & 0xffffffffu),
+                      static_cast<std::uint32_t>(t.id >> 32));
       return;
     case timer_kind::deadline:
       inc.deadline_timer = 0;

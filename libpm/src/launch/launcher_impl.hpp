@@ -148,7 +148,7 @@ struct launcher::impl {
     fence,
     stall,
     deadline,         // --timeout while no incarnation runs
-    restart_leftover  // a rank restarted alone whose old streams are still held (id: rank)
+    restart_leftover  // a rank restarted alone whose old streams are still held
   };
   struct own_timer {
     timer_kind kind;
@@ -391,6 +391,11 @@ struct launcher::impl {
   // `tell`: when only a place is missing, say so (at the finish; not at a clear_leftovers).
   bool restartable(const job_report& r, bool tell = false);
   std::string no_place_reason() const;
+  // "restarting the job (2 of 3)": the line's head, for the next incarnation.
+  std::string restarting_text() const {
+    return "restarting the job (" + std::to_string(inc.number + 1) + " of " +
+           std::to_string(req.restarts.max_restarts) + ")";
+  }
   // The launch may restart once more (the budget, not the failure's kind).
   bool may_restart() const;
   // Its agent is being started (ssh connecting or retrying) and has not said hello.

@@ -15,7 +15,8 @@ void launcher::impl::rank_restart_begun(rank_restart_report r) {
   // The rank's group got SIGKILL; what left it (setsid) and still holds its output would hold
   // the restart up for as long as it lives: it gets the kill grace (restart_held_up).
   awaiting_respawn[r.rank] = r.count;
-  start_own_timer(req.control.kill_grace, own_timer{timer_kind::restart_leftover, r.count, r.rank});
+  start_own_timer(req.control.kill_grace, own_timer{timer_kind::restart_leftover, r.host,
+                                                    (std::uint64_t{r.count} << 32) | r.rank});
   out->push_back(rank_restarted{std::move(r)});
 }
 
@@ -35,7 +36,13 @@ void launcher::impl::respawning(const std::vector<std::uint32_t>& ranks) {
 // the order, so the new process's pipes are never the ones closed.
 void launcher::impl::restart_held_up(std::uint32_t rank, std::uint32_t count) {
   const auto it = awaiting_respawn.find(rank);
-  if (it == awaiting_respawn.end() || it->second != count || done) return;
+  if (it == awaiting_respawn.end() || it->second != count) return;
+  // The job is ending: the rank ends as its failed process did (end_respawns), and the job's
+  // own end clears what holds its output.
+  if (done || finishing || ctl.ending()) {
+    awaiting_respawn.erase(it);
+    return;
+  }
   const auto host = ctl.host_of(rank);
   const bool here = rank < piped.size() && piped[rank] != 0;  // its pipes came to this process
   if (!here && !link_usable(host)) return;

@@ -312,13 +312,13 @@ void launcher::impl::begin_restart(job_report r) {
   const bool in_place = !discovering && here && !here->map;
   // Said as it is: a restart with no place yet may still not come ("cannot restart the job"
   // followed a "restarting the job" line); it is announced once placed.
-  const auto count = std::to_string(next) + " of " + std::to_string(req.restarts.max_restarts);
   inc.announce = !here.has_value();
   if (inc.announce) {
-    out->push_back(say{inc.failed->summary + "; the job's restart (" + count + ") waits for " +
+    out->push_back(say{inc.failed->summary + "; the job's restart (" + std::to_string(next) +
+                       " of " + std::to_string(req.restarts.max_restarts) + ") waits for " +
                        (discovering ? "--host-discovery-script" : "the hosts being set up")});
   } else {
-    out->push_back(say{"restarting the job (" + count + "): " + inc.failed->summary});
+    out->push_back(say{restarting_text() + ": " + inc.failed->summary});
   }
   if (discovering) here.reset();
   for (std::uint32_t h = 0; h < hosts.size() && !in_place; ++h) {

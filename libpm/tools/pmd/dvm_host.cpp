@@ -212,6 +212,7 @@ class daemon {
         jobs_.erase(t);
         sweep_orphans();
         if (ending_ && jobs_.empty()) {
+          last_sweeps();
           io_.stop();
           return;
         }
@@ -241,6 +242,16 @@ class daemon {
     pm::agent::reap_ended(strays);
   }
 
+  // The daemon's end: the ranks of its last job agents die a moment after them, and what they
+  // started comes here only then (half a second at most, on the way out).
+  void last_sweeps() {
+    for (int i = 0; i < 5; ++i) {
+      sweep_orphans();
+      if (pm::agent::list_children().empty()) return;
+      ::usleep(100'000);
+    }
+  }
+
   void arm_sweep() {
     sweeps_.expires_after(std::chrono::milliseconds(200));
     sweeps_.async_wait([this](const boost::system::error_code& ec) {
@@ -264,7 +275,7 @@ class daemon {
     in_.close(ignored);
     sweeps_.cancel();
     if (jobs_.empty()) {
-      sweep_orphans();
+      last_sweeps();
       io_.stop();
       return;
     }

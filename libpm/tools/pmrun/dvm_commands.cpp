@@ -78,7 +78,9 @@ int serve(pm::dvm_options options, int status, const std::string& uri_file,
   options.on_message = [&up, status, to_log](std::string_view line) {
     if (to_log) to_log(line);
     if (up) return;
-    const auto note = "note " + std::string(line) + "\n";
+    auto note = "note " + std::string(line);
+    std::replace(note.begin(), note.end(), '\n', ' ');  // one line each: the status pipe's unit
+    note += "\n";
     (void)!::write(status, note.data(), note.size());
   };
   pm::dvm_server server(io, options);
