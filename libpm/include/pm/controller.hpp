@@ -113,8 +113,10 @@ struct host_lost {
   bool before_hello = false;
   /// Hosts lost with it, in the same step (a tree parent's: those whose links it relayed and whose
   /// agents had said hello): their ranks are lost now, counted in its line, and left out of the
-  /// abort it begins. Each gets its own host_lost after it, for its reason (nothing else).
+  /// abort it begins. Each may get its own host_lost after it (then a duplicate, ignored).
   std::vector<std::uint32_t> with{};
+  /// Why the hosts in `with` are lost (the job may finish with this event: none comes after).
+  std::string with_reason{};
 };
 /// A timer started by a start_timer action expired.
 struct timer_fired {

@@ -486,14 +486,11 @@ struct controller::state {
     };
     lose_ranks_of(e.host);
     for (const auto w : e.with) {
-      if (w != e.host && lose_ranks_of(w)) with_any = true;
+      if (w == e.host || !lose_ranks_of(w)) continue;
+      with_any = true;
+      host_reasons.try_emplace(w, e.with_reason);
     }
-    if (lost == 0) {
-      // A duplicate, or hosts whose ranks had all ended (or were lost with their tree parent:
-      // their own host_lost, which follows, gives their reason).
-      host_reasons.try_emplace(e.host, e.reason);
-      return;
-    }
+    if (lost == 0) return;  // a duplicate, or hosts whose ranks had all ended
     host_reasons[e.host] = e.reason;
     if (ph == phase::aborting) return;
     failure(cause_kind::host_lost, first, e.host, std::nullopt, exit_codes::host_lost,

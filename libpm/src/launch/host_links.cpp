@@ -410,8 +410,7 @@ void launcher::impl::lose(std::uint32_t h, const std::string& reason, bool befor
   std::sort(with_it.begin(), with_it.end());
   const auto lose_subtree = [&] {
     for (const auto d : with_it) {
-      lose(d, "host " + host_info(h).name + ", which relayed its link, was lost",
-           !hosts[d].agent.has_value());
+      lose(d, relayed_loss(h), !hosts[d].agent.has_value());
     }
   };
   // Asked to clear an incarnation (early, by clear_leftovers, or between two): its answer will
@@ -442,7 +441,7 @@ void launcher::impl::lose(std::uint32_t h, const std::string& reason, bool befor
   }
   queue.push_back(
       host_lost{h, with_it.empty() ? reason : reason + "; with it the hosts it relayed: " + names,
-                before_hello, std::move(greeted)});
+                before_hello, std::move(greeted), relayed_loss(h)});
   lose_subtree();
   pmix_host_lost(h);
 }

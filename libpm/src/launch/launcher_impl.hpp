@@ -391,6 +391,10 @@ struct launcher::impl {
   // `tell`: when only a place is missing, say so (at the finish; not at a clear_leftovers).
   bool restartable(const job_report& r, bool tell = false);
   std::string no_place_reason() const;
+  // Why a host relayed by `parent` is lost with it.
+  std::string relayed_loss(std::uint32_t parent) const {
+    return "host " + host_info(parent).name + ", which relayed its link, was lost";
+  }
   // "restarting the job (2 of 3)": the line's head, for the next incarnation.
   std::string restarting_text() const {
     return "restarting the job (" + std::to_string(inc.number + 1) + " of " +

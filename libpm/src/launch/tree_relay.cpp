@@ -174,8 +174,7 @@ void launcher::impl::relay_parent_down(std::uint32_t parent) {
   auto& p = relay_parents[parent];
   if (p.down) return;
   p.down = true;
-  const agent_end how{"host " + host_info(parent).name + ", which relayed its link, was lost",
-                      false};
+  const agent_end how{relayed_loss(parent), false};
   for (const auto h : tree_children[parent]) {
     const auto stage = tree_child[h].stage;  // h is relayed: planned so
     if (stage == relay_stage::queued || stage == relay_stage::running) relay_end(h, how);
