@@ -47,6 +47,23 @@ recorder run(const std::string& data, std::size_t max_line,
   return r;
 }
 
+// What a reader of each line-by-line mode sees: the assembler's pieces, and its whole lines cut
+// by for_each_line; "+" marks a piece the line goes on after.
+std::vector<std::string> pieces_of(const recorder& r, std::size_t max_line) {
+  std::vector<std::string> pieces;
+  for (const auto& e : r.events) {
+    if (!e.whole) {
+      pieces.push_back(e.text + "+");
+      continue;
+    }
+    pm::io::for_each_line(
+        "", e.text, max_line, [&](std::string_view a, std::string_view b, pm::line_flags f) {
+          pieces.push_back(std::string(a) + std::string(b) + (f.continued ? "+" : ""));
+        });
+  }
+  return pieces;
+}
+
 TEST(LineAssembler, WholeLinesInOneCallUpToTheLastNewline) {
   pm::io::line_assembler a(100);
   recorder r;
@@ -78,19 +95,12 @@ TEST(LineAssembler, ALongerLineComesInMarkedPiecesOfMaxLineBytes) {
   const std::string line = std::string(10, 'a') + std::string(10, 'b') + "ccc\n";
   for (std::size_t chunk : {1u, 3u, 7u, 100u}) {
     const auto r = run(line, 10, {chunk});
-    std::vector<std::string> pieces;
     for (const auto& e : r.events) {
-      if (e.whole) {
-        pm::io::for_each_line(
-            "", e.text, 10, [&](std::string_view a, std::string_view b, pm::line_flags f) {
-              pieces.push_back(std::string(a) + std::string(b) + (f.continued ? "+" : ""));
-            });
-      } else {
-        EXPECT_TRUE(e.flags.continued);
-        EXPECT_EQ(e.text.size(), 10u);
-        pieces.push_back(e.text + "+");
-      }
+      if (e.whole) continue;
+      EXPECT_TRUE(e.flags.continued);
+      EXPECT_EQ(e.text.size(), 10u);
     }
+    const auto pieces = pieces_of(r, 10);
     EXPECT_EQ(pieces, (std::vector<std::string>{"aaaaaaaaaa+", "bbbbbbbbbb+", "ccc"}))
         << "chunk " << chunk;
   }
@@ -104,18 +114,7 @@ TEST(LineAssembler, ACutNeverSplitsAUtf8Character) {
   for (const auto& ch : {e_acute, euro, emoji}) {
     const std::string line = std::string(9, 'a') + ch + std::string(12, 'b') + "\n";
     for (std::size_t chunk : {1u, 2u, 5u, 9u, 10u, 100u}) {
-      const auto r = run(line, 10, {chunk});
-      std::vector<std::string> pieces;
-      for (const auto& e : r.events) {
-        if (e.whole) {
-          pm::io::for_each_line(
-              "", e.text, 10, [&](std::string_view a, std::string_view b, pm::line_flags f) {
-                pieces.push_back(std::string(a) + std::string(b) + (f.continued ? "+" : ""));
-              });
-        } else {
-          pieces.push_back(e.text + "+");
-        }
-      }
+      const auto pieces = pieces_of(run(line, 10, {chunk}), 10);
       ASSERT_GE(pieces.size(), 2u);
       EXPECT_EQ(pieces[0], std::string(9, 'a') + "+") << "chunk " << chunk;
       EXPECT_EQ(pieces[1].substr(0, ch.size()), ch) << "chunk " << chunk;
