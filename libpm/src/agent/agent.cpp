@@ -148,9 +148,10 @@ struct agent::state {
   phase ph = phase::running;
   bool channel_open = true;
   bool shutdown_asked = false;
-  // The launcher said it is stopped (^Z: link::suspend, until link::resume). It forwarded the
-  // stop to the ranks it knew of; one that starts meanwhile is stopped here, and continued at
-  // the resume (a job "suspended" during its launch ran on).
+  // The launcher said it is stopped (^Z: link::suspend, until link::resume). It forwards the
+  // stop to the ranks it knows of; every rank here is stopped too (one whose start it had not
+  // heard of yet, one that starts meanwhile), and continued at the resume (a job "suspended"
+  // during its launch ran on).
   bool launcher_stopped = false;
   int exit_code = exit_after_launcher_lost;
   std::uint64_t timer = 0;  // the latest timer started; older ones are ignored
@@ -445,7 +446,17 @@ struct agent::state {
                 }
               }
             },
-            [&](const link::suspend&) { launcher_stopped = true; },
+            [&](const link::suspend&) {
+              // Every rank here stops, also one whose start the launcher had not heard of yet
+              // (its spawn was on its way when ^Z came), and each that starts meanwhile.
+              launcher_stopped = true;
+              if (ph != phase::running) return;
+              for (auto& r : ranks) {
+                if (r.exited || r.pid <= 0 || r.held) continue;
+                r.held = true;
+                out->push_back(signal_group{r.pid, SIGTSTP});
+              }
+            },
             [&](const link::resume&) {
               launcher_stopped = false;
               for (auto& r : ranks) {
