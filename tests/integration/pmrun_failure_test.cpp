@@ -358,6 +358,19 @@ TEST(PmrunRun, AStopDuringTheLaunchSuspendsTheRanksThatStartAfterIt) {
   pm::test::scratch_dir s("pm-tstp");
   pm::test::background b({pm::test::pmrun_path(), "--allow-run-as-root", "--oversubscribe", "-np",
                           "32", "sh", "-c", "sleep 0.3; touch " + s.file("done.") + "$RANK"});
+  // As soon as pmrun catches SIGTSTP: before, the signal would meet the disposition it
+  // inherited (ignored under some CI runners, so nothing stopped).
+  const auto catches_tstp = [&] {
+    std::ifstream status("/proc/" + std::to_string(b.pid) + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("SigCgt:", 0) == 0) {
+        return ((std::stoull(line.substr(7), nullptr, 16) >> (SIGTSTP - 1)) & 1) != 0;
+      }
+    }
+    return false;
+  };
+  for (int i = 0; i < 5000 && !catches_tstp(); ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(catches_tstp());
   ::kill(b.pid, SIGTSTP);
   std::this_thread::sleep_for(1500ms);
   std::size_t done = 0;

@@ -695,6 +695,12 @@ TEST(PmrunMultihost, ARecoveredRankStartsAgainAloneOnItsHost) {
                             "0",
                             "if-rank",
                             "3",
+                            "sleep",
+                            "0.5",  // the daemon's setsid comes before its group's SIGKILL
+                            "if-restart",
+                            "0",
+                            "if-rank",
+                            "3",
                             "exit",
                             "7",
                             "sleep",
