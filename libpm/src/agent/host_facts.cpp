@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
-#include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -15,6 +14,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "sys/interface_addresses.hpp"
 #include "topology/gpu_pci_class.hpp"
 
 namespace pm::agent {
@@ -101,24 +101,14 @@ std::vector<std::string> reachable_addresses() {
     std::string client, client_port, server;
     if (in >> client >> client_port >> server) via_ssh = server;
   }
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) == 0) {
-    for (auto* it = list; it != nullptr; it = it->ifa_next) {
-      if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
-      if ((it->ifa_flags & IFF_UP) == 0 || (it->ifa_flags & IFF_LOOPBACK) != 0) continue;
-      sockaddr_in in{};
-      std::memcpy(&in, it->ifa_addr, sizeof in);
-      if ((ntohl(in.sin_addr.s_addr) >> 24) == 127) continue;
-      char text[INET_ADDRSTRLEN] = {};
-      if (::inet_ntop(AF_INET, &in.sin_addr, text, sizeof text) == nullptr) continue;
-      std::string entry = std::string(text) + "%" + it->ifa_name;
-      if (text == via_ssh) {
-        out.insert(out.begin(), std::move(entry));
-      } else {
-        out.push_back(std::move(entry));
-      }
+  for (const auto& a : sys::interface_addresses()) {
+    if (a.family != AF_INET || !a.up || a.loopback || a.address.starts_with("127.")) continue;
+    std::string entry = a.address + "%" + a.interface;
+    if (a.address == via_ssh) {
+      out.insert(out.begin(), std::move(entry));
+    } else {
+      out.push_back(std::move(entry));
     }
-    ::freeifaddrs(list);
   }
   return out;
 }

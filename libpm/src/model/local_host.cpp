@@ -1,18 +1,14 @@
 // What this machine calls itself: probed once, then passed into the pure functions.
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <thread>
 
 #include "model/host_name.hpp"
 #include "pm/allocation.hpp"
 #include "pm/error.hpp"
+#include "sys/interface_addresses.hpp"
 
 namespace pm {
 
@@ -22,22 +18,6 @@ void add_alias(local_host& me, std::string name) {
   if (name.empty() || name == me.hostname) return;
   if (std::find(me.aliases.begin(), me.aliases.end(), name) == me.aliases.end())
     me.aliases.push_back(std::move(name));
-}
-
-std::string interface_address(const sockaddr* addr) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (addr->sa_family == AF_INET) {
-    sockaddr_in in{};
-    std::memcpy(&in, addr, sizeof in);  // no cast through an unrelated pointer type
-    if (inet_ntop(AF_INET, &in.sin_addr, buf, sizeof buf) == nullptr) return {};
-  } else if (addr->sa_family == AF_INET6) {
-    sockaddr_in6 in6{};
-    std::memcpy(&in6, addr, sizeof in6);
-    if (inet_ntop(AF_INET6, &in6.sin6_addr, buf, sizeof buf) == nullptr) return {};
-  } else {
-    return {};
-  }
-  return buf;
 }
 
 }  // namespace
@@ -69,14 +49,7 @@ local_host local_host_info() {
     // No /etc/hosts: the short-name rule in is_me still matches FQDN spellings.
   }
   // Every interface address, so that -H 10.0.0.5 names this machine when it has that address.
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (auto* it = list; it != nullptr; it = it->ifa_next) {
-      if (it->ifa_addr == nullptr) continue;
-      add_alias(me, interface_address(it->ifa_addr));
-    }
-    freeifaddrs(list);
-  }
+  for (auto& a : sys::interface_addresses()) add_alias(me, std::move(a.address));
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0)
