@@ -540,24 +540,11 @@ static void launched_environment(void) {
   const char* app_env[] = {"GREETING=hello from C", "PM_C_TEST_X=app", NULL};
   const char* exports[] = {"PM_C_TEST_X=x", "PM_C_TEST_ONLY_X=x", NULL};
   const char* mca[] = {"pml", "cm", NULL}; /* the user's choice beats the host's ob1 */
-  pm_allocation* a = NULL;
-  CHECK_OK(pm_allocation_from_hosts(&a, "localhost:8"));
-  pm_job* job = NULL;
-  CHECK_OK(pm_job_new(&job));
-  pm_app_options app = PM_APP_OPTIONS_INIT;
-  app.argv = argv;
-  app.np = 2;
-  app.env = app_env;
-  CHECK_OK(pm_job_add_app(job, &app));
   pm_env_options eo = PM_ENV_OPTIONS_INIT;
   eo.exports = exports;
   eo.mca = mca;
   eo.inherited = inherited;
-  CHECK_OK(pm_job_set_env(job, &eo));
-  pm_map* map = NULL;
-  CHECK_OK(pm_map_job(&map, job, a));
-  pm_job_destroy(job);
-  pm_allocation_destroy(a);
+  pm_map* map = local_map_with_env(2, argv, app_env, &eo);
   free(inherited);
 
   char* said[2] = {NULL, NULL};

@@ -252,8 +252,9 @@ TEST_F(PmrunMpi, AJobThatNeverCallsPmixNeverStartsTheServer) {
 // local user to listen on and answer the ranks that connect next. The agent gives the job up at
 // once, and the loss names why (it used to run on without a server).
 TEST_F(PmrunMpi, AJobWhosePmixServerDiesEndsAndSaysWhy) {
-  pm::test::background b(
-      {pm::test::pmrun_path(), "--allow-run-as-root", "-np", "2", mpi_dir + "/pmix_touch", "30"});
+  // Its stderr with its stdout: the line that names the loss is checked.
+  pm::test::background b({"/bin/sh", "-c", "exec \"$0\" --allow-run-as-root -np 2 \"$1\" 30 2>&1",
+                          pm::test::pmrun_path(), mpi_dir + "/pmix_touch"});
   b.wait_lines(2);  // both ranks connected
   // pmrun -> pmd -> pmd-helper: the helper by its name among pmd's children.
   const auto children = [](pid_t pid) {
@@ -277,6 +278,10 @@ TEST_F(PmrunMpi, AJobWhosePmixServerDiesEndsAndSaysWhy) {
   const int status = b.wait_status(20);
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 5s);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 213) << status;
+  b.wait_lines(1000);  // the rest, to its end
+  EXPECT_NE(b.text.find("(the agent said: its PMIx server ended while the job ran)"),
+            std::string::npos)
+      << b.text;
   expect_nothing_left();
 }
 

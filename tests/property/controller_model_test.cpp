@@ -92,6 +92,8 @@ struct rank_model {
   std::uint32_t job = 0, job_rank = 0;  // 0: the first job; k: the k-th spawned one
   std::optional<pm::exit_status> exit;  // its own exit, as reported (not lost, not spawn-failed)
   bool unfinalized_sent = false;
+  bool exit_report_due = false;  // its notice came first (the agent's order); its exit follows
+  bool failed_by_notice = false;
   bool got_term = false, got_kill = false;
   int term_signo = 0;
   std::uint64_t pid = 0;
@@ -176,7 +178,8 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
   std::set<std::uint64_t> timers_started, timers_done;  // done: fired or cancelled
   bool saw_late_timer = false, saw_duplicate = false, saw_exit_first = false,
        saw_output_after_exit = false, saw_host_lost = false, saw_grace = false,
-       saw_unfinalized = false, saw_spawned_job = false, saw_refused_spawn = false;
+       saw_unfinalized = false, saw_notice_first = false, saw_spawned_job = false,
+       saw_refused_spawn = false;
 
   auto not_ended = [&] {
     std::uint32_t n = 0;
@@ -401,6 +404,27 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
               feed(pm::abort_requested{r, status, "model"});
             });
           }
+          if (m.does == behaviour::unfinalized && !m.got_term && !m.got_kill) {
+            // The agent's order: the notice comes with the process's own end, its exit report
+            // after it. The notice ends the rank as failed; the report adds nothing.
+            moves.push_back([&, r] {
+              auto& x = ranks[r];
+              const auto st = w.pick(2) == 0 ? pm::exit_status::exited(0)
+                                             : pm::exit_status::exited(1 + w.pick(100));
+              x.state = rank_model::ended;
+              x.exit = st;
+              x.unfinalized_sent = true;
+              x.exit_report_due = true;
+              saw_unfinalized = saw_notice_first = true;
+              if (!aborting) {
+                ++failed;
+                x.failed_by_notice = true;
+                const int code = st.shell_code();
+                failure(pm::cause_kind::rank_failed, code != 0 ? code : 1, r, x.host, true);
+              }
+              feed(pm::rank_unfinalized{r, st});
+            });
+          }
           // After calling abort a rank waits to be killed; a rank ignoring SIGTERM may still
           // end by itself.
           const bool waits = m.called_abort && !m.got_kill && (!m.got_term || m.ignores_term);
@@ -443,6 +467,16 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
                 failure(pm::cause_kind::rank_failed, code != 0 ? code : 1, r, x.host, true);
               }
               feed(pm::rank_unfinalized{r, *x.exit});
+            });
+          }
+          if (m.exit_report_due) {
+            moves.push_back([&, r] {
+              auto& x = ranks[r];
+              x.exit_report_due = false;
+              // A notice that came while the job was ending already was not heard: the exit is
+              // one of the abort's ends, as any other.
+              if (!x.failed_by_notice && aborting) ++killed;
+              feed(pm::rank_exited{r, *x.exit});
             });
           }
           if (m.late_start) {
@@ -609,6 +643,7 @@ RC_GTEST_PROP(ControllerModel, ContractHoldsUnderAnyInterleaving, ()) {
   RC_CLASSIFY(saw_output_after_exit, "output after exit");
   RC_CLASSIFY(saw_host_lost, "host lost");
   RC_CLASSIFY(saw_unfinalized, "unfinalized");
+  RC_CLASSIFY(saw_notice_first, "unfinalized notice before the exit");
   RC_CLASSIFY(saw_spawned_job, "spawned job");
   RC_CLASSIFY(saw_refused_spawn, "refused spawn");
 
