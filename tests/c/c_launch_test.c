@@ -518,6 +518,37 @@ static void free_lines(char** lines) {
 
 extern char** environ;
 
+/* Rank `r`'s variables as the launched rank printed them (its tagged lines in `path`), checked
+ * against what pm_rank_env told: the same names, the same values but for the ones decided at
+ * launch. Returns the lines (free_lines). */
+static char** launched_as_told(const char* path, uint32_t r, char** told) {
+  char** got = rank_lines(path, r);
+  size_t told_count = 0, got_count = 0, decided = 0;
+  for (char** e = told; *e != NULL; ++e, ++told_count) {
+    const char* launched = same_name(got, *e);
+    if (launched == NULL) {
+      fprintf(stderr, "rank %u: pm_rank_env has %s, the launched rank does not\n", r, *e);
+      CHECK(launched != NULL);
+    }
+    if (is_decided(*e)) {
+      ++decided;
+      CHECK_STR(strchr(*e, '=') + 1, PM_ENV_DECIDED_AT_LAUNCH);
+      CHECK(strcmp(strchr(launched, '=') + 1, PM_ENV_DECIDED_AT_LAUNCH) != 0);
+    } else {
+      CHECK_STR(launched, *e);
+    }
+  }
+  for (char** e = got; *e != NULL; ++e, ++got_count) {
+    if (same_name(told, *e) == NULL) {
+      fprintf(stderr, "rank %u got %s, which pm_rank_env does not have\n", r, *e);
+      CHECK(same_name(told, *e) != NULL);
+    }
+  }
+  CHECK(told_count == got_count);
+  CHECK(decided == decided_count);
+  return got;
+}
+
 /* A launched rank gets exactly what pm_rank_env shows: every variable, with the same value but
  * for the ones only its agent decides at launch (present in both; pm_rank_env shows
  * PM_ENV_DECIDED_AT_LAUNCH). It starts from this process's environment (entries holding a newline
@@ -565,30 +596,7 @@ static void launched_environment(void) {
   CHECK(info.exit_code == 0);
 
   for (uint32_t r = 0; r < 2; ++r) {
-    char** got = rank_lines(path, r);
-    size_t told_count = 0, got_count = 0, decided = 0;
-    for (char** e = told[r]; *e != NULL; ++e, ++told_count) {
-      const char* launched = same_name(got, *e);
-      if (launched == NULL) {
-        fprintf(stderr, "rank %u: pm_rank_env has %s, the launched rank does not\n", r, *e);
-        CHECK(launched != NULL);
-      }
-      if (is_decided(*e)) {
-        ++decided;
-        CHECK_STR(strchr(*e, '=') + 1, PM_ENV_DECIDED_AT_LAUNCH);
-        CHECK(strcmp(strchr(launched, '=') + 1, PM_ENV_DECIDED_AT_LAUNCH) != 0);
-      } else {
-        CHECK_STR(launched, *e);
-      }
-    }
-    for (char** e = got; *e != NULL; ++e, ++got_count) {
-      if (same_name(told[r], *e) == NULL) {
-        fprintf(stderr, "rank %u got %s, which pm_rank_env does not have\n", r, *e);
-        CHECK(same_name(told[r], *e) != NULL);
-      }
-    }
-    CHECK(told_count == got_count);
-    CHECK(decided == decided_count);
+    char** got = launched_as_told(path, r, told[r]);
     /* What this job set, as the launched rank saw it. */
     CHECK(same_name(got, "RANK=") != NULL);
     CHECK_STR(same_name(got, "RANK="), r == 0 ? "RANK=0" : "RANK=1");
@@ -609,6 +617,42 @@ static void launched_environment(void) {
   unlink(path);
   pm_report_destroy(report);
   pm_map_destroy(map);
+}
+
+/* An empty inherited list is an empty start, not this process's environment: a secret of the
+ * embedder's reaches no rank, and the rank gets exactly what pm_rank_env shows. */
+static void empty_inherited_environment(void) {
+  CHECK(setenv("PM_C_TEST_SECRET", "hunter2", 1) == 0);
+  const char* argv[] = {payload, "env-all", NULL};
+  const char* inherited[] = {NULL};
+  pm_env_options eo = PM_ENV_OPTIONS_INIT;
+  eo.inherited = inherited;
+  pm_map* map = local_map_with_env(1, argv, NULL, &eo);
+  char** told = NULL;
+  CHECK_OK(pm_rank_env(&told, map, 0));
+  CHECK(same_name(told, "PM_C_TEST_SECRET=") == NULL);
+  char path[] = "/tmp/pm_c_env_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  pm_run_options o = PM_RUN_OPTIONS_INIT;
+  o.stdout_fd = fd;
+  o.tag_output = 1;
+  pm_report* report = NULL;
+  CHECK_OK(pm_launch(&report, map, &o));
+  close(fd);
+  pm_report_info info = PM_REPORT_INFO_INIT;
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.exit_code == 0);
+  char** got = launched_as_told(path, 0, told);
+  CHECK(same_name(got, "PM_C_TEST_SECRET=") == NULL);
+  CHECK(same_name(got, "HOME=") == NULL);
+  CHECK_STR(same_name(got, "RANK="), "RANK=0");
+  free_lines(got);
+  pm_strings_free(told);
+  unlink(path);
+  pm_report_destroy(report);
+  pm_map_destroy(map);
+  CHECK(unsetenv("PM_C_TEST_SECRET") == 0);
 }
 
 /* The last callback of a run makes a call that fails; the pm_run_wait around it succeeds and
@@ -802,6 +846,7 @@ int main(int argc, char** argv) {
   signal_from_another_thread();
   output_to_descriptors();
   launched_environment();
+  empty_inherited_environment();
   no_stale_error_after_reentrant_failure();
   restart_in_place();
   recover_one_rank();

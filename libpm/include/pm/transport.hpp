@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,10 +32,10 @@ struct agent_target {
   /// The agent's command line on that host: the pmd path and its arguments (--stdio, --nonce N).
   /// Everything else about the job travels over the link after the hello, never on this line.
   std::vector<std::string> agent_argv;
-  /// An agent started on this machine gets this environment (the job's base environment); a
-  /// transport that starts agents elsewhere must ignore it: the launcher's environment never
-  /// reaches another host.
-  std::vector<std::string> environment;
+  /// An agent started on this machine gets this environment (the job's base environment, also
+  /// when it is empty); nullopt: this process's own. A transport that starts agents elsewhere
+  /// must ignore it: the launcher's environment never reaches another host.
+  std::optional<std::vector<std::string>> environment;
 };
 
 /// The launcher's ends of a byte stream to an agent. The receiver owns the descriptors.

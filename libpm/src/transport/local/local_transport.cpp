@@ -87,8 +87,11 @@ std::string default_agent_path() {
 namespace {
 
 // pmd with one end of a new socket pair as its stdin and stdout; `ours` gets the other end.
+// `env`: its environment; nullopt: this process's (an empty one is given as empty: an embedder
+// that gave the job an empty environment must not see its own reach the ranks).
 sys::spawned_process spawn_agent(const std::string& path, std::vector<std::string> argv,
-                                 std::vector<std::string> env, link::owned_fd& ours) {
+                                 std::optional<std::vector<std::string>> env,
+                                 link::owned_fd& ours) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     throw error(errc::system,
@@ -99,8 +102,9 @@ sys::spawned_process spawn_agent(const std::string& path, std::vector<std::strin
   sys::spawn_request req;
   req.path = path;
   req.argv = std::move(argv);
-  req.env = std::move(env);
-  if (req.env.empty()) {
+  if (env) {
+    req.env = std::move(*env);
+  } else {
     for (char** e = environ; *e != nullptr; ++e) req.env.emplace_back(*e);
   }
   // The launcher may have raised its descriptor limit: pmd starts with the one it was given,
