@@ -16,7 +16,16 @@ std::chrono::milliseconds stall_timeout_of(double seconds) {
     throw pm::error(pm::errc::usage, std::string("--stall-timeout '") + text +
                                          "': expected a positive number of seconds");
   }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
+  const auto ms = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
+  if (seconds > 0 && ms.count() == 0) {
+    // Below half a millisecond it would round to 0, which turns the watch off: pmrun refuses it.
+    char text[64];
+    std::snprintf(text, sizeof text, "%g", seconds);
+    throw pm::error(pm::errc::usage, std::string("--stall-timeout '") + text +
+                                         "': expected a positive number of seconds (at least "
+                                         "0.001; 0 turns it off)");
+  }
+  return ms;
 }
 
 namespace {
@@ -156,9 +165,9 @@ int pm_job_set_mapping(pm_job* job, const pm_mapping_options* mapping) {
 int pm_job_set_map_by(pm_job* job, const char* value) {
   return guard(__func__, [&](const char* fn) {
     return set_binding_option(fn, job, value, [](pm::mapping_policy& m, std::string_view v) {
+      if (v.empty()) throw pm::error(pm::errc::usage, "--map-by: empty value");  // as pmrun
       // ":OVERSUBSCRIBE" alone means slot, as pmrun reads it.
-      const std::string spec =
-          v.empty() || v.front() == ':' ? "slot" + std::string(v) : std::string(v);
+      const std::string spec = v.front() == ':' ? "slot" + std::string(v) : std::string(v);
       pm::set_map_by(m, pm::topo::parse_map_by(spec));
     });
   });

@@ -79,6 +79,9 @@ static void bad_spellings(void) {
   CHECK_FAILS(pm_job_set_bind_to(job, "corez"), PM_E_USAGE, "--bind-to corez");
   CHECK(strchr(pm_last_error(), '\n') == NULL);
   CHECK_FAILS(pm_job_set_map_by(job, "ppr:x:core"), PM_E_USAGE, "--map-by");
+  CHECK_FAILS(pm_job_set_map_by(job, ""), PM_E_USAGE, "--map-by: empty value");
+  CHECK_FAILS(pm_job_set_stall_timeout(job, 0.0004), PM_E_USAGE, "at least 0.001");
+  CHECK_FAILS(pm_job_set_stall_timeout(job, 1e-300), PM_E_USAGE, "--stall-timeout");
   CHECK_FAILS(pm_job_set_rank_by(job, "bogus"), PM_E_USAGE, "--rank-by bogus");
   CHECK_FAILS(pm_job_set_cpus_per_rank(job, "0"), PM_E_USAGE, "--cpus-per-rank");
   CHECK_FAILS(pm_job_set_gpus_per_rank(job, "1:sharde"), PM_E_USAGE, "--gpus-per-rank");

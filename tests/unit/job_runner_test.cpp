@@ -211,6 +211,34 @@ TEST(JobRunner, RefusesASignalAJobDoesNotTake) {
   EXPECT_EQ(*code, 0);
 }
 
+// A request that does not hold together is refused by the constructor in one line, before
+// anything starts (an agent that gave up on it was reported as a lost host, exit 213).
+TEST(JobRunner, RefusesARequestThatDoesNotHoldTogether) {
+  boost::asio::io_context io;
+  const auto refused = [&](pm::job_request request, const std::string& says) {
+    try {
+      pm::job_runner runner(io, std::move(request), {});
+      ADD_FAILURE() << "accepted; expected: " << says;
+    } catch (const pm::error& e) {
+      EXPECT_EQ(e.code(), pm::errc::usage);
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  auto no_apps = local_job(1, {"/bin/true"});
+  no_apps.apps.clear();
+  refused(std::move(no_apps), "0 app contexts for a rank map of 1");
+  auto two_apps = local_job(1, {"/bin/true"});
+  two_apps.apps.push_back(two_apps.apps.front());
+  refused(std::move(two_apps), "2 app contexts for a rank map of 1");
+  auto no_program = local_job(1, {"/bin/true"});
+  no_program.apps.front().argv.clear();
+  refused(std::move(no_program), "app 0 has no program");
+  auto no_ranks = local_job(1, {"/bin/true"});
+  no_ranks.map = pm::rank_map{};
+  refused(std::move(no_ranks), "no rank");
+  EXPECT_EQ(io.poll(), 0u) << "nothing was started";
+}
+
 // ---- the set-up (docs/failure-semantics.md, "Set-up"), with a transport that stands for ssh ----
 
 // A remote transport whose agents never answer (`fail` empty: ssh waits for a host that does not

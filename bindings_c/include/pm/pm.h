@@ -234,7 +234,8 @@ PM_C_API int pm_job_set_report_bindings(pm_job* job, int on);
  * anything for `seconds` (fractions allowed), the run names every live rank's state through
  * on_message (one line per host: pid, state, kernel wait channel, CPU seconds, time since its
  * last output) and ends the job: exit code 214, cause PM_CAUSE_STALLED. 0 turns it off (the
- * default); negative, not a number or more than a year is PM_E_USAGE. A launch of the map takes
+ * default); negative, not a number, more than a year or a positive value below half a
+ * millisecond (it would round to 0: off) is PM_E_USAGE. A launch of the map takes
  * the value the job had when pm_map_job mapped it. */
 PM_C_API int pm_job_set_stall_timeout(pm_job* job, double seconds);
 

@@ -349,6 +349,7 @@ struct job_runner::impl : std::enable_shared_from_this<impl> {
 
 job_runner::job_runner(asio::io_context& io, job_request request, job_callbacks callbacks)
     : impl_(std::make_shared<impl>(io, std::move(request), std::move(callbacks))) {
+  driver::check_request_shape(impl_->req);
   driver::anchor_working_directories(impl_->req);
   driver::check_restart_policy(impl_->req);
   driver::check_programs(impl_->req);

@@ -85,6 +85,22 @@ void anchor_working_directories(job_request& request) {
   }
 }
 
+void check_request_shape(const job_request& request) {
+  const auto& map = request.map;
+  if (map.size() == 0) throw error(errc::usage, "the job request's rank map has no rank");
+  if (request.apps.size() != map.num_apps()) {
+    throw error(errc::usage, "the job request has " + std::to_string(request.apps.size()) +
+                                 " app contexts for a rank map of " +
+                                 std::to_string(map.num_apps()) +
+                                 " (job_request::apps must be the mapped job's apps)");
+  }
+  for (std::size_t i = 0; i < request.apps.size(); ++i) {
+    if (request.apps[i].argv.empty() || request.apps[i].argv.front().empty()) {
+      throw error(errc::usage, "the job request's app " + std::to_string(i) + " has no program");
+    }
+  }
+}
+
 void check_restart_policy(const job_request& request) {
   const auto& r = request.restarts;
   if (!r.host_discovery.empty() && r.max_restarts == 0) {

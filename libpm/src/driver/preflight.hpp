@@ -10,6 +10,11 @@
 
 namespace pm::driver {
 
+/// Throws pm::error(errc::usage) with one line when the request does not hold together: no rank,
+/// an app context per rank map app missing (or one too many), an app without a program. An
+/// embedder's slip is said before anything starts, not met later as an agent that gave up.
+void check_request_shape(const job_request& request);
+
 /// Throws pm::error(errc::launch) with one line naming what is missing.
 void check_programs(const job_request& request);
 
