@@ -207,7 +207,10 @@ constexpr std::chrono::milliseconds ready_time{5};  // ... and for about this lo
 // has passed.
 void run_loop(const char* function, pm_run& run,
               std::optional<std::chrono::steady_clock::time_point> deadline) {
-  if (run.in_loop) invalid(function, "called from inside one of the run's own callbacks");
+  if (run.in_loop) {
+    invalid(function,
+            "called from inside one of the run's own callbacks (or from two threads at once)");
+  }
   run.in_loop = true;
   struct leave {
     pm_run& r;
@@ -412,10 +415,16 @@ void pm_run_destroy(pm_run* run) {
   if (!finished(*run)) {
     try {
       run->runner->cancel();
-      // Bounded, against a bug: the ranks' grace (pm_run_options.kill_grace_ms) and a minute.
       const auto grace = std::chrono::milliseconds(
           run->options.kill_grace_ms != 0 ? run->options.kill_grace_ms : 3000);
-      run_loop(__func__, *run, std::chrono::steady_clock::now() + grace + std::chrono::seconds(60));
+      // The ranks' grace and a second for a slow reader of their output; then output that cannot
+      // be written (a pipe nobody reads) is let go, so that the caller's thread is not held by
+      // it. Bounded, against a bug: a minute more.
+      run_loop(__func__, *run, std::chrono::steady_clock::now() + grace + std::chrono::seconds(1));
+      if (!finished(*run)) {
+        run->runner->give_up_output();
+        run_loop(__func__, *run, std::chrono::steady_clock::now() + std::chrono::seconds(60));
+      }
     } catch (...) {
     }
   }

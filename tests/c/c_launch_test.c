@@ -392,6 +392,40 @@ static void signals_cancel_timeout(void) {
   pm_map_destroy(map);
 }
 
+/* Destroying a running job whose output goes to a pipe nobody reads: the destroy returns once
+ * the rank is gone and a second has passed (it held the thread for a minute), and says how many
+ * bytes were dropped. */
+static void destroy_with_unread_output(void) {
+  const char* argv[] = {"/bin/sh", "-c", "exec yes abcdefghijklmnopqrstuvwxyz", NULL};
+  pm_map* map = local_map(1, argv, NULL);
+  int p[2];
+  CHECK(pipe(p) == 0);
+  capture c;
+  memset(&c, 0, sizeof c);
+  pm_run_options o = options_for(&c);
+  o.on_output = NULL;
+  o.stdout_fd = p[1];
+  o.kill_grace_ms = 300;
+  pm_run* run = NULL;
+  CHECK_OK(pm_run_start(&run, map, &o));
+  wait_running(run, &c, 1);
+  for (int i = 0; i < 10; ++i) { /* the pipe fills, the rank writes on */
+    int finished = 0;
+    CHECK_OK(pm_run_poll(run, 20, &finished));
+    CHECK(finished == 0);
+  }
+  const pid_t pid = (pid_t)c.pid[0];
+  CHECK(pid > 0);
+  const double before = now_seconds();
+  pm_run_destroy(run);
+  CHECK(now_seconds() - before < 10.0);
+  CHECK(kill(pid, 0) == -1 && errno == ESRCH);
+  CHECK_CONTAINS(c.last_message, "were not written");
+  close(p[0]);
+  close(p[1]);
+  pm_map_destroy(map);
+}
+
 /* pm_run_signal from another thread while this one runs the loop. */
 static void* send_term(void* run) {
   struct timespec pause = {0, 100 * 1000 * 1000};
@@ -845,6 +879,7 @@ int main(int argc, char** argv) {
   signals_cancel_timeout();
   signal_from_another_thread();
   output_to_descriptors();
+  destroy_with_unread_output();
   launched_environment();
   empty_inherited_environment();
   no_stale_error_after_reentrant_failure();

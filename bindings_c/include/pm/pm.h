@@ -488,8 +488,10 @@ PM_C_API int pm_run_finished(const pm_run* run, int* out);
 PM_C_API int pm_run_report(pm_report** out, const pm_run* run);
 /* Frees the run. A job still running is cancelled first and run to its end (every rank and what
  * it left behind): this blocks until the ranks are gone, at most about the kill grace when a rank
- * ignores SIGTERM (milliseconds otherwise). From inside one of the run's own callbacks it does
- * nothing (the run stays valid): destroy it after pm_run_poll/pm_run_wait returned. */
+ * ignores SIGTERM (milliseconds otherwise). Output that still cannot be written a second after
+ * the grace (a pipe nobody reads) is let go: its bytes are dropped, the count said through
+ * on_message. From inside one of the run's own callbacks it does nothing (the run stays valid):
+ * destroy it after pm_run_poll/pm_run_wait returned. */
 PM_C_API void pm_run_destroy(pm_run* run);
 /* pm_run_start + pm_run_wait + pm_run_report + pm_run_destroy. */
 PM_C_API int pm_launch(pm_report** out, const pm_map* map, const pm_run_options* options);

@@ -264,6 +264,10 @@ class PM_API job_runner {
   void signal(int signo);
   /// Aborts the job (SIGTERM, then SIGKILL after the grace period), as a cancelled job.
   void cancel();
+  /// Lets go of the ranks' output that cannot be written now (a pipe nobody reads, full): its
+  /// bytes are dropped and counted in one message, and the job ends without waiting for a reader
+  /// (pmrun's second interrupt does the same). Output to files is never given up.
+  void give_up_output();
   bool finished() const noexcept;
   /// The report so far (final after on_finish).
   job_report report() const;

@@ -372,6 +372,11 @@ void job_runner::cancel() {
   impl_->feed([](launch::launcher& m, launch::link_time t, launch::actions& a) { m.cancel(t, a); });
 }
 
+void job_runner::give_up_output() {
+  impl_->feed(
+      [](launch::launcher& m, launch::link_time t, launch::actions& a) { m.give_up_output(t, a); });
+}
+
 bool job_runner::finished() const noexcept {
   return impl_->done;
 }

@@ -579,6 +579,10 @@ void launcher::cancel(link_time now, actions& out) {
   });
 }
 
+void launcher::give_up_output(link_time now, actions& out) {
+  impl_->step(now, out, [&] { impl_->out->push_back(output_give_up{}); });
+}
+
 void launcher::hosts_discovered(link_time now, discovery found, actions& out) {
   impl_->step(now, out, [&] { impl_->on_discovered(std::move(found)); });
 }

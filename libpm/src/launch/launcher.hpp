@@ -286,6 +286,8 @@ class launcher {
   void signal(link_time now, int signo, actions& out);
   /// An embedder ends the job (job_runner::cancel).
   void cancel(link_time now, actions& out);
+  /// An embedder lets go of the output nobody reads (job_runner::give_up_output).
+  void give_up_output(link_time now, actions& out);
   /// What discover_hosts found: the hosts (their `local` decided by the driver), or, with
   /// `failure` set, one line saying why there are none (the command failed, took too long, or
   /// printed garbage).
