@@ -124,6 +124,16 @@ int pm_allocation_add_host(pm_allocation* allocation, const char* name, uint32_t
     h.slots = slots;
     h.max_slots = max_slots;
     h.local = me().is_me(name);
+    // One host per machine, as pm_allocation_from_hosts merges "localhost,127.0.0.1": two
+    // spellings of this machine would be two hosts, each with an agent of its own (a launch
+    // refused them, naming this machine's address as another host).
+    const auto other =
+        std::find_if(a.hosts.begin(), a.hosts.end(), [](const pm::host& x) { return x.local; });
+    if (h.local && other != a.hosts.end()) {
+      throw pm::error(pm::errc::allocation,
+                      std::string("host '") + name +
+                          "' is this machine, in the allocation already as '" + other->name + "'");
+    }
     a.hosts.push_back(std::move(h));
     return PM_OK;
   });

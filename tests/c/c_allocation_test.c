@@ -166,6 +166,9 @@ static void host_by_host(void) {
   CHECK_OK(pm_allocation_add_host(a, "gpu2", 4, 8));
   CHECK_OK(pm_allocation_add_host(a, "localhost", 1, 0));
   CHECK_FAILS(pm_allocation_add_host(a, "gpu1", 1, 0), PM_E_ALLOCATION, "'gpu1' is already");
+  /* Another name of this machine is this machine again. */
+  CHECK_FAILS(pm_allocation_add_host(a, "127.0.0.1", 2, 0), PM_E_ALLOCATION,
+              "host '127.0.0.1' is this machine, in the allocation already as 'localhost'");
   CHECK_FAILS(pm_allocation_add_host(a, "gpu3", 0, 0), PM_E_INVALID, "slots must be at least 1");
   CHECK_FAILS(pm_allocation_add_host(a, "x y", 1, 0), PM_E_INVALID,
               "a blank or a control character");

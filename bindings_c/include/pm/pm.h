@@ -123,8 +123,9 @@ PM_C_API int pm_allocation_from_environment(pm_allocation** out, const char* con
 PM_C_API void pm_allocation_destroy(pm_allocation* allocation);
 
 /* Appends a host. `slots` >= 1; `max_slots` 0 (no limit) or >= slots. A name already in the
- * allocation is PM_E_ALLOCATION; one holding a blank or a control character PM_E_INVALID. The host
- * is marked local when the name is this machine's. */
+ * allocation is PM_E_ALLOCATION, and so is a second name of this machine ("127.0.0.1" after
+ * "localhost": one host per machine); one holding a blank or a control character PM_E_INVALID.
+ * The host is marked local when the name is this machine's. */
 PM_C_API int pm_allocation_add_host(pm_allocation* allocation, const char* name, uint32_t slots,
                                     uint32_t max_slots);
 PM_C_API int pm_allocation_host_count(const pm_allocation* allocation, size_t* out);
