@@ -54,6 +54,27 @@ TEST(EnvCompose, EveryLayerInItsPlace) {
   EXPECT_FALSE(pm::composed_value(l, "NOPE"));
 }
 
+// Past 64 later entries the composer looks names up in a hash map instead of scanning (thousands
+// of -x exports were quadratic): the same answer as the scans give.
+TEST(EnvCompose, ManyExportsComposeAsAFew) {
+  const strings base = {"A=base", "B=base", "C=base", "D=base", "E=base", "F=base", "Z=base"};
+  const strings profile = {"B=profile", "C=profile", "D=profile", "E=profile", "P=profile"};
+  strings exports = {"C=x", "D=x", "E=x", "X=x"};
+  strings pads;
+  for (int i = 0; i < 100; ++i) pads.push_back("PAD" + std::to_string(i) + "=x");
+  exports.insert(exports.end(), pads.begin(), pads.end());
+  exports.push_back("X=x2");  // repeated: stands at its last place
+  const strings app = {"D=app", "E=app", "Y=app"};
+  const strings host = {"E=host", "H=host"};
+  const strings defaults = {"A=default", "P=default", "Q=default", "PAD7=default"};
+  pm::env_layers l{base, profile, exports, app, host, defaults};
+  strings expected = {"A=base", "F=base", "Z=base", "B=profile", "P=profile", "C=x"};
+  expected.insert(expected.end(), pads.begin(), pads.end());
+  for (const char* e : {"X=x2", "D=app", "Y=app", "E=host", "H=host", "Q=default"})
+    expected.emplace_back(e);
+  EXPECT_EQ(pm::compose_environment(l), expected);
+}
+
 TEST(EnvCompose, ARepeatedNameStandsWhereItsLastEntryIs) {
   const strings base = {"B=1", "A=1", "B=2"};  // not sorted: the last B wins, at its place
   const strings profile = {"P=1", "Q=1"};

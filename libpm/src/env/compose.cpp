@@ -79,7 +79,20 @@ std::vector<std::string> compose_environment(const env_layers& l) {
     if ((filter & bit) != 0) repeated |= bit;
     filter |= bit;
   }
+  // Past a few dozen later entries (thousands of -x exports) the filter passes every name and the
+  // scans below would make it quadratic: each later name's last place, in a hash map, keeps it
+  // linear (off the fast path).
+  const bool many = later.size() > 64;
+  std::unordered_map<std::string_view, std::size_t> last_later;
+  if (many) {
+    last_later.reserve(later.size());
+    for (std::size_t i = 0; i < later.size(); ++i) last_later[later[i].name] = i;
+  }
   auto named_in = [&](std::string_view name, std::size_t from) {
+    if (many) {
+      const auto it = last_later.find(name);
+      return it != last_later.end() && it->second >= from;
+    }
     for (std::size_t i = from; i < later.size(); ++i) {
       if (later[i].name == name) return true;
     }
