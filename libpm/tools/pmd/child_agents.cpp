@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -136,9 +137,27 @@ void child_agents::close_in(child& c) {
 void child_agents::stop(std::uint32_t host) {
   auto it = children_.find(host);
   if (it == children_.end()) return;
-  it->second.pending_in.clear();
-  close_in(it->second);
-  if (it->second.pidfd) pm::sys::send_signal(it->second.pidfd.get(), SIGTERM);
+  child& c = it->second;
+  c.pending_in.clear();
+  close_in(c);
+  if (!c.pidfd || c.patience) return;
+  // SIGTERM only if it has not ended after the patience (ssh ends once its agent has).
+  pm::link::owned_fd timer(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  itimerspec at{};
+  at.it_value.tv_nsec = static_cast<long>(stop_patience_ms) * 1000000L;
+  if (!timer || ::timerfd_settime(timer.get(), 0, &at, nullptr) != 0) {
+    pm::sys::send_signal(c.pidfd.get(), SIGTERM);
+    return;
+  }
+  c.patience = std::move(timer);
+  hooks_.watch(c.patience.get(), EPOLLIN, tag_patience | host);
+}
+
+void child_agents::patience_over(child& c) {
+  if (!c.patience) return;
+  hooks_.unwatch(c.patience.get());
+  c.patience.reset();
+  if (c.pidfd) pm::sys::send_signal(c.pidfd.get(), SIGTERM);
 }
 
 void child_agents::read_out(std::uint32_t host, child& c, bool drain) {
@@ -200,6 +219,7 @@ void child_agents::on_exit(std::uint32_t host) {
   if (c.out && c.out_watched) hooks_.unwatch(c.out.get());
   if (c.err) hooks_.unwatch(c.err.get());
   if (c.in && c.in_watched) hooks_.unwatch(c.in.get());
+  if (c.patience) hooks_.unwatch(c.patience.get());
   children_.erase(it);
   hooks_.report(ended);
 }
@@ -219,6 +239,8 @@ void child_agents::on_event(std::uint64_t tag) {
     read_err(host, it->second);
   } else if (kind == tag_in) {
     write_in(host, it->second);
+  } else if (kind == tag_patience) {
+    patience_over(it->second);
   }
 }
 

@@ -39,10 +39,16 @@ class child_agents {
   static constexpr std::uint64_t tag_err = 10ull << 56;
   static constexpr std::uint64_t tag_exit = 11ull << 56;
   static constexpr std::uint64_t tag_in = 12ull << 56;
+  static constexpr std::uint64_t tag_patience = 13ull << 56;
   static bool owns_tag(std::uint64_t tag) {
     const auto kind = tag & (0xffull << 56);
-    return kind == tag_out || kind == tag_err || kind == tag_exit || kind == tag_in;
+    return kind == tag_out || kind == tag_err || kind == tag_exit || kind == tag_in ||
+           kind == tag_patience;
   }
+  /// A stopped child's ssh is given this long to end by itself (its agent exits once it reads
+  /// the end of its input) before SIGTERM, as the launcher gives its own ssh: stopped at once, the
+  /// child host's agent and its shell outlived the launch (pmrun returned first).
+  static constexpr int stop_patience_ms = 200;
   static constexpr std::size_t max_queued = std::size_t{1} << 20;
 
   child_agents(hooks h, std::vector<std::string> environment)
@@ -68,10 +74,12 @@ class child_agents {
     bool out_watched = false;
     bool paused = false;
     bool closing_in = false;
+    pm::link::owned_fd patience;  // a timerfd, while a stopped child is given time (stop)
   };
   void open(const pm::agent::start_child& m);
   void write(std::uint32_t host, const std::string& bytes);
   void stop(std::uint32_t host);
+  void patience_over(child& c);
   void read_out(std::uint32_t host, child& c, bool drain);
   void read_err(std::uint32_t host, child& c);
   void write_in(std::uint32_t host, child& c);
