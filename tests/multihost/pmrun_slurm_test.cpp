@@ -234,6 +234,10 @@ TEST(PmrunSlurm, ScancelEndsTheJobAndTheReportSaysWhy) {
   const bool slurms_word = job.err().find("CANCELLED") != std::string::npos;
   const bool ranks_signal = job.err().find("was killed by SIGTERM") != std::string::npos;
   EXPECT_TRUE(slurms_word || ranks_signal) << "exit " << code << ": " << job.err();
+  // Slurm's SIGTERM to the agents is said, not taken for a lost host (213, naming whichever
+  // agent's word came first, where Slurm named another node).
+  EXPECT_NE(code, 213) << job.err();
+  EXPECT_EQ(job.err().find("was lost"), std::string::npos) << job.err();
   EXPECT_LT(took, 10s) << job.err();
   EXPECT_TRUE(nodes_clean(c, {"node1", "node2", "node3"}))
       << left_on(c, {"node1", "node2", "node3"});

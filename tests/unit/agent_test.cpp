@@ -329,11 +329,12 @@ TEST(Agent, ARankSpawnedAfterTheEndBeganIsKilledToo) {
             (std::vector<ch::message>{ch::spawn_failed{1, 127, "the agent is shutting down"}}));
 }
 
-TEST(Agent, ItsOwnSigtermIsReportedAndTreatedAsLauncherLoss) {
+TEST(Agent, ItsOwnSigtermIsSaidAndTreatedAsLauncherLoss) {
   harness h;
   h.start(1);
   const auto a = h.feed(terminate_requested{SIGTERM});
-  EXPECT_EQ(sent(a), (std::vector<ch::message>{ch::agent_error{"the agent received SIGTERM"}}));
+  EXPECT_EQ(sent(a), (std::vector<ch::message>{
+                         ch::agent_notice{"the agent received SIGTERM; it ends its ranks"}}));
   EXPECT_EQ(signals(a), (std::vector<std::pair<std::int64_t, int>>{{100, SIGTERM}}));
   // Exits are still reported while the channel is open.
   EXPECT_EQ(sent(h.feed(rank_exited{0, exit_status::signaled(SIGTERM)})),

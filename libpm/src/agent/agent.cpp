@@ -571,7 +571,12 @@ struct agent::state {
                    },
                    [&](const bad_message& b) { protocol_error(b.reason); },
                    [&](const terminate_requested& t) {
-                     send_msg(link::agent_error{"the agent received " + signal_name(t.signo)});
+                     // Told to end from outside (Slurm's scancel or time limit, an admin's
+                     // kill): a line, not the agent's failure. Its ranks end by the signal, and
+                     // the first of their ends is the job's (docs/slurm.md); an agent_error
+                     // would have made it a lost host (213).
+                     send_msg(link::agent_notice{"the agent received " + signal_name(t.signo) +
+                                                 "; it ends its ranks"});
                      lose_launcher();
                    },
                    [&](const timer_fired& t) {
