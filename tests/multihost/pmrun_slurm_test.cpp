@@ -138,7 +138,9 @@ TEST(PmrunSlurm, PlacementFollowsTheAllocationWithTheAllocationsTasksByDefault) 
                     "echo \"rank=$OMPI_COMM_WORLD_RANK host=$(hostname) node=$NODE_RANK "
                     "local=$LOCAL_RANK size=$WORLD_SIZE master=$MASTER_ADDR "
                     "token=${PM_AGENT_TOKEN:-none} addrs=${PM_AGENT_ADDRS:-none} "
-                    "step=${SLURM_STEP_ID:-none}\""}),
+                    "step=${SLURM_STEP_ID:-none} stepid=${SLURM_STEPID:-none} "
+                    "ntasks=$SLURM_NTASKS nnodes=$SLURM_NNODES tpn=$SLURM_TASKS_PER_NODE "
+                    "comm=${SLURM_SRUN_COMM_HOST:-none} taskpid=${SLURM_TASK_PID:-none}\""}),
       60s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto lines = pm::test::lines_by_rank(r.out);
@@ -146,10 +148,14 @@ TEST(PmrunSlurm, PlacementFollowsTheAllocationWithTheAllocationsTasksByDefault) 
   const auto& hosts = c.hosts().hosts();
   for (int rank = 0; rank < 6; ++rank) {
     const int node = rank / 2;
-    const std::string want = "host=" + hosts[static_cast<std::size_t>(node)].name +
-                             " node=" + std::to_string(node) +
-                             " local=" + std::to_string(rank % 2) +
-                             " size=6 master=" + hosts[0].ip + " token=none addrs=none step=none";
+    const std::string want =
+        "host=" + hosts[static_cast<std::size_t>(node)].name + " node=" + std::to_string(node) +
+        " local=" + std::to_string(rank % 2) + " size=6 master=" + hosts[0].ip +
+        " token=none addrs=none step=none stepid=none"
+        // The allocation's Slurm variables on every node, as on the first
+        // (the agents' own srun step set its own on the others: a nested
+        // pmrun there read 2 nodes of 1 task).
+        " ntasks=6 nnodes=3 tpn=2(x3) comm=none taskpid=none";
     EXPECT_EQ(lines[rank], want) << all_nodes_note;
   }
   EXPECT_TRUE(r.err.empty()) << r.err;

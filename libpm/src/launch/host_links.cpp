@@ -63,6 +63,7 @@ link::job_setup launcher::impl::setup_for(std::uint32_t h) const {
   s.streams = req.output.merge_stderr ? 1 : 2;
   s.cwd = cfg.cwd;
   s.base = mca_exports;
+  if (!local) s.base.insert(s.base.end(), slurm_exports.begin(), slurm_exports.end());
   s.overrides = env_lines(req.env.overrides);
   for (std::uint32_t i = 0; i < req.apps.size(); ++i) {
     s.apps.push_back(

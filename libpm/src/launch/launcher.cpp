@@ -31,6 +31,7 @@ launcher::impl::impl(launch_config c)
   for (const auto& v : req.env.base) base_env.push_back(joined(v));
   for (const auto& v : req.env.base) {
     if (v.name.starts_with("OMPI_MCA_")) mca_exports.push_back(joined(v));
+    if (v.name.starts_with("SLURM_")) slurm_exports.push_back(joined(v));
   }
   if (req.restarts.max_restarts > 0) {
     req.env.facts.max_restarts = req.restarts.max_restarts;

@@ -172,6 +172,9 @@ struct launcher::impl {
 
   std::vector<std::string> base_env;     // the local agent's environment
   std::vector<std::string> mca_exports;  // what every agent adds to its own environment
+  // The launcher's Slurm allocation variables: what a remote agent adds too, so that every rank
+  // sees the allocation as this host's ranks do (an agent started by srun has its step's).
+  std::vector<std::string> slurm_exports;
 
   // The tree launch (tree_relay.cpp).
   enum class relay_stage : std::uint8_t { none, queued, running, ended };
