@@ -106,6 +106,21 @@ TEST(MapJob, ExplicitAllocationsRefuseOversubscription) {
             "--oversubscribe to place more ranks than slots)");
 }
 
+// A remote host of a single bare hostfile line counts 1 slot: the refusal says so and how to fix
+// it (mpirun asks that host's daemon for its cores; pmrun maps before any agent runs).
+TEST(MapJob, ARefusalNamesARemoteBareHostfileLine) {
+  auto a = hosts({{"node1", 1}}, pm::allocation_source::hostfile);
+  a.hosts[0].slots_given = false;
+  EXPECT_EQ(mapping_error(job(2), a),
+            "not enough slots: 2 ranks requested, 1 slot available on 1 host (add "
+            "--oversubscribe to place more ranks than slots; host 'node1' is a bare hostfile "
+            "line: 1 slot on a remote host, give it slots=N)");
+  a.hosts[0].slots_given = true;  // slots=1 given: the usual line
+  EXPECT_EQ(mapping_error(job(2), a),
+            "not enough slots: 2 ranks requested, 1 slot available on 1 host (add "
+            "--oversubscribe to place more ranks than slots)");
+}
+
 TEST(MapJob, ImplicitLocalAllocationMayBeOversubscribed) {
   auto map = pm::map_job(job(5), hosts({{"me", 2}}, pm::allocation_source::implicit_local));
   EXPECT_EQ(layout(map), "mememememe");

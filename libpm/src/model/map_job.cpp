@@ -226,9 +226,20 @@ rank_map map_job(const job_spec& job, const allocation& alloc) {
       }
     } else {
       if (np > free_total && !oversubscribe) {
+        // A remote host of a bare hostfile line counts 1 slot (its cores are not known before
+        // its agent runs; mpirun asks its daemon first): say so, it is the likely surprise.
+        std::string bare;
+        for (const auto h : hosts) {
+          const auto& host = alloc.hosts[h];
+          if (!host.slots_given && !host.local) {
+            bare = "; host '" + host.name +
+                   "' is a bare hostfile line: 1 slot on a remote host, give it slots=N";
+            break;
+          }
+        }
         fail(who + "not enough slots: " + plural(np, "rank") + " requested, " +
              plural(free_total, "slot") + " available on " + plural(hosts.size(), "host") +
-             " (add --oversubscribe to place more ranks than slots)");
+             " (add --oversubscribe to place more ranks than slots" + bare + ")");
       }
       if (!hard_unbounded && np > hard_total) {
         fail(who + "not enough slots: " + plural(np, "rank") + " requested, max_slots allows " +
