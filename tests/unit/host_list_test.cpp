@@ -67,6 +67,12 @@ TEST(HostList, BadCountsNameTheListAndTheToken) {
             "-H 'a:99999999999': invalid slot count '99999999999' (expected a positive integer)");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a:"); }),
             "-H 'a:': invalid slot count '' (expected a positive integer)");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("::1"); }),
+            "-H '::1': invalid host name '::1' (IPv6 addresses are not accepted; use a host "
+            "name)");
+  EXPECT_EQ(parse_error([] { pm::parse_host_list("a,2001:db8::1:2"); }),
+            "-H 'a,2001:db8::1:2': invalid host name '2001:db8::1:2' (IPv6 addresses are not "
+            "accepted; use a host name)");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a:2:3"); }),
             "-H 'a:2:3': invalid slot count '2:3' (expected a positive integer)");
   EXPECT_EQ(parse_error([] { pm::parse_host_list("a: 2"); }),

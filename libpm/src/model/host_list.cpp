@@ -1,4 +1,5 @@
 // -H/--host: "a,b:4,bob@c:2" (mpirun's syntax).
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -28,6 +29,13 @@ allocation parse_host_list(std::string_view text, std::string_view option) {
       throw error(errc::parse, text::printable(opt + " " + whole + ": empty host name"));
     std::string_view name = item;
     std::uint32_t slots = 1;
+    if (item.find("::") != std::string_view::npos ||
+        std::count(item.begin(), item.end(), ':') >= 3) {
+      // "::1", "2001:db8::1": not a name with a slot count (which would read as ":1").
+      throw error(errc::parse,
+                  text::printable(opt + " " + whole + ": invalid host name '" + std::string(item) +
+                                  "' (IPv6 addresses are not accepted; use a host name)"));
+    }
     if (auto colon = item.find(':'); colon != std::string_view::npos) {
       name = item.substr(0, colon);
       const auto count = item.substr(colon + 1);
