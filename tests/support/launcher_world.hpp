@@ -85,6 +85,9 @@ struct world {
   std::set<std::uint32_t> keep_running;                          // ranks that run until signalled
   std::set<std::uint32_t> deaf;                                  // agents that answer no signal
   std::map<std::uint32_t, std::deque<pm::agent_end>> ssh_fails;  // per open, before the hello
+  // Per host: what its ssh prints instead of the link (a login banner past what is skipped);
+  // stopped, it ends "killed by SIGTERM" (retryable, as ssh's 255).
+  std::map<std::uint32_t, std::string> noise_instead;
   bool fence = false;                           // agents contribute to one fence across hosts
   std::map<std::uint32_t, std::string> shapes;  // per host: its topology's text
   std::map<std::uint32_t, std::deque<int>> child_ssh_fails;  // relayed: ssh's exit codes
@@ -350,6 +353,15 @@ struct world {
     const auto h = x.target.host;
     ++opens[h];
     unborn.erase(h);  // a new ssh: what an earlier one was sent is gone with it
+    if (const auto noise = noise_instead.find(h); noise != noise_instead.end()) {
+      const std::vector<std::uint8_t> bytes(noise->second.begin(), noise->second.end());
+      answers.push_back([this, h, bytes] {
+        feed([&](auto& a) { m.stream_opened(t, h, 0, a); });
+        feed([&](auto& a) { m.received(t, h, bytes, a); });
+      });
+      pending_end[h] = pm::agent_end{"ssh was killed by SIGTERM", true};
+      return;
+    }
     auto& fails = ssh_fails[h];
     if (!fails.empty()) {
       // ssh starts, then dies before the agent says anything.

@@ -128,6 +128,22 @@ TEST(Launcher, AHostWhoseAgentNeverSaysHelloFailsTheLaunchWith125) {
   EXPECT_LT(w.t, 5s);  // rank 0 was ended at once, not waited for
 }
 
+// A login banner past the 64 KiB skipped before the link: the line says what came (it said only
+// "ssh was killed by SIGTERM", our own stop), and the same banner is not tried again.
+TEST(Launcher, NoiseInsteadOfTheLinkIsNamedAndNotRetried) {
+  world w(remote_job(2, 1));
+  w.noise_instead[1] = "Welcome to node1\n" + std::string(70000, 'x');
+  w.keep_running.insert(0);
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 125);
+  EXPECT_EQ(w.opens[1], 1);
+  EXPECT_TRUE(w.said("that are not the agent link (it began: 'Welcome to node1"))
+      << ::testing::PrintToString(w.lines);
+  EXPECT_TRUE(w.said("(ssh was killed by SIGTERM))")) << ::testing::PrintToString(w.lines);
+}
+
 TEST(Launcher, Ssh255BeforeTheHelloIsRetriedWithBackoffAndTheJobRuns) {
   world w(remote_job(2, 1));
   w.ssh_fails[1] = {pm::agent_end{"ssh exited with code 255", true},

@@ -155,6 +155,7 @@ void launcher::impl::readmit(std::uint32_t h) {
   hs.shutdown_confirmed = false;
   hs.down_greeted = false;
   hs.timed_out = false;
+  hs.refused_bytes = false;
   hs.abandoned = false;
   hs.restart_waited = false;
   hs.spare = true;

@@ -106,6 +106,7 @@ void launcher::impl::open_link(std::uint32_t h) {
   hs.closed = false;
   hs.loss_reported = false;
   hs.timed_out = false;
+  hs.refused_bytes = false;
   decided(h, "open " + std::to_string(hs.attempts));
   hs.ep = std::make_unique<link::endpoint>(link_options(h));
   hs.ep->start(now, link::hello{});
@@ -345,15 +346,18 @@ void launcher::impl::carrier_done(std::uint32_t h, const agent_end& end) {
   // A connection our own hello deadline ended is not tried again: the deadline was its whole
   // chance (ssh killed by SIGTERM exits 255, as a dropped connection does; four tries of 20 s
   // made a silent host cost 80 s).
-  if (!hs.down_greeted && end.retryable && !hs.timed_out &&
+  // Nor one whose bytes were not the link (login noise beyond the 64 KiB skipped): it would say
+  // the same again.
+  if (!hs.down_greeted && end.retryable && !hs.timed_out && !hs.refused_bytes &&
       hs.attempts <= req.remote.connect_retries && !finishing && (!setup_given_up || setup_kept)) {
     retry_later(h);
     return;
   }
   if (!hs.down_greeted) {
     // Its agent never answered: a set-up failure, in the carrier's words (ssh's reason), after
-    // our deadline's when we ended it ("ssh was killed by SIGTERM" alone would hide why).
-    if (hs.timed_out && !end.how.empty()) {
+    // our deadline's or the link's when we ended it ("ssh was killed by SIGTERM" alone would hide
+    // why).
+    if ((hs.timed_out || hs.refused_bytes) && !end.how.empty()) {
       lose(h, reason + " (" + end.how + ")", true);
     } else {
       lose(h, end.how.empty() ? reason : end.how, true);

@@ -428,6 +428,8 @@ void launcher::received(link_time now, std::uint32_t host, std::span<const std::
     impl::events_lease lease(*impl_);
     hs.ep->received(now, bytes, lease.events);
     impl_->touch(host);
+    hs.refused_bytes =
+        !lease.events.empty() && std::holds_alternative<link::link_down>(lease.events.back());
     impl_->handle_link(host, lease.events);
     if (impl_->cfg.shrink_idle_links && hs.ep) hs.ep->shrink();
   });

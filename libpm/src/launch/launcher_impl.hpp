@@ -94,6 +94,7 @@ struct launcher::impl {
     bool shutdown_waits : 1 = false;      // for the links it relays to close first
     bool shutdown_confirmed : 1 = false;  // its agent answered the shutdown (shutdown_done)
     bool timed_out : 1 = false;           // its link went down by our deadline (hello, silence)
+    bool refused_bytes : 1 = false;       // its link went down for what came on it (not the link)
     bool retrying : 1 = false;            // waiting to connect again
     bool lost_told : 1 = false;           // host_lost went to the controller
     bool loss_reported : 1 = false;     // the loss of this link was decided (timer or carrier end)
