@@ -88,8 +88,9 @@ struct world {
   // Per host: what its ssh prints instead of the link (a login banner past what is skipped);
   // stopped, it ends "killed by SIGTERM" (retryable, as ssh's 255).
   std::map<std::uint32_t, std::string> noise_instead;
-  bool fence = false;                           // agents contribute to one fence across hosts
-  std::map<std::uint32_t, std::string> shapes;  // per host: its topology's text
+  std::set<std::uint32_t> mute;  // hosts whose agent never says hello (after their ssh_fails)
+  bool fence = false;            // agents contribute to one fence across hosts
+  std::map<std::uint32_t, std::string> shapes;               // per host: its topology's text
   std::map<std::uint32_t, std::deque<int>> child_ssh_fails;  // relayed: ssh's exit codes
   std::set<std::uint32_t> slow_children;  // relayed hosts that come up only when told
   // Restarts in place: each agent's incarnation, and a rank's code per incarnation (else
@@ -372,6 +373,11 @@ struct world {
         feed([&](auto& a) { m.stream_broken(t, h, "", a); });
       });
       pending_end[h] = end;
+      return;
+    }
+    if (mute.contains(h)) {
+      answers.push_back([this, h] { feed([&](auto& a) { m.stream_opened(t, h, 0, a); }); });
+      pending_end[h] = pm::agent_end{"ssh was killed by SIGTERM", true};
       return;
     }
     answers.push_back([this, h] {

@@ -163,6 +163,23 @@ TEST(Launcher, Ssh255BeforeTheHelloIsRetriedWithBackoffAndTheJobRuns) {
   EXPECT_GE(backoff[1], 200ms);
 }
 
+// The hello deadline runs from a host's first try, across ssh's retries: set-up is bounded by it
+// (a host that went silent after its TCP connect held the launch 25-30 s: ssh gave up after 15 s
+// with 255, was retried, and the retry got 20 s of its own).
+TEST(Launcher, TheHelloDeadlineCountsFromTheFirstTryAcrossRetries) {
+  world w(remote_job(2, 1));
+  w.ssh_fails[1] = {pm::agent_end{"ssh exited with code 255", true}};
+  w.mute.insert(1);
+  w.keep_running.insert(0);
+  w.start();
+  w.run();
+  ASSERT_TRUE(w.report);
+  EXPECT_EQ(w.report->exit_code, 125);
+  EXPECT_EQ(w.opens[1], 2);  // retried once, within the deadline
+  EXPECT_TRUE(w.said("no hello from the agent within 20.0 s")) << ::testing::PrintToString(w.lines);
+  EXPECT_LT(w.t, 20s + 50ms);  // not 20 s after the retry (its backoff is at least 100 ms)
+}
+
 TEST(Launcher, TheTreeReachesEachHostThroughItsParentsAgent) {
   auto c = remote_job(4, 1);
   c.request.remote.tree = true;

@@ -156,6 +156,7 @@ void launcher::impl::readmit(std::uint32_t h) {
   hs.down_greeted = false;
   hs.timed_out = false;
   hs.refused_bytes = false;
+  hs.setup_since.reset();
   hs.abandoned = false;
   hs.restart_waited = false;
   hs.spare = true;

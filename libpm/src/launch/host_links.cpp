@@ -187,6 +187,7 @@ void launcher::impl::handle_link(std::uint32_t h, std::vector<link::link_event>&
 
 void launcher::impl::on_greeted(std::uint32_t h, const link::hello& agent) {
   hosts[h].agent = agent;
+  hosts[h].setup_since.reset();  // a later link (a restart's) gets a deadline of its own
   decided(h, "greeted");
   if (is_relayed(h)) {
     relay_established(h);
@@ -348,7 +349,10 @@ void launcher::impl::carrier_done(std::uint32_t h, const agent_end& end) {
   // made a silent host cost 80 s).
   // Nor one whose bytes were not the link (login noise beyond the 64 KiB skipped): it would say
   // the same again.
-  if (!hs.down_greeted && end.retryable && !hs.timed_out && !hs.refused_bytes &&
+  // Nor one whose hello deadline, which runs from its first try, has passed.
+  const bool time_left = !hs.setup_since || req.remote.hello_timeout.count() <= 0 ||
+                         now - *hs.setup_since < req.remote.hello_timeout;
+  if (!hs.down_greeted && end.retryable && !hs.timed_out && !hs.refused_bytes && time_left &&
       hs.attempts <= req.remote.connect_retries && !finishing && (!setup_given_up || setup_kept)) {
     retry_later(h);
     return;

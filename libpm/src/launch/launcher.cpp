@@ -411,7 +411,9 @@ void launcher::stream_opened(link_time now, std::uint32_t host, std::int64_t car
     if (!hs.ep || hs.down) return;
     hs.opened = true;
     hs.carrier_pid = carrier_pid;
-    hs.ep->stream_opened(now);
+    // Its hello deadline counts from its first try's stream, across ssh's retries.
+    if (!hs.setup_since) hs.setup_since = now;
+    hs.ep->stream_opened(*hs.setup_since);
     impl_->touch(host);
   });
 }

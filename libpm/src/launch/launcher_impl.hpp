@@ -85,6 +85,9 @@ struct launcher::impl {
     std::string down_reason;                 // on_down's, for the carrier's end
     std::optional<link_time> deadline_told;  // the last link_deadline given
     std::uint32_t attempts = 0;
+    // When its set-up began (its first stream since it last had an agent): the hello deadline
+    // counts from here across ssh's retries, so that set-up is bounded by it, not by it per try.
+    std::optional<link_time> setup_since;
     // Flags as bits (100,000 hosts of a simulation each have one host_state).
     bool opened : 1 = false;        // its stream was opened
     bool down : 1 = false;          // the link is over (the endpoint said so, or it was closed)

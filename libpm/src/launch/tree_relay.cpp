@@ -95,7 +95,9 @@ void launcher::impl::relay_start(std::uint32_t h) {
   auto& hs = hosts[h];
   if (hs.ep && !hs.down) {
     hs.opened = true;
-    hs.ep->stream_opened(now);  // its hello deadline counts from here
+    // Its hello deadline counts from here, its first try's start (across retries).
+    if (!hs.setup_since) hs.setup_since = now;
+    hs.ep->stream_opened(*hs.setup_since);
     touch(h);
   }
 }
