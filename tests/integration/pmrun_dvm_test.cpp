@@ -33,6 +33,46 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
+// Sends `bytes` on a fresh connection to the DVM's socket (`half_close`: then shuts its writing
+// side) and returns what comes back until the server closes (5 s at most).
+// (Not "exchange": ADL would find std::exchange for two strings.)
+std::string talk(const std::string& socket, const std::string& bytes, bool half_close = true) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "(no socket)";
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "(no connection)";
+  }
+  const timeval limit{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    const auto n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;  // the server closed it: what it said is still read below
+    sent += static_cast<std::size_t>(n);
+  }
+  if (half_close) ::shutdown(fd, SHUT_WR);
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    const auto n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return got;
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 class PmrunDvm : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -92,6 +132,7 @@ class PmrunDvm : public ::testing::Test {
     }
     FAIL() << "the DVM never had " << count << " jobs";
   }
+  std::string log() { return read_file(dir + "/dvm." + std::to_string(server) + ".log"); }
   pid_t daemon_pid() {
     const auto hosts = ps().value("hosts", nlohmann::json::array());
     return hosts.empty() ? -1 : static_cast<pid_t>(hosts.at(0).value("daemon_pid", 0));
@@ -283,11 +324,22 @@ TEST_F(PmrunDvm, AnotherUserCannotSubmitOrLook) {
                  socket}),
       30s);
   EXPECT_EQ(raw.out, "b''\n") << raw.err;
+  // A flood of them is one line in the log (and a count every 10 s): each made its own line.
+  const auto flood = run_command(
+      other->as({"/usr/bin/python3", "-c",
+                 "import socket,sys\nfor i in range(1000):\n  s=socket.socket(socket.AF_UNIX)\n"
+                 "  s.connect(sys.argv[1])\n  s.close()",
+                 socket}),
+      60s);
+  EXPECT_EQ(flood.exit_code, 0) << flood.err;
   EXPECT_TRUE(other->processes().empty());
   ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
-  EXPECT_NE(read_file(dir + "/dvm." + std::to_string(server) + ".log")
-                .find("refused a connection from uid " + std::to_string(other->uid())),
-            std::string::npos);
+  const auto said = log();
+  EXPECT_EQ(count_of(said, "refused a connection from uid " + std::to_string(other->uid()) +
+                               ": only the DVM's own user may use it"),
+            1u)
+      << said;
+  EXPECT_LE(count_of(said, "\n"), 3u) << said;
   EXPECT_EQ(ps().value("jobs", nlohmann::json::array()).size(), 0u);
 }
 
@@ -490,6 +542,88 @@ TEST_F(PmrunDvm, BadInputIsOneLine) {
   for (const auto& r : {bad_action, with_program, nobody, scheme, stop_none, from_fifo}) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
+}
+
+// Lines of the wrong shape from the DVM's own user (any process of it can connect): each ends
+// its connection with one line naming the problem, and one in the log; the DVM and its jobs go
+// on. One claim_more with "share":1 threw out of the server's loop (a JSON type error), which
+// ended the DVM and every job on it without a word.
+TEST_F(PmrunDvm, MalformedLinesEndTheirConnectionNotTheDvm) {
+  start(2);
+  background running(job({"-np", "1", "sh", "-c", "echo up; sleep 2; echo done"}));
+  running.wait_lines(1);
+  const std::string claim = "{\"op\":\"claim\",\"slots\":{}}\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {claim + "{\"op\":\"claim_more\",\"id\":1,\"slots\":{},\"share\":1}\n",
+       "a claim_more whose \\\"share\\\" is not true or false"},
+      {claim + "{\"op\":\"claim_more\",\"id\":1,\"slots\":{},\"share\":\"yes\"}\n",
+       "a claim_more whose \\\"share\\\" is not true or false"},
+      {claim + "{\"op\":\"claim_more\",\"id\":-3,\"slots\":{}}\n",
+       "a claim_more without \\\"id\\\" (a number)"},
+      {claim + "{\"op\":\"claim_more\",\"id\":1,\"slots\":{\"localhost\":\"2\"}}\n",
+       "a claim whose counts are not numbers"},
+      {"{\"op\":\"claim\",\"slots\":{\"localhost\":4294967297}}\n",
+       "a claim whose counts are not numbers from 0 to 4294967295"},
+      {"{\"op\":\"claim\",\"slots\":{\"localhost\":-1}}\n", "a claim whose counts are not numbers"},
+      {"{\"op\":\"claim\",\"slots\":[1]}\n", "a claim without \\\"slots\\\" (an object)"},
+      {"{\"op\":\"claim\",\"slots\":{},\"command\":\"rm\"}\n",
+       "a claim whose \\\"command\\\" is not a list of strings"},
+      {claim + claim, "a second claim"},
+      {claim + "{\"op\":\"start\",\"hosts\":\"localhost\",\"port\":99999}\n",
+       "a start without its fields"},
+      {"{\"op\":\"start\",\"hosts\":[],\"args\":[],\"addrs\":\"\",\"token\":\"\",\"port\":1}\n",
+       "a start before a claim"},
+      {"{\"op\":5}\n", "a request without \\\"op\\\""},
+      {"{\"op\":\"rm -rf\"}\n", "an unknown request 'rm -rf'"},
+      {"[1,2]\n", "a line that is not a JSON object"},
+      {std::string("\x00\xff garbage\n", 11), "a line that is not a JSON object"},
+  };
+  for (const auto& [bytes, why] : cases) {
+    const auto got = talk(socket, bytes);
+    // One line naming it, last: then the connection ended.
+    const auto last = got.substr(got.rfind('\n', got.size() - 2) + 1);
+    EXPECT_EQ(last.rfind("{\"error\":\"the DVM ends this connection: it sent ", 0), 0u)
+        << bytes << " -> " << got;
+    EXPECT_NE(last.find(why), std::string::npos) << bytes << " -> " << got;
+    ASSERT_TRUE(pm::test::alive(server)) << bytes;
+  }
+  // A line past 1 MiB: the connection ends (the server stops reading mid-line, so its answer
+  // may be lost in the reset) and the log names it.
+  talk(socket, std::string(2 << 20, 'x') + "\n");
+  ASSERT_TRUE(pm::test::alive(server));
+  running.wait_lines(2);
+  EXPECT_EQ(running.wait_status(30), 0);
+  EXPECT_EQ(running.text, "up\ndone\n");
+  // The DVM runs the next job; the log named each kind, bounded (the first 8 in full).
+  const auto next = run_command(job({"-np", "2", "echo", "ran"}), 30s);
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_EQ(next.out, "ran\nran\n");
+  const auto said = log();
+  EXPECT_NE(said.find("closed a connection from pid "), std::string::npos) << said;
+  EXPECT_NE(said.find(": it sent a claim_more whose \"share\" is not true or false; job "),
+            std::string::npos)
+      << said;
+  EXPECT_LE(count_of(said, "closed a connection from"), 8u) << said;
+  // Stopped as asked: the summary of what was counted goes to the log, which is removed.
+  wait_jobs(0);
+}
+
+// Connections that break the protocol, however many, make a few lines in the DVM's log: the
+// first ones in full, the rest counted.
+TEST_F(PmrunDvm, AFloodOfGarbageIsAFewLinesInTheLog) {
+  start(1);
+  for (int i = 0; i < 300; ++i) talk(socket, "garbage\n");
+  ASSERT_TRUE(pm::test::alive(server));
+  const auto said = log();
+  // One line for this process's kind of trouble; the rest counted, said every 10 s at most.
+  EXPECT_EQ(count_of(said, "closed a connection from pid "), 1u) << said;
+  EXPECT_LE(count_of(said, "\n"), 2u) << said;
+  // What was counted and not said yet is said at the end.
+  ::kill(server, SIGTERM);
+  ASSERT_TRUE(pm::test::all_gone({server}, 10s));
+  const auto all = log();
+  EXPECT_NE(all.find("closed 299 more connections in the last "), std::string::npos) << all;
+  EXPECT_LE(count_of(all, "\n"), 4u) << all;
 }
 
 }  // namespace

@@ -100,7 +100,7 @@ TEST(DvmJsonLines, OnlyObjectsOfTheRightShapeAreRead) {
   EXPECT_FALSE(pm::dvm_parts::parse_object("{\"op\":", problem));
   EXPECT_FALSE(pm::dvm_parts::parse_object("\xff\xfe", problem));
   const auto doc = pm::dvm_parts::parse_object(
-      R"({"op":"start","port":7,"args":["--connect"],"bad":[1],"neg":-1})", problem);
+      R"({"op":"start","port":7,"args":["--connect"],"bad":[1],"neg":-1,"share":true})", problem);
   ASSERT_TRUE(doc);
   EXPECT_EQ(pm::dvm_parts::string_at(*doc, "op"), "start");
   EXPECT_EQ(pm::dvm_parts::string_at(*doc, "port"), std::nullopt);
@@ -108,6 +108,10 @@ TEST(DvmJsonLines, OnlyObjectsOfTheRightShapeAreRead) {
   EXPECT_EQ(pm::dvm_parts::number_at(*doc, "neg"), std::nullopt);
   EXPECT_EQ(pm::dvm_parts::strings_at(*doc, "args"), (std::vector<std::string>{"--connect"}));
   EXPECT_EQ(pm::dvm_parts::strings_at(*doc, "bad"), std::nullopt);
+  // A wrong type is nullopt, not nlohmann's throw (which ended the DVM's server).
+  EXPECT_EQ(pm::dvm_parts::bool_at(*doc, "share"), true);
+  EXPECT_EQ(pm::dvm_parts::bool_at(*doc, "port"), std::nullopt);
+  EXPECT_EQ(pm::dvm_parts::bool_at(*doc, "none"), std::nullopt);
   // What goes out is one line, whatever bytes a value holds.
   const auto line = pm::dvm_parts::to_line({{"name", "a\nb\xff"}});
   EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1);

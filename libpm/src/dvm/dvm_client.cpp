@@ -88,14 +88,31 @@ std::vector<std::string> shown_command(const std::vector<std::string>& command) 
 }
 
 // The server's allocation ("whole" or "free" of its hosts answer): every host reached alike.
-allocation allocation_of(const json& hosts) {
+// Checked as the server checks a submitter's lines: a wrong type is one line, not a throw of
+// nlohmann's.
+allocation allocation_of(const json& doc, const char* key, const std::string& uri) {
+  const auto bad = [&] {
+    return error(errc::launch,
+                 "the DVM at " + uri + " sent a host list that is not one (\"" + key + "\")");
+  };
   allocation out;
   out.source = allocation_source::api;
-  for (const auto& h : hosts) {
+  const auto hosts = doc.find(key);
+  if (hosts == doc.end()) return out;
+  if (!hosts->is_array()) throw bad();
+  for (const auto& h : *hosts) {
+    if (!h.is_object()) throw bad();
+    const auto name = string_at(h, "name");
+    const auto slots = number_at(h, "slots");
+    const auto max_slots =
+        h.contains("max_slots") ? number_at(h, "max_slots") : std::optional<std::uint64_t>(0);
+    if (!name || !slots || !max_slots || *slots > 0xffffffffu || *max_slots > 0xffffffffu) {
+      throw bad();
+    }
     host one;
-    one.name = h.value("name", "");
-    one.slots = h.value("slots", 0u);
-    one.max_slots = h.value("max_slots", 0u);
+    one.name = *name;
+    one.slots = static_cast<std::uint32_t>(*slots);
+    one.max_slots = static_cast<std::uint32_t>(*max_slots);
     one.local = false;
     out.hosts.push_back(std::move(one));
   }
@@ -152,7 +169,7 @@ struct dvm_client::impl {
     for (;;) {
       auto doc = next();
       if (doc.contains("ev")) continue;
-      if (doc.value("ok", false) != true) {
+      if (bool_at(doc, "ok") != true) {
         throw error(errc::launch,
                     "the DVM refused: " + string_at(doc, "error").value_or("no reason given"));
       }
@@ -188,7 +205,7 @@ dvm_client::dvm_client(const std::string& uri) : impl_(std::make_unique<impl>())
 dvm_client::~dvm_client() = default;
 
 allocation dvm_client::hosts() {
-  return allocation_of(impl_->ask({{"op", "hosts"}}).value("whole", json::array()));
+  return allocation_of(impl_->ask({{"op", "hosts"}}), "whole", impl_->uri);
 }
 
 rank_map dvm_client::claim(const job_spec& spec, bool wait, const std::vector<std::string>& command,
@@ -197,8 +214,8 @@ rank_map dvm_client::claim(const job_spec& spec, bool wait, const std::vector<st
   for (;;) {
     // The server's ledger decides what is free (dvm/slot_ledger.hpp).
     const auto doc = impl_->ask({{"op", "hosts"}});
-    const auto whole = allocation_of(doc.value("whole", json::array()));
-    const auto free = allocation_of(doc.value("free", json::array()));
+    const auto whole = allocation_of(doc, "whole", impl_->uri);
+    const auto free = allocation_of(doc, "free", impl_->uri);
     std::uint32_t free_slots = 0;
     for (const auto& h : free.hosts) free_slots += h.slots;
     if (whole.hosts.empty())
@@ -232,8 +249,8 @@ rank_map dvm_client::claim(const job_spec& spec, bool wait, const std::vector<st
       do {
         answer = impl_->next();
       } while (answer.contains("ev"));
-      if (answer.value("ok", false)) return std::move(*map);
-      if (!answer.value("busy", false)) {
+      if (bool_at(answer, "ok") == true) return std::move(*map);
+      if (bool_at(answer, "busy") != true) {
         throw error(errc::launch,
                     "the DVM refused the job: " + string_at(answer, "error").value_or(""));
       }

@@ -11,6 +11,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "dvm/line_channel.hpp"
@@ -24,6 +25,7 @@
 #include "text/printable.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/srun/callback_listener.hpp"
+#include "transport/srun/refusal_log.hpp"
 #include "transport/srun/srun_command.hpp"
 #include "transport/ssh/ssh_command.hpp"
 
@@ -106,6 +108,17 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
   std::unique_ptr<sys::watched_process> step;
   std::vector<std::uint32_t> step_hosts;
   asio::steady_timer beat, start_timer, idle;
+  // What the log says about connections refused (another uid) or closed (garbage, a line too
+  // long, a request of the wrong shape): bounded as the connect-back listener's
+  // (transport/srun/refusal_log.hpp): the first of each kind from each uid or pid in full, the
+  // rest counted in one line at most every 10 s. Each connection made its own line: 3,000 of
+  // another uid, 3,000 lines.
+  struct bounded_log {
+    srun::refusal_log log;
+    std::optional<asio::steady_timer> timer;
+    bool armed = false;
+  };
+  bounded_log strangers, broken{srun::refusal_log({.verb = "closed"}), {}, false};
   std::function<void(std::string)> ready, stopped;
   bool stopping = false, finished = false;
   std::string stop_why;
@@ -491,8 +504,10 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     socklen_t len = sizeof cred;
     if (::getsockopt(sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
         cred.uid != ::geteuid()) {
-      say("refused a connection from uid " + std::to_string(cred.uid) +
-          ": only the DVM's own user may use it");
+      const auto peer = "uid " + std::to_string(cred.uid);
+      note(strangers, peer, "another user",
+           "only the DVM's own user may use it (further ones from " + peer +
+               " are counted, not shown)");
       return;
     }
     if (stopping) return;
@@ -507,9 +522,60 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
         [weak = weak_from_this(), id = s->id](const json& doc) {
           if (auto self = weak.lock()) self->from_submitter(id, doc);
         },
-        [weak = weak_from_this(), id = s->id](const std::string&) {
-          if (auto self = weak.lock()) self->submitter_gone(id);
+        [weak = weak_from_this(), id = s->id](const std::string& problem) {
+          auto self = weak.lock();
+          if (!self) return;
+          if (problem.empty()) {
+            self->submitter_gone(id);
+          } else {
+            self->end_malformed(id, "it sent " + problem);
+          }
         });
+  }
+
+  // Says `why` for a connection in the log, bounded (bounded_log).
+  void note(bounded_log& n, const std::string& peer, const std::string& kind,
+            const std::string& why) {
+    if (auto line = n.log.refused(peer, kind, why, clock_type::now())) say(*line);
+    arm_summary(n);
+  }
+
+  void arm_summary(bounded_log& n) {
+    const auto due = n.log.summary_due();
+    if (!due || n.armed || stopping) return;
+    if (!n.timer) n.timer.emplace(io);
+    n.armed = true;
+    n.timer->expires_at(*due);
+    n.timer->async_wait([weak = weak_from_this(), &n](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (!self || ec) return;
+      n.armed = false;
+      if (auto line = n.log.summary(clock_type::now())) self->say(*line);
+      self->arm_summary(n);
+    });
+  }
+
+  void flush_notes() {
+    for (auto* n : {&strangers, &broken}) {
+      if (auto line = n->log.summary(clock_type::now(), true)) say(*line);
+      if (n->timer) n->timer->cancel();
+      n->armed = false;
+    }
+  }
+
+  // A submitter's connection that broke the protocol (not a JSON object, a line too long, a
+  // request of the wrong shape) ends with one line to it naming why, and one in the log
+  // (bounded); the DVM and the other jobs go on (docs/dvm.md, "The channels").
+  void end_malformed(std::uint64_t id, const std::string& why) {
+    auto it = sessions.find(id);
+    if (it == sessions.end()) return;
+    auto& s = *it->second;
+    if (s.channel) {
+      s.channel->send({{"ok", false}, {"error", "the DVM ends this connection: " + why}});
+    }
+    note(broken, "pid " + std::to_string(s.pid), why.substr(0, why.find(" (")),
+         why + (s.claimed ? "; job " + std::to_string(s.id) + " ends" : ""));
+    submitter_gone(id);
   }
 
   static json to_json(const allocation& a) {
@@ -543,93 +609,101 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     if (it == sessions.end()) return;
     auto& s = *it->second;
     const auto op = string_at(doc, "op");
-    const auto refuse = [&](const std::string& why) {
-      s.channel->send({{"ok", false}, {"error", why}});
-    };
+    std::optional<std::string> malformed;
     if (!op) {
-      refuse("a request without \"op\"");
-      return;
-    }
-    if (*op == "hosts") {
+      malformed = "a request without \"op\"";
+    } else if (*op == "hosts") {
       // What a job maps on: the ledger's word, the whole DVM and what is free of it.
       s.channel->send(
           {{"ok", true}, {"whole", to_json(ledger.whole())}, {"free", to_json(ledger.free())}});
     } else if (*op == "wait") {
       s.waiting = true;
     } else if (*op == "claim") {
-      claim(s, doc);
+      malformed = claim(s, doc);
     } else if (*op == "claim_more") {
-      claim_more(s, doc);
+      malformed = claim_more(s, doc);
     } else if (*op == "start") {
-      start_agents(s, doc);
+      malformed = start_agents(s, doc);
     } else if (*op == "ps") {
       s.channel->send(status());
     } else if (*op == "stop") {
       s.channel->send({{"ok", true}});
       stop("stopped on request (pmrun --dvm stop)");
     } else {
-      refuse("an unknown request '" + text::untrusted(*op) + "'");
+      malformed = "an unknown request '" + text::untrusted(*op) + "'";
     }
+    if (malformed) end_malformed(id, "it sent " + *malformed);
   }
 
-  void claim(session& s, const json& doc) {
-    std::map<std::string, std::uint32_t> want;
+  // A claim's "slots": host name -> count, each a number a slot count can be. Every field a
+  // submitter sends is checked for its type and range before use: nlohmann's value() and get()
+  // throw on a wrong type, and one such throw ended the DVM and every job on it. Each request
+  // below returns what was wrong with its shape (the connection ends), or nullopt.
+  static std::optional<std::string> counts_at(const json& doc,
+                                              std::map<std::string, std::uint32_t>& want) {
     const auto slots = doc.find("slots");
-    if (s.claimed || slots == doc.end() || !slots->is_object()) {
-      s.channel->send({{"ok", false}, {"error", "a claim needs \"slots\", once"}});
-      return;
-    }
+    if (slots == doc.end() || !slots->is_object()) return "a claim without \"slots\" (an object)";
     for (const auto& [name, count] : slots->items()) {
-      if (!count.is_number_unsigned()) {
-        s.channel->send({{"ok", false}, {"error", "a claim's counts are numbers"}});
-        return;
+      if (!count.is_number_unsigned() ||
+          count.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max()) {
+        return "a claim whose counts are not numbers from 0 to " +
+               std::to_string(std::numeric_limits<std::uint32_t>::max());
       }
       want[name] = count.get<std::uint32_t>();
     }
+    return std::nullopt;
+  }
+
+  std::optional<std::string> claim(session& s, const json& doc) {
+    if (s.claimed) return "a second claim (a job claims once, then claim_more)";
+    std::map<std::string, std::uint32_t> want;
+    if (auto why = counts_at(doc, want)) return why;
+    const auto shown = strings_at(doc, "command");
+    if (doc.contains("command") && !shown) {
+      return "a claim whose \"command\" is not a list of strings";
+    }
     if (const auto why = ledger.claim(s.id, want)) {
       s.channel->send({{"ok", false}, {"busy", true}, {"error", *why}});
-      return;
+      return std::nullopt;
     }
     s.claimed = true;
-    if (const auto cmd = strings_at(doc, "command")) s.command = *cmd;
+    if (shown) s.command = *shown;
     s.since = clock_type::now();
     s.channel->send({{"ok", true}, {"job", s.id}});
+    return std::nullopt;
   }
 
   // More slots for a job that runs (its ranks' MPI_Comm_spawn): all or nothing, or with "share"
   // what is free of them (an oversubscribing job's, as its first claim). They come back with
   // the job's others.
-  void claim_more(session& s, const json& doc) {
-    const auto id = doc.find("id");
-    const auto slots = doc.find("slots");
-    if (id == doc.end() || !id->is_number_unsigned()) {
-      s.channel->send({{"ok", false}, {"error", "a claim_more needs an \"id\""}});
-      return;
-    }
+  std::optional<std::string> claim_more(session& s, const json& doc) {
+    const auto id = number_at(doc, "id");
+    if (!id) return "a claim_more without \"id\" (a number)";
+    const auto share = bool_at(doc, "share");
+    if (doc.contains("share") && !share) return "a claim_more whose \"share\" is not true or false";
+    std::map<std::string, std::uint32_t> want;
+    if (auto why = counts_at(doc, want)) return why;
     const auto refuse = [&](const std::string& why) {
       s.channel->send({{"ev", "claim_refused"}, {"id", *id}, {"why", why}});
+      return std::nullopt;
     };
     if (!s.claimed) return refuse("the job has no claim yet");
-    if (slots == doc.end() || !slots->is_object()) return refuse("a claim needs \"slots\"");
-    std::map<std::string, std::uint32_t> want;
-    for (const auto& [name, count] : slots->items()) {
-      if (!count.is_number_unsigned()) return refuse("a claim's counts are numbers");
-      want[name] = count.get<std::uint32_t>();
-    }
-    if (const auto why = ledger.claim(s.id, want, doc.value("share", false))) return refuse(*why);
+    if (const auto why = ledger.claim(s.id, want, share.value_or(false))) return refuse(*why);
     s.channel->send({{"ev", "claimed"}, {"id", *id}});
+    return std::nullopt;
   }
 
-  void start_agents(session& s, const json& doc) {
+  std::optional<std::string> start_agents(session& s, const json& doc) {
     const auto names = strings_at(doc, "hosts");
     const auto args = strings_at(doc, "args");
     const auto addrs = string_at(doc, "addrs");
     const auto token = string_at(doc, "token");
     const auto port = number_at(doc, "port");
-    if (!s.claimed || !names || !args || !addrs || !token || !port) {
-      s.channel->send({{"ok", false}, {"error", "a start needs a claim first, and its fields"}});
-      return;
+    if (!names || !args || !addrs || !token || !port || *port == 0 || *port > 65535) {
+      return "a start without its fields (\"hosts\" and \"args\": lists of strings; "
+             "\"addrs\", \"token\": strings; \"port\": 1 to 65535)";
     }
+    if (!s.claimed) return "a start before a claim";
     for (const auto& name : *names) {
       const auto h = opts.hosts.find(name);
       if (!h || hosts[*h].state != host_state::up || s.agents.contains(*h)) {
@@ -650,6 +724,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
                                {"token", *token},
                                {"args", *args}});
     }
+    return std::nullopt;
   }
 
   json status() const {
@@ -744,6 +819,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     if (stopping) return;
     stopping = true;
     stop_why = why;
+    flush_notes();
     beat.cancel();
     idle.cancel();
     start_timer.cancel();

@@ -177,7 +177,7 @@ class dvm_transport final : public transport, public std::enable_shared_from_thi
     if (!ev) {
       // A request the server refused: nothing this transport sends is refused unless the
       // server and this library disagree; every host waiting fails with its word.
-      if (doc.value("ok", true) == false) {
+      if (bool_at(doc, "ok") == false) {
         const auto why = "the DVM refused the start: " + string_at(doc, "error").value_or("");
         for (auto& [index, h] : hosts_) {
           if (h.requested && !h.connected && !h.closed) fail(index, why);

@@ -44,6 +44,12 @@ std::optional<std::uint64_t> number_at(const nlohmann::json& doc, const char* ke
   return it->get<std::uint64_t>();
 }
 
+std::optional<bool> bool_at(const nlohmann::json& doc, const char* key) {
+  const auto it = doc.find(key);
+  if (it == doc.end() || !it->is_boolean()) return std::nullopt;
+  return it->get<bool>();
+}
+
 std::optional<std::vector<std::string>> strings_at(const nlohmann::json& doc, const char* key) {
   const auto it = doc.find(key);
   if (it == doc.end() || !it->is_array()) return std::nullopt;

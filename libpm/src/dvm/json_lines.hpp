@@ -37,6 +37,9 @@ std::string to_line(const nlohmann::json& doc);
 /// doc[key] as a string / an unsigned number, or nullopt when absent or of another type.
 std::optional<std::string> string_at(const nlohmann::json& doc, const char* key);
 std::optional<std::uint64_t> number_at(const nlohmann::json& doc, const char* key);
+/// doc[key] as a bool, or nullopt when absent or of another type (nlohmann's value() throws
+/// on a wrong type, and a throw out of a channel's handler ended the whole DVM).
+std::optional<bool> bool_at(const nlohmann::json& doc, const char* key);
 /// doc[key] as a list of strings (each at most 64 KiB), or nullopt.
 std::optional<std::vector<std::string>> strings_at(const nlohmann::json& doc, const char* key);
 

@@ -3,6 +3,8 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <exception>
+#include <string>
 
 #include "io/sigpipe_guard.hpp"
 
@@ -45,7 +47,14 @@ void line_channel::read() {
         self->finish(problem);
         return;
       }
-      self->on_object_(*doc);
+      // The last wall: a handler that throws on what a peer sent ends this channel with a line,
+      // not the loop (a throw out of the handler unwound io.run and ended the DVM and its jobs).
+      try {
+        self->on_object_(*doc);
+      } catch (const std::exception& e) {
+        self->finish(std::string("a line that could not be taken (") + e.what() + ")");
+        return;
+      }
       if (self->ended_) return;  // the handler closed the channel
     }
     self->read();

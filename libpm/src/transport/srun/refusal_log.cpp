@@ -38,7 +38,8 @@ std::optional<std::string> refusal_log::refused(std::string_view peer, std::stri
   std::string key = std::string(address_of(peer)) + " (" + std::string(reason) + ")";
   if (!shown_.contains(key) && shown_.size() < limits_.shown_keys) {
     shown_.insert(std::move(key));
-    return "refused a connection from " + std::string(peer) + ": " + std::string(why);
+    return std::string(limits_.verb) + " a connection from " + std::string(peer) + ": " +
+           std::string(why);
   }
   if (pending_ == 0) window_start_ = now;
   ++pending_;
@@ -71,7 +72,7 @@ std::optional<std::string> refusal_log::summary(clock::time_point now, bool forc
   });
   const auto since = last_summary_ ? std::max(*last_summary_, *window_start_) : *window_start_;
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - since).count();
-  std::string line = "refused " + grouped(pending_) + " more connection" +
+  std::string line = std::string(limits_.verb) + " " + grouped(pending_) + " more connection" +
                      (pending_ == 1 ? "" : "s") + " in the last " +
                      std::to_string(std::max<long long>(1, (ms + 999) / 1000)) + " s:";
   const std::size_t named = std::min<std::size_t>(top.size(), 3);

@@ -31,6 +31,9 @@ class refusal_log {
     std::size_t shown_keys = 8;
     std::chrono::milliseconds summary_every{10000};
     std::size_t tracked_keys = 64;
+    // What was done to a connection, for the lines: "refused" (a caller), "closed" (one that
+    // was let in and broke the protocol, the DVM's).
+    const char* verb = "refused";
   };
 
   refusal_log() = default;
@@ -38,7 +41,8 @@ class refusal_log {
 
   /// A connection from `peer` ("10.0.0.5:41234": the address is the key, the port only shown)
   /// was refused: `reason` is the kind (fixed text), `why` the whole line's reason (already
-  /// sanitized). Returns the line to print now, if any: "refused a connection from PEER: WHY".
+  /// sanitized). Returns the line to print now, if any: "refused a connection from PEER: WHY"
+  /// ("refused": limits::verb).
   std::optional<std::string> refused(std::string_view peer, std::string_view reason,
                                      std::string_view why, clock::time_point now);
 
