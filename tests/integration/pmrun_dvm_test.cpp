@@ -626,4 +626,18 @@ TEST_F(PmrunDvm, AFloodOfGarbageIsAFewLinesInTheLog) {
   EXPECT_LE(count_of(all, "\n"), 4u) << all;
 }
 
+// Only jobs keep a DVM from its idle stop: `pmrun --ps` polled every 200 ms re-armed the timer
+// with each connection, and the DVM never stopped.
+TEST_F(PmrunDvm, AnIdleDvmStopsWhilePolledWithPs) {
+  start(1, {"--dvm-idle-timeout", "2"});
+  EXPECT_EQ(run_command(job({"-np", "1", "true"}), 30s).exit_code, 0);
+  const auto since = std::chrono::steady_clock::now();
+  while (pm::test::alive(server) && std::chrono::steady_clock::now() - since < 15s) {
+    run_command({pm::test::pmrun_path(), "--ps", "--dvm-uri", "file:" + uri_file}, 5s);
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_FALSE(pm::test::alive(server));
+  EXPECT_LT(std::chrono::steady_clock::now() - since, 8s);
+}
+
 }  // namespace

@@ -120,7 +120,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
   };
   bounded_log strangers, broken{srun::refusal_log({.verb = "closed"}), {}, false};
   std::function<void(std::string)> ready, stopped;
-  bool stopping = false, finished = false;
+  bool stopping = false, finished = false, idle_armed = false;
   std::string stop_why;
 
   void say(const std::string& line) const {
@@ -517,7 +517,6 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     boost::system::error_code ignored;
     s->channel = std::make_shared<line_channel>(io, sock.release(ignored));
     sessions.emplace(s->id, s);
-    idle.cancel();
     s->channel->start(
         [weak = weak_from_this(), id = s->id](const json& doc) {
           if (auto self = weak.lock()) self->from_submitter(id, doc);
@@ -667,6 +666,8 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
       return std::nullopt;
     }
     s.claimed = true;
+    idle.cancel();  // a job: the DVM is busy
+    idle_armed = false;
     if (shown) s.command = *shown;
     s.since = clock_type::now();
     s.channel->send({{"ok", true}, {"job", s.id}});
@@ -789,7 +790,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
       }
     }
     if (freed) wake_waiters();
-    if (sessions.empty()) arm_idle();
+    if (!any_job()) arm_idle();
     if (stopping) maybe_stopped();
   }
 
@@ -802,12 +803,26 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     }
   }
 
+  // Only jobs keep a DVM from idling: a job that holds slots or waits for them. A connection
+  // that claims nothing (`pmrun --ps`, a look at its hosts) is no activity: each one re-armed the
+  // timer, so a DVM polled with --ps never stopped.
+  bool any_job() const {
+    for (const auto& [id, s] : sessions) {
+      if (s->claimed || s->waiting) return true;
+    }
+    return false;
+  }
+
+  // Armed once when the last job goes, and not again until another job came and went.
   void arm_idle() {
-    if (opts.idle_timeout.count() <= 0 || stopping || !acceptor) return;
+    if (opts.idle_timeout.count() <= 0 || stopping || !acceptor || idle_armed) return;
+    idle_armed = true;
     idle.expires_after(opts.idle_timeout);
     idle.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
       auto self = weak.lock();
-      if (ec || !self || !self->sessions.empty()) return;
+      if (ec || !self) return;
+      self->idle_armed = false;
+      if (self->any_job()) return;
       self->stop("idle for " + std::to_string(self->opts.idle_timeout.count() / 1000) +
                  " s (--dvm-idle-timeout)");
     });
