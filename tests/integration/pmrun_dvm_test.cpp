@@ -640,4 +640,49 @@ TEST_F(PmrunDvm, AnIdleDvmStopsWhilePolledWithPs) {
   EXPECT_LT(std::chrono::steady_clock::now() - since, 8s);
 }
 
+// Two starts at once with the same --report-uri: exactly one records its URI and runs; the
+// other is refused in one line and its server ends. Both passed the check before either wrote,
+// and one DVM ran unseen.
+TEST_F(PmrunDvm, TwoStartsAtOnceRecordOneDvm) {
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  for (int round = 0; round < 3; ++round) {
+    std::string one;
+    for (const auto& word : {pm::test::pmrun_path(), std::string("--allow-run-as-root"),
+                             std::string("--dvm"), std::string("start"), std::string("-H"),
+                             std::string("localhost:1"), std::string("--report-uri"), uri_file}) {
+      one += "'" + word + "' ";
+    }
+    const auto r = run_command(
+        {"/bin/sh", "-c", "(" + one + "; echo rc=$?) & (" + one + "; echo rc=$?) & wait"}, 60s);
+    EXPECT_EQ(count_of(r.out, "rc=0\n"), 1u) << r.out << r.err;
+    EXPECT_EQ(count_of(r.out, "rc=125\n"), 1u) << r.out << r.err;
+    EXPECT_EQ(count_of(r.err, "\n"), 1u) << r.err;
+    EXPECT_EQ(r.err.rfind("pmrun: --dvm start: a DVM already runs at unix:", 0), 0u) << r.err;
+    // The file names the DVM that runs; no other server is left.
+    const auto uri = read_file(uri_file);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(uri, m, std::regex(R"(dvm\.(\d+)\.sock)"))) << uri;
+    server = static_cast<pid_t>(std::stoi(m[1]));
+    EXPECT_TRUE(pm::test::alive(server));
+    std::vector<pid_t> others;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      std::smatch f;
+      const auto name = e.path().filename().string();
+      if (std::regex_match(name, f, std::regex(R"(dvm\.(\d+)\.log)")) &&
+          std::stoi(f[1]) != server) {
+        others.push_back(static_cast<pid_t>(std::stoi(f[1])));
+      }
+    }
+    EXPECT_TRUE(pm::test::all_gone(others, 10s));
+    for (auto p : others) ::kill(p, SIGKILL);
+    EXPECT_EQ(run_command(job({"-np", "1", "true"}), 30s).exit_code, 0);
+    const auto stop = run_command({pm::test::pmrun_path(), "--allow-run-as-root", "--dvm", "stop",
+                                   "--dvm-uri", "file:" + uri_file},
+                                  30s);
+    EXPECT_EQ(stop.exit_code, 0) << stop.err;
+    EXPECT_TRUE(pm::test::all_gone({server}, 10s));
+    for (const auto& e : std::filesystem::directory_iterator(dir)) std::filesystem::remove(e);
+  }
+}
+
 }  // namespace

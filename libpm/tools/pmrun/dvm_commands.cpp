@@ -16,7 +16,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/remote_options.hpp"
-#include "io/safe_path.hpp"
 #include "job_status.hpp"
 #include "pm/dvm.hpp"
 #include "pm/error.hpp"
@@ -24,6 +23,7 @@
 #include "text/printable.hpp"
 #include "transport/local/local_transport.hpp"
 #include "transport/ssh/ssh_command.hpp"
+#include "uri_claim.hpp"
 
 namespace pmrun {
 
@@ -34,16 +34,6 @@ namespace asio = boost::asio;
 // A stopping DVM ends its daemons within a few seconds (their carriers get SIGTERM after 3 s,
 // SIGKILL 2 s later); `--dvm stop` waits this long for its server to be gone.
 constexpr int stop_wait_ms = 15000;
-
-// Writes `text` to `path` (0600, never through another user's link: io/safe_path.hpp).
-void write_private_file(const std::string& path, const std::string& text, const char* option) {
-  pm::io::path_problem problem;
-  const int fd = pm::io::open_file(path, 0600, problem);
-  if (fd < 0) throw pm::error(pm::errc::system, std::string(option) + ": " + problem.message());
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::close(fd);
-  if (!ok) throw pm::error(pm::errc::system, std::string(option) + ": cannot write '" + path + "'");
-}
 
 std::string read_small_file(const std::string& path) {
   try {
@@ -64,6 +54,53 @@ bool wait_gone(pid_t pid, int ms) {
   } while (r < 0 && errno == EINTR);
   ::close(fd);
   return r > 0;
+}
+
+// A URI file that names a DVM still answering: starting another one there would overwrite the
+// only record of the first, which would then run on unseen. Empty when none answers.
+std::string live_dvm_named_in(const std::string& path) {
+  if (path.empty() || path == "-") return {};
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  try {
+    pm::dvm_client client("file:" + path);
+    auto uri = read_small_file(path).substr(0, 256);
+    while (!uri.empty() && uri.back() == '\n') uri.pop_back();
+    return pm::text::printable(uri);
+  } catch (const std::exception&) {
+    return {};  // unreadable, not a URI, or nothing answers: a stale file is overwritten
+  }
+}
+
+std::string already_runs(const std::string& uri, const std::string& file) {
+  return "a DVM already runs at " + uri + " (named in " + pm::text::printable(file) +
+         "); stop it first (pmrun --dvm stop --dvm-uri file:" + pm::text::printable(file) +
+         ") or give another --report-uri";
+}
+
+// Records the DVM's URI once it is up: in --report-uri's file and the default one, each claimed
+// at once with its check (uri_claim.hpp). A file that names a DVM still answering is left to it:
+// a refusal for the file that records this one (--report-uri, else the default), else left
+// quietly (the default file, when --report-uri records this one elsewhere). Returns the refusal.
+std::string record_uri(const std::string& uri_file, const std::string& report_uri,
+                       const std::string& uri_text) {
+  std::string holder;
+  if (report_uri == "-") {
+    std::fputs(uri_text.c_str(), stdout);
+    std::fflush(stdout);
+  } else if (!report_uri.empty()) {
+    if (claim_uri_file(report_uri, uri_text, "--report-uri", live_dvm_named_in, holder) ==
+        uri_claim::taken) {
+      return already_runs(holder, report_uri);
+    }
+  }
+  if (uri_file.empty() || uri_file == report_uri) return {};
+  if (claim_uri_file(uri_file, uri_text, "--dvm start", live_dvm_named_in, holder) ==
+          uri_claim::taken &&
+      report_uri.empty()) {
+    return already_runs(holder, uri_file);
+  }
+  return {};
 }
 
 // The server, in the child: runs until the DVM stops. Writes "ok\n" or one line of trouble to
@@ -98,17 +135,11 @@ int serve(pm::dvm_options options, int status, const std::string& uri_file,
   server.start([&](std::string problem) {
     if (problem.empty()) {
       try {
-        if (!uri_file.empty()) write_private_file(uri_file, uri_text, "--dvm start");
-        if (report_uri == "-") {
-          std::fputs(uri_text.c_str(), stdout);
-          std::fflush(stdout);
-        } else if (!report_uri.empty()) {
-          write_private_file(report_uri, uri_text, "--report-uri");
-        }
+        problem = record_uri(uri_file, report_uri, uri_text);
       } catch (const pm::error& e) {
         problem = e.what();
-        server.stop(problem);
       }
+      if (!problem.empty()) server.stop(problem);
     }
     // From now on stdout is the log's too: whoever reads pmrun's stdout (`$(pmrun --dvm start
     // --report-uri -)`) sees its end when pmrun returns, not when the DVM stops.
@@ -131,22 +162,6 @@ int serve(pm::dvm_options options, int status, const std::string& uri_file,
     ::unlink(log.c_str());
   }
   return 0;
-}
-
-// A URI file that names a DVM still answering: starting another one there would overwrite the
-// only record of the first, which would then run on unseen. Empty when none answers.
-std::string live_dvm_named_in(const std::string& path) {
-  if (path.empty() || path == "-") return {};
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
-  try {
-    pm::dvm_client client("file:" + path);
-    auto uri = read_small_file(path).substr(0, 256);
-    while (!uri.empty() && uri.back() == '\n') uri.pop_back();
-    return pm::text::printable(uri);
-  } catch (const std::exception&) {
-    return {};  // unreadable, not a URI, or nothing answers: a stale file is overwritten
-  }
 }
 
 }  // namespace
@@ -191,11 +206,9 @@ int start_dvm(const pm::run_options& options, const pm::resolved_job& resolved,
       uri_file.clear();
       continue;
     }
-    throw pm::error(
-        pm::errc::launch,
-        "--dvm start: a DVM already runs at " + uri + " (named in " + pm::text::printable(file) +
-            "); stop it first (pmrun --dvm stop --dvm-uri file:" + pm::text::printable(file) +
-            ") or give another --report-uri");
+    // Said early, before any daemon starts; the claim of the file after the start is what
+    // decides between two starts at once (record_uri).
+    throw pm::error(pm::errc::launch, "--dvm start: " + already_runs(uri, file));
   }
   pm::dvm_options o;
   o.hosts = resolved.alloc;
