@@ -396,7 +396,7 @@ TEST_F(PmrunDvm, AClientGoneBeforeItsAnswerLeavesTheDvmRunning) {
   ASSERT_TRUE(pm::test::alive(server));
   const auto text = run_command({pm::test::pmrun_path(), "--ps", "--dvm-uri", "file:" + uri_file});
   EXPECT_EQ(text.exit_code, 0) << text.err;
-  EXPECT_NE(text.out.find("sh -c echo up; exec sleep 30"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("sh -c 'echo up; exec sleep 30'"), std::string::npos) << text.out;
   ::kill(running.pid, SIGINT);
   running.wait_status();
   const auto next = run_command(job({"-np", "2", "true"}), 30s);
@@ -683,6 +683,37 @@ TEST_F(PmrunDvm, TwoStartsAtOnceRecordOneDvm) {
     EXPECT_TRUE(pm::test::all_gone({server}, 10s));
     for (const auto& e : std::filesystem::directory_iterator(dir)) std::filesystem::remove(e);
   }
+}
+
+// Small ones: a relative PM_STATUS_DIR gives an absolute URI; `--dvm stop` as root runs no
+// program and needs no --allow-run-as-root (as --ps); --dvm-idle-timeout says what it takes;
+// the DVM's --ps quotes a job's command as plain --ps does.
+TEST_F(PmrunDvm, SmallOnesAbsoluteUriStopAsRootIdleTextQuotedCommand) {
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(root);
+  setenv("PM_STATUS_DIR", "st", 1);
+  start(1);
+  std::filesystem::current_path(cwd);
+  setenv("PM_STATUS_DIR", dir.c_str(), 1);
+  EXPECT_EQ(read_file(uri_file), "unix:" + dir + "/dvm." + std::to_string(server) + ".sock\n");
+  background running(job({"-np", "1", "sh", "-c", "echo up; exec sleep 30"}));
+  running.wait_lines(1);
+  const auto text = run_command({pm::test::pmrun_path(), "--ps", "--dvm-uri", "file:" + uri_file});
+  EXPECT_NE(text.out.find(" -np 1 sh -c 'echo up; exec sleep 30'\n"), std::string::npos)
+      << text.out;
+  ::kill(running.pid, SIGINT);
+  running.wait_status();
+  const auto bad = run_command({pm::test::pmrun_path(), "--allow-run-as-root", "--dvm", "start",
+                                "-H", "localhost:1", "--dvm-idle-timeout", "soon"},
+                               10s);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err,
+            "pmrun: --dvm-idle-timeout 'soon': expected a number of seconds, 0 or more (0: "
+            "never)\n");
+  const auto stop =
+      run_command({pm::test::pmrun_path(), "--dvm", "stop", "--dvm-uri", "file:" + uri_file}, 30s);
+  EXPECT_EQ(stop.exit_code, 0) << stop.err;
+  EXPECT_TRUE(pm::test::all_gone({server}, 10s));
 }
 
 }  // namespace

@@ -41,6 +41,10 @@ std::string recovery_both() {
 std::string bad_seconds(std::string_view option, std::string_view value) {
   return std::string(option) + " " + q(value) + ": expected a positive number of seconds";
 }
+std::string bad_seconds_or_zero(std::string_view option, std::string_view value) {
+  return std::string(option) + " " + q(value) +
+         ": expected a number of seconds, 0 or more (0: never)";
+}
 std::string unknown_output_mode(std::string_view option, std::string_view mode) {
   return std::string(option) + ": unknown output mode " + q(mode) +
          " (tag, timestamp, merge-stderr-to-stdout, json-lines, dir=DIR)";

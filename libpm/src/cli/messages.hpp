@@ -17,6 +17,8 @@ std::string out_of_range(std::string_view option, std::string_view value, const 
                          const std::string& max);
 std::string np_zero(std::string_view option);
 std::string bad_seconds(std::string_view option, std::string_view value);
+/// The same for an option where 0 means never (--dvm-idle-timeout).
+std::string bad_seconds_or_zero(std::string_view option, std::string_view value);
 /// --enable-recovery with --disable-recovery.
 std::string recovery_both();
 std::string unknown_output_mode(std::string_view option, std::string_view mode);

@@ -620,9 +620,15 @@ const std::vector<option_spec>& option_table() {
       {{"--dvm-idle-timeout"},
        "SECONDS",
        1,
-       "with --dvm start: the DVM stops after SECONDS without a job",
+       "with --dvm start: the DVM stops after SECONDS without a job (0: never, the default)",
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
-         st.opts.dvm_idle_timeout = parse_seconds(n, v[0]);
+         // 0 is accepted (no idle stop): the text says so, not "a positive number".
+         try {
+           st.opts.dvm_idle_timeout = parse_seconds(n, v[0]);
+         } catch (const error& e) {
+           if (e.what() != cli::bad_seconds(n, v[0])) throw;
+           throw error(errc::usage, cli::bad_seconds_or_zero(n, v[0]));
+         }
        }},
       {{"--dvm-no-wait"},
        "",

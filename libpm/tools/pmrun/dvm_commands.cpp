@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/remote_options.hpp"
@@ -189,7 +190,11 @@ int start_dvm(const pm::run_options& options, const pm::resolved_job& resolved,
   if (!options.job.apps.empty()) {
     throw pm::error(pm::errc::usage, "--dvm start runs no program: its jobs come with --dvm-uri");
   }
-  const auto dir = pm::tools::status_directory(env);
+  // Absolute: the socket's path is the DVM's URI, which a submitter in another directory uses
+  // (a relative PM_STATUS_DIR gave a relative unix: URI).
+  auto dir =
+      std::filesystem::absolute(pm::tools::status_directory(env)).lexically_normal().string();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (!pm::tools::private_directory(dir)) {
     throw pm::error(
         pm::errc::system,
@@ -342,14 +347,11 @@ int show_dvm(const std::vector<std::string>& args, const pm::env_map& env) {
     for (const auto& [host, n] : held.items()) {
       if (n.is_number_unsigned()) slots += n.get<unsigned>();
     }
-    std::string command;
-    for (const auto& w : j.value("command", nlohmann::json::array())) {
-      command += (command.empty() ? "" : " ") + w.get<std::string>();
-    }
+    // Quoted as plain `pmrun --ps` shows a job: `sh -c 'sleep 4'`, not `sh -c sleep 4`.
     std::printf("%-6llu %8lld %6u %8.1fs  %s\n",
                 static_cast<unsigned long long>(j.value("id", 0ull)),
                 static_cast<long long>(j.value("submitter_pid", 0)), slots,
-                j.value("elapsed_s", 0.0), pm::text::printable(command).c_str());
+                j.value("elapsed_s", 0.0), pm::tools::command_line(j).c_str());
   }
   return 0;
 }

@@ -115,6 +115,8 @@ T get_or(const nlohmann::json& j, const char* key, T fallback) {
   }
 }
 
+}  // namespace
+
 std::string command_line(const nlohmann::json& doc) {
   std::string out;
   for (const auto& word : doc.value("command", nlohmann::json::array())) {
@@ -127,6 +129,8 @@ std::string command_line(const nlohmann::json& doc) {
   }
   return out;
 }
+
+namespace {
 
 // "running", "exited 7", "killed by SIGTERM", "lost", ...
 std::string rank_state_text(const nlohmann::json& r) {

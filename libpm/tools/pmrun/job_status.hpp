@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +57,10 @@ class job_status_server {
   boost::asio::steady_timer timer_;
   std::optional<boost::asio::local::stream_protocol::acceptor> acceptor_;
 };
+
+/// A status document's "command" as a shell would take it back, on one line (pmrun --ps's
+/// COMMAND column, a DVM's jobs too).
+std::string command_line(const nlohmann::json& doc);
 
 /// `pmrun --ps [PID] [--json]`: `args` are the words after --ps. Prints to stdout; returns the exit
 /// code (0; 1 when the job asked for does not run; 2 for bad usage).

@@ -415,9 +415,10 @@ int run(int argc, char** argv) {
   }
   const auto env = pm::current_environment();
   pm::apply_environment_options(options, env);
-  if (!root_allowed(options, env)) throw pm::error(pm::errc::usage, pm::cli::refuse_root());
   const auto uri = pmrun::dvm_uri(options, env);
+  // Stopping a DVM runs no program (as --ps): root needs no --allow-run-as-root for it.
   if (options.dvm_action == "stop") return pmrun::stop_dvm(uri);
+  if (!root_allowed(options, env)) throw pm::error(pm::errc::usage, pm::cli::refuse_root());
   if (options.dvm_action == "start") {
     return pmrun::start_dvm(
         options, pm::resolve_job(options, env, pm::local_host_info(), pm::read_text_file), env);
