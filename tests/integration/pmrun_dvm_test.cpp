@@ -716,4 +716,27 @@ TEST_F(PmrunDvm, SmallOnesAbsoluteUriStopAsRootIdleTextQuotedCommand) {
   EXPECT_TRUE(pm::test::all_gone({server}, 10s));
 }
 
+// Waiting jobs go first come, first served: a 2-slot job waiting on a 2-slot DVM runs although
+// one-slot jobs keep coming (they raced at each "freed", and the one-slot ones always won).
+TEST_F(PmrunDvm, AWideJobIsNotStarvedByNarrowOnes) {
+  start(2);
+  std::vector<std::unique_ptr<background>> loops;
+  std::string one;
+  for (const auto& word : job({"-np", "1", "sleep", "0.5"})) one += "'" + word + "' ";
+  for (int k = 0; k < 6; ++k) {
+    loops.push_back(std::make_unique<background>(std::vector<std::string>{
+        "/bin/sh", "-c", "echo go; for i in $(seq 40); do " + one + "; done"}));
+  }
+  for (auto& l : loops) l->wait_lines(1);
+  std::this_thread::sleep_for(1s);
+  const auto wide = run_command(job({"-np", "2", "echo", "wide"}), 20s);
+  EXPECT_EQ(wide.exit_code, 0) << wide.err;
+  EXPECT_EQ(wide.out, "wide\nwide\n");
+  for (auto& l : loops) {
+    ::kill(-l->pid, SIGKILL);
+    l->wait_status();
+  }
+  wait_jobs(0);
+}
+
 }  // namespace

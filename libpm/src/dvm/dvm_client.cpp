@@ -257,14 +257,22 @@ rank_map dvm_client::claim(const job_spec& spec, bool wait, const std::vector<st
       continue;  // another job took the slots meanwhile: look again
     }
     const auto needed = fits_whole.size();
+    // Earlier jobs wait (the server serves them first come, first served): shown nothing free.
+    const auto queued = number_at(doc, "queued").value_or(0);
+    const auto before = queued > 0 ? std::to_string(queued) + " earlier job" +
+                                         (queued == 1 ? " waits" : "s wait") + " for slots first"
+                                   : std::string();
     if (!wait) {
-      throw error(errc::mapping, "the DVM has " + std::to_string(free_slots) +
-                                     " free slots now and the job needs " + std::to_string(needed) +
-                                     " (jobs on it hold the others)");
+      throw error(
+          errc::mapping,
+          queued > 0
+              ? "the job needs " + std::to_string(needed) + " slots of the DVM and " + before
+              : "the DVM has " + std::to_string(free_slots) + " free slots now and the job needs " +
+                    std::to_string(needed) + " (jobs on it hold the others)");
     }
     if (!said && waiting) {
       waiting("waiting for " + std::to_string(needed) + " slots of the DVM (" +
-              std::to_string(free_slots) + " free now)");
+              (queued > 0 ? before : std::to_string(free_slots) + " free now") + ")");
       said = true;
     }
     impl_->send({{"op", "wait"}});

@@ -6,11 +6,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <optional>
 
@@ -93,6 +95,10 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     std::vector<std::string> command;
     clock_type::time_point since = clock_type::now();
     bool claimed = false, waiting = false, gone = false;
+    // What its last "hosts" answer showed: the ledger's free count (`freed_count` then), and
+    // whether it saw what is free or nothing (it was behind others).
+    std::uint64_t seen = 0;
+    bool saw_free = false;
     std::map<std::uint32_t, job_agent> agents;  // host index -> its agent for this job
   };
 
@@ -101,6 +107,12 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
   slot_ledger ledger;
   std::vector<daemon_host> hosts;
   std::map<std::uint64_t, std::shared_ptr<session>> sessions;
+  // The jobs that wait for slots, first come first: only the first may claim, and only it is
+  // told when slots come back. All waiters raced at each "freed", and the one-slot jobs always
+  // won: a wider job waited for ever. A job that would fit now still waits behind an earlier one
+  // (no backfill, as Slurm's plain FIFO).
+  std::deque<std::uint64_t> queue;
+  std::uint64_t freed_count = 0;  // slots came back (or hosts were lost) this many times
   std::uint64_t next_id = 1;
   std::optional<asio::local::stream_protocol::acceptor> acceptor;
   // Inside Slurm: the listener the daemons dial, and the one srun step that runs them.
@@ -345,6 +357,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
       s->agents.erase(it);
     }
     settle_sessions();
+    ++freed_count;
     wake_waiters();
     maybe_ready();
     if (stopping) {
@@ -612,11 +625,22 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     if (!op) {
       malformed = "a request without \"op\"";
     } else if (*op == "hosts") {
-      // What a job maps on: the ledger's word, the whole DVM and what is free of it.
-      s.channel->send(
-          {{"ok", true}, {"whole", to_json(ledger.whole())}, {"free", to_json(ledger.free())}});
+      // What a job maps on: the ledger's word, the whole DVM and what is free of it (nothing,
+      // while earlier jobs wait: it waits behind them).
+      s.seen = freed_count;
+      s.saw_free = !behind_others(s.id);
+      json answer{{"ok", true},
+                  {"whole", to_json(ledger.whole())},
+                  {"free", s.saw_free ? to_json(ledger.free()) : json::array()}};
+      if (!s.saw_free) answer["queued"] = jobs_before(s.id);
+      s.channel->send(answer);
     } else if (*op == "wait") {
       s.waiting = true;
+      if (std::find(queue.begin(), queue.end(), s.id) == queue.end()) queue.push_back(s.id);
+      // First in line, and slots came back since it looked (or it saw nothing, behind jobs
+      // that are gone now): it looks again at once, else it waited for a "freed" that was sent
+      // before it asked.
+      if (queue.front() == s.id && (!s.saw_free || s.seen != freed_count)) wake_waiters();
     } else if (*op == "claim") {
       malformed = claim(s, doc);
     } else if (*op == "claim_more") {
@@ -661,11 +685,20 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     if (doc.contains("command") && !shown) {
       return "a claim whose \"command\" is not a list of strings";
     }
+    if (behind_others(s.id)) {
+      s.channel->send({{"ok", false}, {"busy", true}, {"error", "earlier jobs wait for slots"}});
+      return std::nullopt;
+    }
     if (const auto why = ledger.claim(s.id, want)) {
       s.channel->send({{"ok", false}, {"busy", true}, {"error", *why}});
       return std::nullopt;
     }
     s.claimed = true;
+    // First in line no more: the next one may fit in what is left.
+    if (!queue.empty() && queue.front() == s.id) {
+      queue.pop_front();
+      wake_waiters();
+    }
     idle.cancel();  // a job: the DVM is busy
     idle_armed = false;
     if (shown) s.command = *shown;
@@ -767,6 +800,11 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
     if (it == sessions.end()) return;
     auto& s = *it->second;
     s.gone = true;
+    if (const auto place = std::find(queue.begin(), queue.end(), id); place != queue.end()) {
+      const bool first = place == queue.begin();
+      queue.erase(place);
+      if (first) wake_waiters();
+    }
     s.channel->close();
     s.channel.reset();
     for (const auto& [h, agent] : s.agents) {
@@ -789,17 +827,29 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
         ++it;
       }
     }
-    if (freed) wake_waiters();
+    if (freed) {
+      ++freed_count;
+      wake_waiters();
+    }
     if (!any_job()) arm_idle();
     if (stopping) maybe_stopped();
   }
 
+  bool behind_others(std::uint64_t id) const { return !queue.empty() && queue.front() != id; }
+  std::size_t jobs_before(std::uint64_t id) const {
+    return static_cast<std::size_t>(std::find(queue.begin(), queue.end(), id) - queue.begin());
+  }
+
+  // Slots came back (or a host was lost, or the first waiter left): the first waiting job looks
+  // again; the others wait behind it.
   void wake_waiters() {
-    for (auto& [id, s] : sessions) {
-      if (s->waiting && s->channel) {
-        s->waiting = false;
-        s->channel->send({{"ev", "freed"}});
-      }
+    if (queue.empty()) return;
+    const auto it = sessions.find(queue.front());
+    if (it == sessions.end()) return;
+    auto& s = *it->second;
+    if (s.waiting && s.channel) {
+      s.waiting = false;
+      s.channel->send({{"ev", "freed"}});
     }
   }
 
@@ -807,6 +857,7 @@ struct dvm_server::impl : std::enable_shared_from_this<impl> {
   // that claims nothing (`pmrun --ps`, a look at its hosts) is no activity: each one re-armed the
   // timer, so a DVM polled with --ps never stopped.
   bool any_job() const {
+    if (!queue.empty()) return true;
     for (const auto& [id, s] : sessions) {
       if (s->claimed || s->waiting) return true;
     }
