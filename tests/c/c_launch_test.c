@@ -467,11 +467,9 @@ static char* read_file(const char* path) {
   return buf;
 }
 
-/* Without on_output, lines go to the descriptors given, tagged if asked. */
-static void output_to_descriptors(void) {
-  const char* argv[] = {payload, "echo", "to-a-file", NULL};
-  pm_map* map = local_map(2, argv, NULL);
-  char path[] = "/tmp/pm_c_out_XXXXXX";
+/* Launches `map` with its tagged output into a new file made from the template `path`; the job
+ * must succeed. Returns its report. */
+static pm_report* launch_tagged_into(const pm_map* map, char* path) {
   int fd = mkstemp(path);
   CHECK(fd >= 0);
   pm_run_options o = PM_RUN_OPTIONS_INIT;
@@ -480,6 +478,18 @@ static void output_to_descriptors(void) {
   pm_report* report = NULL;
   CHECK_OK(pm_launch(&report, map, &o));
   close(fd);
+  pm_report_info info = PM_REPORT_INFO_INIT;
+  CHECK_OK(pm_report_read(report, &info));
+  CHECK(info.exit_code == 0);
+  return report;
+}
+
+/* Without on_output, lines go to the descriptors given, tagged if asked. */
+static void output_to_descriptors(void) {
+  const char* argv[] = {payload, "echo", "to-a-file", NULL};
+  pm_map* map = local_map(2, argv, NULL);
+  char path[] = "/tmp/pm_c_out_XXXXXX";
+  pm_report* report = launch_tagged_into(map, path);
   const char* text = read_file(path);
   CHECK_CONTAINS(text, "[1,0]<stdout>:to-a-file\n");
   CHECK_CONTAINS(text, "[1,1]<stdout>:to-a-file\n");
@@ -617,17 +627,7 @@ static void launched_environment(void) {
   for (uint32_t r = 0; r < 2; ++r) CHECK_OK(pm_rank_env(&told[r], map, r));
 
   char path[] = "/tmp/pm_c_env_XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  pm_run_options o = PM_RUN_OPTIONS_INIT;
-  o.stdout_fd = fd;
-  o.tag_output = 1;
-  pm_report* report = NULL;
-  CHECK_OK(pm_launch(&report, map, &o));
-  close(fd);
-  pm_report_info info = PM_REPORT_INFO_INIT;
-  CHECK_OK(pm_report_read(report, &info));
-  CHECK(info.exit_code == 0);
+  pm_report* report = launch_tagged_into(map, path);
 
   for (uint32_t r = 0; r < 2; ++r) {
     char** got = launched_as_told(path, r, told[r]);
@@ -666,17 +666,7 @@ static void empty_inherited_environment(void) {
   CHECK_OK(pm_rank_env(&told, map, 0));
   CHECK(same_name(told, "PM_C_TEST_SECRET=") == NULL);
   char path[] = "/tmp/pm_c_env_XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  pm_run_options o = PM_RUN_OPTIONS_INIT;
-  o.stdout_fd = fd;
-  o.tag_output = 1;
-  pm_report* report = NULL;
-  CHECK_OK(pm_launch(&report, map, &o));
-  close(fd);
-  pm_report_info info = PM_REPORT_INFO_INIT;
-  CHECK_OK(pm_report_read(report, &info));
-  CHECK(info.exit_code == 0);
+  pm_report* report = launch_tagged_into(map, path);
   char** got = launched_as_told(path, 0, told);
   CHECK(same_name(got, "PM_C_TEST_SECRET=") == NULL);
   CHECK(same_name(got, "HOME=") == NULL);
