@@ -187,7 +187,8 @@ typedef struct pm_env_options {
   /* -mca key value pairs, flattened and NULL-terminated: {"btl", "self", NULL} gives the ranks
    * OMPI_MCA_btl=self. */
   const char* const* mca;
-  /* The environment the ranks start from, "NAME=value", NULL-terminated; NULL: this process's.
+  /* The environment the ranks start from, "NAME=value", NULL-terminated; NULL: this process's
+   * (an empty list is an empty start: none of this process's variables reaches the ranks).
    * An outer job's identity (OMPI_COMM_WORLD_*, PMIX_*, RANK, ...) is always removed. */
   const char* const* inherited;
   uint16_t master_port; /* MASTER_PORT; 0: a free port, chosen once per map */
