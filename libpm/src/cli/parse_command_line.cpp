@@ -62,13 +62,16 @@ std::uint32_t parse_count(std::string_view name, std::string_view value, std::ui
   return parse_number<std::uint32_t>(name, value, min, 1'000'000);
 }
 
-std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view value) {
+// `zero_is_never`: 0 turns the option off (--dvm-idle-timeout), and a bad value's line says so.
+std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view value,
+                                        bool zero_is_never = false) {
   // Seconds, possibly fractional ("2.5"), at most a year.
   double seconds = 0;
   const auto* end = value.data() + value.size();
   auto [ptr, ec] = std::from_chars(value.data(), end, seconds);
   if (value.empty() || ec != std::errc() || ptr != end || !(seconds >= 0)) {
-    throw error(errc::usage, cli::bad_seconds(name, value));
+    throw error(errc::usage, zero_is_never ? cli::bad_seconds_or_zero(name, value)
+                                           : cli::bad_seconds(name, value));
   }
   if (seconds > 366.0 * 24 * 3600) {
     throw error(errc::usage, std::string(name) + " '" + text::printable(value) +
@@ -622,13 +625,7 @@ const std::vector<option_spec>& option_table() {
        1,
        "with --dvm start: the DVM stops after SECONDS without a job (0: never, the default)",
        [](parse_state& st, std::string_view n, std::span<const std::string> v) {
-         // 0 is accepted (no idle stop): the text says so, not "a positive number".
-         try {
-           st.opts.dvm_idle_timeout = parse_seconds(n, v[0]);
-         } catch (const error& e) {
-           if (e.what() != cli::bad_seconds(n, v[0])) throw;
-           throw error(errc::usage, cli::bad_seconds_or_zero(n, v[0]));
-         }
+         st.opts.dvm_idle_timeout = parse_seconds(n, v[0], true);
        }},
       {{"--dvm-no-wait"},
        "",

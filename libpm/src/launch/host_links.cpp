@@ -185,6 +185,20 @@ void launcher::impl::handle_link(std::uint32_t h, std::vector<link::link_event>&
   }
 }
 
+// Bytes of the link of `h`, from its carrier or relayed by its tree parent: a link they end
+// (they are not the link: noise past what is skipped, garbage) ended by what came on it.
+void launcher::impl::link_bytes(std::uint32_t h, std::span<const std::uint8_t> bytes) {
+  auto& hs = hosts[h];
+  if (!hs.ep || hs.down) return;
+  events_lease lease(*this);
+  hs.ep->received(now, bytes, lease.events);
+  touch(h);
+  hs.refused_bytes =
+      !lease.events.empty() && std::holds_alternative<link::link_down>(lease.events.back());
+  handle_link(h, lease.events);
+  if (cfg.shrink_idle_links && hs.ep) hs.ep->shrink();
+}
+
 void launcher::impl::on_greeted(std::uint32_t h, const link::hello& agent) {
   hosts[h].agent = agent;
   hosts[h].setup_since.reset();  // a later link (a restart's) gets a deadline of its own

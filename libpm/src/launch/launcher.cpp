@@ -425,15 +425,8 @@ void launcher::open_failed(link_time now, std::uint32_t host, std::string reason
 void launcher::received(link_time now, std::uint32_t host, std::span<const std::uint8_t> bytes,
                         actions& out) {
   impl_->step(now, out, [&] {
-    auto& hs = impl_->hosts.at(host);
-    if (!hs.ep || hs.down) return;
-    impl::events_lease lease(*impl_);
-    hs.ep->received(now, bytes, lease.events);
-    impl_->touch(host);
-    hs.refused_bytes =
-        !lease.events.empty() && std::holds_alternative<link::link_down>(lease.events.back());
-    impl_->handle_link(host, lease.events);
-    if (impl_->cfg.shrink_idle_links && hs.ep) hs.ep->shrink();
+    (void)impl_->hosts.at(host);  // a host of the job, or out_of_range
+    impl_->link_bytes(host, bytes);
   });
 }
 

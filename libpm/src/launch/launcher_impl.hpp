@@ -364,6 +364,7 @@ struct launcher::impl {
   void relay_established(std::uint32_t h);
   void relay_parent_greeted(std::uint32_t parent);
   void relay_parent_down(std::uint32_t parent);
+  void link_bytes(std::uint32_t h, std::span<const std::uint8_t> bytes);
   void relay_from_parent(std::uint32_t parent, link::message& m);
   void relay_from_parent(std::uint32_t parent, std::uint32_t host,
                          std::span<const std::uint8_t> bytes);

@@ -189,13 +189,7 @@ void launcher::impl::relay_from_parent(std::uint32_t parent, std::uint32_t host,
                                        std::span<const std::uint8_t> bytes) {
   const auto* c = relay_of(host);
   if (c == nullptr || c->parent != parent || c->stage != relay_stage::running) return;
-  auto& hs = hosts[host];
-  if (!hs.ep || hs.down) return;
-  events_lease lease(*this);
-  hs.ep->received(now, bytes, lease.events);
-  touch(host);
-  handle_link(host, lease.events);
-  if (cfg.shrink_idle_links && hs.ep) hs.ep->shrink();
+  link_bytes(host, bytes);
 }
 
 void launcher::impl::relay_from_parent(std::uint32_t parent, link::message& m) {

@@ -20,6 +20,14 @@ struct stop_sequence {
   int last_signal = SIGKILL;              ///< 0: none (then the child is waited for, however long)
 };
 
+/// ssh once its link is over: it normally ends by itself (its agent exited); one that does not (a
+/// cut network) gets SIGTERM, then SIGKILL. The launcher's own ssh and a tree parent's for its
+/// children alike: stopped at once, the far agent and its shell outlived the launch.
+inline constexpr stop_sequence ssh_after_the_link{.patience = std::chrono::milliseconds(200),
+                                                  .first_signal = SIGTERM,
+                                                  .grace = std::chrono::milliseconds(2000),
+                                                  .last_signal = SIGKILL};
+
 /// Blocking: carries out `sequence` on a child that has not ended yet, waits for its end and
 /// reaps it. For destructors, where nothing may outlive the owner and no loop runs any more.
 exit_check stop_and_reap(int pidfd, const stop_sequence& sequence) noexcept;

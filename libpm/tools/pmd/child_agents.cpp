@@ -14,6 +14,7 @@
 #include "sys/executable.hpp"
 #include "sys/pidfd.hpp"
 #include "sys/spawner.hpp"
+#include "sys/stop_sequence.hpp"
 
 namespace pmd {
 
@@ -141,10 +142,13 @@ void child_agents::stop(std::uint32_t host) {
   c.pending_in.clear();
   close_in(c);
   if (!c.pidfd || c.patience) return;
-  // SIGTERM only if it has not ended after the patience (ssh ends once its agent has).
+  // SIGTERM only if it has not ended after the patience the launcher gives its own ssh (ssh ends
+  // once its agent has; the relay's end sequence sends the last signal).
   pm::link::owned_fd timer(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   itimerspec at{};
-  at.it_value.tv_nsec = static_cast<long>(stop_patience_ms) * 1000000L;
+  const auto patience = pm::sys::ssh_after_the_link.patience;
+  at.it_value.tv_sec = static_cast<time_t>(patience.count() / 1000);
+  at.it_value.tv_nsec = static_cast<long>(patience.count() % 1000) * 1000000L;
   if (!timer || ::timerfd_settime(timer.get(), 0, &at, nullptr) != 0) {
     pm::sys::send_signal(c.pidfd.get(), SIGTERM);
     return;

@@ -45,10 +45,6 @@ class child_agents {
     return kind == tag_out || kind == tag_err || kind == tag_exit || kind == tag_in ||
            kind == tag_patience;
   }
-  /// A stopped child's ssh is given this long to end by itself (its agent exits once it reads
-  /// the end of its input) before SIGTERM, as the launcher gives its own ssh: stopped at once, the
-  /// child host's agent and its shell outlived the launch (pmrun returned first).
-  static constexpr int stop_patience_ms = 200;
   static constexpr std::size_t max_queued = std::size_t{1} << 20;
 
   child_agents(hooks h, std::vector<std::string> environment)

@@ -54,18 +54,16 @@ uri_claim claim_uri_file(const std::string& path, const std::string& text, const
       throw fail(std::strerror(e));
     }
   }
-  const auto done = [&](uri_claim how) {
-    ::unlinkat(dir.fd(), temp.c_str(), 0);
-    return how;
-  };
+  const auto drop_temp = [&] { ::unlinkat(dir.fd(), temp.c_str(), 0); };
   // A few rounds at most: each is lost only to another start that replaced the file meanwhile.
   for (int round = 0; round < 50; ++round) {
     if (::linkat(dir.fd(), temp.c_str(), dir.fd(), name.c_str(), 0) == 0) {
-      return done(uri_claim::written);
+      drop_temp();
+      return uri_claim::written;
     }
     if (errno != EEXIST) {
       const int e = errno;
-      done(uri_claim::written);
+      drop_temp();
       throw fail(std::strerror(e));
     }
     // It exists: the one who holds its lock decides about it; the others wait, then see the
@@ -74,13 +72,13 @@ uri_claim claim_uri_file(const std::string& path, const std::string& text, const
     if (held.fd < 0) {
       if (errno == ENOENT) continue;  // removed meanwhile (its DVM stopped): link again
       const int e = errno;
-      done(uri_claim::written);
+      drop_temp();
       throw fail(std::strerror(e));
     }
     struct stat mine {
     }, now{};
     if (::fstat(held.fd, &mine) != 0 || !S_ISREG(mine.st_mode) || mine.st_uid != ::geteuid()) {
-      done(uri_claim::written);
+      drop_temp();
       throw fail("it is not a regular file of this user");
     }
     while (::flock(held.fd, LOCK_EX) != 0 && errno == EINTR) {
@@ -91,16 +89,19 @@ uri_claim claim_uri_file(const std::string& path, const std::string& text, const
       continue;
     }
     holder = live(path);
-    if (!holder.empty()) return done(uri_claim::taken);
+    if (!holder.empty()) {
+      drop_temp();
+      return uri_claim::taken;
+    }
     // Its DVM is gone: the file is this start's (the lock goes with the old file's descriptor).
     if (::renameat(dir.fd(), temp.c_str(), dir.fd(), name.c_str()) != 0) {
       const int e = errno;
-      done(uri_claim::written);
+      drop_temp();
       throw fail(std::strerror(e));
     }
     return uri_claim::written;
   }
-  done(uri_claim::written);
+  drop_temp();
   throw fail("other starts kept replacing it");
 }
 

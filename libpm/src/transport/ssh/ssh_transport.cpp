@@ -31,12 +31,6 @@ namespace {
 
 namespace asio = boost::asio;
 
-// After the link is over: ssh normally ends by itself (the agent exited); one that does not (a
-// cut network) gets SIGTERM, then SIGKILL.
-constexpr sys::stop_sequence after_the_link{.patience = std::chrono::milliseconds(200),
-                                            .first_signal = SIGTERM,
-                                            .grace = std::chrono::milliseconds(2000),
-                                            .last_signal = SIGKILL};
 // When the transport goes: no waiting for ssh to end by itself.
 constexpr sys::stop_sequence at_once{
     .first_signal = SIGTERM, .grace = std::chrono::milliseconds(1000), .last_signal = SIGKILL};
@@ -258,7 +252,7 @@ void ssh_transport::close(std::uint32_t host, std::function<void(agent_end)> don
     impl_->finish(host);
     return;
   }
-  c.process->stop(after_the_link);
+  c.process->stop(sys::ssh_after_the_link);
 }
 
 }  // namespace pm::ssh
